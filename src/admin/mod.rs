@@ -1,0 +1,86 @@
+//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use crate::service::json::{response_json, JsonError, JsonRequest};
+use crate::service::{RateLimiter, RlsError};
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    pub limiter: RateLimiter,
+    /// False from the moment shutdown starts.
+    pub serving: Arc<AtomicBool>,
+}
+
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthcheck", get(healthcheck))
+        .route("/json", post(json))
+        .route("/metrics", get(metrics))
+        .route("/rlconfig", get(rlconfig))
+        .with_state(state)
+}
+
+async fn healthcheck(State(s): State<AdminState>) -> Response {
+    if s.serving.load(Ordering::Acquire) {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, "NOT_SERVING").into_response()
+    }
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(JsonError { error: message })).into_response()
+}
+
+/// A JSON `RateLimitRequest`: 200 (OK), 429 (OVER_LIMIT), 400 (bad body), 503 (no decision).
+async fn json(State(s): State<AdminState>, body: Bytes) -> Response {
+    let parsed: JsonRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}")),
+    };
+    let req = match parsed.into_proto() {
+        Ok(r) => r,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let result = s.limiter.decide(req).await;
+    s.limiter.metrics().count_result(&result);
+    match result {
+        Ok(resp) => {
+            let status = if resp.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(response_json(&resp))).into_response()
+        }
+        Err(RlsError::InvalidArgument(m)) => error(StatusCode::BAD_REQUEST, m),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+async fn metrics(State(s): State<AdminState>) -> Response {
+    let config = s.limiter.config().load();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.limiter.metrics().render(&config),
+    )
+        .into_response()
+}
+
+async fn rlconfig(State(s): State<AdminState>) -> Response {
+    let config = s.limiter.config().load();
+    let mut body = config.describe().join("\n");
+    body.push('\n');
+    ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}

@@ -1,0 +1,230 @@
+//! Request descriptor → matched config node → counter key and shard hash (pure functions).
+
+use std::hash::Hasher;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use fnv::FnvHasher;
+use smallvec::SmallVec;
+
+use crate::config::{Domain, Level, Node};
+
+/// The config node a descriptor matched, with the node of every level on the way to it
+/// (the counter key needs them: a `share_threshold` wildcard puts its pattern in the key).
+#[derive(Debug)]
+pub struct Matched<'c> {
+    pub path: SmallVec<[&'c Node; 4]>,
+}
+
+impl<'c> Matched<'c> {
+    pub fn node(&self) -> &'c Node {
+        self.path[self.path.len() - 1]
+    }
+}
+
+/// Walks the tree one level per entry: exact `key_value`, then wildcards in file order, then the
+/// key-only node. Only a node at the depth of the last entry counts; there is no fallback to a
+/// shallower node's limit.
+pub fn find<'c>(domain: &'c Domain, entries: &[Entry]) -> Option<Matched<'c>> {
+    let mut level: &'c Level = &domain.root;
+    let mut path = SmallVec::new();
+    for entry in entries {
+        let node = match_level(level, &entry.key, &entry.value)?;
+        path.push(node);
+        level = &node.children;
+    }
+    if path.is_empty() {
+        None
+    } else {
+        Some(Matched { path })
+    }
+}
+
+fn match_level<'c>(level: &'c Level, key: &str, value: &str) -> Option<&'c Node> {
+    let group = level.groups.get(key)?;
+    if let Some(n) = group.exact.get(value) {
+        return Some(n);
+    }
+    if let Some(n) = group
+        .wildcards
+        .iter()
+        .find(|n| glob(n.value.as_deref().unwrap_or(""), value))
+    {
+        return Some(n);
+    }
+    group.default.as_deref()
+}
+
+/// `*` matches any run of characters (also none), anywhere in the pattern, any number of times.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    // Position of the last `*` seen and the text position it is currently matched up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// The counter key: envoyproxy/ratelimit's layout without the window start,
+/// `domain_key1_value1_key2_value2_`, so Redis keys can be shared with it. A level matched by a
+/// `share_threshold` wildcard contributes its pattern, so every matching value shares one counter.
+/// The limit index is appended for the second and later limits of one descriptor.
+pub fn counter_key(domain: &str, entries: &[Entry], matched: Option<&Matched<'_>>, limit_index: usize) -> String {
+    let mut len = domain.len() + 1;
+    for e in entries {
+        len += e.key.len() + e.value.len() + 2;
+    }
+    let mut key = String::with_capacity(len + if limit_index > 0 { 4 } else { 0 });
+    key.push_str(domain);
+    key.push('_');
+    for (i, e) in entries.iter().enumerate() {
+        key.push_str(&e.key);
+        key.push('_');
+        let shared = matched
+            .and_then(|m| m.path.get(i))
+            .filter(|n| n.share_threshold)
+            .and_then(|n| n.value.as_deref());
+        key.push_str(shared.unwrap_or(&e.value));
+        key.push('_');
+    }
+    if limit_index > 0 {
+        key.push('#');
+        key.push_str(&limit_index.to_string());
+    }
+    key
+}
+
+/// FNV-1a of the counter key: picks the shard, and is reused as the shard's table hash.
+pub fn key_hash(key: &str) -> u64 {
+    let mut h = FnvHasher::default();
+    h.write(key.as_bytes());
+    h.finish()
+}
+
+/// Maps a hash onto `0..n` from its high bits, so the low bits the shard's table uses stay
+/// evenly spread within every shard.
+pub fn shard_of(hash: u64, n: usize) -> usize {
+    (((hash >> 32) * n as u64) >> 32) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, LoadOptions};
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+        pairs
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect()
+    }
+
+    fn config(yaml: &str) -> Config {
+        Config::from_sources(&[("t.yaml".into(), yaml.into())], LoadOptions::default()).unwrap()
+    }
+
+    const TREE: &str = r#"
+domain: d
+descriptors:
+  - key: k
+    value: exact
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: "a*z"
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: "a*"
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: parent
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    descriptors:
+      - key: child
+        rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: shared
+    value: "p-*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 7}
+"#;
+
+    fn rpu(c: &Config, pairs: &[(&str, &str)]) -> Option<u32> {
+        let d = c.domain("d").unwrap();
+        find(d, &entries(pairs))
+            .and_then(|m| m.node().limits.first().map(|l| l.requests_per_unit))
+    }
+
+    #[test]
+    fn exact_then_wildcard_in_file_order_then_key_only() {
+        let c = config(TREE);
+        assert_eq!(rpu(&c, &[("k", "exact")]), Some(1));
+        assert_eq!(rpu(&c, &[("k", "abcz")]), Some(2), "first wildcard in file order");
+        assert_eq!(rpu(&c, &[("k", "abc")]), Some(3));
+        assert_eq!(rpu(&c, &[("k", "other")]), Some(4), "key-only default");
+        assert_eq!(rpu(&c, &[("nope", "x")]), None);
+    }
+
+    #[test]
+    fn depth_rule_has_no_fallback_to_parent() {
+        let c = config(TREE);
+        assert_eq!(rpu(&c, &[("parent", "x")]), Some(5));
+        assert_eq!(rpu(&c, &[("parent", "x"), ("child", "y")]), Some(6));
+        assert_eq!(rpu(&c, &[("parent", "x"), ("other", "y")]), None, "deeper than config");
+        assert_eq!(rpu(&c, &[("k", "exact"), ("child", "y")]), None, "no child under k");
+    }
+
+    #[test]
+    fn glob_matches_anywhere_several_times() {
+        assert!(glob("*", ""));
+        assert!(glob("a*", "a"));
+        assert!(glob("*b*d", "abcd"));
+        assert!(glob("a*b*c", "aXbYbZc"));
+        assert!(!glob("a*b*c", "aXbYbZ"));
+        assert!(glob("**x", "x"));
+        assert!(!glob("abc", "abcd"));
+        assert!(glob("/api/*/users/*", "/api/v1/users/42"));
+    }
+
+    #[test]
+    fn counter_keys_follow_reference_layout_and_share_threshold() {
+        let c = config(TREE);
+        let d = c.domain("d").unwrap();
+        let e = entries(&[("k", "abc")]);
+        let m = find(d, &e).unwrap();
+        assert_eq!(counter_key("d", &e, Some(&m), 0), "d_k_abc_");
+        assert_eq!(counter_key("d", &e, Some(&m), 2), "d_k_abc_#2");
+        let e1 = entries(&[("shared", "p-1")]);
+        let e2 = entries(&[("shared", "p-2")]);
+        let k1 = counter_key("d", &e1, find(d, &e1).as_ref(), 0);
+        let k2 = counter_key("d", &e2, find(d, &e2).as_ref(), 0);
+        assert_eq!(k1, "d_shared_p-*_");
+        assert_eq!(k1, k2, "share_threshold: one counter for every matching value");
+    }
+
+    #[test]
+    fn shard_choice_is_stable_and_in_range() {
+        for n in 1..9 {
+            for i in 0..1000 {
+                let h = key_hash(&format!("k{i}"));
+                assert!(shard_of(h, n) < n);
+                assert_eq!(shard_of(h, n), shard_of(key_hash(&format!("k{i}")), n));
+            }
+        }
+    }
+}

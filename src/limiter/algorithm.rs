@@ -1,0 +1,292 @@
+//! The counting rules, as pure functions of (state, limit, now, hits): no clocks, no I/O.
+//!
+//! Times are nanoseconds since the Unix epoch. Windows are aligned to the epoch, so every replica
+//! agrees on where a window starts.
+
+use crate::config::Algorithm;
+
+const NS: u64 = 1_000_000_000;
+
+/// What a shard needs to know about a limit to decide: small and `Copy`, sent with each op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    pub requests_per_unit: u32,
+    pub window_secs: u32,
+    pub algorithm: Algorithm,
+}
+
+impl Params {
+    fn window_ns(&self) -> u64 {
+        u64::from(self.window_secs) * NS
+    }
+
+    /// GCRA's emission interval: the time one token takes to come back.
+    fn interval_ns(&self) -> u64 {
+        self.window_ns() / u64::from(self.requests_per_unit.max(1))
+    }
+
+    fn burst(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket { burst } => u64::from(burst),
+            _ => u64::from(self.requests_per_unit),
+        }
+    }
+}
+
+/// Per-key state. Kept to 24 bytes: the shard table holds millions of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Count of the aligned window with index `window` (= start / window length).
+    Fixed { window: u64, count: u64 },
+    /// Counts of the aligned window `window` and of the one before it.
+    Sliding { window: u64, prev: u32, cur: u32 },
+    /// GCRA's theoretical arrival time: the bucket is full again at `tat`.
+    Gcra { tat: u64 },
+}
+
+/// The result of evaluating one op, before anything is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eval {
+    pub over: bool,
+    /// What Envoy is told: what is left after this request (0 when over).
+    pub remaining: u32,
+    /// Until the window ends (fixed, sliding) or the bucket is full again (token bucket).
+    pub reset_ns: u64,
+    /// The state to store if the op is committed.
+    pub next: State,
+    /// For a refused op: how long until it would be admitted, if nothing else arrived.
+    pub retry_ns: u64,
+}
+
+impl State {
+    /// A fresh state for `p` at `now`, as if the key had never been seen.
+    pub fn fresh(p: &Params, now: u64) -> State {
+        match p.algorithm {
+            Algorithm::FixedWindow => State::Fixed {
+                window: now / p.window_ns(),
+                count: 0,
+            },
+            Algorithm::SlidingWindow => State::Sliding {
+                window: now / p.window_ns(),
+                prev: 0,
+                cur: 0,
+            },
+            Algorithm::TokenBucket { .. } => State::Gcra { tat: now },
+        }
+    }
+
+    /// Whether this state was made for `p`'s algorithm (a reload may change it).
+    pub fn fits(&self, p: &Params) -> bool {
+        matches!(
+            (self, p.algorithm),
+            (State::Fixed { .. }, Algorithm::FixedWindow)
+                | (State::Sliding { .. }, Algorithm::SlidingWindow)
+                | (State::Gcra { .. }, Algorithm::TokenBucket { .. })
+        )
+    }
+
+    /// When the state carries no information any more and may be dropped.
+    pub fn expires_at(&self, p: &Params) -> u64 {
+        match *self {
+            State::Fixed { window, .. } => (window + 1) * p.window_ns(),
+            // The previous window's count still weighs until the end of the next window.
+            State::Sliding { window, .. } => (window + 2) * p.window_ns(),
+            State::Gcra { tat } => tat,
+        }
+    }
+
+    /// Evaluates `hits` at `now`. `hits == 0` checks without consuming.
+    pub fn eval(&self, p: &Params, now: u64, hits: u64) -> Eval {
+        let w = p.window_ns();
+        let limit = u64::from(p.requests_per_unit);
+        match *self {
+            State::Fixed { window, count } => {
+                let idx = now / w;
+                let count = if window == idx { count } else { 0 };
+                let after = count.saturating_add(hits);
+                let over = after > limit;
+                Eval {
+                    over,
+                    remaining: if over { 0 } else { clamp32(limit - after) },
+                    reset_ns: reset_of_window(now, p.window_secs),
+                    next: State::Fixed {
+                        window: idx,
+                        count: after,
+                    },
+                    // The next window admits up to `limit`; more than that never fits.
+                    retry_ns: if hits > limit {
+                        u64::MAX
+                    } else {
+                        (idx + 1) * w - now
+                    },
+                }
+            }
+            State::Sliding { window, prev, cur } => {
+                let idx = now / w;
+                let (prev, cur) = match idx.checked_sub(window) {
+                    Some(0) => (u64::from(prev), u64::from(cur)),
+                    Some(1) => (u64::from(cur), 0),
+                    _ => (0, 0),
+                };
+                let elapsed = now - idx * w;
+                // prev × (share of the sliding window still overlapping the previous window),
+                // rounded up so the estimate never undercounts.
+                let weighted = ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
+                let estimate = weighted + cur;
+                let after = estimate.saturating_add(hits);
+                let over = after > limit;
+                let retry_ns = if hits > limit {
+                    u64::MAX
+                } else {
+                    sliding_retry(prev, cur, hits, limit, w, elapsed)
+                };
+                Eval {
+                    over,
+                    remaining: if over { 0 } else { clamp32(limit - after) },
+                    reset_ns: reset_of_window(now, p.window_secs),
+                    next: State::Sliding {
+                        window: idx,
+                        prev: clamp32(prev),
+                        cur: clamp32(cur.saturating_add(hits)),
+                    },
+                    retry_ns,
+                }
+            }
+            State::Gcra { tat } => {
+                let t = p.interval_ns();
+                let burst = p.burst();
+                let capacity = t.saturating_mul(burst);
+                let base = tat.max(now);
+                let next_tat = base.saturating_add(t.saturating_mul(hits));
+                let over = limit == 0 || next_tat - now > capacity;
+                let (remaining, reset, next) = if over {
+                    (0, base - now, tat)
+                } else {
+                    let left = (capacity - (next_tat - now)) / t.max(1);
+                    (clamp32(left), next_tat - now, next_tat)
+                };
+                let retry_ns = if limit == 0 || hits > burst {
+                    u64::MAX
+                } else {
+                    next_tat.saturating_sub(capacity).saturating_sub(now)
+                };
+                Eval {
+                    over,
+                    remaining,
+                    reset_ns: reset,
+                    next: State::Gcra { tat: next },
+                    retry_ns,
+                }
+            }
+        }
+    }
+
+    /// The least time after `now` before `hits` (the newcomer's plus those waiting ahead of it)
+    /// can have been admitted, if nothing else arrives: a lower bound used to refuse at once a
+    /// wait that would certainly outlast its `max_wait`. `None` when it can never fit.
+    pub fn min_wait(&self, p: &Params, now: u64, hits: u64) -> Option<u64> {
+        let limit = u64::from(p.requests_per_unit);
+        if limit == 0 {
+            return None;
+        }
+        let w = p.window_ns();
+        match *self {
+            State::Fixed { .. } | State::Sliding { .. } => {
+                let idx = now / w;
+                let used = match *self {
+                    State::Fixed { window, count } if window == idx => count,
+                    State::Sliding { window, cur, .. } if window == idx => u64::from(cur),
+                    _ => 0,
+                };
+                // Each aligned window admits at most `limit`, this one at most what is left of it.
+                let free = limit.saturating_sub(used);
+                let by_windows = if hits <= free {
+                    0
+                } else {
+                    let windows = (hits - free).div_ceil(limit);
+                    (idx + 1) * w - now + (windows - 1) * w
+                };
+                // The sliding estimate also weighs the previous window; its retry time is exact.
+                let sliding = match *self {
+                    State::Sliding { .. } if hits <= limit => {
+                        let e = self.eval(p, now, hits);
+                        if e.over {
+                            e.retry_ns
+                        } else {
+                            0
+                        }
+                    }
+                    _ => 0,
+                };
+                Some(by_windows.max(sliding))
+            }
+            State::Gcra { tat } => {
+                let t = p.interval_ns();
+                let capacity = t.saturating_mul(p.burst());
+                let next = tat.max(now).saturating_add(t.saturating_mul(hits));
+                Some(next.saturating_sub(capacity).saturating_sub(now))
+            }
+        }
+    }
+
+    /// Gives `hits` back (a refund, or the undo of a request refused elsewhere).
+    pub fn refund(&mut self, p: &Params, now: u64, hits: u64) {
+        match self {
+            State::Fixed { window, count } => {
+                if *window == now / p.window_ns() {
+                    *count = count.saturating_sub(hits);
+                }
+            }
+            State::Sliding { window, cur, .. } => {
+                if *window == now / p.window_ns() {
+                    *cur = cur.saturating_sub(clamp32(hits));
+                }
+            }
+            State::Gcra { tat } => {
+                if *tat > now {
+                    *tat = tat
+                        .saturating_sub(p.interval_ns().saturating_mul(hits))
+                        .max(now);
+                }
+            }
+        }
+    }
+}
+
+/// Whole seconds to the end of the aligned window, as envoyproxy/ratelimit reports it
+/// (`unit - now % unit`, in seconds), returned in nanoseconds.
+fn reset_of_window(now: u64, window_secs: u32) -> u64 {
+    let s = now / NS;
+    let w = u64::from(window_secs);
+    (w - s % w) * NS
+}
+
+/// The earliest time after `now` at which `hits` more fit under the sliding estimate, assuming no
+/// other arrivals: the previous window's weight decays linearly, and the next window starts with
+/// the current count as its previous one.
+fn sliding_retry(prev: u64, cur: u64, hits: u64, limit: u64, w: u64, elapsed: u64) -> u64 {
+    if cur + hits <= limit {
+        // Fits once prev × (w - e) / w ≤ limit - cur - hits.
+        let room = limit - cur - hits;
+        if prev == 0 || prev <= room {
+            return 0;
+        }
+        let e = w - ((u128::from(room) * u128::from(w)) / u128::from(prev)) as u64;
+        return e.saturating_sub(elapsed);
+    }
+    // Not before the next window, where `cur` becomes the previous count.
+    let to_next = w - elapsed;
+    let room = limit - hits;
+    if cur <= room {
+        return to_next;
+    }
+    let e = w - ((u128::from(room) * u128::from(w)) / u128::from(cur)) as u64;
+    to_next + e
+}
+
+fn clamp32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests;

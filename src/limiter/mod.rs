@@ -1,0 +1,378 @@
+//! Algorithms (time is a parameter), shard actors and their wait queues, and the engine handle
+//! that routes a request's ops to the shards owning their keys.
+
+mod algorithm;
+mod clock;
+mod shard;
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+
+pub use algorithm::{Eval, Params, State};
+pub use clock::{Clock, ManualClock};
+pub use shard::{KeyInfo, ShardStats};
+use shard::{Decide, Msg, Shard};
+
+use crate::config::QueueSpec;
+use crate::descriptor::shard_of;
+
+/// How an op's verdict weighs on the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Over the limit refuses the request.
+    Binding,
+    /// `quota_mode`: refuses only when every quota op of the request is over.
+    Quota,
+    /// `shadow_mode`: reported, never refuses.
+    Shadow,
+}
+
+/// One limit to decide for one counter key.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub key: String,
+    pub hash: u64,
+    pub params: Params,
+    pub hits: u64,
+    /// `is_negative_hits`: give `hits` back instead of taking them.
+    pub refund: bool,
+    pub role: Role,
+    pub queue: Option<QueueSpec>,
+}
+
+/// The verdict on one op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub over: bool,
+    pub remaining: u32,
+    pub reset_ns: u64,
+    pub retry_ns: u64,
+    /// Refused only because waiters of its key were ahead of it.
+    pub blocked: bool,
+}
+
+/// A shard's answer to one message.
+#[derive(Debug)]
+pub struct Reply {
+    pub outcomes: SmallVec<[Outcome; 2]>,
+    /// Whether the shard consumed the hits of the ops that fit.
+    pub committed: bool,
+    pub waited_ns: u64,
+    pub timed_out: bool,
+}
+
+/// What the engine says about a whole request.
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// In the order of the ops given.
+    pub outcomes: SmallVec<[Outcome; 4]>,
+    pub waited_ns: u64,
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("overloaded: shard queue is full")]
+    Overloaded,
+    #[error("shard stopped")]
+    Stopped,
+}
+
+/// A cheap `Clone` handle to the shard actors.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    senders: Vec<mpsc::Sender<Msg>>,
+    clock: Clock,
+    stats: Vec<Arc<ShardStats>>,
+}
+
+/// A shard actor not yet started: the server spawns it on the runtime it belongs to.
+pub struct ShardTask {
+    shard: Shard,
+    rx: mpsc::Receiver<Msg>,
+}
+
+impl ShardTask {
+    pub async fn run(self) {
+        self.shard.run(self.rx).await
+    }
+}
+
+impl Engine {
+    /// `shards` actors with `capacity` queued messages each and at most `max_waiters` queued
+    /// requests in all.
+    pub fn new(
+        shards: usize,
+        capacity: usize,
+        max_waiters: usize,
+        clock: Clock,
+    ) -> (Engine, Vec<ShardTask>) {
+        let shards = shards.max(1);
+        let per_shard_waiters = max_waiters.div_ceil(shards);
+        let mut senders = Vec::with_capacity(shards);
+        let mut tasks = Vec::with_capacity(shards);
+        let mut stats = Vec::with_capacity(shards);
+        for _ in 0..shards {
+            let (tx, rx) = mpsc::channel(capacity.max(1));
+            let st = Arc::new(ShardStats::default());
+            senders.push(tx);
+            tasks.push(ShardTask {
+                shard: Shard::new(clock.clone(), per_shard_waiters, st.clone()),
+                rx,
+            });
+            stats.push(st);
+        }
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                senders,
+                clock,
+                stats,
+            }),
+        };
+        (engine, tasks)
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.inner.senders.len()
+    }
+
+    pub fn stats(&self) -> &[Arc<ShardStats>] {
+        &self.inner.stats
+    }
+
+    pub fn shard_for(&self, hash: u64) -> usize {
+        shard_of(hash, self.inner.senders.len())
+    }
+
+    /// Decides a request's ops: one message per shard involved. When the request is refused,
+    /// nothing it consumed anywhere is kept; when the caller goes away, the same holds.
+    pub async fn decide(
+        &self,
+        ops: SmallVec<[Op; 4]>,
+        global_shadow: bool,
+    ) -> Result<Decision, EngineError> {
+        if ops.is_empty() {
+            return Ok(Decision::default());
+        }
+        let n = self.inner.senders.len();
+        let first = self.shard_for(ops[0].hash);
+        if ops.iter().all(|o| self.shard_for(o.hash) == first) {
+            // The common case: one message, decided atomically by one shard.
+            let (tx, rx) = oneshot::channel();
+            self.send(
+                first,
+                Msg::Decide(Decide {
+                    ops: ops.into_iter().collect(),
+                    whole: true,
+                    global_shadow,
+                    reply: tx,
+                }),
+            )?;
+            let reply = rx.await.map_err(|_| EngineError::Stopped)?;
+            return Ok(Decision {
+                outcomes: reply.outcomes.into_iter().collect(),
+                waited_ns: reply.waited_ns,
+                timed_out: reply.timed_out,
+            });
+        }
+        // Ops spread over several shards: each decides its part; a part that is refused refuses
+        // the request, and the parts that consumed are given back.
+        let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
+        let mut placed: SmallVec<[(usize, usize); 4]> = SmallVec::new(); // op → (part, index in part)
+        for op in ops {
+            let s = shard_of(op.hash, n);
+            let p = match parts.iter().position(|p| p.shard == s) {
+                Some(p) => p,
+                None => {
+                    parts.push(Part {
+                        shard: s,
+                        ops: SmallVec::new(),
+                        rx: None,
+                        reply: None,
+                    });
+                    parts.len() - 1
+                }
+            };
+            placed.push((p, parts[p].ops.len()));
+            parts[p].ops.push(op);
+        }
+        let mut pending = Pending {
+            engine: self,
+            parts,
+            done: false,
+        };
+        for part in pending.parts.iter_mut() {
+            let (tx, rx) = oneshot::channel();
+            part.rx = Some(rx);
+            let msg = Msg::Decide(Decide {
+                ops: part.ops.clone(),
+                whole: false,
+                global_shadow,
+                reply: tx,
+            });
+            self.send(part.shard, msg)?;
+        }
+        let refused = pending.collect().await?;
+        let mut decision = Decision::default();
+        for (p, i) in placed {
+            let reply = pending.parts[p].reply.as_ref().expect("collected");
+            decision.outcomes.push(reply.outcomes[i]);
+            decision.waited_ns = decision.waited_ns.max(reply.waited_ns);
+            decision.timed_out |= reply.timed_out;
+        }
+        // The overall verdict also counts quota-mode ops, which no single shard can judge.
+        let quota_refused = !global_shadow && {
+            let quota: SmallVec<[bool; 4]> = pending
+                .parts
+                .iter()
+                .flat_map(|p| {
+                    let r = p.reply.as_ref().expect("collected");
+                    p.ops
+                        .iter()
+                        .zip(r.outcomes.iter())
+                        .filter(|(o, _)| o.role == Role::Quota)
+                        .map(|(_, out)| out.over)
+                })
+                .collect();
+            !quota.is_empty() && quota.iter().all(|o| *o)
+        };
+        if refused || quota_refused {
+            pending.undo();
+        }
+        pending.done = true;
+        Ok(decision)
+    }
+
+    /// Lists keys (all, or those starting with `prefix`) with their state, for `/debug`.
+    pub async fn inspect(&self, prefix: Option<String>) -> Result<Vec<KeyInfo>, EngineError> {
+        let mut out = Vec::new();
+        for s in 0..self.inner.senders.len() {
+            let (tx, rx) = oneshot::channel();
+            self.send(
+                s,
+                Msg::Inspect {
+                    prefix: prefix.clone(),
+                    reply: tx,
+                },
+            )?;
+            out.extend(rx.await.map_err(|_| EngineError::Stopped)?);
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Shutdown: every shard answers its waiters now, admitting them or not.
+    pub async fn drain(&self, admit: bool) {
+        for tx in &self.inner.senders {
+            let _ = tx.send(Msg::Drain { admit }).await;
+        }
+    }
+
+    fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
+        self.inner.senders[shard].try_send(msg).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+        })
+    }
+}
+
+struct Part {
+    shard: usize,
+    ops: SmallVec<[Op; 2]>,
+    rx: Option<oneshot::Receiver<Reply>>,
+    reply: Option<Reply>,
+}
+
+/// The parts of a multi-shard request in flight. If it is dropped before it is done (the
+/// caller went away, or a send failed), whatever any part consumed is given back.
+struct Pending<'e> {
+    engine: &'e Engine,
+    parts: SmallVec<[Part; 4]>,
+    done: bool,
+}
+
+impl Pending<'_> {
+    /// Waits for every part; stops waiting as soon as one part refuses (the others are then
+    /// cancelled: a queued part leaves its queue). Returns whether a part refused.
+    async fn collect(&mut self) -> Result<bool, EngineError> {
+        loop {
+            let (i, reply) = {
+                let futs: Vec<_> = self
+                    .parts
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(_, p)| p.reply.is_none())
+                    .map(|(i, p)| {
+                        let rx = p.rx.as_mut().expect("sent");
+                        Box::pin(async move { (i, rx.await) })
+                    })
+                    .collect();
+                if futs.is_empty() {
+                    return Ok(false);
+                }
+                futures_util::future::select_all(futs).await.0
+            };
+            let reply = reply.map_err(|_| EngineError::Stopped)?;
+            let refused = !reply.committed;
+            self.parts[i].rx = None;
+            self.parts[i].reply = Some(reply);
+            if refused {
+                self.cancel_rest();
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Closes the parts not yet answered; takes any answer already sent, so it can be undone.
+    fn cancel_rest(&mut self) {
+        for p in self.parts.iter_mut() {
+            if let Some(mut rx) = p.rx.take() {
+                rx.close();
+                if let Ok(reply) = rx.try_recv() {
+                    p.reply = Some(reply);
+                }
+            }
+        }
+    }
+
+    fn undo(&mut self) {
+        for p in self.parts.iter_mut() {
+            if p.reply.as_ref().is_some_and(|r| r.committed) {
+                let ops: SmallVec<[Op; 2]> = p
+                    .ops
+                    .iter()
+                    .zip(p.reply.as_ref().expect("checked").outcomes.iter())
+                    .filter(|(o, out)| !o.refund && !out.over && !out.blocked)
+                    .map(|(o, _)| o.clone())
+                    .collect();
+                if !ops.is_empty() {
+                    // Best effort when the shard's queue is full: the window ends anyway.
+                    let _ = self.engine.inner.senders[p.shard].try_send(Msg::Undo(ops));
+                }
+                if let Some(r) = p.reply.as_mut() {
+                    r.committed = false;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cancel_rest();
+            self.undo();
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! One shard actor: owns the state and the wait queues of the keys that hash to it.
+//!
+//! Everything here runs on one task, so the table needs no lock. A request reaches the shard as
+//! one message holding all of its ops for this shard; the shard decides them together, so a request
+//! whose ops all live here is decided atomically. A message that must wait parks in the FIFO of
+//! the key it waits for and is answered later through the same reply channel.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashTable;
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+
+use super::algorithm::{Eval, State};
+use super::{Clock, Op, Outcome, Reply, Role};
+use crate::descriptor::key_hash;
+
+/// What callers send a shard.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Decide(Decide),
+    /// Gives back what a request consumed here when another shard refused it.
+    Undo(SmallVec<[Op; 2]>),
+    /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
+    Inspect {
+        prefix: Option<String>,
+        reply: oneshot::Sender<Vec<KeyInfo>>,
+    },
+    /// Shutdown: answer every waiter now (admitting them or not) and stop queueing newcomers.
+    Drain { admit: bool },
+}
+
+#[derive(Debug)]
+pub(crate) struct Decide {
+    pub(crate) ops: SmallVec<[Op; 2]>,
+    /// All ops of the request are in this message, so the shard can decide the request alone.
+    pub(crate) whole: bool,
+    pub(crate) global_shadow: bool,
+    pub(crate) reply: oneshot::Sender<Reply>,
+}
+
+/// A key's state as `/debug` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KeyInfo {
+    pub key: String,
+    pub state: String,
+    pub waiting: usize,
+}
+
+/// Counters the shard keeps for metrics; read without locks.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    pub keys: AtomicU64,
+    pub waiting: AtomicU64,
+    pub queued: AtomicU64,
+    pub admitted_after_wait: AtomicU64,
+    pub timed_out: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub queue_full: AtomicU64,
+    pub wait_ns_total: AtomicU64,
+}
+
+struct Entry {
+    key: Box<str>,
+    state: State,
+    /// When `state` stops mattering; the sweep drops the entry after that unless it has waiters.
+    expires_at: u64,
+    queue: Option<Box<VecDeque<Waiter>>>,
+}
+
+struct Waiter {
+    msg: Decide,
+    /// Which op of `msg` waits for this key.
+    op: usize,
+    enqueued: u64,
+    deadline: u64,
+}
+
+enum Verdict {
+    Admit,
+    Refuse,
+    /// Wait in the queue of op `n`'s key.
+    Wait(usize),
+}
+
+pub(crate) struct Shard {
+    table: HashTable<Entry>,
+    clock: Clock,
+    /// Times at which some key's queue must be looked at again (head's deadline or retry time).
+    events: BinaryHeap<Reverse<(u64, Box<str>)>>,
+    waiters: usize,
+    max_waiters: usize,
+    next_sweep: u64,
+    sweep_every: u64,
+    draining: Option<bool>,
+    stats: Arc<ShardStats>,
+}
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+impl Shard {
+    pub(crate) fn new(clock: Clock, max_waiters: usize, stats: Arc<ShardStats>) -> Shard {
+        let now = clock.now();
+        Shard {
+            table: HashTable::new(),
+            clock,
+            events: BinaryHeap::new(),
+            waiters: 0,
+            max_waiters,
+            next_sweep: now + NS_PER_SEC,
+            sweep_every: NS_PER_SEC,
+            draining: None,
+            stats,
+        }
+    }
+
+    /// The actor loop: batches of messages, then due queue events and the expiry sweep.
+    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+        let mut buf = Vec::with_capacity(64);
+        let mut changes = self.clock.changes();
+        let timer = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(timer);
+        let mut armed_for = u64::MAX;
+        loop {
+            let mut clock_gone = false;
+            let wake_at = self.next_wake();
+            let manual = changes.is_some();
+            if !manual && wake_at != armed_for {
+                let delay = wake_at.saturating_sub(self.clock.now());
+                timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + Duration::from_nanos(delay));
+                armed_for = wake_at;
+            }
+            tokio::select! {
+                biased;
+                n = rx.recv_many(&mut buf, 64) => {
+                    if n == 0 {
+                        self.drain(false);
+                        return;
+                    }
+                    for msg in buf.drain(..) {
+                        self.handle(msg);
+                    }
+                }
+                _ = &mut timer, if !manual => { armed_for = u64::MAX; }
+                r = async { changes.as_mut().expect("manual clock").changed().await }, if manual => {
+                    clock_gone = r.is_err();
+                }
+            }
+            if clock_gone {
+                changes = None;
+            }
+            let now = self.clock.now();
+            self.run_events(now);
+            if now >= self.next_sweep {
+                self.sweep(now);
+            }
+        }
+    }
+
+    fn next_wake(&self) -> u64 {
+        let ev = self.events.peek().map(|Reverse((t, _))| *t);
+        ev.unwrap_or(u64::MAX).min(self.next_sweep)
+    }
+
+    pub(crate) fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Decide(d) => self.decide(d),
+            Msg::Undo(ops) => {
+                let now = self.clock.now();
+                for op in &ops {
+                    self.give_back(op, now);
+                }
+            }
+            Msg::Inspect { prefix, reply } => {
+                let mut out: Vec<KeyInfo> = self
+                    .table
+                    .iter()
+                    .filter(|e| prefix.as_deref().is_none_or(|p| e.key.starts_with(p)))
+                    .map(|e| KeyInfo {
+                        key: e.key.to_string(),
+                        state: format!("{:?}", e.state),
+                        waiting: e.queue.as_ref().map_or(0, |q| q.len()),
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.key.cmp(&b.key));
+                let _ = reply.send(out);
+            }
+            Msg::Drain { admit } => self.drain(admit),
+        }
+    }
+
+    fn decide(&mut self, d: Decide) {
+        let now = self.clock.now();
+        // Refunds first: capacity given back goes to the head of the queue before anyone else.
+        for op in d.ops.iter().filter(|o| o.refund) {
+            self.give_back(op, now);
+        }
+        // Waiters of these keys go before this newcomer.
+        for i in 0..d.ops.len() {
+            if d.ops[i].queue.is_some() && self.has_waiters(&d.ops[i]) {
+                let key = d.ops[i].key.clone();
+                self.service_queue(&key, d.ops[i].hash, now);
+            }
+        }
+        self.settle(d, now, None, None);
+    }
+
+    /// Evaluates a message (a newcomer, or a waiter taken off the head of `head_of`'s queue) and
+    /// answers it, commits it, or parks it.
+    fn settle(&mut self, d: Decide, now: u64, head_of: Option<usize>, since: Option<(u64, u64)>) {
+        let (mut outcomes, scratch, verdict) = self.evaluate(&d, now, head_of);
+        let verdict = match verdict {
+            Verdict::Wait(_) if self.draining.is_some() => Verdict::Refuse,
+            v => v,
+        };
+        match verdict {
+            Verdict::Admit => {
+                self.commit(&d.ops, &scratch, now);
+                let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
+                let reply = Reply {
+                    outcomes,
+                    committed: true,
+                    waited_ns: waited,
+                    timed_out: false,
+                };
+                if since.is_some() {
+                    self.stats.admitted_after_wait.fetch_add(1, Ordering::Relaxed);
+                    self.stats.wait_ns_total.fetch_add(waited, Ordering::Relaxed);
+                }
+                if let Err(reply) = d.reply.send(reply) {
+                    // The caller left between our decision and the answer: consume nothing.
+                    let _ = reply;
+                    for op in d.ops.iter().filter(|o| !o.refund) {
+                        self.give_back(op, now);
+                    }
+                }
+            }
+            Verdict::Refuse => {
+                let _ = d.reply.send(Reply {
+                    outcomes,
+                    committed: false,
+                    waited_ns: since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                    timed_out: false,
+                });
+            }
+            Verdict::Wait(i) => {
+                let op = &d.ops[i];
+                let spec = op.queue.expect("waiting op has a queue");
+                let (enqueued, deadline) =
+                    since.unwrap_or((now, now.saturating_add(spec.max_wait.as_nanos() as u64)));
+                let is_new = since.is_none();
+                if is_new && !self.room_to_wait(op, now, deadline) {
+                    self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                    for o in outcomes.iter_mut() {
+                        if o.blocked {
+                            o.over = true;
+                            o.remaining = 0;
+                        }
+                    }
+                    let _ = d.reply.send(Reply {
+                        outcomes,
+                        committed: false,
+                        waited_ns: 0,
+                        timed_out: false,
+                    });
+                    return;
+                }
+                let key: Box<str> = op.key.as_str().into();
+                let hash = op.hash;
+                let params = op.params;
+                let entry = self.entry_mut(&key, hash, params, now);
+                let q = entry.queue.get_or_insert_with(Default::default);
+                let was_empty = q.is_empty();
+                q.push_back(Waiter {
+                    msg: d,
+                    op: i,
+                    enqueued,
+                    deadline,
+                });
+                if is_new {
+                    self.waiters += 1;
+                    self.stats.waiting.store(self.waiters as u64, Ordering::Relaxed);
+                    self.stats.queued.fetch_add(1, Ordering::Relaxed);
+                }
+                if was_empty {
+                    let retry = outcomes[i].retry_ns;
+                    self.events
+                        .push(Reverse((deadline.min(now.saturating_add(retry)), key)));
+                }
+            }
+        }
+    }
+
+    /// Whether a newcomer may join the queue of `op`'s key: there is room in it and in the
+    /// shard, and it can be admitted before `deadline` at all (predicted from the window and the
+    /// hits already waiting ahead of it).
+    fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64) -> bool {
+        let spec = op.queue.expect("queued op");
+        if self.waiters >= self.max_waiters {
+            return false;
+        }
+        let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
+            None => (0, 0, State::fresh(&op.params, now)),
+            Some(e) => {
+                let mut len = 0;
+                let mut hits = 0u64;
+                if let Some(q) = &e.queue {
+                    for w in q.iter().filter(|w| !w.msg.reply.is_closed()) {
+                        len += 1;
+                        hits += w.msg.ops[w.op].hits;
+                    }
+                }
+                let s = if e.state.fits(&op.params) {
+                    e.state
+                } else {
+                    State::fresh(&op.params, now)
+                };
+                (len, hits, s)
+            }
+        };
+        if ahead_len >= spec.max_waiting as usize {
+            return false;
+        }
+        match state.min_wait(&op.params, now, ahead_hits + op.hits) {
+            Some(w) => now.saturating_add(w) <= deadline,
+            None => false,
+        }
+    }
+
+    /// Evaluates every op against the table (and against earlier ops of the same message on the
+    /// same key), and decides what the message as a whole should do.
+    fn evaluate(
+        &mut self,
+        d: &Decide,
+        now: u64,
+        head_of: Option<usize>,
+    ) -> (SmallVec<[Outcome; 2]>, SmallVec<[(usize, State); 2]>, Verdict) {
+        let mut outcomes: SmallVec<[Outcome; 2]> = SmallVec::with_capacity(d.ops.len());
+        // (op index, next state) of ops that fit, in order; later ops on one key see earlier ones.
+        let mut scratch: SmallVec<[(usize, State); 2]> = SmallVec::new();
+        let mut refuse = false;
+        let mut wait: Option<usize> = None;
+        let mut quota_any = false;
+        let mut quota_all_over = true;
+        for (i, op) in d.ops.iter().enumerate() {
+            let base = scratch
+                .iter()
+                .rev()
+                .find(|(j, _)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
+                .map(|(_, s)| *s)
+                .or_else(|| {
+                    self.find(&op.key, op.hash)
+                        .map(|e| e.state)
+                        .filter(|s| s.fits(&op.params))
+                })
+                .unwrap_or_else(|| State::fresh(&op.params, now));
+            let hits = if op.refund { 0 } else { op.hits };
+            let e: Eval = base.eval(&op.params, now, hits);
+            // A newcomer does not pass the waiters of a queued key, even if capacity is free.
+            let blocked = op.queue.is_some()
+                && head_of != Some(i)
+                && !op.refund
+                && self.has_waiters(op);
+            let over = e.over || blocked;
+            outcomes.push(Outcome {
+                over: e.over,
+                remaining: e.remaining,
+                reset_ns: e.reset_ns,
+                retry_ns: e.retry_ns,
+                blocked,
+            });
+            if !over && !op.refund {
+                scratch.push((i, e.next));
+            }
+            match op.role {
+                Role::Binding if over && !d.global_shadow => {
+                    if op.queue.is_some() && e.retry_ns != u64::MAX {
+                        wait.get_or_insert(i);
+                    } else {
+                        refuse = true;
+                    }
+                }
+                Role::Quota => {
+                    quota_any = true;
+                    quota_all_over &= e.over;
+                }
+                _ => {}
+            }
+        }
+        if d.whole && quota_any && quota_all_over && !d.global_shadow {
+            refuse = true;
+        }
+        let verdict = if refuse {
+            Verdict::Refuse
+        } else if let Some(i) = wait {
+            Verdict::Wait(i)
+        } else {
+            Verdict::Admit
+        };
+        (outcomes, scratch, verdict)
+    }
+
+    fn commit(&mut self, ops: &[Op], scratch: &[(usize, State)], now: u64) {
+        for (i, state) in scratch {
+            let op = &ops[*i];
+            let expires = state.expires_at(&op.params);
+            let e = self.entry_mut(&op.key, op.hash, op.params, now);
+            e.state = *state;
+            e.expires_at = expires;
+        }
+    }
+
+    /// Returns `op.hits` to its key and lets the queue head take them.
+    fn give_back(&mut self, op: &Op, now: u64) {
+        let hash = op.hash;
+        let Some(e) = self
+            .table
+            .find_mut(hash, |e| e.key.as_ref() == op.key.as_str())
+        else {
+            return;
+        };
+        if e.state.fits(&op.params) {
+            e.state.refund(&op.params, now, op.hits);
+        }
+        if e.queue.is_some() {
+            let key = op.key.clone();
+            self.service_queue(&key, hash, now);
+        }
+    }
+
+    /// Answers what can be answered at the head of `key`'s queue: cancelled and timed-out
+    /// waiters leave, waiters that fit are admitted in arrival order.
+    fn service_queue(&mut self, key: &str, hash: u64, now: u64) {
+        loop {
+            let Some(entry) = self.table.find_mut(hash, |e| e.key.as_ref() == key) else {
+                return;
+            };
+            let Some(q) = entry.queue.as_mut() else {
+                return;
+            };
+            let Some(w) = q.pop_front() else {
+                entry.queue = None;
+                return;
+            };
+            if w.msg.reply.is_closed() {
+                self.left_queue();
+                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if let Some(admit) = self.draining {
+                self.left_queue();
+                self.answer_drained(w, admit, now);
+                continue;
+            }
+            if now >= w.deadline {
+                self.left_queue();
+                self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.time_out(w, now);
+                continue;
+            }
+            let (outcomes, scratch, verdict) = self.evaluate(&w.msg, now, Some(w.op));
+            match verdict {
+                Verdict::Wait(i) if i == w.op => {
+                    // Still the head, still waiting: look again when it may fit or must give up.
+                    let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
+                    let e = self
+                        .table
+                        .find_mut(hash, |e| e.key.as_ref() == key)
+                        .expect("entry still here");
+                    e.queue.get_or_insert_with(Default::default).push_front(w);
+                    self.events.push(Reverse((at, key.into())));
+                    return;
+                }
+                Verdict::Wait(_) => {
+                    // Its own key has room now, but another queued key of the request has not:
+                    // it moves on to wait there.
+                    let since = Some((w.enqueued, w.deadline));
+                    self.settle(w.msg, now, None, since);
+                }
+                Verdict::Admit | Verdict::Refuse => {
+                    self.left_queue();
+                    let since = Some((w.enqueued, w.deadline));
+                    let _ = (outcomes, scratch);
+                    self.settle(w.msg, now, Some(w.op), since);
+                }
+            }
+        }
+    }
+
+    fn left_queue(&mut self) {
+        self.waiters = self.waiters.saturating_sub(1);
+        self.stats.waiting.store(self.waiters as u64, Ordering::Relaxed);
+    }
+
+    fn time_out(&mut self, w: Waiter, now: u64) {
+        let (mut outcomes, _, _) = self.evaluate(&w.msg, now, Some(w.op));
+        for o in outcomes.iter_mut() {
+            if o.blocked || o.over {
+                o.over = true;
+                o.remaining = 0;
+            }
+        }
+        // The op it waited for is reported over, whatever its count says now.
+        outcomes[w.op].over = true;
+        outcomes[w.op].remaining = 0;
+        let _ = w.msg.reply.send(Reply {
+            outcomes,
+            committed: false,
+            waited_ns: now.saturating_sub(w.enqueued),
+            timed_out: true,
+        });
+    }
+
+    fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
+        let (mut outcomes, scratch, _) = self.evaluate(&w.msg, now, Some(w.op));
+        if admit {
+            self.commit(&w.msg.ops, &scratch, now);
+            for o in outcomes.iter_mut() {
+                o.over = false;
+                o.blocked = false;
+            }
+        } else {
+            outcomes[w.op].over = true;
+            outcomes[w.op].remaining = 0;
+        }
+        let _ = w.msg.reply.send(Reply {
+            outcomes,
+            committed: admit,
+            waited_ns: now.saturating_sub(w.enqueued),
+            timed_out: false,
+        });
+    }
+
+    fn run_events(&mut self, now: u64) {
+        while let Some(Reverse((t, _))) = self.events.peek() {
+            if *t > now {
+                break;
+            }
+            let Reverse((_, key)) = self.events.pop().expect("peeked");
+            let hash = key_hash(&key);
+            self.service_queue(&key, hash, now);
+        }
+    }
+
+    fn drain(&mut self, admit: bool) {
+        self.draining = Some(admit);
+        let now = self.clock.now();
+        let keys: Vec<(Box<str>, u64)> = self
+            .table
+            .iter()
+            .filter(|e| e.queue.is_some())
+            .map(|e| (e.key.clone(), key_hash(&e.key)))
+            .collect();
+        for (k, h) in keys {
+            self.service_queue(&k, h, now);
+        }
+    }
+
+    /// Drops keys whose state no longer matters, so memory follows the active keys.
+    fn sweep(&mut self, now: u64) {
+        self.table
+            .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.stats
+            .keys
+            .store(self.table.len() as u64, Ordering::Relaxed);
+        self.next_sweep = now + self.sweep_every;
+    }
+
+    fn has_waiters(&self, op: &Op) -> bool {
+        self.find(&op.key, op.hash)
+            .and_then(|e| e.queue.as_ref())
+            .is_some_and(|q| !q.is_empty())
+    }
+
+    fn find(&self, key: &str, hash: u64) -> Option<&Entry> {
+        self.table.find(hash, |e| e.key.as_ref() == key)
+    }
+
+    fn entry_mut(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> &mut Entry {
+        match self.table.entry(
+            hash,
+            |e| e.key.as_ref() == key,
+            |e| key_hash(&e.key),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                self.stats.keys.fetch_add(1, Ordering::Relaxed);
+                let state = State::fresh(&params, now);
+                v.insert(Entry {
+                    key: key.into(),
+                    state,
+                    expires_at: state.expires_at(&params),
+                    queue: None,
+                })
+                .into_mut()
+            }
+        }
+    }
+}
