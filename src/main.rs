@@ -9,7 +9,10 @@ use turnstile::config::Config;
 use turnstile::limiter::Clock;
 
 #[derive(Parser)]
-#[command(version, about = "A rate-limit service for Envoy, drop-in for envoyproxy/ratelimit")]
+#[command(
+    version,
+    about = "A rate-limit service for Envoy, drop-in for envoyproxy/ratelimit"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -343,11 +343,16 @@ pub fn list_files(path: &Path, opts: LoadOptions) -> Result<Vec<PathBuf>, Config
         let entry = entry.map_err(|e| err(format!("cannot list: {e}")))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if (name.starts_with('.') && !opts.include_dotfiles) || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+        if (name.starts_with('.') && !opts.include_dotfiles)
+            || !(name.ends_with(".yaml") || name.ends_with(".yml"))
+        {
             continue;
         }
         // Follows symlinks, so a Kubernetes ConfigMap's `..data/x.yaml` links count as files.
-        if std::fs::metadata(entry.path()).map(|m| m.is_file()).unwrap_or(false) {
+        if std::fs::metadata(entry.path())
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+        {
             files.push(entry.path());
         }
     }
@@ -669,9 +674,8 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
                     "max_wait is required (e.g. 800ms)",
                 )
             })?;
-            let max_wait = parse_duration(&text).map_err(|m| {
-                ctx.err(&format!("{path}.queue.max_wait"), m)
-            })?;
+            let max_wait =
+                parse_duration(&text).map_err(|m| ctx.err(&format!("{path}.queue.max_wait"), m))?;
             if max_wait.is_zero() {
                 return Err(ctx.err(
                     &format!("{path}.queue.max_wait"),

@@ -82,7 +82,12 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 /// `domain_key1_value1_key2_value2_`, so Redis keys can be shared with it. A level matched by a
 /// `share_threshold` wildcard contributes its pattern, so every matching value shares one counter.
 /// The limit index is appended for the second and later limits of one descriptor.
-pub fn counter_key(domain: &str, entries: &[Entry], matched: Option<&Matched<'_>>, limit_index: usize) -> String {
+pub fn counter_key(
+    domain: &str,
+    entries: &[Entry],
+    matched: Option<&Matched<'_>>,
+    limit_index: usize,
+) -> String {
     let mut len = domain.len() + 1;
     for e in entries {
         len += e.key.len() + e.value.len() + 2;
@@ -166,15 +171,18 @@ descriptors:
 
     fn rpu(c: &Config, pairs: &[(&str, &str)]) -> Option<u32> {
         let d = c.domain("d").unwrap();
-        find(d, &entries(pairs))
-            .and_then(|m| m.node().limits.first().map(|l| l.requests_per_unit))
+        find(d, &entries(pairs)).and_then(|m| m.node().limits.first().map(|l| l.requests_per_unit))
     }
 
     #[test]
     fn exact_then_wildcard_in_file_order_then_key_only() {
         let c = config(TREE);
         assert_eq!(rpu(&c, &[("k", "exact")]), Some(1));
-        assert_eq!(rpu(&c, &[("k", "abcz")]), Some(2), "first wildcard in file order");
+        assert_eq!(
+            rpu(&c, &[("k", "abcz")]),
+            Some(2),
+            "first wildcard in file order"
+        );
         assert_eq!(rpu(&c, &[("k", "abc")]), Some(3));
         assert_eq!(rpu(&c, &[("k", "other")]), Some(4), "key-only default");
         assert_eq!(rpu(&c, &[("nope", "x")]), None);
@@ -185,8 +193,16 @@ descriptors:
         let c = config(TREE);
         assert_eq!(rpu(&c, &[("parent", "x")]), Some(5));
         assert_eq!(rpu(&c, &[("parent", "x"), ("child", "y")]), Some(6));
-        assert_eq!(rpu(&c, &[("parent", "x"), ("other", "y")]), None, "deeper than config");
-        assert_eq!(rpu(&c, &[("k", "exact"), ("child", "y")]), None, "no child under k");
+        assert_eq!(
+            rpu(&c, &[("parent", "x"), ("other", "y")]),
+            None,
+            "deeper than config"
+        );
+        assert_eq!(
+            rpu(&c, &[("k", "exact"), ("child", "y")]),
+            None,
+            "no child under k"
+        );
     }
 
     #[test]
@@ -214,7 +230,10 @@ descriptors:
         let k1 = counter_key("d", &e1, find(d, &e1).as_ref(), 0);
         let k2 = counter_key("d", &e2, find(d, &e2).as_ref(), 0);
         assert_eq!(k1, "d_shared_p-*_");
-        assert_eq!(k1, k2, "share_threshold: one counter for every matching value");
+        assert_eq!(
+            k1, k2,
+            "share_threshold: one counter for every matching value"
+        );
     }
 
     #[test]

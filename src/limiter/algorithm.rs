@@ -131,7 +131,8 @@ impl State {
                 let elapsed = now - idx * w;
                 // prev × (share of the sliding window still overlapping the previous window),
                 // rounded up so the estimate never undercounts.
-                let weighted = ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
+                let weighted =
+                    ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
                 let estimate = weighted + cur;
                 let after = estimate.saturating_add(hits);
                 let over = after > limit;

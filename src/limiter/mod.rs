@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-pub use shard::{KeyInfo, ShardStats};
 use shard::{Decide, Msg, Shard};
+pub use shard::{KeyInfo, ShardStats};
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
@@ -280,10 +280,12 @@ impl Engine {
     }
 
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
-        self.inner.senders[shard].try_send(msg).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
-            mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
-        })
+        self.inner.senders[shard]
+            .try_send(msg)
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+            })
     }
 }
 
@@ -328,20 +330,44 @@ impl Pending<'_> {
             self.parts[i].rx = None;
             self.parts[i].reply = Some(reply);
             if refused {
+                // Parts with no queued op answer without waiting: take their answers.
+                for p in self.parts.iter_mut() {
+                    if p.reply.is_none() && p.ops.iter().all(|o| o.queue.is_none()) {
+                        let rx = p.rx.take().expect("sent");
+                        p.reply = Some(rx.await.map_err(|_| EngineError::Stopped)?);
+                    }
+                }
                 self.cancel_rest();
                 return Ok(true);
             }
         }
     }
 
-    /// Closes the parts not yet answered; takes any answer already sent, so it can be undone.
+    /// After a refusal: parts that may be waiting in a queue are cancelled (they leave it and
+    /// consume nothing); an answer already sent is taken, so it can be undone. A cancelled part
+    /// reports its queued ops as over (it was waiting because they were) and the rest as within.
     fn cancel_rest(&mut self) {
         for p in self.parts.iter_mut() {
             if let Some(mut rx) = p.rx.take() {
                 rx.close();
-                if let Ok(reply) = rx.try_recv() {
-                    p.reply = Some(reply);
-                }
+                p.reply = Some(rx.try_recv().unwrap_or_else(|_| {
+                    Reply {
+                        outcomes: p
+                            .ops
+                            .iter()
+                            .map(|o| Outcome {
+                                over: o.queue.is_some(),
+                                remaining: 0,
+                                reset_ns: 0,
+                                retry_ns: 0,
+                                blocked: false,
+                            })
+                            .collect(),
+                        committed: false,
+                        waited_ns: 0,
+                        timed_out: false,
+                    }
+                }));
             }
         }
     }

@@ -31,7 +31,9 @@ pub(crate) enum Msg {
         reply: oneshot::Sender<Vec<KeyInfo>>,
     },
     /// Shutdown: answer every waiter now (admitting them or not) and stop queueing newcomers.
-    Drain { admit: bool },
+    Drain {
+        admit: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -69,6 +71,8 @@ struct Entry {
     state: State,
     /// When `state` stops mattering; the sweep drops the entry after that unless it has waiters.
     expires_at: u64,
+    /// Boxed: most keys never queue, and a pointer keeps the entry small.
+    #[allow(clippy::box_collection)]
     queue: Option<Box<VecDeque<Waiter>>>,
 }
 
@@ -78,6 +82,14 @@ struct Waiter {
     op: usize,
     enqueued: u64,
     deadline: u64,
+}
+
+/// A message evaluated against the table, nothing committed yet.
+struct Evaluated {
+    outcomes: SmallVec<[Outcome; 2]>,
+    /// (op index, next state) of the ops that fit, to store if the message is admitted.
+    scratch: SmallVec<[(usize, State); 2]>,
+    verdict: Verdict,
 }
 
 enum Verdict {
@@ -214,7 +226,11 @@ impl Shard {
     /// Evaluates a message (a newcomer, or a waiter taken off the head of `head_of`'s queue) and
     /// answers it, commits it, or parks it.
     fn settle(&mut self, d: Decide, now: u64, head_of: Option<usize>, since: Option<(u64, u64)>) {
-        let (mut outcomes, scratch, verdict) = self.evaluate(&d, now, head_of);
+        let Evaluated {
+            mut outcomes,
+            scratch,
+            verdict,
+        } = self.evaluate(&d, now, head_of);
         let verdict = match verdict {
             Verdict::Wait(_) if self.draining.is_some() => Verdict::Refuse,
             v => v,
@@ -230,8 +246,12 @@ impl Shard {
                     timed_out: false,
                 };
                 if since.is_some() {
-                    self.stats.admitted_after_wait.fetch_add(1, Ordering::Relaxed);
-                    self.stats.wait_ns_total.fetch_add(waited, Ordering::Relaxed);
+                    self.stats
+                        .admitted_after_wait
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .wait_ns_total
+                        .fetch_add(waited, Ordering::Relaxed);
                 }
                 if let Err(reply) = d.reply.send(reply) {
                     // The caller left between our decision and the answer: consume nothing.
@@ -285,7 +305,9 @@ impl Shard {
                 });
                 if is_new {
                     self.waiters += 1;
-                    self.stats.waiting.store(self.waiters as u64, Ordering::Relaxed);
+                    self.stats
+                        .waiting
+                        .store(self.waiters as u64, Ordering::Relaxed);
                     self.stats.queued.fetch_add(1, Ordering::Relaxed);
                 }
                 if was_empty {
@@ -335,12 +357,7 @@ impl Shard {
 
     /// Evaluates every op against the table (and against earlier ops of the same message on the
     /// same key), and decides what the message as a whole should do.
-    fn evaluate(
-        &mut self,
-        d: &Decide,
-        now: u64,
-        head_of: Option<usize>,
-    ) -> (SmallVec<[Outcome; 2]>, SmallVec<[(usize, State); 2]>, Verdict) {
+    fn evaluate(&mut self, d: &Decide, now: u64, head_of: Option<usize>) -> Evaluated {
         let mut outcomes: SmallVec<[Outcome; 2]> = SmallVec::with_capacity(d.ops.len());
         // (op index, next state) of ops that fit, in order; later ops on one key see earlier ones.
         let mut scratch: SmallVec<[(usize, State); 2]> = SmallVec::new();
@@ -363,10 +380,8 @@ impl Shard {
             let hits = if op.refund { 0 } else { op.hits };
             let e: Eval = base.eval(&op.params, now, hits);
             // A newcomer does not pass the waiters of a queued key, even if capacity is free.
-            let blocked = op.queue.is_some()
-                && head_of != Some(i)
-                && !op.refund
-                && self.has_waiters(op);
+            let blocked =
+                op.queue.is_some() && head_of != Some(i) && !op.refund && self.has_waiters(op);
             let over = e.over || blocked;
             outcomes.push(Outcome {
                 over: e.over,
@@ -403,7 +418,11 @@ impl Shard {
         } else {
             Verdict::Admit
         };
-        (outcomes, scratch, verdict)
+        Evaluated {
+            outcomes,
+            scratch,
+            verdict,
+        }
     }
 
     fn commit(&mut self, ops: &[Op], scratch: &[(usize, State)], now: u64) {
@@ -464,7 +483,9 @@ impl Shard {
                 self.time_out(w, now);
                 continue;
             }
-            let (outcomes, scratch, verdict) = self.evaluate(&w.msg, now, Some(w.op));
+            let Evaluated {
+                outcomes, verdict, ..
+            } = self.evaluate(&w.msg, now, Some(w.op));
             match verdict {
                 Verdict::Wait(i) if i == w.op => {
                     // Still the head, still waiting: look again when it may fit or must give up.
@@ -486,7 +507,6 @@ impl Shard {
                 Verdict::Admit | Verdict::Refuse => {
                     self.left_queue();
                     let since = Some((w.enqueued, w.deadline));
-                    let _ = (outcomes, scratch);
                     self.settle(w.msg, now, Some(w.op), since);
                 }
             }
@@ -495,11 +515,13 @@ impl Shard {
 
     fn left_queue(&mut self) {
         self.waiters = self.waiters.saturating_sub(1);
-        self.stats.waiting.store(self.waiters as u64, Ordering::Relaxed);
+        self.stats
+            .waiting
+            .store(self.waiters as u64, Ordering::Relaxed);
     }
 
     fn time_out(&mut self, w: Waiter, now: u64) {
-        let (mut outcomes, _, _) = self.evaluate(&w.msg, now, Some(w.op));
+        let mut outcomes = self.evaluate(&w.msg, now, Some(w.op)).outcomes;
         for o in outcomes.iter_mut() {
             if o.blocked || o.over {
                 o.over = true;
@@ -518,7 +540,11 @@ impl Shard {
     }
 
     fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
-        let (mut outcomes, scratch, _) = self.evaluate(&w.msg, now, Some(w.op));
+        let Evaluated {
+            mut outcomes,
+            scratch,
+            ..
+        } = self.evaluate(&w.msg, now, Some(w.op));
         if admit {
             self.commit(&w.msg.ops, &scratch, now);
             for o in outcomes.iter_mut() {
@@ -583,11 +609,10 @@ impl Shard {
     }
 
     fn entry_mut(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> &mut Entry {
-        match self.table.entry(
-            hash,
-            |e| e.key.as_ref() == key,
-            |e| key_hash(&e.key),
-        ) {
+        match self
+            .table
+            .entry(hash, |e| e.key.as_ref() == key, |e| key_hash(&e.key))
+        {
             hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
             hashbrown::hash_table::Entry::Vacant(v) => {
                 self.stats.keys.fetch_add(1, Ordering::Relaxed);

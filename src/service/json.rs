@@ -89,7 +89,8 @@ impl JsonRequest {
                     })
                     .collect(),
                 limit,
-                hits_addend: hits_addend.map(|value| envoy_types::pb::google::protobuf::UInt64Value { value }),
+                hits_addend: hits_addend
+                    .map(|value| envoy_types::pb::google::protobuf::UInt64Value { value }),
                 is_negative_hits: d.is_negative_hits,
             });
         }
@@ -161,7 +162,10 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
                 o.insert("limitRemaining".into(), json!(s.limit_remaining));
             }
             if let Some(d) = &s.duration_until_reset {
-                o.insert("durationUntilReset".into(), json!(format!("{}s", d.seconds)));
+                o.insert(
+                    "durationUntilReset".into(),
+                    json!(format!("{}s", d.seconds)),
+                );
             }
             Value::Object(o)
         })

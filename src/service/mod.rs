@@ -13,7 +13,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::{value::Kind, Duration as PbDuration, ListValue, Struct, Value};
+use envoy_types::pb::google::protobuf::{
+    value::Kind, Duration as PbDuration, ListValue, Struct, Value,
+};
 use smallvec::SmallVec;
 
 use crate::config::settings::{HeaderNames, RequestLimits};
@@ -72,7 +74,10 @@ struct Applied<'c> {
 enum LimitRef<'c> {
     Config(&'c RateLimit),
     /// Envoy's per-descriptor `limit` override.
-    Override { requests_per_unit: u32, unit: Unit },
+    Override {
+        requests_per_unit: u32,
+        unit: Unit,
+    },
 }
 
 impl LimitRef<'_> {
@@ -264,7 +269,8 @@ impl RateLimiter {
             let better = match slot {
                 None => true,
                 Some((_, cur)) => {
-                    (out.over && !cur.over) || (out.over == cur.over && out.remaining < cur.remaining)
+                    (out.over && !cur.over)
+                        || (out.over == cur.over && out.remaining < cur.remaining)
                 }
             };
             if better {
@@ -335,7 +341,11 @@ fn hits_of(req: &RateLimitRequest, d: &RateLimitDescriptor) -> (u64, bool) {
     (hits, d.is_negative_hits)
 }
 
-fn overall_code(statuses: &[DescriptorStatus], applied: &[Applied<'_>], global_shadow: bool) -> Code {
+fn overall_code(
+    statuses: &[DescriptorStatus],
+    applied: &[Applied<'_>],
+    global_shadow: bool,
+) -> Code {
     if global_shadow {
         return Code::Ok;
     }
@@ -371,7 +381,11 @@ fn add_limit_headers(resp: &mut RateLimitResponse, names: &HeaderNames) {
         .filter(|s| s.current_limit.is_some())
         .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
     let Some(s) = pick else { return };
-    let limit = s.current_limit.as_ref().expect("filtered").requests_per_unit;
+    let limit = s
+        .current_limit
+        .as_ref()
+        .expect("filtered")
+        .requests_per_unit;
     let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
     let remaining = s.limit_remaining;
     for (key, value) in [
@@ -416,7 +430,9 @@ pub fn validate(req: &RateLimitRequest, limits: &RequestLimits) -> Result<(), Rl
         }
         for (j, e) in d.entries.iter().enumerate() {
             if e.key.is_empty() {
-                return bad(format!("descriptors[{i}].entries[{j}].key must not be empty"));
+                return bad(format!(
+                    "descriptors[{i}].entries[{j}].key must not be empty"
+                ));
             }
             if e.key.len() > limits.max_key_len {
                 return bad(format!(

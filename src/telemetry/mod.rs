@@ -61,7 +61,15 @@ impl Metrics {
     }
 
     /// Counts one descriptor's verdict against its node's stats and the totals.
-    pub fn record(&self, node: Option<&Node>, hits: u64, over: bool, shadow: bool, remaining: u32, limit: u32) {
+    pub fn record(
+        &self,
+        node: Option<&Node>,
+        hits: u64,
+        over: bool,
+        shadow: bool,
+        remaining: u32,
+        limit: u32,
+    ) {
         let near = if over {
             0
         } else {
@@ -70,7 +78,10 @@ impl Metrics {
             let used = u64::from(limit.saturating_sub(remaining));
             used.saturating_sub(threshold).min(hits)
         };
-        for s in [Some(&self.all), node.map(|n| &n.stats)].into_iter().flatten() {
+        for s in [Some(&self.all), node.map(|n| &n.stats)]
+            .into_iter()
+            .flatten()
+        {
             s.total_hits.fetch_add(hits, Ordering::Relaxed);
             if over {
                 s.over_limit.fetch_add(hits, Ordering::Relaxed);
@@ -103,22 +114,54 @@ impl Metrics {
         let g = |o: &mut String, name: &str, help: &str, kind: &str, v: u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         };
-        g(&mut out, "ratelimit_service_requests_total", "ShouldRateLimit calls answered or failed.", "counter", self.requests.load(Ordering::Relaxed));
+        g(
+            &mut out,
+            "ratelimit_service_requests_total",
+            "ShouldRateLimit calls answered or failed.",
+            "counter",
+            self.requests.load(Ordering::Relaxed),
+        );
         let _ = writeln!(out, "# HELP ratelimit_service_errors_total Calls that got no decision, by kind.\n# TYPE ratelimit_service_errors_total counter");
         for (kind, c) in [
             ("invalid_argument", &self.invalid_argument),
             ("overloaded", &self.overloaded),
             ("unavailable", &self.unavailable),
         ] {
-            let _ = writeln!(out, "ratelimit_service_errors_total{{kind=\"{kind}\"}} {}", c.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "ratelimit_service_errors_total{{kind=\"{kind}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
         }
-        g(&mut out, "ratelimit_service_config_load_success_total", "Config loads that succeeded.", "counter", self.config_load_success.load(Ordering::Relaxed));
-        g(&mut out, "ratelimit_service_config_load_error_total", "Config loads that failed (the old config stayed live).", "counter", self.config_load_error.load(Ordering::Relaxed));
-        let names = ["total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"];
+        g(
+            &mut out,
+            "ratelimit_service_config_load_success_total",
+            "Config loads that succeeded.",
+            "counter",
+            self.config_load_success.load(Ordering::Relaxed),
+        );
+        g(
+            &mut out,
+            "ratelimit_service_config_load_error_total",
+            "Config loads that failed (the old config stayed live).",
+            "counter",
+            self.config_load_error.load(Ordering::Relaxed),
+        );
+        let names = [
+            "total_hits",
+            "over_limit",
+            "near_limit",
+            "within_limit",
+            "shadow_mode",
+        ];
         for (i, name) in names.iter().enumerate() {
             let metric = format!("ratelimit_service_rate_limit_{name}");
             let _ = writeln!(out, "# HELP {metric} Hits by limit (envoyproxy/ratelimit's {name}).\n# TYPE {metric} counter");
-            let _ = writeln!(out, "{metric}{{domain=\"\",descriptor=\"all\"}} {}", self.all.fields()[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{metric}{{domain=\"\",descriptor=\"all\"}} {}",
+                self.all.fields()[i].load(Ordering::Relaxed)
+            );
             let mut domains: Vec<_> = config.domains.values().collect();
             domains.sort_by(|a, b| a.name.cmp(&b.name));
             for d in domains {
@@ -148,7 +191,9 @@ fn for_each_node(level: &crate::config::Level, f: &mut dyn FnMut(&Node)) {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Logs to stderr: `LOG_LEVEL` (default info) and `LOG_FORMAT` text|json.

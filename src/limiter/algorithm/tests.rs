@@ -1,0 +1,248 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const MIN: u64 = 60 * NS;
+
+fn p(alg: Algorithm, rpu: u32, window_secs: u32) -> Params {
+    Params {
+        requests_per_unit: rpu,
+        window_secs,
+        algorithm: alg,
+    }
+}
+
+/// Feeds `hits` at `now`, committing when admitted, as a shard does.
+fn hit(s: &mut State, p: &Params, now: u64, hits: u64) -> Eval {
+    let e = s.eval(p, now, hits);
+    if !e.over {
+        *s = e.next;
+    }
+    e
+}
+
+// A time well inside a minute window: 1_700_000_000 s is 20 s past a minute boundary.
+const T0: u64 = 1_700_000_000 * NS;
+
+#[test]
+fn fixed_window_counts_to_the_limit_inclusive() {
+    let p = p(Algorithm::FixedWindow, 3, 60);
+    let mut s = State::fresh(&p, T0);
+    let r: Vec<(bool, u32)> = (0..4)
+        .map(|_| hit(&mut s, &p, T0, 1))
+        .map(|e| (e.over, e.remaining))
+        .collect();
+    assert_eq!(r, vec![(false, 2), (false, 1), (false, 0), (true, 0)]);
+}
+
+#[test]
+fn fixed_window_reset_is_whole_seconds_to_the_aligned_end() {
+    let p = p(Algorithm::FixedWindow, 3, 60);
+    let s = State::fresh(&p, T0);
+    // 20 s into the minute: 40 s left, as the reference computes `unit - now % unit`.
+    assert_eq!(s.eval(&p, T0, 1).reset_ns, 40 * NS);
+    assert_eq!(s.eval(&p, T0 + NS / 2, 1).reset_ns, 40 * NS);
+    let hour = super::Params {
+        window_secs: 3600,
+        ..p
+    };
+    // 1_700_000_000 mod 3600 = 800.
+    assert_eq!(
+        State::fresh(&hour, T0).eval(&hour, T0, 1).reset_ns,
+        2800 * NS
+    );
+}
+
+#[test]
+fn fixed_window_starts_over_at_the_boundary() {
+    let p = p(Algorithm::FixedWindow, 1, 60);
+    let mut s = State::fresh(&p, T0);
+    assert!(!hit(&mut s, &p, T0, 1).over);
+    assert!(hit(&mut s, &p, T0 + 39 * NS, 1).over);
+    assert!(!hit(&mut s, &p, T0 + 40 * NS, 1).over, "new aligned window");
+}
+
+#[test]
+fn zero_hits_checks_without_consuming_and_zero_limit_blocks() {
+    let p1 = p(Algorithm::FixedWindow, 1, 60);
+    let mut s = State::fresh(&p1, T0);
+    assert!(!hit(&mut s, &p1, T0, 0).over);
+    assert!(!hit(&mut s, &p1, T0, 1).over, "the check took nothing");
+    let p0 = p(Algorithm::FixedWindow, 0, 60);
+    assert!(State::fresh(&p0, T0).eval(&p0, T0, 1).over);
+    let g0 = p(Algorithm::TokenBucket { burst: 0 }, 0, 60);
+    assert!(State::fresh(&g0, T0).eval(&g0, T0, 1).over);
+}
+
+#[test]
+fn refund_gives_back_within_the_window_only() {
+    let p = p(Algorithm::FixedWindow, 2, 60);
+    let mut s = State::fresh(&p, T0);
+    hit(&mut s, &p, T0, 2);
+    assert!(s.eval(&p, T0, 1).over);
+    s.refund(&p, T0, 1);
+    assert_eq!(s.eval(&p, T0, 1).remaining, 0);
+    assert!(!s.eval(&p, T0, 1).over);
+}
+
+#[test]
+fn sliding_window_weighs_the_previous_window() {
+    let p = p(Algorithm::SlidingWindow, 10, 60);
+    let start = (T0 / MIN) * MIN; // a window boundary
+    let mut s = State::fresh(&p, start);
+    assert!(!hit(&mut s, &p, start + NS, 10).over);
+    // Half-way through the next window, half of the previous 10 still count.
+    let mid = start + MIN + 30 * NS;
+    let e = s.eval(&p, mid, 5);
+    assert!(!e.over);
+    assert_eq!(e.remaining, 0);
+    assert!(s.eval(&p, mid, 6).over);
+    // Two windows later nothing of it is left.
+    assert!(!s.eval(&p, start + 2 * MIN, 10).over);
+}
+
+#[test]
+fn token_bucket_bursts_then_refills_at_the_rate() {
+    // 10 per minute = one token every 6 s, burst 3.
+    let p = p(Algorithm::TokenBucket { burst: 3 }, 10, 60);
+    let mut s = State::fresh(&p, T0);
+    let r: Vec<(bool, u32)> = (0..4)
+        .map(|_| hit(&mut s, &p, T0, 1))
+        .map(|e| (e.over, e.remaining))
+        .collect();
+    assert_eq!(r, vec![(false, 2), (false, 1), (false, 0), (true, 0)]);
+    let e = s.eval(&p, T0, 1);
+    assert_eq!(e.reset_ns, 18 * NS, "full again after three intervals");
+    assert_eq!(e.retry_ns, 6 * NS, "one token back after one interval");
+    assert!(hit(&mut s, &p, T0 + 6 * NS - 1, 1).over);
+    assert!(!hit(&mut s, &p, T0 + 6 * NS, 1).over);
+}
+
+#[test]
+fn min_wait_predicts_whole_windows() {
+    let p = p(Algorithm::FixedWindow, 2, 60);
+    let mut s = State::fresh(&p, T0);
+    hit(&mut s, &p, T0, 2);
+    assert_eq!(s.min_wait(&p, T0, 1), Some(40 * NS), "next window");
+    assert_eq!(
+        s.min_wait(&p, T0, 3),
+        Some(40 * NS + MIN),
+        "two windows ahead"
+    );
+    let g = super::Params {
+        algorithm: Algorithm::TokenBucket { burst: 2 },
+        ..p
+    };
+    let mut s = State::fresh(&g, T0);
+    hit(&mut s, &g, T0, 2);
+    assert_eq!(
+        s.min_wait(&g, T0, 2),
+        Some(60 * NS),
+        "two tokens at 30 s each"
+    );
+    let zero = super::Params {
+        requests_per_unit: 0,
+        ..p
+    };
+    assert_eq!(State::fresh(&zero, T0).min_wait(&zero, T0, 1), None);
+}
+
+/// Arrivals: (gap in ms since the previous one, hits).
+fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..3_000, 1u64..4), 1..300)
+}
+
+fn run(alg: Algorithm, rpu: u32, secs: u32, seq: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let p = p(alg, rpu, secs);
+    let mut now = T0;
+    let mut s = State::fresh(&p, now);
+    let mut admitted = Vec::new();
+    for &(gap, hits) in seq {
+        now += gap * 1_000_000;
+        if !s.fits(&p) {
+            s = State::fresh(&p, now);
+        }
+        if !hit(&mut s, &p, now, hits).over {
+            admitted.push((now, hits));
+        }
+    }
+    admitted
+}
+
+/// The most admitted within any span `[t, t + len)`.
+fn max_in_span(admitted: &[(u64, u64)], len: u64) -> u64 {
+    let mut best = 0;
+    let mut sum = 0;
+    let mut lo = 0;
+    for hi in 0..admitted.len() {
+        sum += admitted[hi].1;
+        while admitted[hi].0 - admitted[lo].0 >= len {
+            sum -= admitted[lo].1;
+            lo += 1;
+        }
+        best = best.max(sum);
+    }
+    best
+}
+
+proptest! {
+    #[test]
+    fn fixed_window_never_admits_more_than_the_limit_per_aligned_window(seq in arrivals(), rpu in 1u32..20) {
+        let admitted = run(Algorithm::FixedWindow, rpu, 1, &seq);
+        let mut per: std::collections::HashMap<u64, u64> = Default::default();
+        for (t, h) in admitted {
+            *per.entry(t / NS).or_default() += h;
+        }
+        prop_assert!(per.values().all(|&n| n <= u64::from(rpu)));
+    }
+
+    #[test]
+    fn sliding_window_stays_within_its_documented_bounds(seq in arrivals(), rpu in 1u32..20) {
+        let admitted = run(Algorithm::SlidingWindow, rpu, 1, &seq);
+        // Never more than the limit in an aligned window...
+        let mut per: std::collections::HashMap<u64, u64> = Default::default();
+        for (t, h) in &admitted {
+            *per.entry(t / NS).or_default() += h;
+        }
+        prop_assert!(per.values().all(|&n| n <= u64::from(rpu)));
+        // ...and never more than twice the limit in any window-long span.
+        prop_assert!(max_in_span(&admitted, NS) <= 2 * u64::from(rpu));
+    }
+
+    #[test]
+    fn token_bucket_admits_at_most_burst_plus_rate_times_span(seq in arrivals(), rpu in 1u32..20, burst in 1u32..10) {
+        let admitted = run(Algorithm::TokenBucket { burst }, rpu, 1, &seq);
+        let interval = NS / u64::from(rpu);
+        for span_ms in [100u64, 1_000, 5_000] {
+            let span = span_ms * 1_000_000;
+            let bound = u64::from(burst) + span / interval + 1;
+            prop_assert!(max_in_span(&admitted, span) <= bound);
+        }
+    }
+
+    #[test]
+    fn token_bucket_agrees_with_a_plain_bucket_model(seq in arrivals(), rpu in 1u32..20, burst in 1u32..10) {
+        let params = p(Algorithm::TokenBucket { burst }, rpu, 1);
+        let interval = NS / u64::from(rpu);
+        let capacity = interval * u64::from(burst);
+        // The model: a level of "token-nanoseconds", full at capacity, drained by hits × interval.
+        let mut level = capacity;
+        let mut now = T0;
+        let mut last = T0;
+        let mut s = State::fresh(&params, now);
+        for (gap, hits) in seq {
+            now += gap * 1_000_000;
+            level = (level + (now - last)).min(capacity);
+            last = now;
+            let model_ok = level >= hits * interval;
+            if model_ok {
+                level -= hits * interval;
+            }
+            let e = hit(&mut s, &params, now, hits);
+            prop_assert_eq!(!e.over, model_ok);
+            if model_ok {
+                prop_assert_eq!(u64::from(e.remaining), level / interval);
+            }
+        }
+    }
+}

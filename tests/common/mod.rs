@@ -1,0 +1,146 @@
+//! Starts the real server on port 0 with a manual clock, and gives tests real clients.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+use turnstile::config::settings::Settings;
+use turnstile::config::{Config, LoadOptions};
+use turnstile::limiter::{Clock, ManualClock};
+use turnstile::server::{self, Running};
+
+/// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.
+pub const T0: u64 = 1_700_000_000 * 1_000_000_000;
+
+pub struct TestServer {
+    pub running: Option<Running>,
+    pub clock: Arc<ManualClock>,
+    pub client: RateLimitServiceClient<Channel>,
+    pub http: String,
+}
+
+impl TestServer {
+    pub async fn start(yaml: &str) -> TestServer {
+        Self::start_with(yaml, &[]).await
+    }
+
+    /// Starts with `env` as the process environment would be (envoyproxy/ratelimit's variables).
+    pub async fn start_with(yaml: &str, env: &[(&str, &str)]) -> TestServer {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut settings =
+            Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+                .expect("valid test settings");
+        settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
+        settings.http_addr = "127.0.0.1:0".parse().unwrap();
+        // Two workers and four shards, so multi-shard requests and cross-worker calls happen.
+        if !env.iter().any(|(k, _)| k == "TURNSTILE_WORKERS") {
+            settings.workers = 2;
+            settings.shards = 4;
+        }
+        let config = Config::from_sources(&[("test.yaml".into(), yaml.into())], settings.load)
+            .expect("valid test config");
+        let (clock, manual) = Clock::manual(T0);
+        let running = server::start(&settings, config, clock)
+            .await
+            .expect("server starts");
+        let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
+            .await
+            .expect("client connects");
+        let http = format!("http://{}", running.http_addr);
+        TestServer {
+            running: Some(running),
+            clock: manual,
+            client,
+            http,
+        }
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("not shut down")
+    }
+
+    pub async fn call(&self, req: RateLimitRequest) -> RateLimitResponse {
+        self.client
+            .clone()
+            .should_rate_limit(req)
+            .await
+            .expect("call succeeds")
+            .into_inner()
+    }
+
+    pub async fn try_call(
+        &self,
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        self.client
+            .clone()
+            .should_rate_limit(req)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    pub async fn shutdown(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+}
+
+pub fn desc(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: pairs
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub fn one(domain: &str, pairs: &[(&str, &str)]) -> RateLimitRequest {
+    req(domain, vec![desc(pairs)])
+}
+
+pub const OK: i32 = 1;
+pub const OVER: i32 = 2;
+
+/// (code, remaining) of every status.
+pub fn codes(r: &RateLimitResponse) -> Vec<(i32, u32)> {
+    r.statuses
+        .iter()
+        .map(|s| (s.code, s.limit_remaining))
+        .collect()
+}
+
+pub fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+pub fn load(yaml: &str) -> Config {
+    Config::from_sources(&[("t.yaml".into(), yaml.into())], LoadOptions::default()).unwrap()
+}

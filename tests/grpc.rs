@@ -1,0 +1,626 @@
+//! The Envoy rate-limit service over gRPC: the answers envoyproxy/ratelimit gives, from its config.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::Code;
+
+const CONFIG: &str = r#"
+domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: api_key
+    value: vip
+    rate_limit: {unit: Hour, requests_per_unit: 100}
+  - key: path
+    value: "/api/*/users/*"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: "/api/*"
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    value: "t-*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: remote_address
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: allowlisted
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: general
+    rate_limit: {unit: minute, requests_per_unit: 1, name: general}
+  - key: special
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+      name: special
+      replaces: [{name: general}]
+  - key: weekly
+    rate_limit: {unit: WEEK, requests_per_unit: 1}
+  - key: meta
+    metadata: {team: payments}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+---
+"#;
+
+fn config() -> String {
+    CONFIG.trim_end_matches("---\n").to_owned()
+}
+
+#[tokio::test]
+async fn counts_to_the_limit_then_over_limit_with_full_status() {
+    let s = TestServer::start(&config()).await;
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(s.call(one("edge", &[("api_key", "alice")])).await);
+    }
+    let seen: Vec<_> = got.iter().map(|r| (r.overall_code, codes(r)[0])).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (OK, (OK, 2)),
+            (OK, (OK, 1)),
+            (OK, (OK, 0)),
+            (OVER, (OVER, 0))
+        ]
+    );
+    let st = &got[0].statuses[0];
+    let limit = st.current_limit.as_ref().expect("current_limit set");
+    assert_eq!((limit.requests_per_unit, limit.unit), (3, 2 /* MINUTE */));
+    // T0 is 20 s past the minute: the aligned window ends in 40 s.
+    assert_eq!(st.duration_until_reset.as_ref().unwrap().seconds, 40);
+    // Another value of the key-only descriptor has its own counter.
+    assert_eq!(
+        codes(&s.call(one("edge", &[("api_key", "bob")])).await),
+        vec![(OK, 2)]
+    );
+}
+
+#[tokio::test]
+async fn window_rolls_over_on_the_aligned_boundary() {
+    let s = TestServer::start(&config()).await;
+    for _ in 0..3 {
+        s.call(one("edge", &[("api_key", "a")])).await;
+    }
+    assert_eq!(
+        s.call(one("edge", &[("api_key", "a")])).await.overall_code,
+        OVER
+    );
+    s.advance(Duration::from_secs(39));
+    let r = s.call(one("edge", &[("api_key", "a")])).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        r.statuses[0].duration_until_reset.as_ref().unwrap().seconds,
+        1
+    );
+    s.advance(Duration::from_secs(1));
+    let r = s.call(one("edge", &[("api_key", "a")])).await;
+    assert_eq!(codes(&r), vec![(OK, 2)]);
+    assert_eq!(
+        r.statuses[0].duration_until_reset.as_ref().unwrap().seconds,
+        60
+    );
+}
+
+#[tokio::test]
+async fn exact_beats_wildcard_beats_key_only_and_first_wildcard_wins() {
+    let s = TestServer::start(&config()).await;
+    let rpu = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit))
+    };
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("api_key", "vip")])).await),
+        Some((100, 3))
+    );
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("api_key", "x")])).await),
+        Some((3, 2))
+    );
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("path", "/api/v1/users/7")])).await),
+        Some((2, 2))
+    );
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("path", "/api/v1/orders")])).await),
+        Some((5, 2))
+    );
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("path", "/other")])).await),
+        None,
+        "no match, no limit"
+    );
+    assert_eq!(
+        rpu(&s.call(one("edge", &[("weekly", "w")])).await),
+        Some((1, 7)),
+        "WEEK"
+    );
+}
+
+#[tokio::test]
+async fn nested_descriptors_follow_the_depth_rule() {
+    let s = TestServer::start(&config()).await;
+    let nested = s
+        .call(one(
+            "edge",
+            &[("remote_address", "10.0.0.1"), ("path", "/x")],
+        ))
+        .await;
+    assert_eq!(codes(&nested), vec![(OK, 0)]);
+    assert!(nested.statuses[0].current_limit.is_some());
+    let again = s
+        .call(one(
+            "edge",
+            &[("remote_address", "10.0.0.1"), ("path", "/x")],
+        ))
+        .await;
+    assert_eq!(again.overall_code, OVER);
+    // Shallower than the config: the parent has no limit of its own, and no fallback applies.
+    let shallow = s.call(one("edge", &[("remote_address", "10.0.0.1")])).await;
+    assert_eq!(
+        (
+            shallow.overall_code,
+            shallow.statuses[0].current_limit.is_none()
+        ),
+        (OK, true)
+    );
+    // Deeper than the config.
+    let deep = s
+        .call(one("edge", &[("api_key", "a"), ("path", "/x")]))
+        .await;
+    assert!(deep.statuses[0].current_limit.is_none());
+}
+
+#[tokio::test]
+async fn unlimited_whitelisted_blocked_and_unknown_domain() {
+    let s = TestServer::start(&config()).await;
+    let r = s.call(one("edge", &[("free", "x")])).await;
+    assert_eq!(codes(&r), vec![(OK, u32::MAX)]);
+    assert!(r.statuses[0].current_limit.is_none());
+    let r = s.call(one("edge", &[("allowlisted", "x")])).await;
+    assert_eq!(
+        (codes(&r), r.statuses[0].current_limit.is_none()),
+        (vec![(OK, 0)], true)
+    );
+    assert_eq!(
+        s.call(one("edge", &[("blocked", "x")])).await.overall_code,
+        OVER
+    );
+    let r = s.call(one("nowhere", &[("api_key", "x")])).await;
+    assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OK, 0)]));
+}
+
+#[tokio::test]
+async fn share_threshold_gives_all_matching_values_one_counter() {
+    let s = TestServer::start(&config()).await;
+    assert_eq!(
+        s.call(one("edge", &[("tenant", "t-1")])).await.overall_code,
+        OK
+    );
+    assert_eq!(
+        s.call(one("edge", &[("tenant", "t-2")])).await.overall_code,
+        OK
+    );
+    assert_eq!(
+        s.call(one("edge", &[("tenant", "t-3")])).await.overall_code,
+        OVER
+    );
+}
+
+#[tokio::test]
+async fn wildcard_without_share_threshold_counts_each_value() {
+    let s = TestServer::start(&config()).await;
+    for v in [
+        "/api/a/users/1",
+        "/api/a/users/1",
+        "/api/b/users/1",
+        "/api/b/users/1",
+    ] {
+        assert_eq!(
+            s.call(one("edge", &[("path", v)])).await.overall_code,
+            OK,
+            "{v}"
+        );
+    }
+    assert_eq!(
+        s.call(one("edge", &[("path", "/api/a/users/1")]))
+            .await
+            .overall_code,
+        OVER
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_reports_ok_and_global_shadow_keeps_statuses() {
+    let s = TestServer::start(&config()).await;
+    s.call(one("edge", &[("shadow", "x")])).await;
+    let r = s.call(one("edge", &[("shadow", "x")])).await;
+    assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OK, 0)]));
+    let metrics = reqwest::get(format!("{}/metrics", s.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "ratelimit_service_rate_limit_shadow_mode{domain=\"edge\",descriptor=\"shadow\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    let g = TestServer::start_with(&config(), &[("SHADOW_MODE", "true")]).await;
+    g.call(one("edge", &[("general", "x")])).await;
+    let r = g.call(one("edge", &[("general", "x")])).await;
+    assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OVER, 0)]));
+}
+
+#[tokio::test]
+async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
+    let s = TestServer::start(&config()).await;
+    let both = || {
+        req(
+            "edge",
+            vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "x")])],
+        )
+    };
+    assert_eq!(s.call(both()).await.overall_code, OK);
+    // Use up quota_a alone; with quota_b still free the request passes.
+    let r = s
+        .call(req(
+            "edge",
+            vec![desc(&[("quota_a", "x")]), desc(&[("quota_b", "y")])],
+        ))
+        .await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OVER));
+    let r = s.call(both()).await;
+    assert_eq!(
+        (r.overall_code, codes(&r)),
+        (OVER, vec![(OVER, 0), (OVER, 0)])
+    );
+}
+
+#[tokio::test]
+async fn replaces_drops_the_named_limit() {
+    let s = TestServer::start(&config()).await;
+    for _ in 0..3 {
+        let r = s
+            .call(req(
+                "edge",
+                vec![desc(&[("general", "g")]), desc(&[("special", "s")])],
+            ))
+            .await;
+        assert_eq!(r.overall_code, OK);
+        assert!(
+            r.statuses[0].current_limit.is_none(),
+            "replaced: no current_limit"
+        );
+        assert_eq!(
+            r.statuses[1].current_limit.as_ref().unwrap().name,
+            "special"
+        );
+    }
+    // The replaced counter was never touched: alone, `general` still has its one request.
+    assert_eq!(
+        s.call(one("edge", &[("general", "g")])).await.overall_code,
+        OK
+    );
+    assert_eq!(
+        s.call(one("edge", &[("general", "g")])).await.overall_code,
+        OVER
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_request_level_and_descriptor_level() {
+    let s = TestServer::start(&config()).await;
+    let mut r = one("edge", &[("api_key", "h")]);
+    r.hits_addend = 2;
+    assert_eq!(codes(&s.call(r.clone()).await), vec![(OK, 1)]);
+    // Request-level 0 means 1.
+    r.hits_addend = 0;
+    assert_eq!(codes(&s.call(r).await), vec![(OK, 0)]);
+
+    // Descriptor-level hits_addend wins, and 0 there checks without consuming.
+    let mut d = desc(&[("api_key", "d")]);
+    d.hits_addend = Some(UInt64Value { value: 0 });
+    let mut rq = req("edge", vec![d.clone()]);
+    rq.hits_addend = 5;
+    assert_eq!(codes(&s.call(rq.clone()).await), vec![(OK, 3)]);
+    d.hits_addend = Some(UInt64Value { value: 3 });
+    rq.descriptors = vec![d.clone()];
+    assert_eq!(codes(&s.call(rq.clone()).await), vec![(OK, 0)]);
+    // Over by the addend: refused, and (turnstile) the refused hits are not counted.
+    assert_eq!(s.call(rq.clone()).await.overall_code, OVER);
+    d.hits_addend = Some(UInt64Value { value: 0 });
+    rq.descriptors = vec![d];
+    assert_eq!(codes(&s.call(rq).await), vec![(OK, 0)]);
+}
+
+#[tokio::test]
+async fn negative_hits_refund() {
+    let s = TestServer::start(&config()).await;
+    for _ in 0..3 {
+        s.call(one("edge", &[("api_key", "r")])).await;
+    }
+    let mut d = desc(&[("api_key", "r")]);
+    d.is_negative_hits = true;
+    d.hits_addend = Some(UInt64Value { value: 2 });
+    let r = s.call(req("edge", vec![d])).await;
+    assert_eq!(codes(&r), vec![(OK, 2)]);
+    assert_eq!(
+        codes(&s.call(one("edge", &[("api_key", "r")])).await),
+        vec![(OK, 1)]
+    );
+}
+
+#[tokio::test]
+async fn envoy_limit_override_applies_without_shadow_mode() {
+    let s = TestServer::start(&config()).await;
+    let mut d = desc(&[("shadow", "o")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 3, // HOUR
+    });
+    let r = s.call(req("edge", vec![d.clone()])).await;
+    let l = r.statuses[0].current_limit.as_ref().unwrap();
+    assert_eq!((r.overall_code, l.requests_per_unit, l.unit), (OK, 1, 3));
+    // Over, and not rewritten to OK although the config node is in shadow mode.
+    assert_eq!(
+        s.call(req("edge", vec![d.clone()])).await.overall_code,
+        OVER
+    );
+    // Unknown domain: the override is ignored, as in the reference.
+    assert_eq!(
+        s.call(req("other", vec![d])).await.statuses[0].current_limit,
+        None
+    );
+}
+
+#[tokio::test]
+async fn ratelimit_headers_with_default_and_custom_names() {
+    let s = TestServer::start_with(&config(), &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]).await;
+    // Two descriptors: the one with least remaining is reported.
+    let r = s
+        .call(req(
+            "edge",
+            vec![desc(&[("api_key", "vip")]), desc(&[("api_key", "hdr")])],
+        ))
+        .await;
+    assert_eq!(header(&r, "RateLimit-Limit"), Some("3"));
+    assert_eq!(header(&r, "RateLimit-Remaining"), Some("2"));
+    assert_eq!(header(&r, "RateLimit-Reset"), Some("40"));
+
+    let c = TestServer::start_with(
+        &config(),
+        &[
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", "X-Lim"),
+            ("LIMIT_REMAINING_HEADER", "X-Left"),
+            ("LIMIT_RESET_HEADER", "X-Reset"),
+        ],
+    )
+    .await;
+    let r = c.call(one("edge", &[("blocked", "b")])).await;
+    assert_eq!(
+        (
+            header(&r, "X-Lim"),
+            header(&r, "X-Left"),
+            header(&r, "X-Reset")
+        ),
+        (Some("0"), Some("0"), Some("40"))
+    );
+    // Off by default.
+    let d = TestServer::start(&config()).await;
+    assert!(d
+        .call(one("edge", &[("api_key", "a")]))
+        .await
+        .response_headers_to_add
+        .is_empty());
+}
+
+#[tokio::test]
+async fn metadata_is_returned_as_dynamic_metadata() {
+    let s = TestServer::start(&config()).await;
+    let r = s.call(one("edge", &[("meta", "m")])).await;
+    let md = r.dynamic_metadata.expect("dynamic metadata");
+    assert!(md.fields.contains_key("team"));
+}
+
+#[tokio::test]
+async fn bad_requests_get_invalid_argument_naming_the_problem() {
+    let s = TestServer::start(&config()).await;
+    let cases = vec![
+        (one("", &[("k", "v")]), "domain"),
+        (req("edge", vec![]), "descriptors"),
+        (
+            req("edge", vec![desc(&[])]),
+            "descriptors[0] has no entries",
+        ),
+        (one("edge", &[("", "v")]), "entries[0].key"),
+        (
+            one("edge", &[("k", &"v".repeat(5000))]),
+            "value is 5000 bytes",
+        ),
+        (
+            req("edge", (0..100).map(|_| desc(&[("k", "v")])).collect()),
+            "too many descriptors",
+        ),
+    ];
+    for (r, needle) in cases {
+        let e = s.try_call(r).await.expect_err("refused");
+        assert_eq!(e.code(), Code::InvalidArgument, "{needle}");
+        assert!(
+            e.message().contains(needle),
+            "{} should mention {needle}",
+            e.message()
+        );
+    }
+    // An oversized message is refused by the transport, not decided.
+    let huge = req("edge", vec![desc(&[("k", &"v".repeat(2 << 20))])]);
+    assert!(s.try_call(huge).await.is_err());
+    // The service is still up.
+    assert_eq!(
+        s.call(one("edge", &[("api_key", "z")])).await.overall_code,
+        OK
+    );
+}
+
+#[tokio::test]
+async fn a_refused_request_consumes_nothing_across_shards() {
+    let s = TestServer::start(&config()).await;
+    // `blocked` always refuses; the api_key counters of the same requests must stay untouched,
+    // wherever their shards are.
+    for i in 0..20 {
+        let k = format!("u{i}");
+        let r = s
+            .call(req(
+                "edge",
+                vec![desc(&[("api_key", &k)]), desc(&[("blocked", "b")])],
+            ))
+            .await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(
+            codes(&s.call(one("edge", &[("api_key", &k)])).await),
+            vec![(OK, 2)],
+            "{k}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_callers_never_get_more_than_the_limit() {
+    let s = TestServer::start(&config()).await;
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let c = s.client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = c;
+            c.should_rate_limit(one("edge", &[("api_key", "vip")]))
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await.unwrap() == OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 100, "exactly the limit of 100 per hour admitted");
+}
+
+#[tokio::test]
+async fn health_service_answers_for_both_names_and_goes_not_serving_on_shutdown() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let mut s = TestServer::start(&config()).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", s.running().grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(ch);
+    for name in ["", "ratelimit"] {
+        let st = h
+            .check(HealthCheckRequest {
+                service: name.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(st, 1, "SERVING for {name:?}");
+    }
+    let mut watch = h
+        .watch(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(watch.message().await.unwrap().unwrap().status, 1);
+    let http = s.http.clone();
+    assert_eq!(
+        reqwest::get(format!("{http}/healthcheck"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let addr = s.running().grpc_addr;
+    let running = s.running.take().unwrap();
+    let stopping = tokio::spawn(running.shutdown());
+    // NOT_SERVING (2) is announced before the listeners close.
+    let next = watch.message().await.unwrap().unwrap();
+    assert_eq!(next.status, 2);
+    drop(watch);
+    drop(h);
+    stopping.await.unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener closed"
+    );
+    assert!(
+        reqwest::get(format!("{http}/healthcheck")).await.is_err(),
+        "HTTP closed too"
+    );
+}
+
+#[tokio::test]
+async fn json_endpoint_answers_200_429_and_400() {
+    let s = TestServer::start(&config()).await;
+    let http = reqwest::Client::new();
+    let post = |body: String| http.post(format!("{}/json", s.http)).body(body).send();
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"general","value":"j"}]}]}"#;
+    let r = post(body.into()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["overallCode"], "OK");
+    assert_eq!(v["statuses"][0]["currentLimit"]["requestsPerUnit"], 1);
+    assert_eq!(v["statuses"][0]["durationUntilReset"], "40s");
+    let r = post(body.into()).await.unwrap();
+    assert_eq!(r.status(), 429);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["overallCode"], "OVER_LIMIT");
+    // camelCase and snake_case both accepted, hits_addend honoured.
+    let r = post(r#"{"domain":"edge","hitsAddend":3,"descriptors":[{"entries":[{"key":"api_key","value":"j"}]}]}"#.into()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["statuses"][0].get("limitRemaining"),
+        None
+    );
+    for bad in [
+        "not json",
+        r#"{"domain":""}"#,
+        r#"{"domain":"edge","descriptors":[{"entries":[]}]}"#,
+        r#"{"domain":"edge","bogus":1}"#,
+    ] {
+        let r = post(bad.into()).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+}
