@@ -170,16 +170,27 @@ impl Engine {
         if ops.iter().all(|o| self.shard_for(o.hash) == first) {
             // The common case: one message, decided atomically by one shard.
             let (tx, rx) = oneshot::channel();
+            let queued = ops
+                .iter()
+                .find(|o| o.queue.is_some())
+                .map(|o| (o.key.clone(), o.hash));
             self.send(
                 first,
                 Msg::Decide(Decide {
                     ops: ops.into_iter().collect(),
                     whole: true,
                     global_shadow,
+                    may_wait: true,
                     reply: tx,
                 }),
             )?;
+            let guard = CancelOnDrop {
+                engine: self,
+                shard: first,
+                key: queued,
+            };
             let reply = rx.await.map_err(|_| EngineError::Stopped)?;
+            guard.disarm();
             return Ok(Decision {
                 outcomes: reply.outcomes.into_iter().collect(),
                 waited_ns: reply.waited_ns,
@@ -207,23 +218,32 @@ impl Engine {
             placed.push((p, parts[p].ops.len()));
             parts[p].ops.push(op);
         }
+        // Phase one: nothing waits, so descriptors that cannot wait decide first. Only when the
+        // request is refused for queued limits alone does phase two let those parts wait.
         let mut pending = Pending {
             engine: self,
             parts,
             done: false,
         };
-        for part in pending.parts.iter_mut() {
-            let (tx, rx) = oneshot::channel();
-            part.rx = Some(rx);
-            let msg = Msg::Decide(Decide {
-                ops: part.ops.clone(),
-                whole: false,
-                global_shadow,
-                reply: tx,
-            });
-            self.send(part.shard, msg)?;
+        let all: SmallVec<[usize; 4]> = (0..pending.parts.len()).collect();
+        let mut refused = pending.round(&all, global_shadow, false).await?;
+        if refused && !global_shadow && pending.only_queued_refused() {
+            // Phase two: the parts over a queued limit wait (each shard admits its part in FIFO
+            // order and consumes only then); phase three decides the rest once they are in, so
+            // nothing is held elsewhere while a part waits.
+            pending.undo();
+            let (waiting, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = all
+                .iter()
+                .copied()
+                .partition(|&i| pending.parts[i].queued_over());
+            for &i in &waiting {
+                pending.parts[i].reply = None;
+            }
+            refused = pending.round(&waiting, global_shadow, true).await?;
+            if !refused {
+                refused = pending.round(&rest, global_shadow, false).await?;
+            }
         }
-        let refused = pending.collect().await?;
         let mut decision = Decision::default();
         for (p, i) in placed {
             let reply = pending.parts[p].reply.as_ref().expect("collected");
@@ -289,11 +309,44 @@ impl Engine {
     }
 }
 
+/// Tells the shard when a caller waiting in a queue goes away, so its place frees at once.
+struct CancelOnDrop<'e> {
+    engine: &'e Engine,
+    shard: usize,
+    key: Option<(String, u64)>,
+}
+
+impl CancelOnDrop<'_> {
+    fn disarm(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some((key, hash)) = self.key.take() {
+            let _ = self.engine.inner.senders[self.shard].try_send(Msg::Cancelled { key, hash });
+        }
+    }
+}
+
 struct Part {
     shard: usize,
     ops: SmallVec<[Op; 2]>,
     rx: Option<oneshot::Receiver<Reply>>,
     reply: Option<Reply>,
+}
+
+impl Part {
+    /// Whether the last answer refused a queued op of this part (so the part should wait).
+    fn queued_over(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| {
+            self.ops
+                .iter()
+                .zip(r.outcomes.iter())
+                .any(|(o, out)| o.queue.is_some() && (out.over || out.blocked))
+        })
+    }
 }
 
 /// The parts of a multi-shard request in flight. If it is dropped before it is done (the
@@ -305,6 +358,46 @@ struct Pending<'e> {
 }
 
 impl Pending<'_> {
+    /// Sends every part and collects the answers.
+    async fn round(
+        &mut self,
+        which: &[usize],
+        global_shadow: bool,
+        may_wait: bool,
+    ) -> Result<bool, EngineError> {
+        for &i in which {
+            let part = &mut self.parts[i];
+            let (tx, rx) = oneshot::channel();
+            part.rx = Some(rx);
+            let msg = Msg::Decide(Decide {
+                ops: part.ops.clone(),
+                whole: false,
+                global_shadow,
+                may_wait,
+                reply: tx,
+            });
+            self.engine.send(part.shard, msg)?;
+        }
+        self.collect().await
+    }
+
+    /// Whether every op that refused the request is a queued one (so waiting could help).
+    fn only_queued_refused(&self) -> bool {
+        let mut any_queued = false;
+        for p in &self.parts {
+            let Some(r) = &p.reply else { return false };
+            for (op, out) in p.ops.iter().zip(r.outcomes.iter()) {
+                if op.role == Role::Binding && (out.over || out.blocked) {
+                    if op.queue.is_none() {
+                        return false;
+                    }
+                    any_queued = true;
+                }
+            }
+        }
+        any_queued
+    }
+
     /// Waits for every part; stops waiting as soon as one part refuses (the others are then
     /// cancelled: a queued part leaves its queue). Returns whether a part refused.
     async fn collect(&mut self) -> Result<bool, EngineError> {
@@ -314,7 +407,7 @@ impl Pending<'_> {
                     .parts
                     .iter_mut()
                     .enumerate()
-                    .filter(|(_, p)| p.reply.is_none())
+                    .filter(|(_, p)| p.rx.is_some())
                     .map(|(i, p)| {
                         let rx = p.rx.as_mut().expect("sent");
                         Box::pin(async move { (i, rx.await) })
@@ -332,7 +425,7 @@ impl Pending<'_> {
             if refused {
                 // Parts with no queued op answer without waiting: take their answers.
                 for p in self.parts.iter_mut() {
-                    if p.reply.is_none() && p.ops.iter().all(|o| o.queue.is_none()) {
+                    if p.rx.is_some() && p.ops.iter().all(|o| o.queue.is_none()) {
                         let rx = p.rx.take().expect("sent");
                         p.reply = Some(rx.await.map_err(|_| EngineError::Stopped)?);
                     }
@@ -350,7 +443,16 @@ impl Pending<'_> {
         for p in self.parts.iter_mut() {
             if let Some(mut rx) = p.rx.take() {
                 rx.close();
-                p.reply = Some(rx.try_recv().unwrap_or_else(|_| {
+                let answered = rx.try_recv().ok();
+                if answered.is_none() {
+                    for o in p.ops.iter().filter(|o| o.queue.is_some()) {
+                        let _ = self.engine.inner.senders[p.shard].try_send(Msg::Cancelled {
+                            key: o.key.clone(),
+                            hash: o.hash,
+                        });
+                    }
+                }
+                p.reply = Some(answered.unwrap_or_else(|| {
                     Reply {
                         outcomes: p
                             .ops

@@ -34,6 +34,11 @@ pub(crate) enum Msg {
     Drain {
         admit: bool,
     },
+    /// A caller waiting on this key went away: drop it from the queue now.
+    Cancelled {
+        key: String,
+        hash: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -42,6 +47,8 @@ pub(crate) struct Decide {
     /// All ops of the request are in this message, so the shard can decide the request alone.
     pub(crate) whole: bool,
     pub(crate) global_shadow: bool,
+    /// Whether an over-limit queued op may wait; when false it is refused like any other.
+    pub(crate) may_wait: bool,
     pub(crate) reply: oneshot::Sender<Reply>,
 }
 
@@ -204,6 +211,7 @@ impl Shard {
                 let _ = reply.send(out);
             }
             Msg::Drain { admit } => self.drain(admit),
+            Msg::Cancelled { key, hash } => self.purge_cancelled(&key, hash),
         }
     }
 
@@ -395,7 +403,7 @@ impl Shard {
             }
             match op.role {
                 Role::Binding if over && !d.global_shadow => {
-                    if op.queue.is_some() && e.retry_ns != u64::MAX {
+                    if d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX {
                         wait.get_or_insert(i);
                     } else {
                         refuse = true;
@@ -511,6 +519,29 @@ impl Shard {
                 }
             }
         }
+    }
+
+    /// Removes waiters whose callers went away, wherever they are in the queue.
+    fn purge_cancelled(&mut self, key: &str, hash: u64) {
+        let Some(e) = self.table.find_mut(hash, |e| e.key.as_ref() == key) else {
+            return;
+        };
+        let Some(q) = e.queue.as_mut() else { return };
+        let before = q.len();
+        q.retain(|w| !w.msg.reply.is_closed());
+        let gone = before - q.len();
+        if q.is_empty() {
+            e.queue = None;
+        }
+        for _ in 0..gone {
+            self.left_queue();
+        }
+        self.stats
+            .cancelled
+            .fetch_add(gone as u64, Ordering::Relaxed);
+        // The new head may fit now.
+        let now = self.clock.now();
+        self.service_queue(key, hash, now);
     }
 
     fn left_queue(&mut self) {
