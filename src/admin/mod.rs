@@ -1,4 +1,6 @@
-//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.
+//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, and the direct API (`rate`).
+
+mod rate;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
@@ -28,6 +30,11 @@ pub fn router(state: AdminState) -> Router {
         .route("/json", post(json))
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
+        .route("/rate/{key}", get(rate::take).post(rate::take))
+        .route("/rate/{key}/{request_id}", delete(rate::release))
+        .route("/debug", get(rate::debug_all))
+        .route("/debug/{key}", get(rate::debug_key))
+        .route("/healthz", get(rate::healthz))
         .with_state(state)
 }
 

@@ -220,10 +220,42 @@ pub struct Domain {
     pub root: Level,
 }
 
-/// Everything loaded: domains by name.
+/// Everything loaded: domains by name, and the direct API's keys.
 #[derive(Debug, Default)]
 pub struct Config {
     pub domains: FnvHashMap<String, Domain>,
+    pub rate_api: Option<RateApi>,
+}
+
+/// Limits for the direct HTTP API (`/rate/{key}`): GoCC's model, with windows aligned to the
+/// epoch and no sticky overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateApi {
+    /// Whether callers may pass `maxRequests` / `maxRequestsInQueue` (for their request only).
+    pub allow_overrides: bool,
+    pub max_requests_cap: u32,
+    pub max_in_queue_cap: u32,
+    /// In file order; the first pattern matching the key applies.
+    pub keys: Vec<RateApiKey>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateApiKey {
+    /// A `*` glob over the key in the URL.
+    pub pattern: String,
+    pub window: Duration,
+    pub max_requests: u32,
+    /// 0: `canWait` is refused for these keys.
+    pub max_in_queue: u32,
+    pub max_wait: Duration,
+}
+
+impl RateApi {
+    pub fn find(&self, key: &str) -> Option<&RateApiKey> {
+        self.keys
+            .iter()
+            .find(|k| crate::descriptor::glob(&k.pattern, key))
+    }
 }
 
 /// Options that change how files are read.
@@ -262,6 +294,7 @@ impl Config {
         }
         Ok(Config {
             domains: builder.domains,
+            rate_api: builder.rate_api,
         })
     }
 
@@ -365,6 +398,8 @@ struct Builder {
     domains: FnvHashMap<String, Domain>,
     /// Which file defined each domain, for the duplicate-domain error.
     domain_files: FnvHashMap<String, String>,
+    rate_api: Option<RateApi>,
+    rate_api_file: Option<String>,
 }
 
 struct Ctx<'a> {
@@ -394,6 +429,19 @@ impl Builder {
             file,
             domain: &domain,
         };
+        if let Some(api) = raw.rate_api {
+            if let Some(first) = &self.rate_api_file {
+                return Err(ctx.err(
+                    "rate_api",
+                    format!("rate_api is already defined in {first}; define it once"),
+                ));
+            }
+            self.rate_api = Some(build_rate_api(&ctx, api)?);
+            self.rate_api_file = Some(file.to_owned());
+            if domain.is_empty() && raw.descriptors.is_none() {
+                return Ok(());
+            }
+        }
         if domain.is_empty() {
             return Err(ctx.err("domain", "domain must not be empty"));
         }
@@ -702,6 +750,61 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         replaces,
         algorithm,
         queue,
+    })
+}
+
+fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, ConfigError> {
+    let mut keys = Vec::with_capacity(raw.keys.len());
+    for (i, k) in raw.keys.into_iter().enumerate() {
+        let here = format!("rate_api.keys[{i}]");
+        let pattern = k.key.unwrap_or_default();
+        if pattern.is_empty() {
+            return Err(ctx.err(&format!("{here}.key"), "key must not be empty (use \"*\" for any)"));
+        }
+        let window_text = k
+            .window
+            .ok_or_else(|| ctx.err(&format!("{here}.window"), "window is required (e.g. 1000ms, 1m)"))?;
+        let window = parse_duration(&window_text).map_err(|m| ctx.err(&format!("{here}.window"), m))?;
+        if window < Duration::from_millis(1) || window.subsec_nanos() % 1_000_000 != 0 {
+            return Err(ctx.err(
+                &format!("{here}.window"),
+                "window must be a whole number of milliseconds, at least 1ms",
+            ));
+        }
+        let max_requests = k
+            .max_requests
+            .ok_or_else(|| ctx.err(&format!("{here}.max_requests"), "max_requests is required"))?;
+        let max_in_queue = k.max_in_queue.unwrap_or(0);
+        if max_in_queue > 0 && max_requests == 0 {
+            return Err(ctx.err(
+                &format!("{here}.max_in_queue"),
+                "a queue on max_requests: 0 would never admit anyone",
+            ));
+        }
+        let max_wait = match k.max_wait {
+            Some(t) => {
+                let d = parse_duration(&t).map_err(|m| ctx.err(&format!("{here}.max_wait"), m))?;
+                if d.is_zero() {
+                    return Err(ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0"));
+                }
+                d
+            }
+            // Long enough to drain a full queue.
+            None => window * (max_in_queue.div_ceil(max_requests.max(1)) + 1),
+        };
+        keys.push(RateApiKey {
+            pattern,
+            window,
+            max_requests,
+            max_in_queue,
+            max_wait,
+        });
+    }
+    Ok(RateApi {
+        allow_overrides: raw.allow_overrides,
+        max_requests_cap: raw.max_requests_cap.unwrap_or(100_000),
+        max_in_queue_cap: raw.max_in_queue_cap.unwrap_or(10_000),
+        keys,
     })
 }
 

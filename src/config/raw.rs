@@ -10,6 +10,37 @@ pub(crate) struct RawFile {
     pub(crate) domain: Option<String>,
     #[serde(default)]
     pub(crate) descriptors: Option<Vec<RawDescriptor>>,
+    /// turnstile: limits for the direct HTTP API (`/rate/{key}`), for callers not behind Envoy.
+    #[serde(default)]
+    pub(crate) rate_api: Option<RawRateApi>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateApi {
+    #[serde(default)]
+    pub(crate) allow_overrides: bool,
+    #[serde(default)]
+    pub(crate) max_requests_cap: Option<u32>,
+    #[serde(default)]
+    pub(crate) max_in_queue_cap: Option<u32>,
+    #[serde(default)]
+    pub(crate) keys: Vec<RawRateApiKey>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateApiKey {
+    #[serde(default, deserialize_with = "opt_scalar")]
+    pub(crate) key: Option<String>,
+    #[serde(default, deserialize_with = "opt_scalar")]
+    pub(crate) window: Option<String>,
+    #[serde(default)]
+    pub(crate) max_requests: Option<u32>,
+    #[serde(default)]
+    pub(crate) max_in_queue: Option<u32>,
+    #[serde(default, deserialize_with = "opt_scalar")]
+    pub(crate) max_wait: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,13 +11,15 @@ const NS: u64 = 1_000_000_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
     pub requests_per_unit: u32,
-    pub window_secs: u32,
+    /// Window length (fixed, sliding) or period (token bucket); whole seconds for Envoy's
+    /// units, any number of milliseconds for the direct HTTP API.
+    pub window_ms: u64,
     pub algorithm: Algorithm,
 }
 
 impl Params {
-    fn window_ns(&self) -> u64 {
-        u64::from(self.window_secs) * NS
+    pub(crate) fn window_ns(&self) -> u64 {
+        self.window_ms.max(1) * 1_000_000
     }
 
     /// GCRA's emission interval: the time one token takes to come back.
@@ -85,6 +87,16 @@ impl State {
         )
     }
 
+    /// Hits counted in the current aligned window (fixed and sliding windows), for `/debug`.
+    pub fn count_in_window(&self, p: &Params, now: u64) -> u64 {
+        let idx = now / p.window_ns();
+        match *self {
+            State::Fixed { window, count } if window == idx => count,
+            State::Sliding { window, cur, .. } if window == idx => u64::from(cur),
+            _ => 0,
+        }
+    }
+
     /// When the state carries no information any more and may be dropped.
     pub fn expires_at(&self, p: &Params) -> u64 {
         match *self {
@@ -108,7 +120,7 @@ impl State {
                 Eval {
                     over,
                     remaining: if over { 0 } else { clamp32(limit - after) },
-                    reset_ns: reset_of_window(now, p.window_secs),
+                    reset_ns: (idx + 1) * w - now,
                     next: State::Fixed {
                         window: idx,
                         count: after,
@@ -144,7 +156,7 @@ impl State {
                 Eval {
                     over,
                     remaining: if over { 0 } else { clamp32(limit - after) },
-                    reset_ns: reset_of_window(now, p.window_secs),
+                    reset_ns: (idx + 1) * w - now,
                     next: State::Sliding {
                         window: idx,
                         prev: clamp32(prev),
@@ -252,14 +264,6 @@ impl State {
             }
         }
     }
-}
-
-/// Whole seconds to the end of the aligned window, as envoyproxy/ratelimit reports it
-/// (`unit - now % unit`, in seconds), returned in nanoseconds.
-fn reset_of_window(now: u64, window_secs: u32) -> u64 {
-    let s = now / NS;
-    let w = u64::from(window_secs);
-    (w - s % w) * NS
 }
 
 /// The earliest time after `now` at which `hits` more fit under the sliding estimate, assuming no

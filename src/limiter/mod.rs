@@ -40,6 +40,8 @@ pub struct Op {
     pub refund: bool,
     pub role: Role,
     pub queue: Option<QueueSpec>,
+    /// Direct API: the request id under which an admitted hit can be released again.
+    pub grant: Option<u64>,
 }
 
 /// The verdict on one op.
@@ -290,6 +292,21 @@ impl Engine {
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+
+    /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window.
+    pub async fn release(&self, key: String, hash: u64, id: u64) -> Result<bool, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(
+            self.shard_for(hash),
+            Msg::Release {
+                key,
+                hash,
+                id,
+                reply: tx,
+            },
+        )?;
+        rx.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Shutdown: every shard answers its waiters now, admitting them or not.

@@ -39,6 +39,13 @@ pub(crate) enum Msg {
         key: String,
         hash: u64,
     },
+    /// Direct API: give back the hit admitted under `id`; answers whether it was found.
+    Release {
+        key: String,
+        hash: u64,
+        id: u64,
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 #[derive(Debug)]
@@ -52,13 +59,28 @@ pub(crate) struct Decide {
     pub(crate) reply: oneshot::Sender<Reply>,
 }
 
-/// A key's state as `/debug` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+/// A key's state as `/debug` shows it; the caller knows the limit, so it interprets the state.
+#[derive(Debug, Clone)]
 pub struct KeyInfo {
     pub key: String,
-    pub state: String,
+    pub state: State,
+    /// Direct API refusals: (window index, count in that window).
+    pub denied: (u64, u64),
     pub waiting: usize,
+    /// The shard's time when it answered.
+    pub now: u64,
 }
+
+/// A hit admitted through the direct API, so `DELETE /rate/{key}/{id}` can give it back.
+struct Grant {
+    key: Box<str>,
+    window: u64,
+    params: super::Params,
+}
+
+/// Grants remembered per shard; past this, admitted hits cannot be released (the window
+/// still ends, so nothing is lost but the early release).
+const MAX_GRANTS: usize = 100_000;
 
 /// Counters the shard keeps for metrics; read without locks.
 #[derive(Debug, Default)]
@@ -117,6 +139,9 @@ pub(crate) struct Shard {
     sweep_every: u64,
     draining: Option<bool>,
     stats: Arc<ShardStats>,
+    grants: fnv::FnvHashMap<u64, Grant>,
+    /// Direct API refusals per key in the current window: (window index, count).
+    denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -134,6 +159,8 @@ impl Shard {
             sweep_every: NS_PER_SEC,
             draining: None,
             stats,
+            grants: Default::default(),
+            denied: Default::default(),
         }
     }
 
@@ -197,14 +224,17 @@ impl Shard {
                 }
             }
             Msg::Inspect { prefix, reply } => {
+                let now = self.clock.now();
                 let mut out: Vec<KeyInfo> = self
                     .table
                     .iter()
                     .filter(|e| prefix.as_deref().is_none_or(|p| e.key.starts_with(p)))
                     .map(|e| KeyInfo {
                         key: e.key.to_string(),
-                        state: format!("{:?}", e.state),
+                        state: e.state,
+                        denied: self.denied.get(&e.key).copied().unwrap_or((0, 0)),
                         waiting: e.queue.as_ref().map_or(0, |q| q.len()),
+                        now,
                     })
                     .collect();
                 out.sort_by(|a, b| a.key.cmp(&b.key));
@@ -212,6 +242,32 @@ impl Shard {
             }
             Msg::Drain { admit } => self.drain(admit),
             Msg::Cancelled { key, hash } => self.purge_cancelled(&key, hash),
+            Msg::Release {
+                key,
+                hash,
+                id,
+                reply,
+            } => {
+                let now = self.clock.now();
+                let found = match self.grants.get(&id) {
+                    Some(g) if g.key.as_ref() == key => g.window == now / g.params.window_ns(),
+                    _ => false,
+                };
+                if let Some(g) = self.grants.remove(&id).filter(|_| found) {
+                    let op = Op {
+                        key,
+                        hash,
+                        params: g.params,
+                        hits: 1,
+                        refund: true,
+                        role: Role::Binding,
+                        queue: None,
+                        grant: None,
+                    };
+                    self.give_back(&op, now);
+                }
+                let _ = reply.send(found);
+            }
         }
     }
 
@@ -270,6 +326,7 @@ impl Shard {
                 }
             }
             Verdict::Refuse => {
+                self.count_denied(&d.ops, now);
                 let _ = d.reply.send(Reply {
                     outcomes,
                     committed: false,
@@ -285,6 +342,7 @@ impl Shard {
                 let is_new = since.is_none();
                 if is_new && !self.room_to_wait(op, now, deadline) {
                     self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                    self.count_denied(&d.ops, now);
                     for o in outcomes.iter_mut() {
                         if o.blocked {
                             o.over = true;
@@ -440,6 +498,30 @@ impl Shard {
             let e = self.entry_mut(&op.key, op.hash, op.params, now);
             e.state = *state;
             e.expires_at = expires;
+            if let Some(id) = op.grant {
+                if self.grants.len() < MAX_GRANTS {
+                    self.grants.insert(
+                        id,
+                        Grant {
+                            key: op.key.as_str().into(),
+                            window: now / op.params.window_ns(),
+                            params: op.params,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Counts direct API refusals, for `/debug`.
+    fn count_denied(&mut self, ops: &[Op], now: u64) {
+        for op in ops.iter().filter(|o| o.grant.is_some()) {
+            let w = now / op.params.window_ns();
+            let e = self.denied.entry(op.key.as_str().into()).or_insert((w, 0));
+            if e.0 != w {
+                *e = (w, 0);
+            }
+            e.1 += 1;
         }
     }
 
@@ -552,6 +634,7 @@ impl Shard {
     }
 
     fn time_out(&mut self, w: Waiter, now: u64) {
+        self.count_denied(&w.msg.ops, now);
         let mut outcomes = self.evaluate(&w.msg, now, Some(w.op)).outcomes;
         for o in outcomes.iter_mut() {
             if o.blocked || o.over {
@@ -623,6 +706,14 @@ impl Shard {
     fn sweep(&mut self, now: u64) {
         self.table
             .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.grants
+            .retain(|_, g| g.window >= now / g.params.window_ns());
+        let table = &self.table;
+        self.denied.retain(|k, _| {
+            table
+                .find(key_hash(k), |e| e.key.as_ref() == k.as_ref())
+                .is_some()
+        });
         self.stats
             .keys
             .store(self.table.len() as u64, Ordering::Relaxed);

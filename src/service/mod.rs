@@ -245,13 +245,14 @@ impl RateLimiter {
                 key,
                 params: Params {
                     requests_per_unit: a.limit.requests_per_unit(),
-                    window_secs: a.limit.unit().seconds() as u32,
+                    window_ms: a.limit.unit().seconds() * 1000,
                     algorithm,
                 },
                 hits,
                 refund,
                 role: a.role,
                 queue,
+                grant: None,
             });
             op_of.push(ai);
         }

@@ -4,10 +4,10 @@ use super::*;
 
 const MIN: u64 = 60 * NS;
 
-fn p(alg: Algorithm, rpu: u32, window_secs: u32) -> Params {
+fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {
     Params {
         requests_per_unit: rpu,
-        window_secs,
+        window_ms: window_secs * 1000,
         algorithm: alg,
     }
 }
@@ -36,14 +36,16 @@ fn fixed_window_counts_to_the_limit_inclusive() {
 }
 
 #[test]
-fn fixed_window_reset_is_whole_seconds_to_the_aligned_end() {
+fn fixed_window_reset_is_the_time_to_the_aligned_end() {
     let p = p(Algorithm::FixedWindow, 3, 60);
     let s = State::fresh(&p, T0);
-    // 20 s into the minute: 40 s left, as the reference computes `unit - now % unit`.
+    // 20 s into the minute: 40 s left. Rounded up to whole seconds (as the service reports it)
+    // this is the reference's `unit - now % unit` at any instant within the second.
     assert_eq!(s.eval(&p, T0, 1).reset_ns, 40 * NS);
-    assert_eq!(s.eval(&p, T0 + NS / 2, 1).reset_ns, 40 * NS);
+    assert_eq!(s.eval(&p, T0 + NS / 2, 1).reset_ns, 39 * NS + NS / 2);
+    assert_eq!(s.eval(&p, T0 + NS / 2, 1).reset_ns.div_ceil(NS), 40);
     let hour = super::Params {
-        window_secs: 3600,
+        window_ms: 3_600_000,
         ..p
     };
     // 1_700_000_000 mod 3600 = 800.
@@ -152,7 +154,7 @@ fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
     prop::collection::vec((0u64..3_000, 1u64..4), 1..300)
 }
 
-fn run(alg: Algorithm, rpu: u32, secs: u32, seq: &[(u64, u64)]) -> Vec<(u64, u64)> {
+fn run(alg: Algorithm, rpu: u32, secs: u64, seq: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let p = p(alg, rpu, secs);
     let mut now = T0;
     let mut s = State::fresh(&p, now);
