@@ -18,6 +18,7 @@
 //! metrics and the loaded config; `telemetry` keeps counters and sets up logs.
 
 pub mod admin;
+pub mod backend;
 pub mod config;
 pub mod descriptor;
 pub mod limiter;

@@ -5,8 +5,6 @@
 
 use crate::config::Algorithm;
 
-const NS: u64 = 1_000_000_000;
-
 /// What a shard needs to know about a limit to decide: small and `Copy`, sent with each op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {

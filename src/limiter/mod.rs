@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
 use shard::{Decide, Msg, Shard};
-pub use shard::{KeyInfo, ShardStats};
+pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
@@ -63,6 +63,10 @@ pub struct Reply {
     pub committed: bool,
     pub waited_ns: u64,
     pub timed_out: bool,
+    /// The backend could not decide (Redis down, failure mode `fail_closed`).
+    pub failed: bool,
+    /// The hits were counted in Redis (so an undo goes there).
+    pub remote: bool,
 }
 
 /// What the engine says about a whole request.
@@ -80,6 +84,8 @@ pub enum EngineError {
     Overloaded,
     #[error("shard stopped")]
     Stopped,
+    #[error("backend unavailable")]
+    Unavailable,
 }
 
 /// A cheap `Clone` handle to the shard actors.
@@ -116,17 +122,34 @@ impl Engine {
         max_waiters: usize,
         clock: Clock,
     ) -> (Engine, Vec<ShardTask>) {
+        Self::with_backend(shards, capacity, max_waiters, clock, None)
+    }
+
+    /// Like [`Engine::new`], deciding through Redis when `redis` is given.
+    pub fn with_backend(
+        shards: usize,
+        capacity: usize,
+        max_waiters: usize,
+        clock: Clock,
+        redis: Option<(
+            Arc<crate::backend::redis::RedisStore>,
+            Arc<crate::backend::redis::RedisSettings>,
+        )>,
+    ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
         let per_shard_waiters = max_waiters.div_ceil(shards);
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
         let mut stats = Vec::with_capacity(shards);
-        for _ in 0..shards {
+        for i in 0..shards {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
+            let remote = redis
+                .as_ref()
+                .map(|(store, s)| shard::Remote::new(store.clone(), s.clone(), i, shards));
             tasks.push(ShardTask {
-                shard: Shard::new(clock.clone(), per_shard_waiters, st.clone()),
+                shard: Shard::new(clock.clone(), per_shard_waiters, st.clone(), remote),
                 rx,
             });
             stats.push(st);
@@ -193,6 +216,9 @@ impl Engine {
             };
             let reply = rx.await.map_err(|_| EngineError::Stopped)?;
             guard.disarm();
+            if reply.failed {
+                return Err(EngineError::Unavailable);
+            }
             return Ok(Decision {
                 outcomes: reply.outcomes.into_iter().collect(),
                 waited_ns: reply.waited_ns,
@@ -436,6 +462,9 @@ impl Pending<'_> {
                 futures_util::future::select_all(futs).await.0
             };
             let reply = reply.map_err(|_| EngineError::Stopped)?;
+            if reply.failed {
+                return Err(EngineError::Unavailable);
+            }
             let refused = !reply.committed;
             self.parts[i].rx = None;
             self.parts[i].reply = Some(reply);
@@ -485,6 +514,8 @@ impl Pending<'_> {
                         committed: false,
                         waited_ns: 0,
                         timed_out: false,
+                        failed: false,
+                        remote: false,
                     }
                 }));
             }
@@ -502,8 +533,9 @@ impl Pending<'_> {
                     .map(|(o, _)| o.clone())
                     .collect();
                 if !ops.is_empty() {
+                    let remote = p.reply.as_ref().is_some_and(|r| r.remote);
                     // Best effort when the shard's queue is full: the window ends anyway.
-                    let _ = self.engine.inner.senders[p.shard].try_send(Msg::Undo(ops));
+                    let _ = self.engine.inner.senders[p.shard].try_send(Msg::Undo(ops, remote));
                 }
                 if let Some(r) = p.reply.as_mut() {
                     r.committed = false;

@@ -19,12 +19,17 @@ use super::algorithm::{Eval, State};
 use super::{Clock, Op, Outcome, Reply, Role};
 use crate::descriptor::key_hash;
 
+mod remote;
+pub(crate) use remote::Remote;
+pub use remote::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+
 /// What callers send a shard.
 #[derive(Debug)]
 pub(crate) enum Msg {
     Decide(Decide),
-    /// Gives back what a request consumed here when another shard refused it.
-    Undo(SmallVec<[Op; 2]>),
+    /// Gives back what a request consumed here when another shard refused it; `true` when it
+    /// was counted in Redis.
+    Undo(SmallVec<[Op; 2]>, bool),
     /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
     Inspect {
         prefix: Option<String>,
@@ -93,6 +98,13 @@ pub struct ShardStats {
     pub cancelled: AtomicU64,
     pub queue_full: AtomicU64,
     pub wait_ns_total: AtomicU64,
+    /// Redis mode: the breaker (`BREAKER_CLOSED`, `BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
+    pub breaker: AtomicU64,
+    pub redis_errors: AtomicU64,
+    /// Decisions made without Redis while its breaker was open.
+    pub fallback_decisions: AtomicU64,
+    /// Refusals answered from the local over-limit cache, without a round trip.
+    pub local_cache_hits: AtomicU64,
 }
 
 struct Entry {
@@ -142,12 +154,71 @@ pub(crate) struct Shard {
     grants: fnv::FnvHashMap<u64, Grant>,
     /// Direct API refusals per key in the current window: (window index, count).
     denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
+    /// Redis mode; `None` keeps every counter in `table`.
+    remote: Option<Remote>,
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// Where the hits of an admitted message are counted.
+enum Commit {
+    /// In the shard's table: these next states, stored when the message is admitted.
+    Memory(SmallVec<[(usize, State); 2]>),
+    /// Already in Redis: these ops (by index) were counted, and are given back unless admitted.
+    Remote(SmallVec<[usize; 2]>),
+}
+
+/// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
+fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (SmallVec<[Outcome; 2]>, Verdict) {
+    let mut outcomes: SmallVec<[Outcome; 2]> = SmallVec::with_capacity(evals.len());
+    let mut refuse = false;
+    let mut wait: Option<usize> = None;
+    let mut quota_any = false;
+    let mut quota_all_over = true;
+    for (i, (op, (e, blocked))) in d.ops.iter().zip(evals).enumerate() {
+        let over = e.over || *blocked;
+        outcomes.push(Outcome {
+            over: e.over,
+            remaining: e.remaining,
+            reset_ns: e.reset_ns,
+            retry_ns: e.retry_ns,
+            blocked: *blocked,
+        });
+        match op.role {
+            Role::Binding if over && !d.global_shadow => {
+                if d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX {
+                    wait.get_or_insert(i);
+                } else {
+                    refuse = true;
+                }
+            }
+            Role::Quota => {
+                quota_any = true;
+                quota_all_over &= e.over;
+            }
+            _ => {}
+        }
+    }
+    if d.whole && quota_any && quota_all_over && !d.global_shadow {
+        refuse = true;
+    }
+    let verdict = if refuse {
+        Verdict::Refuse
+    } else if let Some(i) = wait {
+        Verdict::Wait(i)
+    } else {
+        Verdict::Admit
+    };
+    (outcomes, verdict)
+}
+
 impl Shard {
-    pub(crate) fn new(clock: Clock, max_waiters: usize, stats: Arc<ShardStats>) -> Shard {
+    pub(crate) fn new(
+        clock: Clock,
+        max_waiters: usize,
+        stats: Arc<ShardStats>,
+        remote: Option<Remote>,
+    ) -> Shard {
         let now = clock.now();
         Shard {
             table: HashTable::new(),
@@ -161,6 +232,7 @@ impl Shard {
             stats,
             grants: Default::default(),
             denied: Default::default(),
+            remote,
         }
     }
 
@@ -171,6 +243,7 @@ impl Shard {
         let timer = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(timer);
         let mut armed_for = u64::MAX;
+        let mut done_rx = self.remote.as_mut().and_then(|r| r.done_rx.take());
         loop {
             let mut clock_gone = false;
             let wake_at = self.next_wake();
@@ -192,6 +265,9 @@ impl Shard {
                     for msg in buf.drain(..) {
                         self.handle(msg);
                     }
+                }
+                Some(done) = async { done_rx.as_mut().expect("remote mode").recv().await }, if done_rx.is_some() => {
+                    self.remote_done(done);
                 }
                 _ = &mut timer, if !manual => { armed_for = u64::MAX; }
                 r = async { changes.as_mut().expect("manual clock").changed().await }, if manual => {
@@ -216,8 +292,10 @@ impl Shard {
 
     pub(crate) fn handle(&mut self, msg: Msg) {
         match msg {
+            Msg::Decide(d) if self.remote.is_some() => self.decide_remote(d),
             Msg::Decide(d) => self.decide(d),
-            Msg::Undo(ops) => {
+            Msg::Undo(ops, true) => self.undo_remote_ops(&ops),
+            Msg::Undo(ops, false) => {
                 let now = self.clock.now();
                 for op in &ops {
                     self.give_back(op, now);
@@ -291,23 +369,46 @@ impl Shard {
     /// answers it, commits it, or parks it.
     fn settle(&mut self, d: Decide, now: u64, head_of: Option<usize>, since: Option<(u64, u64)>) {
         let Evaluated {
-            mut outcomes,
+            outcomes,
             scratch,
             verdict,
         } = self.evaluate(&d, now, head_of);
+        self.conclude(d, outcomes, verdict, Commit::Memory(scratch), now, since);
+    }
+
+    /// Acts on a verdict: commits and answers, answers a refusal, or parks the message in a
+    /// queue. What was already counted (in Redis) is given back unless the message is admitted.
+    fn conclude(
+        &mut self,
+        d: Decide,
+        mut outcomes: SmallVec<[Outcome; 2]>,
+        verdict: Verdict,
+        commit: Commit,
+        now: u64,
+        since: Option<(u64, u64)>,
+    ) {
         let verdict = match verdict {
             Verdict::Wait(_) if self.draining.is_some() => Verdict::Refuse,
             v => v,
         };
+        if !matches!(verdict, Verdict::Admit) {
+            if let Commit::Remote(done) = &commit {
+                self.remote_undo(&d.ops, done);
+            }
+        }
         match verdict {
             Verdict::Admit => {
-                self.commit(&d.ops, &scratch, now);
+                if let Commit::Memory(scratch) = &commit {
+                    self.commit(&d.ops, scratch, now);
+                }
                 let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
                 let reply = Reply {
                     outcomes,
                     committed: true,
                     waited_ns: waited,
                     timed_out: false,
+                    failed: false,
+                    remote: matches!(commit, Commit::Remote(_)),
                 };
                 if since.is_some() {
                     self.stats
@@ -317,11 +418,15 @@ impl Shard {
                         .wait_ns_total
                         .fetch_add(waited, Ordering::Relaxed);
                 }
-                if let Err(reply) = d.reply.send(reply) {
+                if d.reply.send(reply).is_err() {
                     // The caller left between our decision and the answer: consume nothing.
-                    let _ = reply;
-                    for op in d.ops.iter().filter(|o| !o.refund) {
-                        self.give_back(op, now);
+                    match &commit {
+                        Commit::Memory(_) => {
+                            for op in d.ops.iter().filter(|o| !o.refund) {
+                                self.give_back(op, now);
+                            }
+                        }
+                        Commit::Remote(done) => self.remote_undo(&d.ops, done),
                     }
                 }
             }
@@ -332,6 +437,8 @@ impl Shard {
                     committed: false,
                     waited_ns: since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
                     timed_out: false,
+                    failed: false,
+                    remote: false,
                 });
             }
             Verdict::Wait(i) => {
@@ -354,6 +461,8 @@ impl Shard {
                         committed: false,
                         waited_ns: 0,
                         timed_out: false,
+                        failed: false,
+                        remote: false,
                     });
                     return;
                 }
@@ -424,13 +533,9 @@ impl Shard {
     /// Evaluates every op against the table (and against earlier ops of the same message on the
     /// same key), and decides what the message as a whole should do.
     fn evaluate(&mut self, d: &Decide, now: u64, head_of: Option<usize>) -> Evaluated {
-        let mut outcomes: SmallVec<[Outcome; 2]> = SmallVec::with_capacity(d.ops.len());
+        let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(d.ops.len());
         // (op index, next state) of ops that fit, in order; later ops on one key see earlier ones.
         let mut scratch: SmallVec<[(usize, State); 2]> = SmallVec::new();
-        let mut refuse = false;
-        let mut wait: Option<usize> = None;
-        let mut quota_any = false;
-        let mut quota_all_over = true;
         for (i, op) in d.ops.iter().enumerate() {
             let base = scratch
                 .iter()
@@ -445,50 +550,23 @@ impl Shard {
                 .unwrap_or_else(|| State::fresh(&op.params, now));
             let hits = if op.refund { 0 } else { op.hits };
             let e: Eval = base.eval(&op.params, now, hits);
-            // A newcomer does not pass the waiters of a queued key, even if capacity is free.
-            let blocked =
-                op.queue.is_some() && head_of != Some(i) && !op.refund && self.has_waiters(op);
-            let over = e.over || blocked;
-            outcomes.push(Outcome {
-                over: e.over,
-                remaining: e.remaining,
-                reset_ns: e.reset_ns,
-                retry_ns: e.retry_ns,
-                blocked,
-            });
-            if !over && !op.refund {
+            let blocked = self.is_blocked(op, i, head_of);
+            if !(e.over || blocked || op.refund) {
                 scratch.push((i, e.next));
             }
-            match op.role {
-                Role::Binding if over && !d.global_shadow => {
-                    if d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX {
-                        wait.get_or_insert(i);
-                    } else {
-                        refuse = true;
-                    }
-                }
-                Role::Quota => {
-                    quota_any = true;
-                    quota_all_over &= e.over;
-                }
-                _ => {}
-            }
+            evals.push((e, blocked));
         }
-        if d.whole && quota_any && quota_all_over && !d.global_shadow {
-            refuse = true;
-        }
-        let verdict = if refuse {
-            Verdict::Refuse
-        } else if let Some(i) = wait {
-            Verdict::Wait(i)
-        } else {
-            Verdict::Admit
-        };
+        let (outcomes, verdict) = judge(d, &evals);
         Evaluated {
             outcomes,
             scratch,
             verdict,
         }
+    }
+
+    /// A newcomer does not pass the waiters of a queued key, even if capacity is free.
+    fn is_blocked(&self, op: &Op, i: usize, head_of: Option<usize>) -> bool {
+        op.queue.is_some() && head_of != Some(i) && !op.refund && self.has_waiters(op)
     }
 
     fn commit(&mut self, ops: &[Op], scratch: &[(usize, State)], now: u64) {
@@ -573,6 +651,11 @@ impl Shard {
                 self.time_out(w, now);
                 continue;
             }
+            if self.remote_ready() {
+                // Redis decides the head; newcomers queue behind it meanwhile.
+                self.remote_head(w, key, hash);
+                return;
+            }
             let Evaluated {
                 outcomes, verdict, ..
             } = self.evaluate(&w.msg, now, Some(w.op));
@@ -650,6 +733,8 @@ impl Shard {
             committed: false,
             waited_ns: now.saturating_sub(w.enqueued),
             timed_out: true,
+            failed: false,
+            remote: false,
         });
     }
 
@@ -674,6 +759,8 @@ impl Shard {
             committed: admit,
             waited_ns: now.saturating_sub(w.enqueued),
             timed_out: false,
+            failed: false,
+            remote: false,
         });
     }
 
@@ -724,6 +811,10 @@ impl Shard {
         self.find(&op.key, op.hash)
             .and_then(|e| e.queue.as_ref())
             .is_some_and(|q| !q.is_empty())
+            || self
+                .remote
+                .as_ref()
+                .is_some_and(|r| r.heads.contains(op.key.as_str()))
     }
 
     fn find(&self, key: &str, hash: u64) -> Option<&Entry> {

@@ -42,7 +42,7 @@ impl From<EngineError> for RlsError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Overloaded => RlsError::Overloaded,
-            EngineError::Stopped => RlsError::Unavailable,
+            EngineError::Stopped | EngineError::Unavailable => RlsError::Unavailable,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Starts the real server on port 0 with a manual clock, and gives tests real clients.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod redis;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,11 +37,23 @@ impl TestServer {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        Self::start_env(yaml, env).await
+    }
+
+    /// Starts with owned environment pairs (see [`TestServer::start_with`]).
+    pub async fn start_env(yaml: &str, env: Vec<(String, String)>) -> TestServer {
         let mut settings =
             Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
                 .expect("valid test settings");
         settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
         settings.http_addr = "127.0.0.1:0".parse().unwrap();
+        // The debug and Prometheus ports have fixed defaults; tests that want them set them.
+        if !env.iter().any(|(k, _)| k == "DEBUG_PORT") {
+            settings.debug_addr = None;
+        }
+        if !env.iter().any(|(k, _)| k == "PROMETHEUS_ADDR") {
+            settings.prometheus = None;
+        }
         // Two workers and four shards, so multi-shard requests and cross-worker calls happen.
         if !env.iter().any(|(k, _)| k == "TURNSTILE_WORKERS") {
             settings.workers = 2;

@@ -2,6 +2,8 @@ use proptest::prelude::*;
 
 use super::*;
 
+const NS: u64 = 1_000_000_000;
+
 const MIN: u64 = 60 * NS;
 
 fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {

@@ -1,0 +1,539 @@
+//! The shard's Redis mode: batching, the breaker, the local over-limit cache, and fallback.
+//!
+//! Messages that arrive while a round trip is in flight wait in `batch` and go together in the
+//! next pipeline, so one connection carries many decisions per round trip. Redis counts first
+//! (INCRBY, or a script that counts only what fits); the shard then judges each message with
+//! the same rules as in memory, and gives back, in the next pipeline, whatever a message that is
+//! refused or must wait had counted. Queues stay in this shard: a waiter at the head of its
+//! queue is decided through Redis again when it may fit, so FIFO holds among the waiters of one
+//! replica, and across replicas the first to ask Redis after a rollover wins.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fnv::{FnvHashMap, FnvHashSet};
+use smallvec::SmallVec;
+use tokio::sync::mpsc;
+
+use super::{judge, Commit, Decide, Shard, Verdict, Waiter};
+use crate::backend::redis::{FailureMode, RedisSettings, RedisStore};
+use crate::config::Algorithm;
+use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::{Op, Outcome, Reply, Role};
+
+/// What a finished round trip reports to its shard.
+pub(crate) type Done = (Result<Vec<Vec<i64>>, String>, Duration);
+
+/// Breaker states as the shard's stats show them.
+pub const BREAKER_CLOSED: u64 = 0;
+pub const BREAKER_OPEN: u64 = 1;
+pub const BREAKER_HALF_OPEN: u64 = 2;
+
+/// Opens after consecutive failures (errors, deadlines, or slow round trips); after a cooldown
+/// one batch goes to Redis as a probe, and its success closes it again.
+struct Breaker {
+    failures: u32,
+    open_until: Option<Instant>,
+    probing: bool,
+}
+
+impl Breaker {
+    fn ready(&self, now: Instant) -> bool {
+        match self.open_until {
+            None => true,
+            Some(t) => now >= t && !self.probing,
+        }
+    }
+
+    fn state(&self) -> u64 {
+        match (self.open_until, self.probing) {
+            (None, _) => BREAKER_CLOSED,
+            (Some(_), true) => BREAKER_HALF_OPEN,
+            (Some(_), false) => BREAKER_OPEN,
+        }
+    }
+}
+
+/// A message being decided through Redis.
+enum Pending {
+    New(Decide),
+    /// The head of `key`'s queue, taken off it while Redis decides.
+    Head(Waiter, Box<str>, u64),
+}
+
+struct InFlight {
+    pendings: Vec<Pending>,
+    now: u64,
+}
+
+pub(crate) struct Remote {
+    store: Arc<RedisStore>,
+    settings: Arc<RedisSettings>,
+    conn: usize,
+    breaker: Breaker,
+    batch: Vec<Pending>,
+    undo: Vec<Op>,
+    in_flight: Option<InFlight>,
+    done_tx: mpsc::UnboundedSender<Done>,
+    pub(crate) done_rx: Option<mpsc::UnboundedReceiver<Done>>,
+    /// Keys known to have no room, and until when (`LOCAL_CACHE_SIZE_IN_BYTES`).
+    over: FnvHashMap<Box<str>, u64>,
+    over_cap: usize,
+    /// Keys whose queue head is being decided in Redis: newcomers still queue behind it.
+    pub(super) heads: FnvHashSet<Box<str>>,
+    last_error_log: Option<Instant>,
+}
+
+impl Remote {
+    pub(crate) fn new(
+        store: Arc<RedisStore>,
+        settings: Arc<RedisSettings>,
+        conn: usize,
+        shards: usize,
+    ) -> Remote {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        // About 64 bytes a cached key, the budget split between shards.
+        let over_cap = settings.local_cache_bytes / 64 / shards.max(1);
+        Remote {
+            store,
+            settings,
+            conn,
+            breaker: Breaker {
+                failures: 0,
+                open_until: None,
+                probing: false,
+            },
+            batch: Vec::new(),
+            undo: Vec::new(),
+            in_flight: None,
+            done_tx,
+            done_rx: Some(done_rx),
+            over: FnvHashMap::default(),
+            over_cap,
+            heads: FnvHashSet::default(),
+            last_error_log: None,
+        }
+    }
+}
+
+impl Shard {
+    /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
+    pub(super) fn remote_ready(&self) -> bool {
+        self.remote
+            .as_ref()
+            .is_some_and(|r| r.breaker.ready(Instant::now()))
+    }
+
+    /// A new message in Redis mode.
+    pub(super) fn decide_remote(&mut self, d: Decide) {
+        let now = self.clock.now();
+        if !self.remote_ready() {
+            return self.decide_without_redis(d);
+        }
+        let r = self.remote.as_mut().expect("remote mode");
+        // A key known to be full refuses at once, without a round trip.
+        let cached = d.ops.iter().position(|op| {
+            !op.refund
+                && op.queue.is_none()
+                && op.role == Role::Binding
+                && !d.global_shadow
+                && r.over
+                    .get(op.key.as_str())
+                    .is_some_and(|until| *until > now)
+        });
+        if let Some(i) = cached {
+            let until = r.over[d.ops[i].key.as_str()];
+            self.stats.local_cache_hits.fetch_add(1, Ordering::Relaxed);
+            let outcomes = d
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(j, _)| Outcome {
+                    over: j == i,
+                    remaining: 0,
+                    reset_ns: if j == i { until - now } else { 0 },
+                    retry_ns: if j == i { until - now } else { 0 },
+                    blocked: false,
+                })
+                .collect();
+            self.count_denied(&d.ops, now);
+            let _ = d.reply.send(Reply {
+                outcomes,
+                committed: false,
+                waited_ns: 0,
+                timed_out: false,
+                failed: false,
+                remote: false,
+            });
+            return;
+        }
+        r.batch.push(Pending::New(d));
+        self.flush();
+    }
+
+    /// The breaker is open: decide as the failure mode says.
+    fn decide_without_redis(&mut self, d: Decide) {
+        self.stats
+            .fallback_decisions
+            .fetch_add(1, Ordering::Relaxed);
+        let mode = self
+            .remote
+            .as_ref()
+            .map_or(FailureMode::Fallback, |r| r.settings.failure_mode);
+        match mode {
+            FailureMode::Fallback => self.decide(d),
+            FailureMode::FailOpen => {
+                let now = self.clock.now();
+                let outcomes = d
+                    .ops
+                    .iter()
+                    .map(|op| {
+                        let e = State::fresh(&op.params, now).eval(&op.params, now, 0);
+                        Outcome {
+                            over: false,
+                            remaining: e.remaining,
+                            reset_ns: e.reset_ns,
+                            retry_ns: 0,
+                            blocked: false,
+                        }
+                    })
+                    .collect();
+                let _ = d.reply.send(Reply {
+                    outcomes,
+                    committed: false,
+                    waited_ns: 0,
+                    timed_out: false,
+                    failed: false,
+                    remote: false,
+                });
+            }
+            FailureMode::FailClosed => {
+                let _ = d.reply.send(Reply {
+                    outcomes: SmallVec::new(),
+                    committed: false,
+                    waited_ns: 0,
+                    timed_out: false,
+                    failed: true,
+                    remote: false,
+                });
+            }
+        }
+    }
+
+    /// Sends the head waiter of `key` to Redis.
+    pub(super) fn remote_head(&mut self, w: Waiter, key: &str, hash: u64) {
+        let r = self.remote.as_mut().expect("remote mode");
+        r.heads.insert(key.into());
+        r.batch.push(Pending::Head(w, key.into(), hash));
+        self.flush();
+    }
+
+    /// Gives back, through Redis, what the ops at `done` counted there.
+    pub(super) fn remote_undo(&mut self, ops: &[Op], done: &[usize]) {
+        if done.is_empty() {
+            return;
+        }
+        let Some(r) = self.remote.as_mut() else {
+            return;
+        };
+        for &i in done {
+            r.undo.push(ops[i].clone());
+        }
+        self.flush();
+    }
+
+    /// Gives back ops that another shard's refusal undid; `remote` says where they counted.
+    pub(super) fn undo_remote_ops(&mut self, ops: &[Op]) {
+        let all: SmallVec<[usize; 2]> = (0..ops.len()).collect();
+        self.remote_undo(ops, &all);
+    }
+
+    /// Starts a round trip with everything waiting, if none is in flight.
+    fn flush(&mut self) {
+        let now = self.clock.now();
+        let Some(r) = self.remote.as_mut() else {
+            return;
+        };
+        if r.in_flight.is_some() || (r.batch.is_empty() && r.undo.is_empty()) {
+            return;
+        }
+        if r.breaker.open_until.is_some() {
+            // Half-open: this batch is the probe.
+            r.breaker.probing = true;
+        }
+        let pendings = std::mem::take(&mut r.batch);
+        let undo = std::mem::take(&mut r.undo);
+        let mut cmds = Vec::new();
+        for p in &pendings {
+            let d = match p {
+                Pending::New(d) => d,
+                Pending::Head(w, ..) => &w.msg,
+            };
+            for op in &d.ops {
+                cmds.push((r.store.cmd(op, now, op.refund), op.params));
+            }
+        }
+        for op in &undo {
+            cmds.push((r.store.cmd(op, now, true), op.params));
+        }
+        r.in_flight = Some(InFlight { pendings, now });
+        let store = r.store.clone();
+        let tx = r.done_tx.clone();
+        let conn = r.conn;
+        let deadline = r.settings.deadline;
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = store.run(conn, cmds, deadline).await;
+            let _ = tx.send((result, started.elapsed()));
+        });
+        self.stats.breaker.store(
+            self.remote.as_ref().expect("remote").breaker.state(),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A round trip finished: judge its messages, then send what accumulated meanwhile.
+    pub(super) fn remote_done(&mut self, (result, latency): Done) {
+        let r = self.remote.as_mut().expect("remote mode");
+        let Some(flight) = r.in_flight.take() else {
+            return;
+        };
+        let ok = result.as_ref().is_ok_and(|_| latency <= r.settings.slow);
+        let b = &mut r.breaker;
+        if ok {
+            b.failures = 0;
+            b.open_until = None;
+            b.probing = false;
+        } else {
+            b.probing = false;
+            b.failures += 1;
+            if b.failures >= r.settings.breaker_failures || b.open_until.is_some() {
+                b.open_until = Some(Instant::now() + r.settings.cooldown);
+            }
+            self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+            let log = r
+                .last_error_log
+                .is_none_or(|t| t.elapsed() > Duration::from_secs(1));
+            if log {
+                r.last_error_log = Some(Instant::now());
+                match &result {
+                    Err(e) => {
+                        tracing::warn!(error = %e, open = b.open_until.is_some(), "Redis round trip failed")
+                    }
+                    Ok(_) => tracing::warn!(
+                        ?latency,
+                        open = b.open_until.is_some(),
+                        "Redis round trip was slow"
+                    ),
+                }
+            }
+        }
+        self.stats
+            .breaker
+            .store(r.breaker.state(), Ordering::Relaxed);
+        match result {
+            Ok(replies) => self.apply(flight, replies),
+            Err(_) => {
+                // Nothing is known of this batch: decide it as the failure mode says.
+                for p in flight.pendings {
+                    match p {
+                        Pending::New(d) => self.decide_without_redis(d),
+                        Pending::Head(w, key, hash) => {
+                            self.remote.as_mut().expect("remote").heads.remove(&key);
+                            self.requeue_head(w, &key, flight.now);
+                            self.service_queue(&key, hash, self.clock.now());
+                        }
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    fn apply(&mut self, flight: InFlight, replies: Vec<Vec<i64>>) {
+        let now = flight.now;
+        let mut at = 0;
+        for p in flight.pendings {
+            let (d, head) = match p {
+                Pending::New(d) => (d, None),
+                Pending::Head(w, key, hash) => {
+                    let Waiter {
+                        msg,
+                        op,
+                        enqueued,
+                        deadline,
+                    } = w;
+                    (msg, Some((op, enqueued, deadline, key, hash)))
+                }
+            };
+            let n = d.ops.len();
+            let mine = &replies[at..at + n];
+            at += n;
+            let head_of = head.as_ref().map(|h| h.0);
+            let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(n);
+            let mut counted: SmallVec<[usize; 2]> = SmallVec::new();
+            for (i, (op, reply)) in d.ops.iter().zip(mine).enumerate() {
+                let (e, did_count) = self.remote_eval(op, reply, now);
+                if did_count {
+                    counted.push(i);
+                }
+                evals.push((e, self.is_blocked(op, i, head_of)));
+            }
+            let (outcomes, verdict) = judge(&d, &evals);
+            match head {
+                None => self.conclude(d, outcomes, verdict, Commit::Remote(counted), now, None),
+                Some((op, enqueued, deadline, key, hash)) => {
+                    self.remote.as_mut().expect("remote").heads.remove(&key);
+                    let w = Waiter {
+                        msg: d,
+                        op,
+                        enqueued,
+                        deadline,
+                    };
+                    if w.msg.reply.is_closed() {
+                        self.left_queue();
+                        self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                        self.remote_undo(&w.msg.ops, &counted);
+                    } else {
+                        match verdict {
+                            Verdict::Wait(i) if i == op => {
+                                self.remote_undo(&w.msg.ops, &counted);
+                                let retry = outcomes[i].retry_ns;
+                                self.requeue_head(w, &key, now.saturating_add(retry));
+                                continue;
+                            }
+                            Verdict::Wait(_) => {
+                                let since = Some((w.enqueued, w.deadline));
+                                self.conclude(
+                                    w.msg,
+                                    outcomes,
+                                    verdict,
+                                    Commit::Remote(counted),
+                                    now,
+                                    since,
+                                );
+                            }
+                            Verdict::Admit | Verdict::Refuse => {
+                                self.left_queue();
+                                let since = Some((w.enqueued, w.deadline));
+                                self.conclude(
+                                    w.msg,
+                                    outcomes,
+                                    verdict,
+                                    Commit::Remote(counted),
+                                    now,
+                                    since,
+                                );
+                            }
+                        }
+                    }
+                    self.service_queue(&key, hash, self.clock.now());
+                }
+            }
+        }
+    }
+
+    /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
+    fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
+        let at = at.min(w.deadline);
+        let hash = crate::descriptor::key_hash(key);
+        let params = w.msg.ops[w.op].params;
+        let now = self.clock.now();
+        let e = self.entry_mut(key, hash, params, now);
+        e.queue.get_or_insert_with(Default::default).push_front(w);
+        self.events.push(std::cmp::Reverse((at, key.into())));
+    }
+
+    /// Turns Redis's answer to one op into the same evaluation the memory engine makes, and
+    /// whether Redis counted its hits.
+    fn remote_eval(&mut self, op: &Op, reply: &[i64], now: u64) -> (Eval, bool) {
+        let p = &op.params;
+        let w = p.window_ms.max(1) * 1_000_000;
+        let idx = now / w;
+        let first = reply.first().copied().unwrap_or(0);
+        if op.refund {
+            let state = match p.algorithm {
+                Algorithm::FixedWindow => State::Fixed {
+                    window: idx,
+                    count: first.max(0) as u64,
+                },
+                Algorithm::SlidingWindow => State::Sliding {
+                    window: idx,
+                    prev: 0,
+                    cur: first.max(0) as u32,
+                },
+                Algorithm::TokenBucket { .. } => State::Gcra {
+                    tat: if first < 0 { now } else { first as u64 * 1000 },
+                },
+            };
+            return (state.eval(p, now, 0), false);
+        }
+        let hits = op.hits;
+        let (before, allowed) = match p.algorithm {
+            Algorithm::FixedWindow => {
+                let after = first.max(0) as u64;
+                (
+                    State::Fixed {
+                        window: idx,
+                        count: after.saturating_sub(hits),
+                    },
+                    None,
+                )
+            }
+            Algorithm::SlidingWindow => {
+                let allowed = first == 1;
+                let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
+                let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
+                let cur = if allowed {
+                    cur.saturating_sub(hits)
+                } else {
+                    cur
+                };
+                (
+                    State::Sliding {
+                        window: idx,
+                        prev: prev.min(u64::from(u32::MAX)) as u32,
+                        cur: cur.min(u64::from(u32::MAX)) as u32,
+                    },
+                    Some(allowed),
+                )
+            }
+            Algorithm::TokenBucket { .. } => {
+                let allowed = first == 1;
+                let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
+                let interval = w / u64::from(p.requests_per_unit.max(1));
+                let tat = if allowed {
+                    tat.saturating_sub(interval.saturating_mul(hits))
+                } else {
+                    tat
+                };
+                (State::Gcra { tat }, Some(allowed))
+            }
+        };
+        let mut e = before.eval(p, now, hits);
+        // The script's verdict stands (its arithmetic is in milliseconds or microseconds).
+        if let Some(allowed) = allowed {
+            if allowed && e.over {
+                e.over = false;
+                e.remaining = 0;
+            } else if !allowed && !e.over {
+                e.over = true;
+                e.remaining = 0;
+            }
+        }
+        let counted = hits > 0 && allowed.unwrap_or(true);
+        // Remember keys with no room left at all, until room comes back.
+        let full = before.eval(p, now, 1);
+        if op.role == Role::Binding && full.over && full.retry_ns != u64::MAX {
+            let r = self.remote.as_mut().expect("remote mode");
+            if r.over.len() >= r.over_cap {
+                r.over.retain(|_, until| *until > now);
+            }
+            if r.over.len() < r.over_cap {
+                r.over.insert(op.key.as_str().into(), now + full.retry_ns);
+            }
+        }
+        (e, counted)
+    }
+}

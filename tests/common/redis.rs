@@ -1,0 +1,126 @@
+//! Real Redis servers for tests: started on free ports, stopped on drop.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `redis-cli` against `port` and returns its output.
+pub fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is on PATH (scripts/install-test-deps.sh installs it)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let dir = std::env::temp_dir().join(format!(
+            "turnstile-redis-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut r = Redis {
+            port: free_port(),
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is on PATH (scripts/install-test-deps.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cli(self.port, &["PING"]) != "PONG" {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not start",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Environment for a turnstile using `redis` (single), with its own key prefix.
+pub fn env(redis: &Redis, prefix: &str) -> Vec<(String, String)> {
+    vec![
+        ("BACKEND_TYPE".into(), "redis".into()),
+        ("REDIS_URL".into(), redis.url()),
+        ("CACHE_KEY_PREFIX".into(), prefix.into()),
+        ("EXPIRATION_JITTER_MAX_SECONDS".into(), "0".into()),
+        // Tests run beside builds on a small machine: a roomy deadline keeps the breaker shut.
+        ("TURNSTILE_REDIS_DEADLINE_MS".into(), "2000".into()),
+    ]
+}
