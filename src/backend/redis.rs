@@ -305,7 +305,15 @@ impl Cmd {
 
 fn url_of(t: &RedisTarget, host: &str) -> String {
     if t.socket_unix {
-        return format!("unix://{host}");
+        // Unix socket URLs carry credentials as query parameters.
+        let auth = match &t.auth {
+            None => String::new(),
+            Some(a) => match a.split_once(':') {
+                Some((u, p)) => format!("?user={u}&pass={p}"),
+                None => format!("?pass={a}"),
+            },
+        };
+        return format!("unix://{host}{auth}");
     }
     let scheme = if t.tls { "rediss" } else { "redis" };
     let auth = match &t.auth {
@@ -386,12 +394,35 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
 }
 
 impl RedisStore {
+    /// Connects and checks every deployment with a PING, so a wrong address or password stops
+    /// the start instead of sending every decision to the fallback.
     pub async fn connect(s: &RedisSettings) -> Result<RedisStore, String> {
         let main = connect(&s.main, s.deadline).await?;
         let per_second = match &s.per_second {
             Some(t) => Some(connect(t, s.deadline).await?),
             None => None,
         };
+        let check = Duration::from_secs(5).max(s.deadline);
+        for (name, dep) in [
+            ("REDIS_URL", Some(&main)),
+            ("REDIS_PERSECOND_URL", per_second.as_ref()),
+        ] {
+            let Some(dep) = dep else { continue };
+            for c in &dep.conns {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PING");
+                let ping = ping(c.clone(), pipe);
+                match tokio::time::timeout(check, ping).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(format!("Redis at {name} does not answer PING: {e}")),
+                    Err(_) => {
+                        return Err(format!(
+                            "Redis at {name} does not answer PING within {check:?}"
+                        ))
+                    }
+                }
+            }
+        }
         Ok(RedisStore {
             main,
             per_second,
@@ -653,6 +684,24 @@ impl RedisStore {
         }
         Ok(values.into_iter().map(ints).collect())
     }
+}
+
+async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {
+    let r: Result<Vec<Value>, redis::RedisError> = match conn {
+        Conn::Single(mut m) => pipe.query_async(&mut m).await,
+        Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
+        Conn::Sentinel(s) => {
+            let mut g = s.lock().await;
+            let mut c =
+                g.0.get_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let r = pipe.query_async(&mut c).await;
+            g.1 = Some(c);
+            r
+        }
+    };
+    r.map(|_| ()).map_err(|e| e.to_string())
 }
 
 fn ints(v: Value) -> Vec<i64> {

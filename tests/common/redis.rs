@@ -15,8 +15,16 @@ pub fn free_port() -> u16 {
 
 /// Runs `redis-cli` against `port` and returns its output.
 pub fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
+    cli_auth(port, None, args)
+}
+
+pub fn cli_auth(port: u16, auth: Option<&str>, args: &[&str]) -> String {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-p", &port.to_string()]);
+    if let Some(a) = auth {
+        cmd.args(["-a", a, "--no-auth-warning"]);
+    }
+    let out = cmd
         .args(args)
         .output()
         .expect("redis-cli is on PATH (scripts/install-test-deps.sh installs it)");
@@ -26,8 +34,9 @@ pub fn cli(port: u16, args: &[&str]) -> String {
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
-    dir: PathBuf,
+    pub dir: PathBuf,
     extra: Vec<String>,
+    auth: Option<String>,
 }
 
 impl Redis {
@@ -45,6 +54,11 @@ impl Redis {
         let mut r = Redis {
             port: free_port(),
             child: None,
+            auth: extra
+                .iter()
+                .position(|a| *a == "--requirepass")
+                .and_then(|i| extra.get(i + 1))
+                .map(|s| s.to_string()),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
@@ -73,7 +87,7 @@ impl Redis {
             .expect("redis-server is on PATH (scripts/install-test-deps.sh installs it)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while cli(self.port, &["PING"]) != "PONG" {
+        while cli_auth(self.port, self.auth.as_deref(), &["PING"]) != "PONG" {
             assert!(
                 Instant::now() < deadline,
                 "redis-server on {} did not start",
@@ -102,7 +116,7 @@ impl Redis {
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        cli_auth(self.port, self.auth.as_deref(), args)
     }
 }
 
