@@ -151,13 +151,17 @@ pub struct RedisSettings {
 }
 
 impl RedisSettings {
-    /// `BACKEND_TYPE=redis` and the `REDIS_*` variables; `None` when the backend is memory.
+    /// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
+    /// when the backend is memory.
     pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<RedisSettings>, String> {
         let get = |k: &str| env(k).filter(|v| !v.is_empty());
         match get("BACKEND_TYPE")
             .map(|b| b.to_ascii_lowercase())
             .as_deref()
         {
+            // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample)
+            // set only REDIS_URL: honour them; with no Redis configured, stay in memory.
+            None if get("REDIS_URL").is_some() => {}
             None | Some("memory") => return Ok(None),
             Some("redis") => {}
             Some(other) => {
@@ -714,5 +718,79 @@ fn ints(v: Value) -> Vec<i64> {
             .map_or_else(Vec::new, |i| vec![i]),
         Value::SimpleString(s) => s.parse().map_or_else(|_| Vec::new(), |i| vec![i]),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<Option<RedisSettings>, String> {
+        RedisSettings::from_env(|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn backend_choice_follows_envoyproxy_ratelimit_manifests() {
+        assert!(from(&[]).unwrap().is_none(), "memory by default");
+        assert!(from(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "r:6379")])
+            .unwrap()
+            .is_none());
+        let istio = from(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "redis:6379")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (istio.main.url.as_str(), &istio.main.kind),
+            ("redis:6379", &RedisType::Single)
+        );
+        assert!(from(&[("BACKEND_TYPE", "redis")])
+            .unwrap_err()
+            .contains("REDIS_URL"));
+        assert!(from(&[("BACKEND_TYPE", "memcache")])
+            .unwrap_err()
+            .contains("memcache"));
+        assert!(from(&[("REDIS_URL", "x"), ("REDIS_TYPE", "ring")])
+            .unwrap_err()
+            .contains("REDIS_TYPE"));
+        let s = from(&[
+            ("REDIS_URL", "a:1"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "b:2"),
+            ("REDIS_PERSECOND_TYPE", "cluster"),
+            ("CACHE_KEY_PREFIX", "p_"),
+            ("TURNSTILE_REDIS_FAILURE_MODE", "fail_closed"),
+        ])
+        .unwrap()
+        .unwrap();
+        let ps = s.per_second.unwrap();
+        assert_eq!((ps.url.as_str(), ps.kind), ("b:2", RedisType::Cluster));
+        assert_eq!(
+            (s.prefix.as_str(), s.failure_mode),
+            ("p_", FailureMode::FailClosed)
+        );
+    }
+
+    #[test]
+    fn unix_and_auth_urls() {
+        let t = RedisTarget {
+            url: "/run/redis.sock".into(),
+            socket_unix: true,
+            kind: RedisType::Single,
+            auth: Some("pw".into()),
+            tls: false,
+            pool_size: 1,
+        };
+        assert_eq!(url_of(&t, &t.url), "unix:///run/redis.sock?pass=pw");
+        let tcp = RedisTarget {
+            socket_unix: false,
+            tls: true,
+            auth: Some("u:pw".into()),
+            ..t
+        };
+        assert_eq!(url_of(&tcp, "h:6379"), "rediss://u:pw@h:6379");
     }
 }
