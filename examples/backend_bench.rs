@@ -134,7 +134,7 @@ fn main() {
             ("redis", Some((store, Arc::new(settings.clone())))),
         ] {
             let (engine, tasks) =
-                Engine::with_backend(shards, 65_536, 10_000, Clock::System, redis);
+                Engine::with_backend(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);
             for t in tasks {
                 tokio::spawn(t.run());
             }

@@ -122,10 +122,11 @@ impl Engine {
         max_waiters: usize,
         clock: Clock,
     ) -> (Engine, Vec<ShardTask>) {
-        Self::with_backend(shards, capacity, max_waiters, clock, None)
+        Self::with_backend(shards, capacity, max_waiters, clock, None, usize::MAX)
     }
 
-    /// Like [`Engine::new`], deciding through Redis when `redis` is given.
+    /// Like [`Engine::new`], deciding through Redis when `redis` is given, and holding at most
+    /// `max_keys` keys in memory (spread over the shards; a key flood evicts past it).
     pub fn with_backend(
         shards: usize,
         capacity: usize,
@@ -135,6 +136,7 @@ impl Engine {
             Arc<crate::backend::redis::RedisStore>,
             Arc<crate::backend::redis::RedisSettings>,
         )>,
+        max_keys: usize,
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
         let per_shard_waiters = max_waiters.div_ceil(shards);
@@ -149,7 +151,13 @@ impl Engine {
                 .as_ref()
                 .map(|(store, s)| shard::Remote::new(store.clone(), s.clone(), i, shards));
             tasks.push(ShardTask {
-                shard: Shard::new(clock.clone(), per_shard_waiters, st.clone(), remote),
+                shard: Shard::new(
+                    clock.clone(),
+                    per_shard_waiters,
+                    st.clone(),
+                    remote,
+                    max_keys / shards,
+                ),
                 rx,
             });
             stats.push(st);

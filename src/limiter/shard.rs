@@ -98,6 +98,8 @@ pub struct ShardStats {
     pub cancelled: AtomicU64,
     pub queue_full: AtomicU64,
     pub wait_ns_total: AtomicU64,
+    /// Keys dropped before their window ended because the shard held its cap.
+    pub evictions: AtomicU64,
     /// Redis mode: the breaker (`BREAKER_CLOSED`, `BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
     pub breaker: AtomicU64,
     pub redis_errors: AtomicU64,
@@ -156,6 +158,11 @@ pub(crate) struct Shard {
     denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
     /// Redis mode; `None` keeps every counter in `table`.
     remote: Option<Remote>,
+    /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
+    max_keys: usize,
+    /// Keys refused in their current window (by hash, until the window ends): never evicted, so
+    /// an attacker flooding new keys cannot make the shard forget who is over the limit.
+    refused: fnv::FnvHashMap<u64, u64>,
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -218,6 +225,7 @@ impl Shard {
         max_waiters: usize,
         stats: Arc<ShardStats>,
         remote: Option<Remote>,
+        max_keys: usize,
     ) -> Shard {
         let now = clock.now();
         Shard {
@@ -233,6 +241,8 @@ impl Shard {
             grants: Default::default(),
             denied: Default::default(),
             remote,
+            max_keys: max_keys.max(16),
+            refused: Default::default(),
         }
     }
 
@@ -432,6 +442,7 @@ impl Shard {
             }
             Verdict::Refuse => {
                 self.count_denied(&d.ops, now);
+                self.protect(&d.ops, &outcomes, now);
                 let _ = d.reply.send(Reply {
                     outcomes,
                     committed: false,
@@ -450,6 +461,7 @@ impl Shard {
                 if is_new && !self.room_to_wait(op, now, deadline) {
                     self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
                     self.count_denied(&d.ops, now);
+                    self.protect(&d.ops, &outcomes, now);
                     for o in outcomes.iter_mut() {
                         if o.blocked {
                             o.over = true;
@@ -793,6 +805,7 @@ impl Shard {
     fn sweep(&mut self, now: u64) {
         self.table
             .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.refused.retain(|_, until| *until > now);
         self.grants
             .retain(|_, g| g.window >= now / g.params.window_ns());
         let table = &self.table;
@@ -805,6 +818,55 @@ impl Shard {
             .keys
             .store(self.table.len() as u64, Ordering::Relaxed);
         self.next_sweep = now + self.sweep_every;
+    }
+
+    /// Remembers keys refused for being over their limit, until their window ends. Keys that no
+    /// state could ever admit (`requests_per_unit: 0`, hits above the limit) need no memory.
+    fn protect(&mut self, ops: &[Op], outcomes: &[Outcome], now: u64) {
+        for (op, o) in ops.iter().zip(outcomes) {
+            if o.over
+                && !o.blocked
+                && o.retry_ns != u64::MAX
+                && self.refused.len() < self.max_keys / 10
+            {
+                self.refused.insert(op.hash, now.saturating_add(o.reset_ns));
+            }
+        }
+    }
+
+    /// Key flood defence, run when the shard holds `max_keys` and a new key arrives. Expired keys
+    /// go first; if that frees less than a tenth of the cap, the keys whose state expires soonest
+    /// are evicted until a tenth is free. Never evicted: keys with waiters, and keys refused in
+    /// their current window (so no one over the limit is forgotten early). Evicting a key that
+    /// is under its limit restarts its count, so it may admit up to its limit again in that
+    /// window: a bounded error, counted in `evictions`. Runs once per tenth of the cap of new
+    /// keys, so its cost per key is constant.
+    fn make_room(&mut self, now: u64) {
+        self.table
+            .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.refused.retain(|_, until| *until > now);
+        let target = self.max_keys - self.max_keys / 10;
+        if self.table.len() > target {
+            let refused = &self.refused;
+            let mut candidates: Vec<(u64, u64)> = self
+                .table
+                .iter()
+                .filter(|e| e.queue.is_none())
+                .map(|e| (e.expires_at, key_hash(&e.key)))
+                .filter(|(_, h)| !refused.contains_key(h))
+                .collect();
+            let n = (self.table.len() - target).min(candidates.len());
+            if n > 0 {
+                candidates.select_nth_unstable(n - 1);
+                let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
+                self.table
+                    .retain(|e| e.queue.is_some() || !victims.contains(&key_hash(&e.key)));
+                self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        self.stats
+            .keys
+            .store(self.table.len() as u64, Ordering::Relaxed);
     }
 
     fn has_waiters(&self, op: &Op) -> bool {
@@ -822,6 +884,9 @@ impl Shard {
     }
 
     fn entry_mut(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> &mut Entry {
+        if self.table.len() >= self.max_keys && self.find(key, hash).is_none() {
+            self.make_room(now);
+        }
         match self
             .table
             .entry(hash, |e| e.key.as_ref() == key, |e| key_hash(&e.key))
