@@ -350,6 +350,11 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
     // bound with room for a loaded machine, not a benchmark).
     assert!(slowest < Duration::from_secs(2), "slowest call {slowest:?}");
     assert!(breaker(&s).contains(&BREAKER_OPEN), "{:?}", breaker(&s));
+    let health = reqwest::get(format!("{}/healthcheck", s.http))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "still answering, so still healthy");
+    assert!(health.text().await.unwrap().contains("breaker open"));
     assert!(
         s.running()
             .limiter

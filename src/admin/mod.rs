@@ -38,9 +38,30 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
+/// 200 while serving. With Redis, the body says when its breaker is open: the service still
+/// answers (from memory, or as the failure mode says), so it stays healthy.
 async fn healthcheck(State(s): State<AdminState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
-        (StatusCode::OK, "OK").into_response()
+        let states: Vec<u64> = s
+            .limiter
+            .engine()
+            .stats()
+            .iter()
+            .map(|st| st.breaker.load(Ordering::Relaxed))
+            .collect();
+        let open = states
+            .iter()
+            .filter(|b| **b != crate::limiter::BREAKER_CLOSED)
+            .count();
+        if open == 0 {
+            (StatusCode::OK, "OK").into_response()
+        } else {
+            let body = format!(
+                "OK (redis breaker open on {open} of {} shards: deciding without Redis)",
+                states.len()
+            );
+            (StatusCode::OK, body).into_response()
+        }
     } else {
         (StatusCode::INTERNAL_SERVER_ERROR, "NOT_SERVING").into_response()
     }
