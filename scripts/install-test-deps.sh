@@ -7,6 +7,7 @@
 #   redis-cli              apt  redis-tools (comes with redis-server)
 #   h2load                 apt  nghttp2-client
 #   protoc                 apt  protobuf-compiler
+#   openssl                apt  openssl (test certificates)
 #
 # Idempotent: anything already on PATH is left alone, and `apt-get update` runs once, only when
 # an apt package has to be installed. Non-interactive (fine under CI=true with no stdin). Runs
@@ -128,6 +129,7 @@ have redis-server || apt_packages+=("redis-server")
 have redis-cli || apt_packages+=("redis-tools")
 have h2load || apt_packages+=("nghttp2-client")
 have protoc || apt_packages+=("protobuf-compiler")
+have openssl || apt_packages+=("openssl")
 
 if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
   log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc"

@@ -431,3 +431,133 @@ async fn a_wrong_password_stops_the_start() {
         "{e}"
     );
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
+fn certs(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+    ]);
+    for name in ["server", "client"] {
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "1",
+            "-extfile",
+            "ext",
+        ]);
+    }
+}
+
+#[tokio::test]
+async fn redis_over_mutual_tls() {
+    let dir = std::env::temp_dir().join(format!("turnstile-tls-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    certs(&dir);
+    let p = |f: &str| dir.join(f).to_string_lossy().to_string();
+    let tls_port = free_port();
+    let redis = Redis::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &p("server.crt"),
+        "--tls-key-file",
+        &p("server.key"),
+        "--tls-ca-cert-file",
+        &p("ca.crt"),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let base = vec![
+        ("BACKEND_TYPE".to_string(), "redis".to_string()),
+        ("REDIS_URL".into(), format!("127.0.0.1:{tls_port}")),
+        ("REDIS_TLS".into(), "true".into()),
+        ("REDIS_TLS_CACERT".into(), p("ca.crt")),
+        ("EXPIRATION_JITTER_MAX_SECONDS".into(), "0".into()),
+        ("TURNSTILE_REDIS_DEADLINE_MS".into(), "2000".into()),
+    ];
+    let s = TestServer::start_env(
+        CONFIG,
+        with(
+            base.clone(),
+            &[
+                ("REDIS_TLS_CLIENT_CERT", &p("client.crt")),
+                ("REDIS_TLS_CLIENT_KEY", &p("client.key")),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(
+        codes(&s.call(one("edge", &[("api_key", "tls")])).await),
+        vec![(OK, 2)]
+    );
+    assert_eq!(
+        redis.cli(&["GET", "edge_api_key_tls_1699999980"]),
+        "1",
+        "counted over TLS"
+    );
+    // Without the client certificate the server refuses the handshake: the start fails.
+    let mut settings = turnstile::config::settings::Settings::from_env(|k| {
+        base.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
+    settings.http_addr = "127.0.0.1:0".parse().unwrap();
+    let r = turnstile::server::start(
+        &settings,
+        load("domain: d\ndescriptors: []\n"),
+        turnstile::limiter::Clock::System,
+    )
+    .await;
+    assert!(
+        r.is_err(),
+        "mutual TLS without a client certificate must not connect"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -127,6 +127,10 @@ pub struct RedisTarget {
     pub kind: RedisType,
     pub auth: Option<String>,
     pub tls: bool,
+    /// `REDIS_TLS_CACERT`: PEM file of the CA to trust instead of the built-in web roots.
+    pub tls_ca: Option<String>,
+    /// `REDIS_TLS_CLIENT_CERT` / `REDIS_TLS_CLIENT_KEY`: a client certificate for mutual TLS.
+    pub tls_client: Option<(String, String)>,
     pub pool_size: usize,
 }
 
@@ -206,6 +210,19 @@ impl RedisSettings {
                 kind,
                 auth: get(&format!("{p}_AUTH")),
                 tls: flag(&format!("{p}_TLS"))?,
+                tls_ca: get(&format!("{p}_TLS_CACERT")),
+                tls_client: match (
+                    get(&format!("{p}_TLS_CLIENT_CERT")),
+                    get(&format!("{p}_TLS_CLIENT_KEY")),
+                ) {
+                    (Some(c), Some(k)) => Some((c, k)),
+                    (None, None) => None,
+                    _ => {
+                        return Err(format!(
+                            "{p}_TLS_CLIENT_CERT and {p}_TLS_CLIENT_KEY go together"
+                        ))
+                    }
+                },
                 pool_size: num(&format!("{p}_POOL_SIZE"), 10)?.max(1) as usize,
             })
         };
@@ -329,12 +346,35 @@ fn url_of(t: &RedisTarget, host: &str) -> String {
     format!("{scheme}://{auth}{host}")
 }
 
+/// The CA and client certificate files, read now so a wrong path stops the start.
+fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, String> {
+    if !t.tls || (t.tls_ca.is_none() && t.tls_client.is_none()) {
+        return Ok(None);
+    }
+    let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
+    Ok(Some(redis::TlsCertificates {
+        client_tls: match &t.tls_client {
+            Some((c, k)) => Some(redis::ClientTlsConfig {
+                client_cert: read(c)?,
+                client_key: read(k)?,
+            }),
+            None => None,
+        },
+        root_cert: t.tls_ca.as_deref().map(read).transpose()?,
+    }))
+}
+
 async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, String> {
     let mut conns = Vec::with_capacity(t.pool_size);
+    let certs = certificates(t)?;
     match t.kind {
         RedisType::Single => {
-            let client =
-                redis::Client::open(url_of(t, &t.url)).map_err(|e| format!("REDIS_URL: {e}"))?;
+            let url = url_of(t, &t.url);
+            let client = match certs {
+                Some(c) => redis::Client::build_with_tls(url, c),
+                None => redis::Client::open(url),
+            }
+            .map_err(|e| format!("REDIS_URL: {e}"))?;
             for _ in 0..t.pool_size {
                 let cfg = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
@@ -348,9 +388,13 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
         }
         RedisType::Cluster => {
             let nodes: Vec<String> = t.url.split(',').map(|h| url_of(t, h.trim())).collect();
-            let client = redis::cluster::ClusterClient::builder(nodes)
+            let mut builder = redis::cluster::ClusterClient::builder(nodes)
                 .connection_timeout(deadline.max(Duration::from_millis(500)))
-                .response_timeout(deadline)
+                .response_timeout(deadline);
+            if let Some(c) = certs {
+                builder = builder.certs(c);
+            }
+            let client = builder
                 .build()
                 .map_err(|e| format!("REDIS_URL (cluster): {e}"))?;
             let c = client
@@ -782,6 +826,8 @@ mod tests {
             kind: RedisType::Single,
             auth: Some("pw".into()),
             tls: false,
+            tls_ca: None,
+            tls_client: None,
             pool_size: 1,
         };
         assert_eq!(url_of(&t, &t.url), "unix:///run/redis.sock?pass=pw");
