@@ -143,6 +143,7 @@ fn main() {
         rows
     });
     let _ = redis.kill();
+    let _ = redis.wait();
     let base = rows[0].1 .0;
     println!("| backend | decisions/s | p50 | p99 | vs memory |");
     println!("|---|---:|---:|---:|---:|");

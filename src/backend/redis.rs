@@ -281,6 +281,9 @@ pub struct RedisStore {
     jitter_max_secs: u64,
 }
 
+/// Commands with their place in the batch.
+type Numbered = Vec<(usize, Cmd)>;
+
 /// One op as sent to Redis, with what its answer means.
 #[derive(Debug, Clone)]
 pub(crate) enum Cmd {
@@ -486,7 +489,7 @@ impl RedisStore {
         let now_ms = now / 1_000_000;
         let idx = now_ms / w;
         let start = |i: u64| {
-            if w % 1000 == 0 {
+            if w.is_multiple_of(1000) {
                 (i * w / 1000).to_string()
             } else {
                 format!("{}ms", i * w)
@@ -570,7 +573,7 @@ impl RedisStore {
         deadline: Duration,
     ) -> Result<Vec<Vec<i64>>, String> {
         let fut = async {
-            let (mut main, mut second): (Vec<(usize, Cmd)>, Vec<(usize, Cmd)>) =
+            let (mut main, mut second): (Numbered, Numbered) =
                 (Vec::new(), Vec::new());
             for (i, (c, p)) in cmds.into_iter().enumerate() {
                 if self.per_second.is_some() && c.per_second(&p) {
