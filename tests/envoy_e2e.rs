@@ -16,9 +16,7 @@
 #[allow(dead_code, unreachable_pub)]
 mod envoy;
 
-use std::fs;
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::time::Duration;
 
 use envoy::*;
@@ -514,38 +512,10 @@ async fn two_domains_on_two_routes() {
 async fn shipped_example_behaves_as_its_readme_says() {
     let _slot = take_slot();
     let dir = TempDir::new("example");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let upstream = Upstream::start();
-    let turnstile =
-        Turnstile::start_with_config(dir.path(), &root.join("examples/envoy/turnstile.yaml"), &[]);
-    // The example as shipped, with its fixed ports swapped for this test's.
-    let example = fs::read_to_string(root.join("examples/envoy/envoy.yaml")).unwrap();
-    let replacements = [
-        ("port_value: 10000", "port_value: 0".to_string()),
-        ("port_value: 9901", "port_value: 0".to_string()),
-        (
-            "port_value: 5678",
-            format!("port_value: {}", upstream.addr.port()),
-        ),
-        (
-            "port_value: 8081",
-            format!("port_value: {}", turnstile.grpc.port()),
-        ),
-        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
-    ];
-    let mut yaml = example.clone();
-    for (from, to) in &replacements {
-        assert!(
-            yaml.contains(from),
-            "examples/envoy/envoy.yaml no longer has `{from}`"
-        );
-        yaml = yaml.replace(from, to);
-    }
-    let config_path = dir.path().join("envoy.yaml");
-    fs::write(&config_path, yaml).unwrap();
-    let envoy = Envoy::start_file(dir.path(), "envoy", &config_path).await;
+    let (_turnstile, envoy) = start_shipped_example(dir.path(), &upstream).await;
     let c = client();
-    // The example's limits are per minute.
+    // The limits counted here are per minute.
     clear_of_window_edge(MINUTE, 20).await;
 
     // README: 5 requests per minute per API key, then 429.

@@ -1,6 +1,6 @@
 //! Through a real Envoy: turnstile's queued waiting (held then admitted, queue full, Envoy's
-//! own timeout giving up on a waiter, FIFO), the X-RateLimit-* headers of the sliding window and
-//! the token bucket, and the Redis backend.
+//! own timeout giving up on a waiter, FIFO, the shipped example's /batch), the X-RateLimit-*
+//! headers of the sliding window and the token bucket, and the Redis backend.
 //!
 //! The helpers (turnstile as a binary, an upstream, Envoy with a generated config) are in
 //! tests/common/envoy.rs. Queues only make sense in real time, so these tests use one-second
@@ -450,6 +450,48 @@ async fn waiters_are_admitted_first_come_first_served_one_per_window() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn shipped_example_batch_path_queues_instead_of_refusing() {
+    let _slot = take_slot();
+    let dir = TempDir::new("example_batch");
+    let upstream = Upstream::start();
+    let (_turnstile, envoy) = start_shipped_example(dir.path(), &upstream).await;
+    let url = format!("{}/batch/", envoy.base);
+    // examples/envoy/turnstile.yaml: 5 a second, burst 1, queued up to 800 ms. Four at once:
+    // the one token lets one through, the other three get the tokens of the next 200, 400 and
+    // 600 ms instead of a 429.
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let r = get(&client(), &url, &[]).await;
+                (started.elapsed(), r)
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    done.sort_by_key(|(at, _)| *at);
+    for (at, r) in &done {
+        assert_status(r, 200, &format!("/batch request answered after {at:?}"));
+    }
+    let waited: Vec<Option<&str>> = done.iter().map(|(_, r)| r.header(WAITED)).collect();
+    assert_eq!(waited[0], None, "the first takes the token: {waited:?}");
+    assert!(waited[1..].iter().all(Option::is_some), "{waited:?}");
+    let at: Vec<u128> = done.iter().map(|(at, _)| at.as_millis()).collect();
+    for k in 1..4 {
+        assert!(
+            at[k] + 60 >= at[0] + 200 * k as u128,
+            "one token each 200 ms: answered at {at:?} ms"
+        );
+    }
+    assert!(at[3] < 1000, "answered at {at:?} ms");
+    assert_eq!(upstream.hits(), 4);
 }
 
 // ------------------------------------------------------------------------------------------

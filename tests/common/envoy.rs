@@ -608,6 +608,40 @@ impl Envoy {
     }
 }
 
+/// examples/envoy/turnstile.yaml and examples/envoy/envoy.yaml as shipped, with the example's
+/// fixed ports swapped for free ones and `upstream` as the upstream.
+pub async fn start_shipped_example(dir: &Path, upstream: &Upstream) -> (Turnstile, Envoy) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let turnstile =
+        Turnstile::start_with_config(dir, &root.join("examples/envoy/turnstile.yaml"), &[]);
+    let example = fs::read_to_string(root.join("examples/envoy/envoy.yaml")).unwrap();
+    let replacements = [
+        ("port_value: 10000", "port_value: 0".to_string()),
+        ("port_value: 9901", "port_value: 0".to_string()),
+        (
+            "port_value: 5678",
+            format!("port_value: {}", upstream.addr.port()),
+        ),
+        (
+            "port_value: 8081",
+            format!("port_value: {}", turnstile.grpc.port()),
+        ),
+        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
+    ];
+    let mut yaml = example;
+    for (from, to) in &replacements {
+        assert!(
+            yaml.contains(from),
+            "examples/envoy/envoy.yaml no longer has `{from}`"
+        );
+        yaml = yaml.replace(from, to);
+    }
+    let config_path = dir.join("envoy.yaml");
+    fs::write(&config_path, yaml).unwrap();
+    let envoy = Envoy::start_file(dir, "envoy", &config_path).await;
+    (turnstile, envoy)
+}
+
 /// The listener's port once admin `/ready` says LIVE, read from `/listeners?format=json`.
 pub async fn ready_listener_port(client: &reqwest::Client, admin: &str) -> Option<u16> {
     let ready = client
