@@ -53,11 +53,6 @@ const EXIT_SETTINGS: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    let env = |k: &str| std::env::var(k).ok();
-    turnstile::telemetry::init_logging(
-        &env("LOG_LEVEL").unwrap_or_else(|| "info".into()),
-        env("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json")),
-    );
     // Manifests written for envoyproxy/ratelimit run `/bin/ratelimit` with no arguments.
     let invoked_as = std::env::args()
         .next()
@@ -70,9 +65,21 @@ fn main() -> ExitCode {
         Cli::parse().command
     };
     match command {
-        Command::Check { config } => check(&config),
+        Command::Check { config } => {
+            init_env_logging();
+            check(&config)
+        }
         Command::Serve(args) => serve(args),
     }
+}
+
+/// Logs from `LOG_LEVEL`/`LOG_FORMAT` alone: for `check`, and for reporting bad settings.
+fn init_env_logging() {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    turnstile::telemetry::init_logging(
+        &env("LOG_LEVEL").unwrap_or_else(|| "info".into()),
+        env("LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json")),
+    );
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
@@ -99,16 +106,27 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let mut settings = match Settings::from_env(|k| std::env::var(k).ok()) {
+    let settings = Settings::from_env(|k| std::env::var(k).ok()).and_then(|mut s| {
+        apply_args(&mut s, args)?;
+        Ok(s)
+    });
+    let settings = match settings {
         Ok(s) => s,
         Err(e) => {
+            init_env_logging();
             tracing::error!("{e}");
             return ExitCode::from(EXIT_SETTINGS);
         }
     };
-    if let Err(e) = apply_args(&mut settings, args) {
-        tracing::error!("{e}");
-        return ExitCode::from(EXIT_SETTINGS);
+    let telemetry = match turnstile::telemetry::init(&settings.log, settings.tracing.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_SETTINGS);
+        }
+    };
+    for why in &settings.ignored {
+        tracing::warn!("{why}");
     }
     let config = match Config::load(&settings.config_path, settings.load) {
         Ok(c) => c,
@@ -127,7 +145,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_SETTINGS);
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let running = match turnstile::server::start(&settings, config, Clock::System).await {
             Ok(r) => r,
             Err(e) => {
@@ -135,9 +153,22 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(EXIT_SETTINGS);
             }
         };
+        let grpc = match &running.grpc_uds {
+            Some(p) => format!("unix:{}", p.display()),
+            None => running.grpc_addr.to_string(),
+        };
+        let optional = |a: Option<std::net::SocketAddr>| a.map_or("off".into(), |a| a.to_string());
+        let (debug_port, metrics_port) = (
+            optional(running.debug_addr),
+            optional(running.prometheus_addr),
+        );
         tracing::info!(
-            grpc = %running.grpc_addr,
+            %grpc,
             http = %running.http_addr,
+            debug = %debug_port,
+            metrics = %metrics_port,
+            tls = settings.tls.is_some(),
+            tracing = settings.tracing.is_some(),
             workers = settings.workers,
             shards = settings.shards,
             config = %settings.config_path.display(),
@@ -145,14 +176,17 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         // One machine-readable line on stdout, so scripts and tests can find ports chosen by the OS.
         println!(
-            "turnstile: listening grpc={} http={}",
-            running.grpc_addr, running.http_addr
+            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port}",
+            running.http_addr
         );
-        wait_for_signal().await;
+        wait_for_signal(&running).await;
         tracing::info!("shutting down");
         running.shutdown().await;
         ExitCode::SUCCESS
-    })
+    });
+    // Outside the runtime: flushing waits on the exporter's own runtime.
+    telemetry.shutdown();
+    code
 }
 
 fn apply_args(s: &mut Settings, a: ServeArgs) -> Result<(), String> {
@@ -186,12 +220,22 @@ fn apply_args(s: &mut Settings, a: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Returns on SIGTERM or SIGINT; SIGHUP reloads the config and the TLS certificates.
+async fn wait_for_signal(running: &turnstile::server::Running) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading");
+                // Errors are logged and counted by the reload itself.
+                let _ = running.reload_config();
+                running.reload_tls();
+            }
+        }
     }
 }

@@ -4,9 +4,20 @@
 //! `SO_REUSEPORT` gRPC listener (the kernel spreads connections over them) and its share of the
 //! shard actors. A do-nothing tonic service costs about 9 µs of CPU per call on a current-thread
 //! runtime against 21 µs on the multi-thread one, so nothing here uses work stealing. The HTTP
-//! admin endpoints run on one more small thread of their own.
+//! admin endpoints, the debug and Prometheus ports, and the config and certificate watchers
+//! run on one more small thread of their own.
+//!
+//! gRPC is served on TCP or, with `GRPC_UDS`, a unix socket; either may be wrapped in TLS
+//! (`tls`). Every `ShouldRateLimit` call goes through `layer`: its span and its latency.
+
+mod debug;
+mod layer;
+mod tls;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -16,14 +27,15 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::{watch, Barrier};
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
 use crate::config::settings::Settings;
-use crate::config::Config;
+use crate::config::watch::{self as config_watch, poll, Reloader, Watched};
+use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine};
 use crate::service::grpc::RlsService;
 use crate::service::{AnswerSettings, RateLimiter};
@@ -37,9 +49,18 @@ const HEALTH_NAMES: [&str; 2] = ["", "ratelimit"];
 
 /// A running server.
 pub struct Running {
+    /// The TCP address gRPC listens on; unspecified (`0.0.0.0:0`) when serving on `grpc_uds`.
     pub grpc_addr: SocketAddr,
+    /// `GRPC_UDS`: the unix socket gRPC listens on instead of TCP.
+    pub grpc_uds: Option<PathBuf>,
     pub http_addr: SocketAddr,
+    /// None when the port could not be bound (logged; the service runs without it).
+    pub debug_addr: Option<SocketAddr>,
+    /// None when `USE_PROMETHEUS=false` or the port could not be bound.
+    pub prometheus_addr: Option<SocketAddr>,
     pub limiter: RateLimiter,
+    reloader: Arc<Reloader>,
+    tls: Option<Arc<tls::TlsState>>,
     serving: Arc<AtomicBool>,
     health: HealthReporter,
     stop: watch::Sender<bool>,
@@ -55,8 +76,23 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on unix socket {path}: {source}")]
+    BindUnix {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot start runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0}")]
+    Redis(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// What one worker accepts gRPC connections from.
+enum GrpcListener {
+    Tcp(StdListener),
+    Unix(StdUnixListener),
 }
 
 /// Starts serving `config` as `settings` say, with `clock` as the time source.
@@ -65,14 +101,37 @@ pub async fn start(
     config: Config,
     clock: Clock,
 ) -> Result<Running, StartError> {
+    // Taken first, before anything is read: a change made from here on is a change to reload.
+    let config_watched = Watched::Config {
+        path: settings.config_path.clone(),
+        root: Some(settings.runtime_root.clone())
+            .filter(|r| settings.watch_root && settings.config_path.starts_with(r)),
+        include_dotfiles: settings.load.include_dotfiles,
+    };
+    let config_baseline = config_watch::fingerprint(&config_watched);
+    let tls_watched = settings.tls.as_ref().map(|t| {
+        let w = tls::watched(t);
+        (config_watch::fingerprint(&w), w)
+    });
+
     let workers = settings.workers.max(1);
-    let grpc_listeners = bind_shared(settings.grpc_addr, workers)?;
-    let grpc_addr = grpc_listeners[0]
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: settings.grpc_addr,
-            source,
-        })?;
+    let (grpc_listeners, grpc_addr) = match &settings.grpc_uds {
+        Some(path) => (
+            bind_uds(path, workers)?
+                .into_iter()
+                .map(GrpcListener::Unix)
+                .collect::<Vec<_>>(),
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+        ),
+        None => {
+            let l = bind_shared(settings.grpc_addr, workers)?;
+            let addr = l[0].local_addr().map_err(|source| StartError::Bind {
+                addr: settings.grpc_addr,
+                source,
+            })?;
+            (l.into_iter().map(GrpcListener::Tcp).collect(), addr)
+        }
+    };
     let http_listener = bind_shared(settings.http_addr, 1)?.remove(0);
     let http_addr = http_listener
         .local_addr()
@@ -81,16 +140,55 @@ pub async fn start(
             source,
         })?;
 
-    let metrics = Arc::new(Metrics::new(settings.near_limit_ratio));
-    metrics.config_load_success.fetch_add(1, Ordering::Relaxed);
-    let (engine, shard_tasks) = Engine::new(
+    // The debug and Prometheus ports are not needed to answer Envoy: a port already taken is
+    // logged and the service runs without it, as envoyproxy/ratelimit does with its debug port.
+    let debug_listener = settings.debug_addr.and_then(|a| bind_optional(a, "debug"));
+    let prometheus_listener = settings
+        .prometheus
+        .as_ref()
+        .and_then(|p| bind_optional(p.addr, "Prometheus"));
+    let local = |l: &Option<StdListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let debug_addr = local(&debug_listener);
+    let prometheus_addr = local(&prometheus_listener);
+
+    let redis = match &settings.redis {
+        None => None,
+        Some(r) => {
+            let store = crate::backend::redis::RedisStore::connect(r)
+                .await
+                .map_err(StartError::Redis)?;
+            Some((Arc::new(store), Arc::new(r.clone())))
+        }
+    };
+    let (engine, shard_tasks) = Engine::with_backend(
         settings.shards,
         settings.shard_queue_capacity,
         settings.max_waiters,
         clock,
+        redis,
+        settings.max_keys,
     );
+    let metrics = Arc::new(
+        Metrics::new(settings.near_limit_ratio)
+            .with_max_detailed_series(settings.max_detailed_series),
+    );
+    let _ = metrics.shards.set(engine.stats().to_vec());
+    metrics.config_loaded();
+    let tls = match &settings.tls {
+        None => None,
+        Some(t) => Some(Arc::new(
+            tls::TlsState::new(t.clone(), metrics.clone()).map_err(StartError::Tls)?,
+        )),
+    };
+    let live = Arc::new(ArcSwap::from_pointee(config));
+    let reloader = Arc::new(Reloader::new(
+        settings.config_path.clone(),
+        settings.load,
+        live.clone(),
+        metrics.clone(),
+    ));
     let limiter = RateLimiter::new(
-        Arc::new(ArcSwap::from_pointee(config)),
+        live,
         engine,
         AnswerSettings {
             response_headers: settings.response_headers.clone(),
@@ -132,6 +230,14 @@ pub async fn start(
         let health_service = health_service.clone();
         let reflection_v1 = reflection_v1.clone();
         let reflection_v1alpha = reflection_v1alpha.clone();
+        let request_layer = layer::RequestLayer {
+            metrics: limiter.metrics().clone(),
+        };
+        let tls = tls.clone();
+        let (max_age, max_age_grace) = (
+            settings.grpc_max_connection_age,
+            settings.grpc_max_connection_age_grace,
+        );
         let mut stop_rx = stop_rx.clone();
         let barrier = barrier.clone();
         let rt = runtime()?;
@@ -142,24 +248,53 @@ pub async fn start(
                     for t in mine {
                         tokio::spawn(t.run());
                     }
-                    let listener = tokio::net::TcpListener::from_std(listener)
-                        .expect("listener registers with the runtime");
-                    let incoming = TcpListenerStream::new(listener).map(|s| {
-                        if let Ok(s) = &s {
-                            let _ = s.set_nodelay(true);
-                        }
-                        s
-                    });
                     let shutdown = async move {
                         let _ = stop_rx.wait_for(|s| *s).await;
                     };
-                    let result = tonic::transport::Server::builder()
+                    let router = tonic::transport::Server::builder()
+                        .max_connection_age(max_age)
+                        .max_connection_age_grace(max_age_grace)
+                        .layer(request_layer)
                         .add_service(health_service)
                         .add_service(reflection_v1)
                         .add_service(reflection_v1alpha)
-                        .add_service(rls)
-                        .serve_with_incoming_shutdown(incoming, shutdown)
-                        .await;
+                        .add_service(rls);
+                    let result = match (listener, tls) {
+                        (GrpcListener::Tcp(l), None) => {
+                            let l = tokio::net::TcpListener::from_std(l)
+                                .expect("listener registers with the runtime");
+                            let incoming = TcpListenerStream::new(l).map(|s| {
+                                if let Ok(s) = &s {
+                                    let _ = s.set_nodelay(true);
+                                }
+                                s
+                            });
+                            router
+                                .serve_with_incoming_shutdown(incoming, shutdown)
+                                .await
+                        }
+                        (GrpcListener::Tcp(l), Some(tls)) => {
+                            let l = tokio::net::TcpListener::from_std(l)
+                                .expect("listener registers with the runtime");
+                            router
+                                .serve_with_incoming_shutdown(tls::incoming(l, tls), shutdown)
+                                .await
+                        }
+                        (GrpcListener::Unix(l), None) => {
+                            let l = tokio::net::UnixListener::from_std(l)
+                                .expect("listener registers with the runtime");
+                            router
+                                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                                .await
+                        }
+                        (GrpcListener::Unix(l), Some(tls)) => {
+                            let l = tokio::net::UnixListener::from_std(l)
+                                .expect("listener registers with the runtime");
+                            router
+                                .serve_with_incoming_shutdown(tls::incoming(l, tls), shutdown)
+                                .await
+                        }
+                    };
                     if let Err(e) = result {
                         tracing::error!(worker = w, error = %e, "gRPC server failed");
                     }
@@ -174,23 +309,56 @@ pub async fn start(
         limiter: limiter.clone(),
         serving: serving.clone(),
     };
-    let mut stop_rx = stop_rx.clone();
+    let mut aux = Vec::new();
+    if let Some(l) = debug_listener {
+        aux.push(("debug", l, debug::debug_router(limiter.clone())));
+    }
+    if let (Some(l), Some(p)) = (prometheus_listener, &settings.prometheus) {
+        aux.push((
+            "Prometheus",
+            l,
+            debug::prometheus_router(limiter.clone(), &p.path),
+        ));
+    }
+    let interval = settings.reload_interval;
+    let watch_reloader = reloader.clone();
+    let watch_tls = tls.clone();
     let rt = runtime()?;
     threads.push(
         std::thread::Builder::new()
             .name("turnstile-admin".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(http_listener)
-                        .expect("listener registers with the runtime");
-                    let shutdown = async move {
-                        let _ = stop_rx.wait_for(|s| *s).await;
-                    };
-                    if let Err(e) = axum::serve(listener, admin::router(admin_state))
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                    {
-                        tracing::error!(error = %e, "HTTP server failed");
+                    let mut tasks = Vec::new();
+                    for (what, listener, router) in aux {
+                        tasks.push(tokio::spawn(serve_http(
+                            what,
+                            listener,
+                            router,
+                            stop_rx.clone(),
+                        )));
+                    }
+                    tasks.push(tokio::spawn(poll(
+                        config_watched,
+                        config_baseline,
+                        interval,
+                        move || {
+                            let _ = watch_reloader.reload();
+                        },
+                        stop_rx.clone(),
+                    )));
+                    if let (Some((baseline, watched)), Some(tls)) = (tls_watched, watch_tls) {
+                        tasks.push(tokio::spawn(poll(
+                            watched,
+                            baseline,
+                            interval,
+                            move || tls.reload(),
+                            stop_rx.clone(),
+                        )));
+                    }
+                    serve_http("HTTP", http_listener, admin::router(admin_state), stop_rx).await;
+                    for t in tasks {
+                        let _ = t.await;
                     }
                     barrier.wait().await;
                 })
@@ -200,8 +368,13 @@ pub async fn start(
 
     let running = Running {
         grpc_addr,
+        grpc_uds: settings.grpc_uds.clone(),
         http_addr,
+        debug_addr,
+        prometheus_addr,
         limiter,
+        reloader,
+        tls,
         serving,
         health,
         stop,
@@ -214,6 +387,19 @@ pub async fn start(
 }
 
 impl Running {
+    /// Loads the config location again (SIGHUP does this): valid, it goes live with the stats
+    /// of its limits kept; invalid, the old config stays and the error is logged and counted.
+    pub fn reload_config(&self) -> Result<(), ConfigError> {
+        self.reloader.reload()
+    }
+
+    /// Reads the TLS certificate files again, if gRPC uses TLS.
+    pub fn reload_tls(&self) {
+        if let Some(t) = &self.tls {
+            t.reload();
+        }
+    }
+
     async fn set_serving(&self) {
         for name in HEALTH_NAMES {
             self.health
@@ -242,7 +428,59 @@ impl Running {
         if tokio::time::timeout(self.grace, joined).await.is_err() {
             tracing::warn!(grace = ?self.grace, "calls still in flight after the grace period");
         }
+        if let Some(p) = &self.grpc_uds {
+            let _ = std::fs::remove_file(p);
+        }
     }
+}
+
+async fn serve_http(
+    what: &'static str,
+    listener: StdListener,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(server = what, error = %e, "HTTP server failed");
+    }
+}
+
+fn bind_optional(addr: SocketAddr, what: &str) -> Option<StdListener> {
+    match bind_shared(addr, 1) {
+        Ok(mut l) => Some(l.remove(0)),
+        Err(e) => {
+            tracing::error!(port = what, error = %e, "port not served");
+            None
+        }
+    }
+}
+
+/// `GRPC_UDS`: one unix socket, `n` handles to it. A socket left behind by a previous run is
+/// removed first; any other file at the path is an error.
+fn bind_uds(path: &Path, n: usize) -> Result<Vec<StdUnixListener>, StartError> {
+    let err = |source| StartError::BindUnix {
+        path: path.to_path_buf(),
+        source,
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+    let first = StdUnixListener::bind(path).map_err(err)?;
+    first.set_nonblocking(true).map_err(err)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 1..n {
+        out.push(first.try_clone().map_err(err)?);
+    }
+    out.insert(0, first);
+    Ok(out)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, StartError> {

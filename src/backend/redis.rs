@@ -573,8 +573,7 @@ impl RedisStore {
         deadline: Duration,
     ) -> Result<Vec<Vec<i64>>, String> {
         let fut = async {
-            let (mut main, mut second): (Numbered, Numbered) =
-                (Vec::new(), Vec::new());
+            let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
             for (i, (c, p)) in cmds.into_iter().enumerate() {
                 if self.per_second.is_some() && c.per_second(&p) {
                     second.push((i, c));

@@ -6,6 +6,7 @@
 
 mod raw;
 pub mod settings;
+pub mod watch;
 
 use std::collections::hash_map::Entry;
 use std::fmt;
@@ -759,12 +760,19 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
         let here = format!("rate_api.keys[{i}]");
         let pattern = k.key.unwrap_or_default();
         if pattern.is_empty() {
-            return Err(ctx.err(&format!("{here}.key"), "key must not be empty (use \"*\" for any)"));
+            return Err(ctx.err(
+                &format!("{here}.key"),
+                "key must not be empty (use \"*\" for any)",
+            ));
         }
-        let window_text = k
-            .window
-            .ok_or_else(|| ctx.err(&format!("{here}.window"), "window is required (e.g. 1000ms, 1m)"))?;
-        let window = parse_duration(&window_text).map_err(|m| ctx.err(&format!("{here}.window"), m))?;
+        let window_text = k.window.ok_or_else(|| {
+            ctx.err(
+                &format!("{here}.window"),
+                "window is required (e.g. 1000ms, 1m)",
+            )
+        })?;
+        let window =
+            parse_duration(&window_text).map_err(|m| ctx.err(&format!("{here}.window"), m))?;
         if window < Duration::from_millis(1) || window.subsec_nanos() % 1_000_000 != 0 {
             return Err(ctx.err(
                 &format!("{here}.window"),
@@ -785,7 +793,9 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
             Some(t) => {
                 let d = parse_duration(&t).map_err(|m| ctx.err(&format!("{here}.max_wait"), m))?;
                 if d.is_zero() {
-                    return Err(ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0"));
+                    return Err(
+                        ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0")
+                    );
                 }
                 d
             }

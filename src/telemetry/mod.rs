@@ -1,13 +1,28 @@
 //! Counters for the stats envoyproxy/ratelimit reports, kept as atomics (no allocation on the
-//! hot path), and logging setup.
+//! hot path), their Prometheus exposition, and logs and traces setup.
+
+pub mod detailed;
+pub mod histogram;
+pub mod trace;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 use crate::config::{Config, Node};
+use crate::limiter::ShardStats;
 use crate::service::RlsError;
+
+pub use detailed::DetailedSeries;
+pub use histogram::Histogram;
+pub use trace::{init, init_logging, Telemetry};
+
+/// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
+pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
 
 /// envoyproxy/ratelimit's per-limit stats. One set lives in every config node; a reload carries
 /// the values over to the node with the same stat key.
@@ -27,6 +42,29 @@ impl LimitStats {
         }
     }
 
+    /// Adds `other`'s counts to these: a reload swaps the new config in first, then adds the
+    /// old node's counts, so hits counted while both were live are kept.
+    pub fn add_from(&self, other: &LimitStats) {
+        for (a, b) in self.fields().into_iter().zip(other.fields()) {
+            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    fn add(&self, hits: u64, over: bool, near: u64, shadow: bool) {
+        self.total_hits.fetch_add(hits, Ordering::Relaxed);
+        if over {
+            self.over_limit.fetch_add(hits, Ordering::Relaxed);
+        } else {
+            self.within_limit.fetch_add(hits, Ordering::Relaxed);
+        }
+        if near > 0 {
+            self.near_limit.fetch_add(near, Ordering::Relaxed);
+        }
+        if shadow {
+            self.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+        }
+    }
+
     fn fields(&self) -> [&AtomicU64; 5] {
         [
             &self.total_hits,
@@ -39,7 +77,7 @@ impl LimitStats {
 }
 
 /// Process-wide counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pub near_limit_ratio: f64,
     /// Sums over every limit, including Envoy's `limit` overrides that have no config node.
@@ -50,6 +88,39 @@ pub struct Metrics {
     pub unavailable: AtomicU64,
     pub config_load_success: AtomicU64,
     pub config_load_error: AtomicU64,
+    /// Seconds since the Unix epoch of the last config load that succeeded.
+    pub config_loaded_at: AtomicU64,
+    /// Time to answer `ShouldRateLimit`, from the request's arrival to its answer.
+    pub latency: Histogram,
+    /// `detailed_metric` series, bounded.
+    pub detailed: DetailedSeries,
+    /// The engine's per-shard counters, set once the engine exists; rendered as gauges.
+    pub shards: OnceLock<Vec<Arc<ShardStats>>>,
+    pub tls_handshake_errors: AtomicU64,
+    pub tls_reload_success: AtomicU64,
+    pub tls_reload_error: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            near_limit_ratio: 0.8,
+            all: LimitStats::default(),
+            requests: AtomicU64::new(0),
+            invalid_argument: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
+            unavailable: AtomicU64::new(0),
+            config_load_success: AtomicU64::new(0),
+            config_load_error: AtomicU64::new(0),
+            config_loaded_at: AtomicU64::new(0),
+            latency: Histogram::default(),
+            detailed: DetailedSeries::new(DEFAULT_MAX_DETAILED_SERIES),
+            shards: OnceLock::new(),
+            tls_handshake_errors: AtomicU64::new(0),
+            tls_reload_success: AtomicU64::new(0),
+            tls_reload_error: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Metrics {
@@ -58,6 +129,57 @@ impl Metrics {
             near_limit_ratio,
             ..Default::default()
         }
+    }
+
+    /// With room for `cap` `detailed_metric` series.
+    pub fn with_max_detailed_series(mut self, cap: usize) -> Metrics {
+        self.detailed = DetailedSeries::new(cap);
+        self
+    }
+
+    /// One `ShouldRateLimit` answered (or failed) after `d`.
+    pub fn observe_latency(&self, d: Duration) {
+        self.latency.observe(d);
+    }
+
+    /// Counts a successful config load now.
+    pub fn config_loaded(&self) {
+        self.config_load_success.fetch_add(1, Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.config_loaded_at.store(now, Ordering::Relaxed);
+    }
+
+    /// Hits beyond floor(limit × ratio) but within the limit.
+    fn near(&self, hits: u64, over: bool, remaining: u32, limit: u32) -> u64 {
+        if over {
+            return 0;
+        }
+        let threshold = (f64::from(limit) * self.near_limit_ratio).floor() as u64;
+        let used = u64::from(limit.saturating_sub(remaining));
+        used.saturating_sub(threshold).min(hits)
+    }
+
+    /// Counts one descriptor's verdict in the series of a `detailed_metric` descriptor, named by
+    /// the request's own entries (`key_value` where bit i of `values` is set, `u64::MAX` for
+    /// all). Call it instead of passing the node to [`Metrics::record`] (pass `None` there, so
+    /// the totals still count once): the node's own series is then left out of the exposition.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_detailed(
+        &self,
+        domain: &str,
+        entries: &[Entry],
+        values: u64,
+        hits: u64,
+        over: bool,
+        shadow: bool,
+        remaining: u32,
+        limit: u32,
+    ) {
+        let near = self.near(hits, over, remaining, limit);
+        self.detailed
+            .with_series(domain, entries, values, |s| s.add(hits, over, near, shadow));
     }
 
     /// Counts one descriptor's verdict against its node's stats and the totals.
@@ -70,30 +192,10 @@ impl Metrics {
         remaining: u32,
         limit: u32,
     ) {
-        let near = if over {
-            0
-        } else {
-            // Hits that landed above floor(limit × ratio) but within the limit.
-            let threshold = (f64::from(limit) * self.near_limit_ratio).floor() as u64;
-            let used = u64::from(limit.saturating_sub(remaining));
-            used.saturating_sub(threshold).min(hits)
-        };
-        for s in [Some(&self.all), node.map(|n| &n.stats)]
-            .into_iter()
-            .flatten()
-        {
-            s.total_hits.fetch_add(hits, Ordering::Relaxed);
-            if over {
-                s.over_limit.fetch_add(hits, Ordering::Relaxed);
-            } else {
-                s.within_limit.fetch_add(hits, Ordering::Relaxed);
-            }
-            if near > 0 {
-                s.near_limit.fetch_add(near, Ordering::Relaxed);
-            }
-            if shadow {
-                s.shadow_mode.fetch_add(hits, Ordering::Relaxed);
-            }
+        let near = self.near(hits, over, remaining, limit);
+        self.all.add(hits, over, near, shadow);
+        if let Some(n) = node {
+            n.stats.add(hits, over, near, shadow);
         }
     }
 
@@ -110,7 +212,7 @@ impl Metrics {
 
     /// Prometheus text exposition.
     pub fn render(&self, config: &Config) -> String {
-        let mut out = String::with_capacity(4096);
+        let mut out = String::with_capacity(8192);
         let g = |o: &mut String, name: &str, help: &str, kind: &str, v: u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         };
@@ -133,6 +235,11 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        self.latency.render(
+            &mut out,
+            "ratelimit_service_request_duration_seconds",
+            "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
+        );
         g(
             &mut out,
             "ratelimit_service_config_load_success_total",
@@ -147,6 +254,55 @@ impl Metrics {
             "counter",
             self.config_load_error.load(Ordering::Relaxed),
         );
+        g(
+            &mut out,
+            "ratelimit_service_config_last_load_success_timestamp_seconds",
+            "When the live config was loaded.",
+            "gauge",
+            self.config_loaded_at.load(Ordering::Relaxed),
+        );
+        self.render_shards(&mut out);
+        for (name, help, c) in [
+            (
+                "ratelimit_service_tls_handshake_errors_total",
+                "gRPC connections dropped because their TLS handshake failed.",
+                &self.tls_handshake_errors,
+            ),
+            (
+                "ratelimit_service_tls_reload_success_total",
+                "Certificate reloads that succeeded.",
+                &self.tls_reload_success,
+            ),
+            (
+                "ratelimit_service_tls_reload_error_total",
+                "Certificate reloads that failed (the old certificate stayed live).",
+                &self.tls_reload_error,
+            ),
+        ] {
+            g(&mut out, name, help, "counter", c.load(Ordering::Relaxed));
+        }
+
+        let detailed = self.detailed.snapshot();
+        let is_detailed = |domain: &str, path: &str| {
+            detailed
+                .binary_search_by(|(d, p, _)| (d.as_str(), p.as_str()).cmp(&(domain, path)))
+                .is_ok()
+        };
+        let mut domains: Vec<_> = config.domains.values().collect();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        // Names of the node series, sorted, when a detailed series might repeat one.
+        let mut plain: Vec<(&str, &str)> = Vec::new();
+        if !detailed.is_empty() {
+            for d in &domains {
+                for_each_node(&d.root, &mut |n| {
+                    if !n.detailed_metric {
+                        let path = n.stat_key.split_once('.').map_or("", |(_, p)| p);
+                        plain.push((d.name.as_str(), path));
+                    }
+                });
+            }
+            plain.sort_unstable();
+        }
         let names = [
             "total_hits",
             "over_limit",
@@ -162,11 +318,14 @@ impl Metrics {
                 "{metric}{{domain=\"\",descriptor=\"all\"}} {}",
                 self.all.fields()[i].load(Ordering::Relaxed)
             );
-            let mut domains: Vec<_> = config.domains.values().collect();
-            domains.sort_by(|a, b| a.name.cmp(&b.name));
-            for d in domains {
+            for d in &domains {
                 for_each_node(&d.root, &mut |n| {
                     let path = n.stat_key.split_once('.').map_or("", |(_, p)| p);
+                    // A detailed node's hits are in its per-value series; one of those may
+                    // carry the node's own name, and a name must not appear twice.
+                    if n.detailed_metric && is_detailed(&d.name, path) {
+                        return;
+                    }
                     let _ = writeln!(
                         out,
                         "{metric}{{domain=\"{}\",descriptor=\"{}\"}} {}",
@@ -176,12 +335,111 @@ impl Metrics {
                     );
                 });
             }
+            for (domain, path, stats) in &detailed {
+                if plain
+                    .binary_search(&(domain.as_str(), path.as_str()))
+                    .is_ok()
+                {
+                    continue;
+                }
+                let _ = writeln!(
+                    out,
+                    "{metric}{{domain=\"{}\",descriptor=\"{}\"}} {}",
+                    escape(domain),
+                    escape(path),
+                    stats.fields()[i].load(Ordering::Relaxed)
+                );
+            }
         }
+        g(
+            &mut out,
+            "ratelimit_service_detailed_metric_overflow_total",
+            "detailed_metric observations counted in their domain's _other series because the series cap was reached.",
+            "counter",
+            self.detailed.overflow.load(Ordering::Relaxed),
+        );
+        g(
+            &mut out,
+            "ratelimit_service_detailed_metric_series",
+            "detailed_metric series in memory.",
+            "gauge",
+            detailed.len() as u64,
+        );
         out
+    }
+
+    fn render_shards(&self, out: &mut String) {
+        let Some(shards) = self.shards.get() else {
+            return;
+        };
+        type Field = fn(&ShardStats) -> &AtomicU64;
+        let families: [(&str, &str, &str, Field); 7] = [
+            (
+                "ratelimit_service_shard_keys",
+                "gauge",
+                "Counter keys held in memory.",
+                |s| &s.keys,
+            ),
+            (
+                "ratelimit_service_queue_waiting",
+                "gauge",
+                "Requests waiting in a queue now.",
+                |s| &s.waiting,
+            ),
+            (
+                "ratelimit_service_queue_queued_total",
+                "counter",
+                "Requests that went into a queue.",
+                |s| &s.queued,
+            ),
+            (
+                "ratelimit_service_queue_admitted_after_wait_total",
+                "counter",
+                "Queued requests admitted.",
+                |s| &s.admitted_after_wait,
+            ),
+            (
+                "ratelimit_service_queue_timed_out_total",
+                "counter",
+                "Queued requests refused at their max_wait.",
+                |s| &s.timed_out,
+            ),
+            (
+                "ratelimit_service_queue_cancelled_total",
+                "counter",
+                "Queued requests whose caller went away.",
+                |s| &s.cancelled,
+            ),
+            (
+                "ratelimit_service_queue_full_total",
+                "counter",
+                "Requests refused at once because their queue was full.",
+                |s| &s.queue_full,
+            ),
+        ];
+        for (name, kind, help, field) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, s) in shards.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{shard=\"{i}\"}} {}",
+                    field(s).load(Ordering::Relaxed)
+                );
+            }
+        }
+        let name = "ratelimit_service_queue_wait_seconds_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time queued requests spent waiting.\n# TYPE {name} counter"
+        );
+        for (i, s) in shards.iter().enumerate() {
+            let secs = s.wait_ns_total.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {secs}");
+        }
     }
 }
 
-fn for_each_node(level: &crate::config::Level, f: &mut dyn FnMut(&Node)) {
+fn for_each_node<'c>(level: &'c crate::config::Level, f: &mut dyn FnMut(&'c Node)) {
     for n in level.nodes() {
         if !n.limits.is_empty() {
             f(n);
@@ -194,19 +452,4 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
-}
-
-/// Logs to stderr: `LOG_LEVEL` (default info) and `LOG_FORMAT` text|json.
-pub fn init_logging(level: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level.to_ascii_lowercase())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }

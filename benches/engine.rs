@@ -1,0 +1,322 @@
+//! Engine micro-benchmarks (criterion).
+//!
+//!   cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3
+//!   cargo bench --bench engine -- state_eval        # one group only
+//!
+//! Groups (throughput is in descriptors, i.e. ops, per second):
+//!
+//! - `engine_decide`: `Engine::decide` through the real actor path. A tokio current-thread
+//!   runtime (what each server worker runs) with the shard tasks spawned on it,
+//!   `Engine::new(shards, 4096, 10000, Clock::System)`; the caller is the `block_on` future on
+//!   the same thread, like a gRPC handler on a worker. Each call clones a pre-built op (one
+//!   `String` allocation for the key, as the service layer pays when it builds the key).
+//!   Limits are high (1e9 per second) so answers are OK, except in `over_limit`.
+//! - `engine_concurrent`: 64 decides joined at once, so the shard's `recv_many` gets batches.
+//! - `state_eval`: `State::eval` alone, per algorithm: the counting maths, the ceiling.
+//! - `service_decide`: `RateLimiter::decide` (validation, matching, key building, engine,
+//!   answer) against `benches/load/bench.conf.yaml`, for the load harness's request mixes. Each
+//!   call clones the request (as decoding would allocate it).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use smallvec::{smallvec, SmallVec};
+use tokio::runtime::Runtime;
+
+use turnstile::config::settings::RequestLimits;
+use turnstile::config::{Algorithm, Config, LoadOptions};
+use turnstile::descriptor::key_hash;
+use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
+use turnstile::service::{AnswerSettings, RateLimiter};
+use turnstile::telemetry::Metrics;
+
+const HIGH: u32 = 1_000_000_000;
+const DISTINCT: usize = 1_000_000;
+const IN_FLIGHT: usize = 64;
+
+const ALGORITHMS: [(&str, Algorithm); 3] = [
+    ("fixed_window", Algorithm::FixedWindow),
+    ("sliding_window", Algorithm::SlidingWindow),
+    ("token_bucket", Algorithm::TokenBucket { burst: HIGH }),
+];
+
+fn params(algorithm: Algorithm, requests_per_unit: u32, window_secs: u64) -> Params {
+    Params {
+        requests_per_unit,
+        window_ms: window_secs * 1000,
+        algorithm,
+    }
+}
+
+fn op(key: &str, params: Params) -> Op {
+    Op {
+        key: key.to_owned(),
+        hash: key_hash(key),
+        params,
+        hits: 1,
+        refund: false,
+        role: Role::Binding,
+        queue: None,
+        grant: None,
+    }
+}
+
+/// A current-thread runtime (time enabled, for the shard's sweep timer) with `shards` shard
+/// actors spawned on it.
+fn engine(shards: usize) -> (Runtime, Engine) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (engine, tasks) = Engine::new(shards, 4096, 10_000, Clock::System);
+    for t in tasks {
+        rt.spawn(t.run());
+    }
+    (rt, engine)
+}
+
+/// Times `iters` sequential decides; `make(i)` gives the ops of call `i`.
+fn sequential(
+    rt: &Runtime,
+    engine: &Engine,
+    iters: u64,
+    mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
+    expect_over: bool,
+) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters {
+            let d = engine.decide(make(i), false).await.expect("decide");
+            debug_assert!(d.outcomes.iter().all(|o| o.over == expect_over));
+            black_box(d);
+        }
+        start.elapsed()
+    })
+}
+
+/// Times `iters` rounds of `IN_FLIGHT` decides joined together.
+fn concurrent(
+    rt: &Runtime,
+    engine: &Engine,
+    iters: u64,
+    mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
+) -> Duration {
+    rt.block_on(async {
+        let mut n = 0u64;
+        let start = Instant::now();
+        for _ in 0..iters {
+            let futs = (0..IN_FLIGHT).map(|_| {
+                n += 1;
+                engine.decide(make(n), false)
+            });
+            for d in futures_util::future::join_all(futs).await {
+                black_box(d.expect("decide"));
+            }
+        }
+        start.elapsed()
+    })
+}
+
+fn distinct_ops(p: Params) -> Vec<Op> {
+    (0..DISTINCT)
+        .map(|i| op(&format!("bench_api_key_user-{i:07}_"), p))
+        .collect()
+}
+
+/// The four counter keys of the load harness's `multi` mix.
+const MULTI_KEYS: [&str; 4] = [
+    "bench_api_key_k1_",
+    "bench_api_key_k1_path_/a_",
+    "bench_remote_address_10.0.0.1_",
+    "bench_tenant_t1_",
+];
+
+fn engine_decide(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine_decide");
+    g.throughput(Throughput::Elements(1));
+
+    // One hot key, per algorithm.
+    for (name, alg) in ALGORITHMS {
+        let (rt, e) = engine(1);
+        let o = op("bench_api_key_k1_", params(alg, HIGH, 1));
+        g.bench_function(BenchmarkId::new("hot_key", name), |b| {
+            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], false))
+        });
+    }
+
+    // A million distinct keys, cycled: inserts, then updates of entries from older windows
+    // (and the once-a-second sweep dropping expired ones).
+    for (name, alg) in ALGORITHMS {
+        let (rt, e) = engine(1);
+        let ops = distinct_ops(params(alg, HIGH, 1));
+        g.bench_function(BenchmarkId::new("distinct_1m", name), |b| {
+            b.iter_custom(|iters| {
+                let mut k = 0usize;
+                sequential(
+                    &rt,
+                    &e,
+                    iters,
+                    |_| {
+                        k = if k + 1 == DISTINCT { 0 } else { k + 1 };
+                        smallvec![ops[k].clone()]
+                    },
+                    false,
+                )
+            })
+        });
+    }
+
+    // Over the limit: the key's 1 request per minute is used up by the first call.
+    {
+        let (rt, e) = engine(1);
+        let o = op("bench_blocked_yes_", params(Algorithm::FixedWindow, 1, 60));
+        g.bench_function(BenchmarkId::new("over_limit", "fixed_window"), |b| {
+            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], true))
+        });
+    }
+
+    // Four ops in one decide (the `multi` mix's keys), on one shard (one message) and on two
+    // (as `--workers 2` lays them out: the request spans both shards and takes the multi-part path).
+    g.throughput(Throughput::Elements(4));
+    for shards in [1usize, 2] {
+        let (rt, e) = engine(shards);
+        let four: SmallVec<[Op; 4]> = MULTI_KEYS
+            .iter()
+            .map(|k| op(k, params(Algorithm::FixedWindow, HIGH, 1)))
+            .collect();
+        let placement: Vec<usize> = four.iter().map(|o| e.shard_for(o.hash)).collect();
+        eprintln!("four_ops on {shards} shard(s): ops go to shards {placement:?}");
+        g.bench_function(
+            BenchmarkId::new("four_ops", format!("fixed_window/{shards}_shards")),
+            |b| b.iter_custom(|iters| sequential(&rt, &e, iters, |_| four.clone(), false)),
+        );
+    }
+    g.finish();
+}
+
+fn engine_concurrent(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine_concurrent");
+    g.throughput(Throughput::Elements(IN_FLIGHT as u64));
+    {
+        let (rt, e) = engine(1);
+        let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
+        g.bench_function(BenchmarkId::new("in_flight_64", "hot_key"), |b| {
+            b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| smallvec![o.clone()]))
+        });
+    }
+    {
+        let (rt, e) = engine(1);
+        let ops = distinct_ops(params(Algorithm::FixedWindow, HIGH, 1));
+        g.bench_function(BenchmarkId::new("in_flight_64", "distinct_1m"), |b| {
+            b.iter_custom(|iters| {
+                concurrent(&rt, &e, iters, |n| {
+                    smallvec![ops[(n % DISTINCT as u64) as usize].clone()]
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn state_eval(c: &mut Criterion) {
+    let mut g = c.benchmark_group("state_eval");
+    g.throughput(Throughput::Elements(1));
+    let now = 1_763_700_000_123_456_789u64;
+    for (name, alg) in ALGORITHMS {
+        let p = params(alg, HIGH, 1);
+        // A state with some history: a few hits earlier in the window / bucket.
+        let st = State::fresh(&p, now - 1_000).eval(&p, now - 1_000, 5).next;
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(black_box(st).eval(black_box(&p), black_box(now), black_box(1))))
+        });
+    }
+    g.finish();
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn service_decide(c: &mut Criterion) {
+    let mut g = c.benchmark_group("service_decide");
+    let yaml = include_str!("load/bench.conf.yaml").to_owned();
+    let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
+        .expect("bench config");
+    let (rt, e) = engine(1);
+    let limiter = RateLimiter::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        e,
+        AnswerSettings {
+            response_headers: None,
+            global_shadow_mode: false,
+            request_limits: RequestLimits::default(),
+        },
+        Arc::new(Metrics::new(0.8)),
+    );
+    let mixes: [(&str, Vec<RateLimitDescriptor>, Code); 3] = [
+        ("one", vec![descriptor(&[("api_key", "k1")])], Code::Ok),
+        (
+            "multi",
+            vec![
+                descriptor(&[("api_key", "k1")]),
+                descriptor(&[("api_key", "k1"), ("path", "/a")]),
+                descriptor(&[("remote_address", "10.0.0.1")]),
+                descriptor(&[("tenant", "t1")]),
+            ],
+            Code::Ok,
+        ),
+        (
+            "over",
+            vec![descriptor(&[("blocked", "yes")])],
+            Code::OverLimit,
+        ),
+    ];
+    for (name, descriptors, want) in mixes {
+        g.throughput(Throughput::Elements(descriptors.len() as u64));
+        let req = RateLimitRequest {
+            domain: "bench".into(),
+            descriptors,
+            hits_addend: 0,
+        };
+        let check = rt.block_on(limiter.decide(req.clone())).expect("decide");
+        assert_eq!(check.overall_code, want as i32, "mix {name}");
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(limiter.decide(req.clone()).await.expect("decide"));
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    engine_decide,
+    engine_concurrent,
+    state_eval,
+    service_decide
+);
+criterion_main!(benches);

@@ -1,0 +1,258 @@
+//! Hot reload: a poller notices that the config location changed and swaps a valid new config
+//! in; an invalid one is refused whole and the old one stays live.
+//!
+//! Polling, not inotify: a fingerprint of names, sizes, mtimes and resolved symlink targets is
+//! cheap at one a second, works on every filesystem (overlay, NFS, ConfigMap volumes), and sees
+//! a Kubernetes ConfigMap update, which swaps the `..data` symlink in one rename: the files'
+//! resolved targets change even though no listed name does.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use fnv::{FnvHashMap, FnvHasher};
+
+use super::{Config, ConfigError, Level, LoadOptions, Node};
+use crate::telemetry::Metrics;
+
+/// What a change of is worth a reload.
+#[derive(Debug, Clone)]
+pub enum Watched {
+    /// A config location (file or directory of YAML files), and with `RUNTIME_WATCH_ROOT` the
+    /// runtime root, whose symlink a deploy may swap.
+    Config {
+        path: PathBuf,
+        root: Option<PathBuf>,
+        include_dotfiles: bool,
+    },
+    /// Plain files, such as TLS certificates (Kubernetes Secrets also swap `..data`).
+    Files(Vec<PathBuf>),
+}
+
+/// A hash of everything in `w` that a change of content or a symlink swap touches. A missing
+/// path hashes as missing, so its appearance is a change too.
+pub fn fingerprint(w: &Watched) -> u64 {
+    let mut h = FnvHasher::default();
+    match w {
+        Watched::Config {
+            path,
+            root,
+            include_dotfiles,
+        } => {
+            if let Some(root) = root {
+                hash_resolved(root, &mut h);
+            }
+            hash_location(path, *include_dotfiles, &mut h);
+        }
+        Watched::Files(files) => {
+            for f in files {
+                hash_file(f, &mut h);
+            }
+        }
+    }
+    h.finish()
+}
+
+fn hash_resolved(p: &Path, h: &mut FnvHasher) {
+    match std::fs::canonicalize(p) {
+        Ok(c) => c.hash(h),
+        Err(e) => e.kind().hash(h),
+    }
+}
+
+fn hash_file(p: &Path, h: &mut FnvHasher) {
+    p.hash(h);
+    hash_resolved(p, h);
+    // `metadata` follows symlinks: the size and mtime are the target's. A directory's own
+    // mtime moves whenever any file in it does, dotfiles included, so only its files count.
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => true.hash(h),
+        Ok(m) => {
+            m.len().hash(h);
+            m.modified().ok().hash(h);
+        }
+        Err(e) => e.kind().hash(h),
+    }
+}
+
+fn hash_location(path: &Path, include_dotfiles: bool, h: &mut FnvHasher) {
+    hash_file(path, h);
+    let Ok(dir) = std::fs::read_dir(path) else {
+        return;
+    };
+    let mut names: Vec<_> = dir
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| {
+            let n = n.to_string_lossy();
+            // As `list_files`: only YAML, dotfiles only when asked. `..data` itself is a
+            // dotfile; its swap shows through the resolved targets of the files linking to it.
+            (include_dotfiles || !n.starts_with('.'))
+                && (n.ends_with(".yaml") || n.ends_with(".yml"))
+        })
+        .collect();
+    names.sort();
+    for n in names {
+        hash_file(&path.join(n), h);
+    }
+}
+
+/// Loads the config location again and swaps the result into the live config.
+pub struct Reloader {
+    path: PathBuf,
+    opts: LoadOptions,
+    live: Arc<ArcSwap<Config>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Reloader {
+    pub fn new(
+        path: PathBuf,
+        opts: LoadOptions,
+        live: Arc<ArcSwap<Config>>,
+        metrics: Arc<Metrics>,
+    ) -> Reloader {
+        Reloader {
+            path,
+            opts,
+            live,
+            metrics,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Valid: swapped in, each node keeping the stats of the old node with its stat key.
+    /// Invalid: the old config stays, the error is logged and counted.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        match Config::load(&self.path, self.opts) {
+            Ok(new) => {
+                let new = Arc::new(new);
+                let old = self.live.swap(new.clone());
+                carry_stats(&old, &new);
+                self.metrics.config_loaded();
+                tracing::info!(
+                    path = %self.path.display(),
+                    domains = new.domains.len(),
+                    "config reloaded"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics
+                    .config_load_error
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    path = %self.path.display(),
+                    error = %e,
+                    "config reload failed; the previous config stays live"
+                );
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Adds each old node's stats to the new node with the same stat key. Called after the swap,
+/// so hits counted on the old config in the meantime are not lost.
+pub fn carry_stats(old: &Config, new: &Config) {
+    let mut by_key: FnvHashMap<&str, &Node> = FnvHashMap::default();
+    for d in old.domains.values() {
+        walk(&d.root, &mut |n| {
+            by_key.insert(n.stat_key.as_str(), n);
+        });
+    }
+    for d in new.domains.values() {
+        walk(&d.root, &mut |n| {
+            if let Some(o) = by_key.get(n.stat_key.as_str()) {
+                n.stats.add_from(&o.stats);
+            }
+        });
+    }
+}
+
+fn walk<'c>(level: &'c Level, f: &mut dyn FnMut(&'c Node)) {
+    for n in level.nodes() {
+        f(n);
+        walk(&n.children, f);
+    }
+}
+
+/// Polls `watched` every `interval` until `stop` turns true, calling `on_change` when its
+/// fingerprint differs from the last one seen, starting from `baseline` (taken when the live
+/// config was loaded, so a change made in between is not missed). A change that fails to load
+/// is not retried until the files change again, so a bad config is logged once, not every tick.
+pub async fn poll(
+    watched: Watched,
+    baseline: u64,
+    interval: Duration,
+    mut on_change: impl FnMut(),
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if interval.is_zero() {
+        return;
+    }
+    let mut last = baseline;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = fingerprint(&watched);
+        if now != last {
+            last = now;
+            on_change();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "turnstile-watch-{tag}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn fingerprint_sees_configmap_swap_and_ignores_dotfiles() {
+        let dir = temp("cm");
+        std::fs::create_dir(dir.join("..v1")).unwrap();
+        std::fs::write(dir.join("..v1/a.yaml"), "domain: a\n").unwrap();
+        std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/a.yaml", dir.join("a.yaml")).unwrap();
+        let w = Watched::Config {
+            path: dir.clone(),
+            root: None,
+            include_dotfiles: false,
+        };
+        let f0 = fingerprint(&w);
+        std::fs::write(dir.join(".hidden.yaml"), "x").unwrap();
+        std::fs::write(dir.join("notes.txt"), "x").unwrap();
+        assert_eq!(
+            fingerprint(&w),
+            f0,
+            "dotfiles and non-YAML files are ignored"
+        );
+        // Same size, new target: only the resolved path tells.
+        std::fs::create_dir(dir.join("..v2")).unwrap();
+        std::fs::write(dir.join("..v2/a.yaml"), "domain: b\n").unwrap();
+        std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        assert_ne!(fingerprint(&w), f0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,130 @@
+//! A tower layer around the gRPC router: each `ShouldRateLimit` call runs in its request span
+//! (request id, Envoy's trace as parent) and its latency goes into the histogram.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Span;
+
+use crate::telemetry::trace::{request_span, REQUEST_TARGET};
+use crate::telemetry::Metrics;
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+#[derive(Clone)]
+pub(crate) struct RequestLayer {
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl<S> Layer<S> for RequestLayer {
+    type Service = RequestService<S>;
+
+    fn layer(&self, inner: S) -> RequestService<S> {
+        RequestService {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct RequestService<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B, RB> Service<http::Request<B>> for RequestService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != SHOULD_RATE_LIMIT {
+            return ResponseFuture {
+                inner: self.inner.call(req),
+                call: None,
+            };
+        }
+        let start = Instant::now();
+        let span = request_span(req.headers());
+        let inner = span.in_scope(|| self.inner.call(req));
+        ResponseFuture {
+            inner,
+            call: Some(Call {
+                start,
+                span,
+                metrics: self.metrics.clone(),
+            }),
+        }
+    }
+}
+
+pub(crate) struct Call {
+    start: Instant,
+    span: Span,
+    metrics: Arc<Metrics>,
+}
+
+pin_project_lite::pin_project! {
+    pub(crate) struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        call: Option<Call>,
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let Some(call) = this.call.as_ref() else {
+            return this.inner.poll(cx);
+        };
+        let _entered = call.span.enter();
+        let out = match this.inner.poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(out) => out,
+        };
+        let elapsed = call.start.elapsed();
+        call.metrics.observe_latency(elapsed);
+        // A unary error is a trailers-only answer: its status is in the headers. An answer has
+        // its status in the trailers, after this point; no grpc-status here means OK.
+        let status = match &out {
+            Ok(resp) => resp
+                .headers()
+                .get("grpc-status")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i32>().ok())
+                .unwrap_or(0),
+            Err(_) => 2,
+        };
+        if status != 0 {
+            call.span.record("otel.status_code", "ERROR");
+        }
+        tracing::debug!(
+            target: REQUEST_TARGET,
+            grpc_status = status,
+            micros = elapsed.as_micros() as u64,
+            "answered"
+        );
+        drop(_entered);
+        *this.call = None;
+        Poll::Ready(out)
+    }
+}

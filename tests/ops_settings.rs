@@ -1,0 +1,185 @@
+//! The operating settings read from envoyproxy/ratelimit's environment: defaults, spellings,
+//! and refusals that name the variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use turnstile::config::settings::{parse_go_duration, OtlpProtocol, Settings, TlsSettings};
+
+fn settings(vars: &[(&str, &str)]) -> Result<Settings, String> {
+    Settings::from_env(|k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+fn ok(vars: &[(&str, &str)]) -> Settings {
+    settings(vars).unwrap_or_else(|e| panic!("{vars:?}: {e}"))
+}
+
+fn err(vars: &[(&str, &str)]) -> String {
+    match settings(vars) {
+        Ok(_) => panic!("{vars:?} accepted"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn defaults_match_envoyproxy_ratelimit() {
+    let s = ok(&[]);
+    assert_eq!(s.debug_addr, Some("0.0.0.0:6070".parse().unwrap()));
+    let p = s.prometheus.expect("Prometheus on by default");
+    assert_eq!(p.addr, "0.0.0.0:9090".parse().unwrap());
+    assert_eq!(p.path, "/metrics");
+    assert!(s.watch_root);
+    assert_eq!(s.runtime_root, PathBuf::from("/srv/runtime_data/current"));
+    assert_eq!(s.reload_interval, Duration::from_secs(1));
+    assert_eq!(s.grpc_uds, None);
+    assert_eq!(s.tls, None);
+    assert_eq!(s.tracing, None);
+    assert!(!s.log.json);
+    assert_eq!(s.grpc_max_connection_age, Duration::from_secs(24 * 3600));
+    assert_eq!(s.grpc_max_connection_age_grace, Duration::from_secs(3600));
+    assert!(s.ignored.is_empty());
+}
+
+#[test]
+fn ports_logs_reload_and_uds() {
+    let s = ok(&[
+        ("DEBUG_HOST", "::"),
+        ("DEBUG_PORT", "7000"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_PATH", "/stats/prometheus"),
+        ("LOG_FORMAT", "JSON"),
+        ("LOG_LEVEL", "WARN"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("TURNSTILE_RELOAD_INTERVAL_MS", "250"),
+        ("GRPC_UDS", "/tmp/rls.sock"),
+        ("GRPC_MAX_CONNECTION_AGE", "1h30m"),
+        ("GRPC_MAX_CONNECTION_AGE_GRACE", "90s"),
+    ]);
+    assert_eq!(s.debug_addr, Some("[::]:7000".parse().unwrap()));
+    let p = s.prometheus.unwrap();
+    assert_eq!(p.addr, "0.0.0.0:19001".parse().unwrap());
+    assert_eq!(p.path, "/stats/prometheus");
+    assert!(s.log.json);
+    assert_eq!(s.log.level, "WARN");
+    assert!(!s.watch_root);
+    assert_eq!(s.reload_interval, Duration::from_millis(250));
+    assert_eq!(s.grpc_uds, Some(PathBuf::from("/tmp/rls.sock")));
+    assert_eq!(s.grpc_max_connection_age, Duration::from_secs(5400));
+    assert_eq!(s.grpc_max_connection_age_grace, Duration::from_secs(90));
+    // Anything but json is text, as in envoyproxy/ratelimit.
+    assert!(!ok(&[("LOG_FORMAT", "logfmt")]).log.json);
+    assert!(ok(&[("USE_PROMETHEUS", "false")]).prometheus.is_none());
+}
+
+#[test]
+fn tls_settings_and_both_ca_names() {
+    let base = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+    ];
+    assert_eq!(
+        ok(&base).tls,
+        Some(TlsSettings {
+            cert: "/certs/tls.crt".into(),
+            key: "/certs/tls.key".into(),
+            client_ca: None,
+            client_san: None,
+        })
+    );
+    let mut v = base.to_vec();
+    v.push(("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"));
+    assert_eq!(
+        ok(&v).tls.unwrap().client_ca,
+        Some(PathBuf::from("/certs/ca.crt"))
+    );
+    let mut v = base.to_vec();
+    v.push(("GRPC_CLIENT_TLS_CACERT", "/ca/client.pem"));
+    v.push(("GRPC_CLIENT_TLS_SAN", "envoy"));
+    let t = ok(&v).tls.unwrap();
+    assert_eq!(t.client_ca, Some(PathBuf::from("/ca/client.pem")));
+    assert_eq!(t.client_san.as_deref(), Some("envoy"));
+    // Files given but TLS off: plaintext.
+    assert_eq!(ok(&base[1..]).tls, None);
+    assert!(err(&base[..2]).contains("GRPC_SERVER_TLS_KEY"));
+}
+
+#[test]
+fn tracing_settings() {
+    let s = ok(&[
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_SERVICE_NAMESPACE", "gateway"),
+        ("TRACING_SAMPLING_RATE", "0.25"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318/"),
+    ]);
+    let t = s.tracing.unwrap();
+    assert_eq!(t.service_name, "RateLimit");
+    assert_eq!(t.service_namespace.as_deref(), Some("gateway"));
+    assert_eq!(t.sampling_rate, 0.25);
+    assert_eq!(t.protocol, OtlpProtocol::Http);
+    assert_eq!(t.endpoint.as_deref(), Some("http://otel:4318/v1/traces"));
+    let t = ok(&[
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4317"),
+    ])
+    .tracing
+    .unwrap();
+    assert_eq!(t.protocol, OtlpProtocol::Grpc);
+    assert_eq!(t.endpoint.as_deref(), Some("http://otel:4317"));
+    let t = ok(&[
+        ("TRACING_ENABLED", "true"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://otel:4318/custom",
+        ),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://ignored"),
+    ])
+    .tracing
+    .unwrap();
+    assert_eq!(t.endpoint.as_deref(), Some("http://otel:4318/custom"));
+    assert!(ok(&[("TRACING_SAMPLING_RATE", "0.5")]).tracing.is_none());
+    assert!(
+        err(&[("TRACING_ENABLED", "true"), ("TRACING_SAMPLING_RATE", "2")])
+            .contains("TRACING_SAMPLING_RATE")
+    );
+    assert!(err(&[
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "zipkin")
+    ])
+    .contains("TRACING_EXPORTER_PROTOCOL"));
+}
+
+#[test]
+fn refusals_and_warnings() {
+    assert!(err(&[("PROMETHEUS_ADDR", "9090")]).contains("PROMETHEUS_ADDR"));
+    assert!(err(&[("PROMETHEUS_PATH", "metrics")]).contains("PROMETHEUS_PATH"));
+    assert!(err(&[("DEBUG_PORT", "x")]).contains("DEBUG_PORT"));
+    assert!(err(&[("RUNTIME_WATCH_ROOT", "sometimes")]).contains("RUNTIME_WATCH_ROOT"));
+    assert!(err(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).contains("GRPC_MAX_CONNECTION_AGE"));
+    // Envoy Gateway's and Istio's statsd switches: off is silent, on is a warning.
+    assert!(ok(&[("USE_STATSD", "false")]).ignored.is_empty());
+    let s = ok(&[
+        ("USE_STATSD", "true"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+    ]);
+    assert_eq!(s.ignored.len(), 2, "{:?}", s.ignored);
+    assert!(s.ignored[0].contains("USE_STATSD"));
+    assert!(s.ignored[1].contains("PROMETHEUS_MAPPER_YAML"));
+}
+
+#[test]
+fn go_durations() {
+    assert_eq!(parse_go_duration("24h"), Ok(Duration::from_secs(86_400)));
+    assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5_400)));
+    assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1_500)));
+    assert_eq!(parse_go_duration("250ms"), Ok(Duration::from_millis(250)));
+    assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+    for bad in ["", "5", "1d", "h", "-1s", "1h 30m"] {
+        assert!(parse_go_duration(bad).is_err(), "{bad:?}");
+    }
+}
