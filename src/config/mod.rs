@@ -6,6 +6,7 @@
 
 mod raw;
 pub mod settings;
+pub mod xds;
 
 use std::collections::hash_map::Entry;
 use std::fmt;
@@ -259,7 +260,7 @@ impl RateApi {
 }
 
 /// Options that change how files are read.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// `MERGE_DOMAIN_CONFIG`: files naming the same domain are merged instead of refused.
     pub merge_domains: bool,
@@ -290,12 +291,22 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut builder = Builder::default();
         for (file, text) in sources {
-            builder.add_file(file, text, opts)?;
+            builder.add_raw(file, parse_file(file, text)?, opts)?;
         }
-        Ok(Config {
-            domains: builder.domains,
-            rate_api: builder.rate_api,
-        })
+        Ok(builder.finish())
+    }
+
+    /// Builds a config from already parsed files (`(label, file)` pairs), through the same
+    /// validation as YAML; the xDS client uses it for `RateLimitConfig` resources.
+    pub(crate) fn from_raw(
+        files: Vec<(String, RawFile)>,
+        opts: LoadOptions,
+    ) -> Result<Config, ConfigError> {
+        let mut builder = Builder::default();
+        for (file, raw) in files {
+            builder.add_raw(&file, raw, opts)?;
+        }
+        Ok(builder.finish())
     }
 
     pub fn domain(&self, name: &str) -> Option<&Domain> {
@@ -417,13 +428,24 @@ impl Ctx<'_> {
     }
 }
 
+/// Parses one YAML file; type errors and unknown keys are reported here, rules in `add_raw`.
+fn parse_file(file: &str, text: &str) -> Result<RawFile, ConfigError> {
+    serde_yaml::from_str(text).map_err(|e| ConfigError {
+        file: file.to_owned(),
+        path: String::new(),
+        message: yaml_message(&e),
+    })
+}
+
 impl Builder {
-    fn add_file(&mut self, file: &str, text: &str, opts: LoadOptions) -> Result<(), ConfigError> {
-        let raw: RawFile = serde_yaml::from_str(text).map_err(|e| ConfigError {
-            file: file.to_owned(),
-            path: String::new(),
-            message: yaml_message(&e),
-        })?;
+    fn finish(self) -> Config {
+        Config {
+            domains: self.domains,
+            rate_api: self.rate_api,
+        }
+    }
+
+    fn add_raw(&mut self, file: &str, raw: RawFile, opts: LoadOptions) -> Result<(), ConfigError> {
         let domain = raw.domain.unwrap_or_default();
         let ctx = Ctx {
             file,
@@ -759,12 +781,19 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
         let here = format!("rate_api.keys[{i}]");
         let pattern = k.key.unwrap_or_default();
         if pattern.is_empty() {
-            return Err(ctx.err(&format!("{here}.key"), "key must not be empty (use \"*\" for any)"));
+            return Err(ctx.err(
+                &format!("{here}.key"),
+                "key must not be empty (use \"*\" for any)",
+            ));
         }
-        let window_text = k
-            .window
-            .ok_or_else(|| ctx.err(&format!("{here}.window"), "window is required (e.g. 1000ms, 1m)"))?;
-        let window = parse_duration(&window_text).map_err(|m| ctx.err(&format!("{here}.window"), m))?;
+        let window_text = k.window.ok_or_else(|| {
+            ctx.err(
+                &format!("{here}.window"),
+                "window is required (e.g. 1000ms, 1m)",
+            )
+        })?;
+        let window =
+            parse_duration(&window_text).map_err(|m| ctx.err(&format!("{here}.window"), m))?;
         if window < Duration::from_millis(1) || window.subsec_nanos() % 1_000_000 != 0 {
             return Err(ctx.err(
                 &format!("{here}.window"),
@@ -785,7 +814,9 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
             Some(t) => {
                 let d = parse_duration(&t).map_err(|m| ctx.err(&format!("{here}.max_wait"), m))?;
                 if d.is_zero() {
-                    return Err(ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0"));
+                    return Err(
+                        ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0")
+                    );
                 }
                 d
             }
