@@ -20,6 +20,7 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::Stream;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 use turnstile::config::xds::{self, pb, XdsSettings, TYPE_URL};
 use turnstile::config::{Config, LoadOptions};
@@ -55,6 +56,10 @@ struct Ads {
 
 impl Ads {
     async fn start() -> Ads {
+        Ads::start_with(None).await
+    }
+
+    async fn start_with(tls: Option<ServerTlsConfig>) -> Ads {
         let (req_tx, requests) = mpsc::unbounded_channel();
         let server = FakeAds {
             snapshot: Arc::new(watch::channel(None).0),
@@ -67,8 +72,12 @@ impl Ads {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = AggregatedDiscoveryServiceServer::new(server.clone());
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls).expect("valid server TLS");
+        }
         tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            builder
                 .add_service(svc)
                 .serve_with_incoming(TcpListenerStream::new(listener))
                 .await
@@ -211,14 +220,15 @@ impl AggregatedDiscoveryService for FakeAds {
 
 // ---------------------------------------------------------------- the client under test
 
-fn settings(ads: &Ads) -> XdsSettings {
-    let env = [
+fn settings(ads: &Ads, extra: &[(&str, String)]) -> XdsSettings {
+    let mut env = vec![
         ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()),
         ("CONFIG_GRPC_XDS_SERVER_URL", ads.addr.to_string()),
         ("CONFIG_GRPC_XDS_NODE_ID", "test-node".to_owned()),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "20ms".to_owned()),
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".to_owned()),
     ];
+    env.extend_from_slice(extra);
     XdsSettings::from_env(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .expect("valid settings")
         .expect("CONFIG_TYPE=GRPC_XDS_SOTW")
@@ -232,11 +242,18 @@ fn start_client(
     ads: &Ads,
     server: &TestServer,
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
+    start_client_with(settings(ads, &[]), server)
+}
+
+fn start_client_with(
+    settings: XdsSettings,
+    server: &TestServer,
+) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
     let live = server.running().limiter.config().clone();
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let task = tokio::spawn(xds::run(
-        settings(ads),
+        settings,
         move |update| {
             let seen = match update {
                 Ok(config) => {
@@ -513,6 +530,97 @@ async fn duplicate_domains_are_nacked_unless_merging() {
         "RateLimitConfig \"gw-2\": domain: duplicate domain \"gw\" (already defined in RateLimitConfig \"gw\")"
     );
     assert!(next_update(&mut updates).await.is_err());
+    task.abort();
+}
+
+/// A CA, a server certificate for `xds.test` and a client certificate, as PEM files on disk.
+struct Pki {
+    dir: std::path::PathBuf,
+    ca: String,
+    server_cert: String,
+    server_key: String,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+            KeyPair,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let leaf = |name: &str, usage| {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            params.extended_key_usages = vec![usage];
+            (
+                params.signed_by(&key, &ca).unwrap().pem(),
+                key.serialize_pem(),
+            )
+        };
+        let (server_cert, server_key) = leaf("xds.test", ExtendedKeyUsagePurpose::ServerAuth);
+        let (client_cert, client_key) = leaf("ratelimit", ExtendedKeyUsagePurpose::ClientAuth);
+        let dir = std::env::temp_dir().join(format!("turnstile-xds-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, pem) in [
+            ("ca.crt", ca.pem()),
+            ("tls.crt", client_cert),
+            ("tls.key", client_key),
+        ] {
+            std::fs::write(dir.join(name), pem).unwrap();
+        }
+        Pki {
+            dir,
+            ca: ca.pem(),
+            server_cert,
+            server_key,
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Envoy Gateway's setup: the management server requires a client certificate, and the client
+/// checks the server's against the CA under the name given by the SAN setting (the URL's host
+/// is an IP address the certificate does not name).
+#[tokio::test]
+async fn mutual_tls_as_envoy_gateway_sets_it_up() {
+    let pki = Pki::new();
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(&pki.server_cert, &pki.server_key))
+        .client_ca_root(Certificate::from_pem(&pki.ca));
+    let mut ads = Ads::start_with(Some(tls)).await;
+    let server = TestServer::start(PLACEHOLDER).await;
+    let settings = settings(
+        &ads,
+        &[
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", pki.path("ca.crt")),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", pki.path("tls.crt")),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", pki.path("tls.key")),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.test".into()),
+        ],
+    );
+    let (task, _ready, mut updates) = start_client_with(settings, &server);
+    ads.push(
+        "1",
+        vec![domain(
+            "gw",
+            vec![limit("path", "/a", pb::RateLimitUnit::Day, 3)],
+        )],
+    );
+    ads.wait_ack(1, "1").await;
+    assert_eq!(next_update(&mut updates).await, Ok(1));
+    assert_eq!(decide(&server, "/a").await, (OK, Some(3)));
     task.abort();
 }
 
