@@ -1,14 +1,24 @@
-//! Compiles the vendored Envoy protos in `proto/` into a descriptor set for gRPC server
-//! reflection. The message types themselves come from the `envoy-types` crate; only the
-//! descriptors are built here, with protox (pure Rust), so a fresh machine needs no protoc.
+//! Compiles the vendored protos in `proto/` with protox (pure Rust), so a fresh machine needs no
+//! protoc:
+//! - Envoy's rate-limit service protos become a descriptor set for gRPC server reflection; their
+//!   message types come from the `envoy-types` crate.
+//! - envoyproxy/ratelimit's `RateLimitConfig` (the xDS resource Envoy Gateway serves) becomes Rust
+//!   types with prost-build, since no crate ships them.
 
 use std::{env, fs, path::PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=proto");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
+
     let files = ["envoy/service/ratelimit/v3/rls.proto"];
     let set = protox::compile(files, ["proto"]).expect("compile vendored protos in proto/");
     let bytes = prost::Message::encode_to_vec(&set);
-    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
     fs::write(out.join("rls_descriptor.bin"), bytes).expect("write descriptor set");
+
+    let rls_conf = protox::compile(["ratelimit/config/ratelimit/v3/rls_conf.proto"], ["proto"])
+        .expect("compile proto/ratelimit/config/ratelimit/v3/rls_conf.proto");
+    prost_build::Config::new()
+        .compile_fds(rls_conf)
+        .expect("generate RateLimitConfig types");
 }

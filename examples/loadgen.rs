@@ -28,8 +28,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{
-    rate_limit_response::Code, rate_limit_service_client::RateLimitServiceClient,
-    RateLimitRequest,
+    rate_limit_response::Code, rate_limit_service_client::RateLimitServiceClient, RateLimitRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -238,7 +237,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for ch in &channels {
             for _ in 0..args.streams {
                 let client = RateLimitServiceClient::new(ch.clone());
-                tasks.push(tokio::spawn(worker(client, next.clone(), args.clone(), deadline)));
+                tasks.push(tokio::spawn(worker(
+                    client,
+                    next.clone(),
+                    args.clone(),
+                    deadline,
+                )));
             }
         }
         let mut total = Tally::default();

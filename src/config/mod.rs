@@ -7,6 +7,7 @@
 mod raw;
 pub mod settings;
 pub mod watch;
+pub mod xds;
 
 use std::collections::hash_map::Entry;
 use std::fmt;
@@ -260,7 +261,7 @@ impl RateApi {
 }
 
 /// Options that change how files are read.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// `MERGE_DOMAIN_CONFIG`: files naming the same domain are merged instead of refused.
     pub merge_domains: bool,
@@ -291,12 +292,22 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut builder = Builder::default();
         for (file, text) in sources {
-            builder.add_file(file, text, opts)?;
+            builder.add_raw(file, parse_file(file, text)?, opts)?;
         }
-        Ok(Config {
-            domains: builder.domains,
-            rate_api: builder.rate_api,
-        })
+        Ok(builder.finish())
+    }
+
+    /// Builds a config from already parsed files (`(label, file)` pairs), through the same
+    /// validation as YAML; the xDS client uses it for `RateLimitConfig` resources.
+    pub(crate) fn from_raw(
+        files: Vec<(String, RawFile)>,
+        opts: LoadOptions,
+    ) -> Result<Config, ConfigError> {
+        let mut builder = Builder::default();
+        for (file, raw) in files {
+            builder.add_raw(&file, raw, opts)?;
+        }
+        Ok(builder.finish())
     }
 
     pub fn domain(&self, name: &str) -> Option<&Domain> {
@@ -418,13 +429,24 @@ impl Ctx<'_> {
     }
 }
 
+/// Parses one YAML file; type errors and unknown keys are reported here, rules in `add_raw`.
+fn parse_file(file: &str, text: &str) -> Result<RawFile, ConfigError> {
+    serde_yaml::from_str(text).map_err(|e| ConfigError {
+        file: file.to_owned(),
+        path: String::new(),
+        message: yaml_message(&e),
+    })
+}
+
 impl Builder {
-    fn add_file(&mut self, file: &str, text: &str, opts: LoadOptions) -> Result<(), ConfigError> {
-        let raw: RawFile = serde_yaml::from_str(text).map_err(|e| ConfigError {
-            file: file.to_owned(),
-            path: String::new(),
-            message: yaml_message(&e),
-        })?;
+    fn finish(self) -> Config {
+        Config {
+            domains: self.domains,
+            rate_api: self.rate_api,
+        }
+    }
+
+    fn add_raw(&mut self, file: &str, raw: RawFile, opts: LoadOptions) -> Result<(), ConfigError> {
         let domain = raw.domain.unwrap_or_default();
         let ctx = Ctx {
             file,
