@@ -25,3 +25,4 @@ pub mod limiter;
 pub mod server;
 pub mod service;
 pub mod telemetry;
+pub mod transport;

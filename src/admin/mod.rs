@@ -1,6 +1,7 @@
 //! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, and the direct API (`rate`).
 
 mod rate;
+mod throttle;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug", get(rate::debug_all))
         .route("/debug/{key}", get(rate::debug_key))
         .route("/healthz", get(rate::healthz))
+        .route("/throttle", post(throttle::throttle))
         .with_state(state)
 }
 

@@ -1,0 +1,83 @@
+//! `POST /throttle`: ThrottleCrab's HTTP API, decided like RESP's `THROTTLE` (see `transport`).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::AdminState;
+use crate::transport::{self, ThrottleError, ThrottleRequest};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    key: String,
+    max_burst: i64,
+    count_per_period: i64,
+    period: i64,
+    #[serde(default = "one")]
+    quantity: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// 200 allowed, 429 denied (with `Retry-After`), 400 bad body or parameters over the caps,
+/// 503 no decision; the body has ThrottleCrab's fields either way it is decided.
+pub(crate) async fn throttle(State(s): State<AdminState>, body: Bytes) -> Response {
+    let limits = match transport::http_limits() {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let b: Body = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            transport::stats()
+                .invalid
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}"));
+        }
+    };
+    let req = ThrottleRequest {
+        key: b.key,
+        max_burst: b.max_burst,
+        count_per_period: b.count_per_period,
+        period: b.period,
+        quantity: b.quantity,
+    };
+    match transport::throttle(&s.limiter, limits, &req).await {
+        Ok(a) => {
+            let status = if a.allowed {
+                StatusCode::OK
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            let mut resp = (
+                status,
+                Json(json!({
+                    "allowed": a.allowed,
+                    "limit": a.limit,
+                    "remaining": a.remaining,
+                    "retry_after": a.retry_after,
+                    "reset_after": a.reset_after,
+                })),
+            )
+                .into_response();
+            if !a.allowed {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(a.retry_after));
+            }
+            resp
+        }
+        Err(e @ ThrottleError::Invalid(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
