@@ -128,11 +128,21 @@ fn serve(args: ServeArgs) -> ExitCode {
     for why in &settings.ignored {
         tracing::warn!("{why}");
     }
-    let config = match Config::load(&settings.config_path, settings.load) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "invalid config");
-            return ExitCode::from(EXIT_CONFIG);
+    if let Err(e) = turnstile::transport::http_limits() {
+        tracing::error!("{e}");
+        return ExitCode::from(EXIT_SETTINGS);
+    }
+    // Over xDS the limits arrive from the management server; the config location is not read
+    // (Envoy Gateway points RUNTIME_ROOT at a directory that may be empty).
+    let config = if settings.xds.is_some() {
+        Config::default()
+    } else {
+        match Config::load(&settings.config_path, settings.load) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "invalid config");
+                return ExitCode::from(EXIT_CONFIG);
+            }
         }
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -172,11 +182,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             workers = settings.workers,
             shards = settings.shards,
             config = %settings.config_path.display(),
+            xds = settings.xds.is_some(),
             "serving"
         );
         // One machine-readable line on stdout, so scripts and tests can find ports chosen by the OS.
+        let resp = optional(running.resp_addr);
         println!(
-            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port}",
+            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp}",
             running.http_addr
         );
         wait_for_signal(&running).await;

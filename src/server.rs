@@ -58,8 +58,12 @@ pub struct Running {
     pub debug_addr: Option<SocketAddr>,
     /// None when `USE_PROMETHEUS=false` or the port could not be bound.
     pub prometheus_addr: Option<SocketAddr>,
+    /// The RESP THROTTLE transport's address, when `TURNSTILE_RESP_ADDR` is set.
+    pub resp_addr: Option<SocketAddr>,
     pub limiter: RateLimiter,
     reloader: Arc<Reloader>,
+    /// Limits come over xDS: the config location is not read.
+    xds: bool,
     tls: Option<Arc<tls::TlsState>>,
     serving: Arc<AtomicBool>,
     health: HealthReporter,
@@ -132,6 +136,14 @@ pub async fn start(
             (l.into_iter().map(GrpcListener::Tcp).collect(), addr)
         }
     };
+    let resp_listener = match &settings.resp {
+        Some(r) => Some(r.bind().map_err(|source| StartError::Bind {
+            addr: r.addr,
+            source,
+        })?),
+        None => None,
+    };
+    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
     let http_listener = bind_shared(settings.http_addr, 1)?.remove(0);
     let http_addr = http_listener
         .local_addr()
@@ -323,6 +335,25 @@ pub async fn start(
     let interval = settings.reload_interval;
     let watch_reloader = reloader.clone();
     let watch_tls = tls.clone();
+    let resp = resp_listener.zip(settings.resp.clone());
+    let files_off = settings.xds.is_some();
+    let xds = settings.xds.clone();
+    // With xDS, health waits for the first config unless told to start without one.
+    let gate_health = xds
+        .as_ref()
+        .is_some_and(|x| !x.healthy_before_first_config());
+    if gate_health {
+        // Before the xDS task can start, so its SERVING on the first config is never undone.
+        serving.store(false, Ordering::Release);
+        for name in HEALTH_NAMES {
+            health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+    }
+    let (xds_live, xds_metrics) = (limiter.config().clone(), limiter.metrics().clone());
+    let (gate_serving, gate_health_reporter) = (serving.clone(), health.clone());
+    let resp_limiter = limiter.clone();
     let rt = runtime()?;
     threads.push(
         std::thread::Builder::new()
@@ -330,6 +361,57 @@ pub async fn start(
             .spawn(move || {
                 rt.block_on(async move {
                     let mut tasks = Vec::new();
+                    if let Some((l, rs)) = resp {
+                        let mut stop = stop_rx.clone();
+                        let l = tokio::net::TcpListener::from_std(l)
+                            .expect("listener registers with the runtime");
+                        tasks.push(tokio::spawn(async move {
+                            let shutdown = async move {
+                                let _ = stop.wait_for(|s| *s).await;
+                            };
+                            if let Err(e) =
+                                crate::transport::resp::serve(l, resp_limiter, rs, shutdown).await
+                            {
+                                tracing::error!(error = %e, "RESP transport failed");
+                            }
+                        }));
+                    }
+                    if let Some(x) = xds {
+                        let (ready_tx, mut ready_rx) = watch::channel(false);
+                        let mut stop = stop_rx.clone();
+                        tasks.push(tokio::spawn(async move {
+                            let apply = move |r: Result<Config, crate::config::ConfigError>| match r
+                            {
+                                Ok(c) => {
+                                    config_watch::carry_stats(&xds_live.load(), &c);
+                                    xds_live.store(Arc::new(c));
+                                    xds_metrics.config_loaded();
+                                }
+                                Err(_) => {
+                                    xds_metrics
+                                        .config_load_error
+                                        .fetch_add(1, Ordering::Relaxed);
+                                }
+                            };
+                            tokio::select! {
+                                _ = crate::config::xds::run(x, apply, ready_tx) => {}
+                                _ = stop.wait_for(|s| *s) => {}
+                            }
+                        }));
+                        if gate_health {
+                            let stop = stop_rx.clone();
+                            tasks.push(tokio::spawn(async move {
+                                if ready_rx.wait_for(|r| *r).await.is_ok() && !*stop.borrow() {
+                                    gate_serving.store(true, Ordering::Release);
+                                    for name in HEALTH_NAMES {
+                                        gate_health_reporter
+                                            .set_service_status(name, ServingStatus::Serving)
+                                            .await;
+                                    }
+                                }
+                            }));
+                        }
+                    }
                     for (what, listener, router) in aux {
                         tasks.push(tokio::spawn(serve_http(
                             what,
@@ -338,15 +420,17 @@ pub async fn start(
                             stop_rx.clone(),
                         )));
                     }
-                    tasks.push(tokio::spawn(poll(
-                        config_watched,
-                        config_baseline,
-                        interval,
-                        move || {
-                            let _ = watch_reloader.reload();
-                        },
-                        stop_rx.clone(),
-                    )));
+                    if !files_off {
+                        tasks.push(tokio::spawn(poll(
+                            config_watched,
+                            config_baseline,
+                            interval,
+                            move || {
+                                let _ = watch_reloader.reload();
+                            },
+                            stop_rx.clone(),
+                        )));
+                    }
                     if let (Some((baseline, watched)), Some(tls)) = (tls_watched, watch_tls) {
                         tasks.push(tokio::spawn(poll(
                             watched,
@@ -372,8 +456,10 @@ pub async fn start(
         http_addr,
         debug_addr,
         prometheus_addr,
+        resp_addr,
         limiter,
         reloader,
+        xds: settings.xds.is_some(),
         tls,
         serving,
         health,
@@ -382,7 +468,9 @@ pub async fn start(
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
     };
-    running.set_serving().await;
+    if !gate_health {
+        running.set_serving().await;
+    }
     Ok(running)
 }
 
@@ -390,6 +478,9 @@ impl Running {
     /// Loads the config location again (SIGHUP does this): valid, it goes live with the stats
     /// of its limits kept; invalid, the old config stays and the error is logged and counted.
     pub fn reload_config(&self) -> Result<(), ConfigError> {
+        if self.xds {
+            return Ok(());
+        }
         self.reloader.reload()
     }
 

@@ -83,7 +83,9 @@ async fn json(State(s): State<AdminState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
+    let start = std::time::Instant::now();
     let result = s.limiter.decide(req).await;
+    s.limiter.metrics().observe_latency(start.elapsed());
     s.limiter.metrics().count_result(&result);
     match result {
         Ok(resp) => {

@@ -95,6 +95,10 @@ pub struct Settings {
     pub config_path: PathBuf,
     /// Keys held in memory in all (`TURNSTILE_MAX_KEYS`); a key flood evicts past it.
     pub max_keys: usize,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come over ADS, not from files.
+    pub xds: Option<crate::config::xds::XdsSettings>,
+    /// `TURNSTILE_RESP_ADDR`: the Redis-protocol THROTTLE transport (off when unset).
+    pub resp: Option<crate::transport::resp::RespSettings>,
     /// `BACKEND_TYPE=redis`: counters shared by replicas in Redis; `None` keeps them in memory.
     pub redis: Option<crate::backend::redis::RedisSettings>,
     pub load: LoadOptions,
@@ -298,7 +302,11 @@ impl Settings {
         let workers = num("TURNSTILE_WORKERS", cores as u64)? as usize;
         let shards = num("TURNSTILE_SHARDS", workers.max(1) as u64)? as usize;
         let redis = crate::backend::redis::RedisSettings::from_env(&env)?;
+        let xds = crate::config::xds::XdsSettings::from_env(&env)?;
+        let resp = crate::transport::resp::RespSettings::from_env(&env)?;
         Ok(Settings {
+            xds,
+            resp,
             max_keys: num("TURNSTILE_MAX_KEYS", 4_000_000)?.max(1) as usize,
             redis,
             config_path,

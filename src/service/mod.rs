@@ -299,14 +299,42 @@ impl RateLimiter {
                 nanos: 0,
             });
             let hits = hits_of(&req, &req.descriptors[i]).0;
-            self.metrics.record(
-                matches[i].as_ref().map(|m| m.node()),
-                hits,
+            let (counted_over, shadow) = (
                 over && a.role != Role::Shadow,
                 a.role == Role::Shadow && over,
-                out.remaining,
-                a.limit.requests_per_unit(),
             );
+            // detailed_metric names every value in the stat; value_to_metric the values of the
+            // levels that ask for it. Those series live in a capped map of their own.
+            let values = matches[i].as_ref().map_or(0u64, |m| {
+                if m.node().detailed_metric {
+                    u64::MAX
+                } else {
+                    m.path
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, n)| n.value_to_metric && *j < 64)
+                        .fold(0, |acc, (j, _)| acc | (1 << j))
+                }
+            });
+            let limit = a.limit.requests_per_unit();
+            if values == 0 {
+                let node = matches[i].as_ref().map(|m| m.node());
+                self.metrics
+                    .record(node, hits, counted_over, shadow, out.remaining, limit);
+            } else {
+                self.metrics
+                    .record(None, hits, counted_over, shadow, out.remaining, limit);
+                self.metrics.record_detailed(
+                    &req.domain,
+                    &req.descriptors[i].entries,
+                    values,
+                    hits,
+                    counted_over,
+                    shadow,
+                    out.remaining,
+                    limit,
+                );
+            }
         }
 
         let overall = overall_code(&statuses, &applied, self.answer.global_shadow_mode);

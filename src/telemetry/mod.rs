@@ -262,6 +262,7 @@ impl Metrics {
             self.config_loaded_at.load(Ordering::Relaxed),
         );
         self.render_shards(&mut out);
+        crate::transport::render_metrics(&mut out);
         for (name, help, c) in [
             (
                 "ratelimit_service_tls_handshake_errors_total",
@@ -373,7 +374,7 @@ impl Metrics {
             return;
         };
         type Field = fn(&ShardStats) -> &AtomicU64;
-        let families: [(&str, &str, &str, Field); 7] = [
+        let families: [(&str, &str, &str, Field); 12] = [
             (
                 "ratelimit_service_shard_keys",
                 "gauge",
@@ -415,6 +416,36 @@ impl Metrics {
                 "counter",
                 "Requests refused at once because their queue was full.",
                 |s| &s.queue_full,
+            ),
+            (
+                "ratelimit_service_shard_evictions_total",
+                "counter",
+                "Keys evicted before their window ended because the shard held its key cap.",
+                |s| &s.evictions,
+            ),
+            (
+                "ratelimit_service_redis_breaker_state",
+                "gauge",
+                "Redis circuit breaker: 0 closed, 1 open, 2 half-open.",
+                |s| &s.breaker,
+            ),
+            (
+                "ratelimit_service_redis_errors_total",
+                "counter",
+                "Redis round trips that failed or were too slow.",
+                |s| &s.redis_errors,
+            ),
+            (
+                "ratelimit_service_redis_fallback_decisions_total",
+                "counter",
+                "Decisions made without Redis while its breaker was open.",
+                |s| &s.fallback_decisions,
+            ),
+            (
+                "ratelimit_service_rate_limit_over_limit_with_local_cache_total",
+                "counter",
+                "Refusals answered from the local over-limit cache without a Redis round trip.",
+                |s| &s.local_cache_hits,
             ),
         ];
         for (name, kind, help, field) in families {
