@@ -754,3 +754,27 @@ async fn a_non_loopback_listener_is_refused_unless_allowed() {
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
     assert!(e.to_string().contains("TURNSTILE_RESP_ALLOW_REMOTE"), "{e}");
 }
+
+#[tokio::test]
+async fn the_server_starts_the_resp_listener_from_its_settings() {
+    let s = TestServer::start_with(
+        "domain: d\ndescriptors: []\n",
+        &[("TURNSTILE_RESP_ADDR", "127.0.0.1:0")],
+    )
+    .await;
+    let addr = s.running().resp_addr.expect("RESP listener started");
+    let port = addr.port().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port, "THROTTLE", "wired", "2", "10", "60"])
+            .output()
+            .expect("redis-cli")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(lines.first().copied(), Some("1"), "allowed: {text}");
+    let off = TestServer::start("domain: d\ndescriptors: []\n").await;
+    assert!(off.running().resp_addr.is_none(), "off by default");
+}

@@ -764,3 +764,74 @@ fn vendored_proto_matches_envoy_types_on_the_wire() {
     assert_eq!(p.replaces[0].name, "o");
     assert!(d.shadow_mode && d.detailed_metric && d.quota_mode);
 }
+
+/// The server started as Envoy Gateway starts it: only the CONFIG_* settings, no files.
+async fn gateway_server(ads: &Ads, extra: &[(&str, &str)]) -> TestServer {
+    let mut env: Vec<(String, String)> = vec![
+        ("CONFIG_TYPE".into(), "GRPC_XDS_SOTW".into()),
+        ("CONFIG_GRPC_XDS_SERVER_URL".into(), ads.addr.to_string()),
+        ("CONFIG_GRPC_XDS_NODE_ID".into(), "test-node".into()),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL".into(), "20ms".into()),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL".into(), "200ms".into()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    TestServer::start_env(PLACEHOLDER, env).await
+}
+
+async fn health(server: &TestServer) -> u16 {
+    reqwest::get(format!("{}/healthcheck", server.http))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn the_server_waits_for_its_first_config_then_applies_pushes() {
+    use pb::RateLimitUnit::Minute;
+    let mut ads = Ads::start().await;
+    let server = gateway_server(&ads, &[]).await;
+    ads.wait_request("subscription", |_, _| true).await;
+    assert_eq!(
+        health(&server).await,
+        500,
+        "NOT_SERVING before the first config"
+    );
+    ads.push(
+        "1",
+        vec![domain("gw", vec![limit("path", "/a", Minute, 2)])],
+    );
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while health(&server).await != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "healthy after the first config"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(decide(&server, "/a").await, (1, Some(2)));
+    ads.push(
+        "2",
+        vec![domain("gw", vec![limit("path", "/a", Minute, 7)])],
+    );
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while decide(&server, "/a").await.1 != Some(7) {
+        assert!(tokio::time::Instant::now() < deadline, "the update applies");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A reload request (SIGHUP) does not read files over xDS.
+    server.running().reload_config().unwrap();
+    assert_eq!(decide(&server, "/a").await.1, Some(7));
+}
+
+#[tokio::test]
+async fn force_start_without_initial_config_is_healthy_at_once() {
+    let ads = Ads::start().await;
+    let server = gateway_server(&ads, &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")]).await;
+    assert_eq!(health(&server).await, 200);
+    assert_eq!(
+        decide(&server, "/a").await,
+        (1, None),
+        "no limits yet: everything OK"
+    );
+}
