@@ -13,9 +13,14 @@
 //! functions of the time, which is a parameter (`limiter::Clock`), so tests never sleep.
 //!
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker thread, each
-//! accepting gRPC connections and hosting its share of the shards. `config` reads the YAML and
-//! environment of envoyproxy/ratelimit into validated types; `admin` serves HTTP health, `/json`,
-//! metrics and the loaded config; `telemetry` keeps counters and sets up logs.
+//! accepting gRPC connections (plain, TLS or a unix socket) and hosting its share of the shards;
+//! one more thread serves HTTP, the debug and Prometheus ports, the RESP transport, and watches
+//! the config and certificate files. `config` reads the YAML and environment of
+//! envoyproxy/ratelimit into validated types (or takes them over xDS, `config::xds`); `admin`
+//! serves HTTP health, `/json`, the direct `/rate` and `/throttle` APIs, metrics and the loaded
+//! config; `telemetry` keeps counters, histograms and capped per-value series, and sets up logs
+//! and traces. With `backend::redis`, shards count in Redis instead of their tables, batching
+//! decisions into pipelines, behind a circuit breaker that falls back to the tables.
 
 pub mod admin;
 pub mod backend;

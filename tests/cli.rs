@@ -461,6 +461,10 @@ fn runtime_env(t: &TempDir, yaml: &str) -> Vec<(String, String)> {
         ("GRPC_PORT", "0"),
         ("HOST", "127.0.0.1"),
         ("PORT", "0"),
+        // Keep off the fixed debug and Prometheus ports (6070, 9090).
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

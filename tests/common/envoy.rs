@@ -298,6 +298,10 @@ impl Turnstile {
             .arg(config)
             .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
             .env_remove("LIMIT_RESPONSE_HEADERS_ENABLED")
+            // Keep off the fixed debug and Prometheus ports (6070, 9090).
+            .env("DEBUG_HOST", "127.0.0.1")
+            .env("DEBUG_PORT", "0")
+            .env("PROMETHEUS_ADDR", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));
