@@ -150,8 +150,8 @@ async fn an_oversized_message_is_refused_by_the_transport_and_the_service_keeps_
 
     let before = probe(&s).await;
     let e = s.try_call(sized(len + 1)).await.expect_err("one byte over");
-    // tonic refuses while decoding, before the handler runs.
-    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    // tonic refuses while decoding, before the handler runs; turnstile answers INVALID_ARGUMENT.
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(
         e.message().contains("message length too large"),
         "{:?}",
@@ -176,7 +176,7 @@ async fn an_oversized_message_is_refused_by_the_transport_and_the_service_keeps_
         .try_call(sized(8 << 20))
         .await
         .expect_err("far over the limit");
-    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert_eq!(probe(&s).await, before - 3);
 }
 

@@ -3,8 +3,6 @@
 //!
 //! - `fuzz/regressions/config_yaml/*`: YAML (a NUL byte splits two files, as in the target) that
 //!   must load or fail with a `ConfigError`, never panic;
-//! - `fuzz/regressions/config_yaml-open/*`: the same, for crashes whose fix lies outside this
-//!   branch's files; the test is ignored until they are fixed (then move the files over);
 //! - request → key cases are written out below, as the fuzz target builds them from bytes.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -67,12 +65,6 @@ fn replay(dir: &str) {
 #[test]
 fn config_yaml_regressions_load_or_fail_cleanly() {
     replay("fuzz/regressions/config_yaml");
-}
-
-#[test]
-#[ignore = "open: src/config/mod.rs build_rate_api overflows `max_in_queue.div_ceil(..) + 1`; see fuzz/regressions/config_yaml-open/README"]
-fn config_yaml_open_crashes() {
-    replay("fuzz/regressions/config_yaml-open");
 }
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {

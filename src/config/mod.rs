@@ -821,8 +821,12 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
                 }
                 d
             }
-            // Long enough to drain a full queue.
-            None => window * (max_in_queue.div_ceil(max_requests.max(1)) + 1),
+            // Long enough to drain a full queue, at most a day (the cap on any max_wait).
+            None => {
+                let windows = u64::from(max_in_queue).div_ceil(u64::from(max_requests.max(1))) + 1;
+                let ms = (window.as_millis() as u64).saturating_mul(windows);
+                Duration::from_millis(ms.min(86_400_000))
+            }
         };
         keys.push(RateApiKey {
             pattern,

@@ -85,6 +85,22 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// tonic refuses a message over `max_decoding_message_size` with OUT_OF_RANGE; like every other
+/// request limit, it is bad input and answers INVALID_ARGUMENT, keeping tonic's message (which
+/// names the size and the limit).
+fn too_large_is_invalid_argument<RB>(resp: &mut http::Response<RB>) {
+    let h = resp.headers_mut();
+    let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
+    let too_large = h.get("grpc-message").is_some_and(|m| {
+        m.to_str().is_ok_and(|m| {
+            m.contains("message%20length%20too%20large") || m.contains("message length too large")
+        })
+    });
+    if out_of_range && too_large {
+        h.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+}
+
 impl<F, RB, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<http::Response<RB>, E>>,
@@ -101,6 +117,10 @@ where
             Poll::Pending => return Poll::Pending,
             Poll::Ready(out) => out,
         };
+        let mut out = out;
+        if let Ok(resp) = &mut out {
+            too_large_is_invalid_argument(resp);
+        }
         let elapsed = call.start.elapsed();
         call.metrics.observe_latency(elapsed);
         // A unary error is a trailers-only answer: its status is in the headers. An answer has
