@@ -175,16 +175,8 @@ struct Ctx {
 /// is a task on the current runtime. Refuses to serve a non-loopback listener unless
 /// `settings.allow_remote`.
 ///
-/// To start it beside the other servers: bind with [`RespSettings::bind`] where the other
-/// listeners are bound (so a taken port fails the start), then on the runtime that serves it:
-///
-/// ```ignore
-/// let listener = tokio::net::TcpListener::from_std(bound)?;
-/// let task = tokio::spawn(resp::serve(listener, limiter.clone(), settings, async move {
-///     let _ = stop_rx.wait_for(|stop| *stop).await;
-/// }));
-/// // ...and await `task` before that runtime ends, so connections finish their answers.
-/// ```
+/// `server::start` binds it with [`RespSettings::bind`] beside the other listeners (so a taken
+/// port fails the start) and runs it on the admin runtime until the stop signal.
 pub async fn serve(
     listener: TcpListener,
     limiter: RateLimiter,
