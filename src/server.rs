@@ -536,7 +536,9 @@ async fn serve_http(
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    if let Err(e) = axum::serve(listener, router)
+    // The peer address lets `/throttle` answer loopback callers only.
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
     {

@@ -370,6 +370,7 @@ async fn bad_commands_get_errors_and_the_connection_stays() {
         max_period_secs: 60,
         max_count: 100,
         max_key_len: 8,
+        allow_remote: false,
     };
     let r = Resp::start(RespSettings {
         limits,

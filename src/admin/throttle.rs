@@ -1,7 +1,8 @@
 //! `POST /throttle`: ThrottleCrab's HTTP API, decided like RESP's `THROTTLE` (see `transport`).
 
-use axum::body::Bytes;
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -32,10 +33,26 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// 200 allowed, 429 denied (with `Retry-After`), 400 bad body or parameters over the caps,
 /// 503 no decision; the body has ThrottleCrab's fields either way it is decided.
-pub(crate) async fn throttle(State(s): State<AdminState>, body: Bytes) -> Response {
+/// Callers off loopback get 403 unless `TURNSTILE_THROTTLE_ALLOW_REMOTE=true`.
+pub(crate) async fn throttle(State(s): State<AdminState>, req: Request) -> Response {
     let limits = match transport::http_limits() {
         Ok(l) => l,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    if !caller_allowed(peer, limits.allow_remote) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "/throttle answers loopback callers only (TURNSTILE_THROTTLE_ALLOW_REMOTE=true opens it)",
+        );
+    }
+    // Bodies are a few fields: 64 KiB is plenty, and bounds what a caller can make us hold.
+    let body = match axum::body::to_bytes(req.into_body(), 64 << 10).await {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad body: {e}")),
     };
     let b: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -79,5 +96,29 @@ pub(crate) async fn throttle(State(s): State<AdminState>, body: Bytes) -> Respon
         }
         Err(e @ ThrottleError::Invalid(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// Loopback callers always; others only when allowed. An unknown peer counts as remote.
+fn caller_allowed(peer: Option<SocketAddr>, allow_remote: bool) -> bool {
+    allow_remote || peer.is_some_and(|a| a.ip().is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caller_allowed;
+
+    #[test]
+    fn only_loopback_unless_remote_is_allowed() {
+        let v4 = "127.0.0.1:5000".parse().ok();
+        let v6 = "[::1]:5000".parse().ok();
+        let remote = "192.0.2.7:5000".parse().ok();
+        assert!(caller_allowed(v4, false) && caller_allowed(v6, false));
+        assert!(!caller_allowed(remote, false));
+        assert!(
+            !caller_allowed(None, false),
+            "unknown peer counts as remote"
+        );
+        assert!(caller_allowed(remote, true));
     }
 }

@@ -31,6 +31,9 @@ pub struct ThrottleLimits {
     pub max_period_secs: u64,
     pub max_count: u32,
     pub max_key_len: usize,
+    /// `TURNSTILE_THROTTLE_ALLOW_REMOTE`: whether `POST /throttle` answers callers that are not
+    /// on loopback (the limits come from the caller, so by default only local applications may).
+    pub allow_remote: bool,
 }
 
 impl Default for ThrottleLimits {
@@ -40,6 +43,7 @@ impl Default for ThrottleLimits {
             max_period_secs: 86_400,
             max_count: 1_000_000,
             max_key_len: 1024,
+            allow_remote: false,
         }
     }
 }
@@ -63,7 +67,21 @@ impl ThrottleLimits {
             }
         };
         let u32max = u64::from(u32::MAX);
+        let allow_remote = match env("TURNSTILE_THROTTLE_ALLOW_REMOTE")
+            .filter(|v| !v.is_empty())
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(v) => {
+                return Err(format!(
+                    "TURNSTILE_THROTTLE_ALLOW_REMOTE={v} is not a boolean"
+                ))
+            }
+        };
         Ok(ThrottleLimits {
+            allow_remote,
             max_burst: num("TURNSTILE_THROTTLE_MAX_BURST", d.max_burst.into(), u32max)? as u32,
             max_period_secs: num(
                 "TURNSTILE_THROTTLE_MAX_PERIOD_SECS",
@@ -332,6 +350,7 @@ mod tests {
             max_period_secs: 60,
             max_count: 100,
             max_key_len: 4,
+            allow_remote: false,
         };
         assert!(op_for(&req(10, 100, 60, 10), &l).is_ok());
         assert!(op_for(&req(10, 100, 60, 0), &l).is_ok(), "0 only asks");
