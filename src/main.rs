@@ -40,7 +40,7 @@ struct ServeArgs {
     /// HTTP listen address (default: HOST:PORT, 0.0.0.0:8080).
     #[arg(long)]
     http_addr: Option<String>,
-    /// Worker threads, each a current-thread runtime (default: TURNSTILE_WORKERS or the core count).
+    /// Worker threads, each a current-thread runtime (default: TURNSTILE_WORKERS or cores - 1, at least 1).
     #[arg(long)]
     workers: Option<usize>,
     /// Shard actors (default: TURNSTILE_SHARDS or the worker count).
