@@ -561,3 +561,42 @@ async fn redis_over_mutual_tls() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn per_second_limits_go_to_their_own_redis() {
+    let main = Redis::start();
+    let per_second = Redis::start();
+    let e = with(
+        env(&main, ""),
+        &[
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", &per_second.url()),
+        ],
+    );
+    let yaml = "domain: ps\ndescriptors:\n  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: slow\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+    let s = TestServer::start_env(yaml, e).await;
+    for (key, expect) in [("fast", (OK, 1)), ("slow", (OK, 1))] {
+        assert_eq!(
+            codes(&s.call(one("ps", &[(key, "x")])).await),
+            vec![expect],
+            "{key}"
+        );
+    }
+    // T0 is on a whole second (1_700_000_000) and 20 s into its minute.
+    assert_eq!(
+        per_second.cli(&["GET", "ps_fast_x_1700000000"]),
+        "1",
+        "per-second Redis"
+    );
+    assert_eq!(
+        main.cli(&["GET", "ps_fast_x_1700000000"]),
+        "",
+        "not in the main Redis"
+    );
+    assert_eq!(
+        main.cli(&["GET", "ps_slow_x_1699999980"]),
+        "1",
+        "main Redis"
+    );
+    assert_eq!(per_second.cli(&["DBSIZE"]), "1");
+}
