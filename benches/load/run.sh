@@ -19,6 +19,11 @@
 #   SERVERS="noop turnstile-w1 turnstile-w2"
 #   MIXES="one multi over distinct"
 #   SKIP_BUILD=1      use the binaries already in target/release
+#   BIN_DIR=DIR       take turnstile, noop_rls and loadgen from DIR instead of
+#                     target/release (implies SKIP_BUILD=1). With a target
+#                     directory shared by several checkouts, copy the binaries
+#                     right after building and point BIN_DIR at the copies:
+#                     another checkout's build may replace target/release/*.
 #   UPDATE_DOC=0      do not touch BENCHMARKS.md
 set -euo pipefail
 
@@ -34,6 +39,14 @@ STREAMS=${STREAMS:-10}
 SERVERS=${SERVERS:-"noop turnstile-w1 turnstile-w2"}
 MIXES=${MIXES:-"one multi over distinct"}
 SKIP_BUILD=${SKIP_BUILD:-0}
+BIN_DIR=${BIN_DIR:-}
+if [[ -n "$BIN_DIR" ]]; then
+    SKIP_BUILD=1
+    TURNSTILE_BIN=$BIN_DIR/turnstile NOOP_BIN=$BIN_DIR/noop_rls LOADGEN=$BIN_DIR/loadgen
+else
+    TURNSTILE_BIN=target/release/turnstile NOOP_BIN=target/release/examples/noop_rls
+    LOADGEN=target/release/examples/loadgen
+fi
 UPDATE_DOC=${UPDATE_DOC:-1}
 # How big each measured run is, for the log and the report.
 if [[ -n "$DURATION" ]]; then size="DURATION=${DURATION}s"; else size="REQUESTS=$REQUESTS"; fi
@@ -41,7 +54,6 @@ if [[ -n "$DURATION" ]]; then size="DURATION=${DURATION}s"; else size="REQUESTS=
 CONFIG=benches/load/bench.conf.yaml
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 CLK_TCK=$(getconf CLK_TCK)
-LOADGEN=target/release/examples/loadgen
 
 command -v h2load >/dev/null || { echo "run.sh: h2load not found (apt-get install nghttp2-client)" >&2; exit 1; }
 
@@ -79,9 +91,9 @@ python3 benches/load/make_body.py "$work/bodies"
 start_server() {
     local name=$1 out="$work/$1.stdout" err="$work/$1.stderr"
     case "$name" in
-        noop) target/release/examples/noop_rls 127.0.0.1:0 >"$out" 2>"$err" & ;;
+        noop) "$NOOP_BIN" 127.0.0.1:0 >"$out" 2>"$err" & ;;
         turnstile-w*)
-            target/release/turnstile serve --config "$CONFIG" \
+            "$TURNSTILE_BIN" serve --config "$CONFIG" \
                 --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
                 --workers "${name#turnstile-w}" >"$out" 2>"$err" & ;;
         *) log "unknown server $name"; return 1 ;;
@@ -130,10 +142,44 @@ cpu_ticks() {
 # kills the client.
 run_client() {  # OUTFILE COMMAND...
     local out=$1; shift
+    snapshot 0
     "$@" >"$out" &
     client_pid=$!
     wait "$client_pid"
     client_pid=""
+    snapshot 1
+}
+
+# CPU accounting around each client run, for the measured run's figures:
+# SERVER_TICKS (server process), and OTHER_PCT: the share of the machine's
+# CPU (all cores x wall time) used by anything other than the server and the
+# load client, i.e. by other users of a shared machine. A high OTHER_PCT
+# means that run's req/s and latencies are not trustworthy.
+busy_ticks() {  # user+nice+system+irq+softirq+steal of all CPUs
+    local _ user nice system idle iowait irq softirq steal
+    read -r _ user nice system idle iowait irq softirq steal _ < /proc/stat
+    echo $(( user + nice + system + irq + softirq + steal ))
+}
+child_ticks() {  # cutime + cstime of this shell: its waited-for children, the client included
+    local stat
+    stat=$(<"/proc/$$/stat")
+    stat=${stat##*) }
+    # shellcheck disable=SC2086
+    set -- $stat
+    echo $(( ${14} + ${15} ))
+}
+snapshot() {  # 0 before a client run, 1 after
+    local srv=0
+    if [[ -n "$server_pid" ]]; then srv=$(cpu_ticks "$server_pid"); fi
+    eval "snap_srv$1=$srv snap_busy$1=$(busy_ticks) snap_child$1=$(child_ticks) snap_ns$1=$(date +%s%N)"
+    if [[ $1 == 1 ]]; then
+        SERVER_TICKS=$(( snap_srv1 - snap_srv0 ))
+        OTHER_PCT=$(awk -v busy=$((snap_busy1 - snap_busy0)) -v srv="$SERVER_TICKS" \
+            -v cli=$((snap_child1 - snap_child0)) -v ns=$((snap_ns1 - snap_ns0)) \
+            -v hz="$CLK_TCK" -v cpus="$(nproc)" 'BEGIN {
+                o = (busy - srv - cli) / hz / (ns / 1e9) / cpus * 100
+                printf "%.0f", o < 0 ? 0 : o }')
+    fi
 }
 
 # h2load sends the same body on every request; its --log-file has one line
@@ -207,11 +253,9 @@ for server in $SERVERS; do
         log "$server/$mix: warm-up ($WARMUP requests)"
         "${driver}_run" "$server_addr" "$mix" "$WARMUP"
         log "$server/$mix: measuring ($size)"
-        t0=$(cpu_ticks "$server_pid")
         "${driver}_run" "$server_addr" "$mix" ""
-        t1=$(cpu_ticks "$server_pid")
-        rps=$R_RPS p50=$R_P50 p99=$R_P99
-        cpu_us=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$R_DONE" \
+        rps=$R_RPS p50=$R_P50 p99=$R_P99 other=$OTHER_PCT
+        cpu_us=$(awk -v d="$SERVER_TICKS" -v hz="$CLK_TCK" -v n="$R_DONE" \
             'BEGIN { printf "%.1f", n ? d / hz * 1e6 / n : 0 }')
         ans=$ANSWER
         if (( R_FAILED > 0 )); then ans="$ans, $R_FAILED failed"; fi
@@ -221,8 +265,8 @@ for server in $SERVERS; do
         else
             ratio="n/a"
         fi
-        rows+=("| $server | $mix | $driver | $ans | $rps | $p50 | $p99 | $cpu_us | $ratio |")
-        log "$server/$mix: $rps req/s, p50 ${p50}µs, p99 ${p99}µs, ${cpu_us} CPU µs/call"
+        rows+=("| $server | $mix | $driver | $ans | $rps | $p50 | $p99 | $cpu_us | $ratio | $other |")
+        log "$server/$mix: $rps req/s, p50 ${p50}µs, p99 ${p99}µs, ${cpu_us} CPU µs/call, other CPU ${other}%"
     done
     stop_server
 done
@@ -236,10 +280,10 @@ else
 fi
 table=$(
     echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU(s), ${cpu_model:-unknown CPU}, $rev;" \
-         "$size, $CONNS connections x $STREAMS streams, warm-up $WARMUP requests."
+         "$size, $CONNS connections x $STREAMS streams, warm-up $WARMUP requests${BIN_DIR:+; binaries from $BIN_DIR}."
     echo
-    echo "| server | mix | driver | answer | req/s | p50 µs | p99 µs | server CPU µs/call | req/s vs noop |"
-    echo "|---|---|---|---|---:|---:|---:|---:|---:|"
+    echo "| server | mix | driver | answer | req/s | p50 µs | p99 µs | server CPU µs/call | req/s vs noop | other CPU % |"
+    echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
 )
 echo "$table" > benches/load/last-run.md

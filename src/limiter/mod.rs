@@ -198,7 +198,6 @@ impl Engine {
         if ops.is_empty() {
             return Ok(Decision::default());
         }
-        let n = self.inner.senders.len();
         let first = self.shard_for(ops[0].hash);
         if ops.iter().all(|o| self.shard_for(o.hash) == first) {
             // The common case: one message, decided atomically by one shard.
@@ -233,8 +232,19 @@ impl Engine {
                 timed_out: reply.timed_out,
             });
         }
-        // Ops spread over several shards: each decides its part; a part that is refused refuses
-        // the request, and the parts that consumed are given back.
+        // Boxed: its state is large, and a future holds the state of every branch, so inlining
+        // it would make every call (most touch one shard) allocate and copy kilobytes.
+        Box::pin(self.decide_spread(ops, global_shadow)).await
+    }
+
+    /// Ops spread over several shards: each decides its part; a part that is refused refuses
+    /// the request, and the parts that consumed are given back.
+    async fn decide_spread(
+        &self,
+        ops: SmallVec<[Op; 4]>,
+        global_shadow: bool,
+    ) -> Result<Decision, EngineError> {
+        let n = self.inner.senders.len();
         let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
         let mut placed: SmallVec<[(usize, usize); 4]> = SmallVec::new(); // op → (part, index in part)
         for op in ops {
