@@ -411,29 +411,31 @@ fn ignored(get: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     out
 }
 
-/// A Go `time.Duration` string as envoyproxy/ratelimit's settings take: `24h`, `1h30m`, `500ms`.
+/// Go's `time.ParseDuration` (`10s`, `1m30s`, `250ms`, `1.5h`), as envoyproxy/ratelimit's
+/// settings (envconfig) read durations; used by every duration setting, xDS's included.
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("not a duration like 1h30m, 90s or 500ms: {text}");
+    let bad = || format!("invalid duration \"{text}\" (expected e.g. 500ms, 10s, 1m30s)");
     let mut rest = text.trim();
     if rest == "0" {
         return Ok(Duration::ZERO);
     }
-    if rest.is_empty() {
+    if rest.is_empty() || rest.starts_with('-') {
         return Err(bad());
     }
-    let mut total = 0f64;
+    rest = rest.strip_prefix('+').unwrap_or(rest);
+    let mut total = 0.0f64;
     while !rest.is_empty() {
-        let n_end = rest
+        let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(bad)?;
-        let n: f64 = rest[..n_end].parse().map_err(|_| bad())?;
-        rest = &rest[n_end..];
-        let u_end = rest
+        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
+        rest = &rest[num_end..];
+        let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let scale = match &rest[..u_end] {
+        let scale = match &rest[..unit_end] {
             "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
+            "us" | "µs" | "μs" => 1e-6,
             "ms" => 1e-3,
             "s" => 1.0,
             "m" => 60.0,
@@ -441,7 +443,7 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
             _ => return Err(bad()),
         };
         total += n * scale;
-        rest = &rest[u_end..];
+        rest = &rest[unit_end..];
     }
     Duration::try_from_secs_f64(total).map_err(|_| bad())
 }

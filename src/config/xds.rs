@@ -22,6 +22,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Any, Struct, Value as PbValue};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
+
+use super::settings::parse_go_duration;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{MetadataKey, MetadataValue};
@@ -648,42 +650,6 @@ fn parse_bool(v: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-/// Go's `time.ParseDuration` (`10s`, `1m30s`, `250ms`, `1.5h`), as envconfig reads durations.
-fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration \"{text}\" (expected e.g. 500ms, 10s, 1m30s)");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() || rest.starts_with('-') {
-        return Err(bad());
-    }
-    rest = rest.strip_prefix('+').unwrap_or(rest);
-    let mut total = 0.0f64;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += n * scale;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 #[cfg(test)]

@@ -66,35 +66,51 @@ impl Redis {
         r
     }
 
+    /// Starts redis-server and waits until it answers. The port was free when picked, but a
+    /// parallel test may pick it too: the server that answers must be our own child (its
+    /// `process_id`), or we try again on another port.
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is on PATH (scripts/install-test-deps.sh installs it)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while cli_auth(self.port, self.auth.as_deref(), &["PING"]) != "PONG" {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {} did not start",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..5 {
+            let mut child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &self.port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(&self.extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is on PATH (scripts/install-test-deps.sh installs it)");
+            let pid = format!("process_id:{}", child.id());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // it exited: the port was taken
+                }
+                let info = cli_auth(self.port, self.auth.as_deref(), &["INFO", "server"]);
+                if info.contains(&pid) {
+                    self.child = Some(child);
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server on {} did not start",
+                    self.port
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.wait();
+            self.port = free_port();
         }
+        panic!("could not start redis-server on a free port");
     }
 
     pub fn url(&self) -> String {

@@ -403,19 +403,11 @@ impl Shard {
                                 self.requeue_head(w, &key, now.saturating_add(retry));
                                 continue;
                             }
-                            Verdict::Wait(_) => {
-                                let since = Some((w.enqueued, w.deadline));
-                                self.conclude(
-                                    w.msg,
-                                    outcomes,
-                                    verdict,
-                                    Commit::Remote(counted),
-                                    now,
-                                    since,
-                                );
-                            }
-                            Verdict::Admit | Verdict::Refuse => {
-                                self.left_queue();
+                            // Moving on to wait at another key, or answered (then it leaves).
+                            verdict => {
+                                if !matches!(verdict, Verdict::Wait(_)) {
+                                    self.left_queue();
+                                }
                                 let since = Some((w.enqueued, w.deadline));
                                 self.conclude(
                                     w.msg,
