@@ -16,6 +16,10 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 
+/// mimalloc: glibc malloc is a measurable share of every call of the tonic stack (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use envoy_types::pb::envoy::service::ratelimit::v3::{
     rate_limit_response::{Code, DescriptorStatus},
     rate_limit_service_server::{RateLimitService, RateLimitServiceServer},

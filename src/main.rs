@@ -8,6 +8,10 @@ use turnstile::config::settings::{resolve, Settings};
 use turnstile::config::Config;
 use turnstile::limiter::Clock;
 
+/// mimalloc: glibc malloc is a measurable share of every call of the tonic stack (BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     version,
