@@ -51,3 +51,34 @@ async fn a_key_flood_is_capped_and_over_limit_keys_are_kept() {
         OVER
     );
 }
+
+#[tokio::test]
+async fn keys_are_dropped_once_their_window_has_ended() {
+    let s = TestServer::start_with(
+        "domain: f\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+        &[("TURNSTILE_WORKERS", "1"), ("TURNSTILE_SHARDS", "1")],
+    )
+    .await;
+    for i in 0..300 {
+        s.call(one("f", &[("user", &format!("u{i}"))])).await;
+    }
+    let stats = s.running().limiter.engine().stats()[0].clone();
+    assert_eq!(stats.keys.load(Ordering::Relaxed), 300);
+    // Two seconds later every window has ended; the shard's sweep (once per second of its
+    // clock) drops them, so memory follows the active keys.
+    s.advance(std::time::Duration::from_secs(2));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while stats.keys.load(Ordering::Relaxed) != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "keys left: {}",
+            stats.keys.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        stats.evictions.load(Ordering::Relaxed),
+        0,
+        "expired, not evicted"
+    );
+}
