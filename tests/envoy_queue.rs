@@ -351,7 +351,9 @@ async fn envoy_timeout_below_max_wait_abandons_the_waiter_which_consumes_nothing
             assert_status(&r, 200, "Envoy's timeout with failure_mode_deny: false");
             assert_eq!(r.header("x-ratelimit-remaining"), None, "{r:#?}");
             assert_eq!(r.header(WAITED), None, "{r:#?}");
-            assert!(took >= Duration::from_millis(100), "took {took:?}");
+            // Held rather than answered at once (an answer takes a few ms); Envoy's own 100 ms timer
+            // may fire a little early as the client measures it, so no tighter bound.
+            assert!(took >= Duration::from_millis(50), "took {took:?}");
             assert_eq!(
                 stack.envoy.stat(FAILURE_MODE_ALLOWED).await,
                 allowed_before + 1,
@@ -366,7 +368,9 @@ async fn envoy_timeout_below_max_wait_abandons_the_waiter_which_consumes_nothing
             let took = started.elapsed();
             still_in(s, "the fail-closed request came back")?;
             assert_status(&r, 500, "Envoy's timeout with failure_mode_deny: true");
-            assert!(took >= Duration::from_millis(100), "took {took:?}");
+            // Held rather than answered at once (an answer takes a few ms); Envoy's own 100 ms timer
+            // may fire a little early as the client measures it, so no tighter bound.
+            assert!(took >= Duration::from_millis(50), "took {took:?}");
             assert_eq!(
                 deny.stat(RATELIMIT_ERROR).await,
                 errors_before + 1,
