@@ -4,11 +4,14 @@
 //! Every process gets a cleared environment plus the variables a test sets, ports chosen by
 //! the OS (port 0, read back from the `turnstile: listening ...` line), and its own temp dir.
 
+mod common;
+
+use common::tempdir::TempDir;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -18,48 +21,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 /// How long anything may take: starting, answering, stopping.
 const DEADLINE: Duration = Duration::from_secs(30);
 const READY_PREFIX: &str = "turnstile: listening ";
-
-// ------------------------------------------------------------------------------------------
-// Temp dirs.
-
-static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let p = std::env::temp_dir().join(format!(
-            "turnstile-cli-test-{}-{tag}-{n}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn write(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.0.join(rel);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).expect("create parent");
-        }
-        std::fs::write(&p, text).expect("write file");
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 const VALID: &str = "domain: cli
 descriptors:

@@ -3,12 +3,15 @@
 //! whose request lines carry the request id, and OTLP traces continuing Envoy's context
 //! (W3C `traceparent` and b3) received by a collector in this test.
 
+mod common;
+
+use common::tempdir::TempDir;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -27,32 +30,6 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 
 const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 const DEADLINE: Duration = Duration::from_secs(30);
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "turnstile-ops-bin-{}-{tag}-{}",
-            std::process::id(),
-            DIRS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Ports printed on the readiness line.
 struct Ports {

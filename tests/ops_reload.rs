@@ -3,8 +3,11 @@
 //! symlink swap are seen, dotfiles are ignored, and `reload_config` (what SIGHUP calls) works
 //! with polling off. Tests wait on `/rlconfig` or the load counters, with a deadline.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use common::tempdir::TempDir;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -18,32 +21,6 @@ use turnstile::server::{self, Running};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const T0: u64 = 1_700_000_000 * 1_000_000_000;
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "turnstile-ops-reload-{}-{tag}-{}",
-            std::process::id(),
-            DIRS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn write(p: &Path, text: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod redis;
+pub mod tempdir;
 
 use std::sync::Arc;
 use std::time::Duration;
