@@ -5,10 +5,12 @@
 //!
 //! Groups (throughput is in descriptors, i.e. ops, per second):
 //!
-//! - `engine_decide`: `Engine::decide` through the real actor path. A tokio current-thread
-//!   runtime (what each server worker runs) with the shard tasks spawned on it,
-//!   `Engine::new(shards, 4096, 10000, Clock::System)`; the caller is the `block_on` future on
-//!   the same thread, like a gRPC handler on a worker. Each call clones a pre-built op (one
+//! - `engine_decide`: `Engine::decide` as a server worker runs it. A tokio current-thread
+//!   runtime with the shard tasks in its `LocalSet`, `Engine::new(shards, 4096, 10000,
+//!   Clock::System)`; the caller is the `block_on` future on the same thread, like a gRPC
+//!   handler on the worker that owns the shard, so it decides synchronously.
+//!   `hot_key_other_thread` puts the shard on another thread: each decide is then a message
+//!   and a reply, as for a handler on another worker. Each call clones a pre-built op (one
 //!   `String` allocation for the key, as the service layer pays when it builds the key).
 //!   Limits are high (1e9 per second) so answers are OK, except in `over_limit`.
 //! - `engine_concurrent`: 64 decides joined at once, so the shard's `recv_many` gets batches.
@@ -30,6 +32,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::{smallvec, SmallVec};
 use tokio::runtime::Runtime;
+use tokio::task::LocalSet;
 
 use turnstile::config::settings::RequestLimits;
 use turnstile::config::{Algorithm, Config, LoadOptions};
@@ -69,23 +72,61 @@ fn op(key: &str, params: Params) -> Op {
     }
 }
 
-/// A current-thread runtime (time enabled, for the shard's sweep timer) with `shards` shard
-/// actors spawned on it.
-fn engine(shards: usize) -> (Runtime, Engine) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime (time enabled, for the shard's sweep timer) and the `LocalSet` the
+/// shard tasks run in, as on a server worker.
+struct Rt {
+    rt: Runtime,
+    local: LocalSet,
+}
+
+impl Rt {
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.local.block_on(&self.rt, f)
+    }
+}
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+/// `shards` shard actors on the caller's thread: decides run synchronously, as for a gRPC
+/// handler on the worker that owns the shard.
+fn engine(shards: usize) -> (Rt, Engine) {
+    let rt = Rt {
+        rt: runtime(),
+        local: LocalSet::new(),
+    };
     let (engine, tasks) = Engine::new(shards, 4096, 10_000, Clock::System);
     for t in tasks {
-        rt.spawn(t.run());
+        rt.local.spawn_local(t.run());
     }
+    (rt, engine)
+}
+
+/// `shards` shard actors on a thread of their own: every decide is a message and a reply, as
+/// for a handler on another worker (or the admin thread).
+fn engine_elsewhere(shards: usize) -> (Rt, Engine) {
+    let (engine, tasks) = Engine::new(shards, 4096, 10_000, Clock::System);
+    std::thread::spawn(move || {
+        let local = LocalSet::new();
+        for t in tasks {
+            local.spawn_local(t.run());
+        }
+        local.block_on(&runtime(), std::future::pending::<()>());
+    });
+    let rt = Rt {
+        rt: runtime(),
+        local: LocalSet::new(),
+    };
     (rt, engine)
 }
 
 /// Times `iters` sequential decides; `make(i)` gives the ops of call `i`.
 fn sequential(
-    rt: &Runtime,
+    rt: &Rt,
     engine: &Engine,
     iters: u64,
     mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
@@ -104,7 +145,7 @@ fn sequential(
 
 /// Times `iters` rounds of `IN_FLIGHT` decides joined together.
 fn concurrent(
-    rt: &Runtime,
+    rt: &Rt,
     engine: &Engine,
     iters: u64,
     mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
@@ -183,6 +224,16 @@ fn engine_decide(c: &mut Criterion) {
         });
     }
 
+    // The hot key again, with the shard on another thread: the message path.
+    {
+        let (rt, e) = engine_elsewhere(1);
+        let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
+        g.bench_function(
+            BenchmarkId::new("hot_key_other_thread", "fixed_window"),
+            |b| b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], false)),
+        );
+    }
+
     // Four ops in one decide (the `multi` mix's keys), on one shard (one message) and on two
     // (as `--workers 2` lays them out: the request spans both shards and takes the multi-part path).
     g.throughput(Throughput::Elements(4));
@@ -211,6 +262,14 @@ fn engine_concurrent(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("in_flight_64", "hot_key"), |b| {
             b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| smallvec![o.clone()]))
         });
+    }
+    {
+        let (rt, e) = engine_elsewhere(1);
+        let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
+        g.bench_function(
+            BenchmarkId::new("in_flight_64", "hot_key_other_thread"),
+            |b| b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| smallvec![o.clone()])),
+        );
     }
     {
         let (rt, e) = engine(1);

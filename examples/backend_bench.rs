@@ -111,7 +111,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let rows = rt.block_on(async {
+    let local = tokio::task::LocalSet::new();
+    let rows = local.block_on(&rt, async {
         let url = format!("127.0.0.1:{port}");
         let settings = loop {
             let env = |k: &str| match k {
@@ -136,7 +137,7 @@ fn main() {
             let (engine, tasks) =
                 Engine::with_backend(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);
             for t in tasks {
-                tokio::spawn(t.run());
+                tokio::task::spawn_local(t.run());
             }
             rows.push((name, drive(engine, concurrency, keys, secs).await));
         }

@@ -55,9 +55,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let local = tokio::task::LocalSet::new();
     let (engine, tasks) = Engine::new(shards, 4096, 10_000, Clock::System);
     for t in tasks {
-        rt.spawn(t.run());
+        local.spawn_local(t.run());
     }
     let params = Params {
         requests_per_unit: 1_000_000_000,
@@ -76,7 +77,7 @@ fn main() {
     };
 
     // Warm up the runtime, the channel and the allocator before the baseline.
-    rt.block_on(async {
+    local.block_on(&rt, async {
         let d = engine
             .decide(smallvec![op("warm-up_".into())], false)
             .await
@@ -98,7 +99,7 @@ fn main() {
         .collect();
     checkpoints.push(n);
     let start = Instant::now();
-    rt.block_on(async {
+    local.block_on(&rt, async {
         let mut i = 0u64;
         for c in checkpoints {
             while i < c {

@@ -256,9 +256,11 @@ pub async fn start(
         let handle = std::thread::Builder::new()
             .name(format!("turnstile-worker-{w}"))
             .spawn(move || {
-                rt.block_on(async move {
+                // Shard tasks stay on this thread, so calls handled here decide synchronously.
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&rt, async move {
                     for t in mine {
-                        tokio::spawn(t.run());
+                        tokio::task::spawn_local(t.run());
                     }
                     let shutdown = async move {
                         let _ = stop_rx.wait_for(|s| *s).await;

@@ -1,6 +1,10 @@
 //! Overload: a server whose one shard accepts one queued message at a time, hit by thousands of
-//! concurrent calls. Every call is answered promptly (decided, or shed with RESOURCE_EXHAUSTED),
-//! none hangs, shed calls consume nothing, and no more than the limit is ever admitted.
+//! concurrent calls. Every call is answered promptly (decided, or shed with RESOURCE_EXHAUSTED /
+//! 503), none hangs, shed calls consume nothing, and no more than the limit is ever admitted.
+//!
+//! Calls handled on the worker that owns the shard decide synchronously and never queue, so a
+//! gRPC flood on a one-worker server is never shed; calls from another thread (here `/json`,
+//! served by the admin thread) go through the shard's mailbox, and a full mailbox sheds them.
 
 mod common;
 
@@ -31,7 +35,7 @@ enum Answer {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_shard_queue_sheds_fast_and_never_over_admits() {
+async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
     let s = TestServer::start_with(
         CONFIG,
         &[
@@ -107,13 +111,72 @@ async fn a_full_shard_queue_sheds_fast_and_never_over_admits() {
         ok, 100,
         "exactly the limit is admitted, however many calls race for it"
     );
-    // With one worker, the shard actor runs only between handler tasks, so a burst of streams
-    // arriving together finds its one-message queue full.
-    assert!(shed > 0, "a one-message queue under {CALLS} calls sheds");
+    // The handlers run on the shard's own worker: each decides synchronously, none queues.
+    assert_eq!(shed, 0, "calls on the shard's worker are never shed");
 
     // Shed and refused calls consumed nothing: the next window starts from zero as usual.
     s.advance(Duration::from_secs(60));
     let r = s.call(one("load", &[("tight", "k")])).await;
     assert_eq!(r.overall_code, OK);
     assert_eq!(r.statuses[0].limit_remaining, 99);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_shard_mailbox_sheds_calls_from_other_threads_fast_and_never_over_admits() {
+    let s = TestServer::start_with(
+        CONFIG,
+        &[
+            ("TURNSTILE_WORKERS", "1"),
+            ("TURNSTILE_SHARDS", "1"),
+            ("TURNSTILE_SHARD_QUEUE", "1"),
+        ],
+    )
+    .await;
+    let url = format!("http://{}/json", s.running().http_addr);
+    let http = reqwest::Client::new();
+    let body = r#"{"domain":"load","descriptors":[{"entries":[{"key":"tight","value":"k"}]}]}"#;
+    const JSON_CALLS: usize = 500;
+    let (mut ok, mut over, mut shed) = (0u32, 0u32, 0u32);
+    let mut waves = 0;
+    while over == 0 || shed == 0 {
+        waves += 1;
+        assert!(
+            waves <= MAX_WAVES,
+            "never both over the limit and shed: ok={ok} over={over} shed={shed}"
+        );
+        let mut calls = JoinSet::new();
+        for i in 0..JSON_CALLS {
+            let (http, url) = (http.clone(), url.clone());
+            calls.spawn(async move {
+                let r = tokio::time::timeout(STUCK, http.post(url).body(body).send())
+                    .await
+                    .unwrap_or_else(|_| panic!("call {i} got no answer within {STUCK:?}"))
+                    .expect("HTTP answer");
+                let status = r.status().as_u16();
+                let text = r.text().await.expect("body");
+                match status {
+                    200 => Answer::Ok,
+                    429 => Answer::OverLimit,
+                    503 if text.contains("overloaded") => Answer::Shed,
+                    other => panic!("call {i}: unexpected {other}: {text}"),
+                }
+            });
+        }
+        while let Some(r) = calls.join_next().await {
+            match r.expect("no call task panicked") {
+                Answer::Ok => ok += 1,
+                Answer::OverLimit => over += 1,
+                Answer::Shed => shed += 1,
+            }
+        }
+    }
+    eprintln!("overload over /json: waves={waves} ok={ok} over_limit={over} shed={shed}");
+    assert_eq!((ok + over + shed) as usize, JSON_CALLS * waves);
+    assert_eq!(ok, 100, "exactly the limit is admitted");
+    s.advance(Duration::from_secs(60));
+    let r = s.call(one("load", &[("tight", "k")])).await;
+    assert_eq!(
+        r.statuses[0].limit_remaining, 99,
+        "shed calls consumed nothing"
+    );
 }

@@ -5,6 +5,9 @@ mod algorithm;
 mod clock;
 mod shard;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -12,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-use shard::{Decide, Msg, Shard};
+use shard::{Decide, Local, Msg, Shard};
 pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 
 use crate::config::QueueSpec;
@@ -96,6 +99,8 @@ pub struct Engine {
 
 #[derive(Debug)]
 struct Inner {
+    /// Tells this engine's shards apart from another engine's on the same thread.
+    id: u64,
     senders: Vec<mpsc::Sender<Msg>>,
     clock: Clock,
     stats: Vec<Arc<ShardStats>>,
@@ -103,13 +108,52 @@ struct Inner {
 
 /// A shard actor not yet started: the server spawns it on the runtime it belongs to.
 pub struct ShardTask {
+    engine: u64,
+    index: usize,
     shard: Shard,
     rx: mpsc::Receiver<Msg>,
 }
 
 impl ShardTask {
+    /// The shard's task. It stays on the thread it starts on (the future is not `Send`: spawn it
+    /// with `tokio::task::spawn_local`), and callers on that thread decide synchronously.
     pub async fn run(self) {
-        self.shard.run(self.rx).await
+        let cell = Rc::new(RefCell::new(Local::new(self.shard, self.rx)));
+        let _here = Registered::new(self.engine, self.index, cell.clone());
+        shard::run(cell).await
+    }
+}
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A shard whose task runs on this thread: (engine id, shard index, the shard).
+type HereShard = (u64, usize, Rc<RefCell<Local>>);
+
+thread_local! {
+    /// The shards whose tasks run on this thread, so callers here can decide synchronously.
+    static HERE: RefCell<Vec<HereShard>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A shard listed in `HERE` while its task lives.
+struct Registered {
+    engine: u64,
+    index: usize,
+}
+
+impl Registered {
+    fn new(engine: u64, index: usize, cell: Rc<RefCell<Local>>) -> Registered {
+        HERE.with(|h| h.borrow_mut().push((engine, index, cell)));
+        Registered { engine, index }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // The thread may be exiting, with its locals gone already.
+        let _ = HERE.try_with(|h| {
+            h.borrow_mut()
+                .retain(|(e, i, _)| (*e, *i) != (self.engine, self.index))
+        });
     }
 }
 
@@ -139,6 +183,7 @@ impl Engine {
         max_keys: usize,
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
+        let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
         let per_shard_waiters = max_waiters.div_ceil(shards);
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
@@ -151,6 +196,8 @@ impl Engine {
                 .as_ref()
                 .map(|(store, s)| shard::Remote::new(store.clone(), s.clone(), i, shards));
             tasks.push(ShardTask {
+                engine: id,
+                index: i,
                 shard: Shard::new(
                     clock.clone(),
                     per_shard_waiters,
@@ -164,6 +211,7 @@ impl Engine {
         }
         let engine = Engine {
             inner: Arc::new(Inner {
+                id,
                 senders,
                 clock,
                 stats,
@@ -216,13 +264,21 @@ impl Engine {
                     reply: tx,
                 }),
             )?;
-            let guard = CancelOnDrop {
-                engine: self,
-                shard: first,
-                key: queued,
+            let mut rx = rx;
+            let reply = match rx.try_recv() {
+                // Decided on this thread already.
+                Ok(reply) => reply,
+                Err(_) => {
+                    let guard = CancelOnDrop {
+                        engine: self,
+                        shard: first,
+                        key: queued,
+                    };
+                    let reply = rx.await.map_err(|_| EngineError::Stopped)?;
+                    guard.disarm();
+                    reply
+                }
             };
-            let reply = rx.await.map_err(|_| EngineError::Stopped)?;
-            guard.disarm();
             if reply.failed {
                 return Err(EngineError::Unavailable);
             }
@@ -360,13 +416,40 @@ impl Engine {
         }
     }
 
+    /// Delivers `msg` to `shard`: handled at once when the shard lives on this thread and is
+    /// not busy, otherwise through its mailbox.
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
+        let msg = match self.here(shard) {
+            Some(cell) => match cell.try_borrow_mut() {
+                Ok(mut local) => {
+                    local.handle_here(msg);
+                    return Ok(());
+                }
+                Err(_) => msg,
+            },
+            None => msg,
+        };
         self.inner.senders[shard]
             .try_send(msg)
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
                 mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
             })
+    }
+}
+
+impl Engine {
+    /// The shard, if its task runs on this thread.
+    fn here(&self, shard: usize) -> Option<Rc<RefCell<Local>>> {
+        let id = self.inner.id;
+        HERE.try_with(|h| {
+            h.borrow()
+                .iter()
+                .find(|(e, i, _)| *e == id && *i == shard)
+                .map(|(_, _, c)| c.clone())
+        })
+        .ok()
+        .flatten()
     }
 }
 
@@ -386,7 +469,7 @@ impl CancelOnDrop<'_> {
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some((key, hash)) = self.key.take() {
-            let _ = self.engine.inner.senders[self.shard].try_send(Msg::Cancelled { key, hash });
+            let _ = self.engine.send(self.shard, Msg::Cancelled { key, hash });
         }
     }
 }
@@ -510,10 +593,13 @@ impl Pending<'_> {
                 let answered = rx.try_recv().ok();
                 if answered.is_none() {
                     for o in p.ops.iter().filter(|o| o.queue.is_some()) {
-                        let _ = self.engine.inner.senders[p.shard].try_send(Msg::Cancelled {
-                            key: o.key.clone(),
-                            hash: o.hash,
-                        });
+                        let _ = self.engine.send(
+                            p.shard,
+                            Msg::Cancelled {
+                                key: o.key.clone(),
+                                hash: o.hash,
+                            },
+                        );
                     }
                 }
                 p.reply = Some(answered.unwrap_or_else(|| {
@@ -553,7 +639,7 @@ impl Pending<'_> {
                 if !ops.is_empty() {
                     let remote = p.reply.as_ref().is_some_and(|r| r.remote);
                     // Best effort when the shard's queue is full: the window ends anyway.
-                    let _ = self.engine.inner.senders[p.shard].try_send(Msg::Undo(ops, remote));
+                    let _ = self.engine.send(p.shard, Msg::Undo(ops, remote));
                 }
                 if let Some(r) = p.reply.as_mut() {
                     r.committed = false;

@@ -5,10 +5,13 @@
 //! whose ops all live here is decided atomically. A message that must wait parks in the FIFO of
 //! the key it waits for and is answered later through the same reply channel.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -167,6 +170,128 @@ pub(crate) struct Shard {
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// A shard with its mailbox, shared by the shard's task and by callers on the same thread.
+///
+/// The task and those callers take turns on one thread, never at once: a caller on the shard's
+/// own thread decides synchronously (mailbox first, so earlier messages keep their order, then
+/// its own message) instead of paying a message, a task switch and a wake-up. Callers on other
+/// threads send messages that the task handles.
+pub(crate) struct Local {
+    pub(crate) shard: Shard,
+    rx: mpsc::Receiver<Msg>,
+    /// Set by a synchronous caller whose message moved the shard's next wake-up earlier.
+    poked: bool,
+    task: Option<Waker>,
+}
+
+impl Local {
+    pub(crate) fn new(shard: Shard, rx: mpsc::Receiver<Msg>) -> Local {
+        Local {
+            shard,
+            rx,
+            poked: false,
+            task: None,
+        }
+    }
+
+    /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds.
+    pub(crate) fn handle_here(&mut self, msg: Msg) {
+        let before = self.shard.next_wake();
+        while let Ok(m) = self.rx.try_recv() {
+            self.shard.handle(m);
+        }
+        self.shard.handle(msg);
+        if self.shard.next_wake() < before {
+            // A new queue event: the task must arm its timer for it.
+            self.poked = true;
+            if let Some(w) = &self.task {
+                w.wake_by_ref();
+            }
+        }
+    }
+}
+
+/// What woke the shard's task.
+enum Woke {
+    /// Messages arrived (in the buffer); 0 means every sender is gone.
+    Mail(usize),
+    /// A synchronous caller changed when the shard must next wake.
+    Poked,
+}
+
+/// The actor loop: batches of messages, then due queue events and the expiry sweep. The shard
+/// is borrowed only between awaits, so callers on this thread can use it meanwhile.
+pub(crate) async fn run(cell: Rc<RefCell<Local>>) {
+    let mut buf = Vec::with_capacity(64);
+    let (mut changes, mut done_rx) = {
+        let mut l = cell.borrow_mut();
+        let changes = l.shard.clock.changes();
+        let done_rx = l.shard.remote.as_mut().and_then(|r| r.done_rx.take());
+        (changes, done_rx)
+    };
+    let timer = tokio::time::sleep(Duration::from_secs(3600));
+    tokio::pin!(timer);
+    let mut armed_for = u64::MAX;
+    loop {
+        let mut clock_gone = false;
+        let manual = changes.is_some();
+        {
+            let l = cell.borrow();
+            let wake_at = l.shard.next_wake();
+            if !manual && wake_at != armed_for {
+                let delay = wake_at.saturating_sub(l.shard.clock.now());
+                timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + Duration::from_nanos(delay));
+                armed_for = wake_at;
+            }
+        }
+        let mail = std::future::poll_fn(|cx| {
+            let mut l = cell.borrow_mut();
+            if std::mem::take(&mut l.poked) {
+                return Poll::Ready(Woke::Poked);
+            }
+            let l = &mut *l;
+            match l.rx.poll_recv_many(cx, &mut buf, 64) {
+                Poll::Ready(n) => Poll::Ready(Woke::Mail(n)),
+                Poll::Pending => {
+                    if !l.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        l.task = Some(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+            }
+        });
+        tokio::select! {
+            biased;
+            woke = mail => match woke {
+                Woke::Mail(0) => {
+                    cell.borrow_mut().shard.drain(false);
+                    return;
+                }
+                Woke::Mail(_) => {
+                    let mut l = cell.borrow_mut();
+                    for msg in buf.drain(..) {
+                        l.shard.handle(msg);
+                    }
+                }
+                Woke::Poked => {}
+            },
+            Some(done) = async { done_rx.as_mut().expect("remote mode").recv().await }, if done_rx.is_some() => {
+                cell.borrow_mut().shard.remote_done(done);
+            }
+            _ = &mut timer, if !manual => { armed_for = u64::MAX; }
+            r = async { changes.as_mut().expect("manual clock").changed().await }, if manual => {
+                clock_gone = r.is_err();
+            }
+        }
+        if clock_gone {
+            changes = None;
+        }
+        cell.borrow_mut().shard.tick();
+    }
+}
+
 /// Where the hits of an admitted message are counted.
 enum Commit {
     /// In the shard's table: these next states, stored when the message is admitted.
@@ -246,58 +371,19 @@ impl Shard {
         }
     }
 
-    /// The actor loop: batches of messages, then due queue events and the expiry sweep.
-    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
-        let mut buf = Vec::with_capacity(64);
-        let mut changes = self.clock.changes();
-        let timer = tokio::time::sleep(Duration::from_secs(3600));
-        tokio::pin!(timer);
-        let mut armed_for = u64::MAX;
-        let mut done_rx = self.remote.as_mut().and_then(|r| r.done_rx.take());
-        loop {
-            let mut clock_gone = false;
-            let wake_at = self.next_wake();
-            let manual = changes.is_some();
-            if !manual && wake_at != armed_for {
-                let delay = wake_at.saturating_sub(self.clock.now());
-                timer
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + Duration::from_nanos(delay));
-                armed_for = wake_at;
-            }
-            tokio::select! {
-                biased;
-                n = rx.recv_many(&mut buf, 64) => {
-                    if n == 0 {
-                        self.drain(false);
-                        return;
-                    }
-                    for msg in buf.drain(..) {
-                        self.handle(msg);
-                    }
-                }
-                Some(done) = async { done_rx.as_mut().expect("remote mode").recv().await }, if done_rx.is_some() => {
-                    self.remote_done(done);
-                }
-                _ = &mut timer, if !manual => { armed_for = u64::MAX; }
-                r = async { changes.as_mut().expect("manual clock").changed().await }, if manual => {
-                    clock_gone = r.is_err();
-                }
-            }
-            if clock_gone {
-                changes = None;
-            }
-            let now = self.clock.now();
-            self.run_events(now);
-            if now >= self.next_sweep {
-                self.sweep(now);
-            }
-        }
-    }
-
-    fn next_wake(&self) -> u64 {
+    /// When the shard must next look at its queues or sweep.
+    pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.events.peek().map(|Reverse((t, _))| *t);
         ev.unwrap_or(u64::MAX).min(self.next_sweep)
+    }
+
+    /// After messages: due queue events and, once a second, the expiry sweep.
+    fn tick(&mut self) {
+        let now = self.clock.now();
+        self.run_events(now);
+        if now >= self.next_sweep {
+            self.sweep(now);
+        }
     }
 
     pub(crate) fn handle(&mut self, msg: Msg) {
