@@ -30,7 +30,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use smallvec::{smallvec, SmallVec};
 use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
@@ -40,6 +39,10 @@ use turnstile::descriptor::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, RateLimiter};
 use turnstile::telemetry::Metrics;
+
+/// The allocator the `turnstile` binary uses, so allocation costs match the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const HIGH: u32 = 1_000_000_000;
 const DISTINCT: usize = 1_000_000;
@@ -129,7 +132,7 @@ fn sequential(
     rt: &Rt,
     engine: &Engine,
     iters: u64,
-    mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
+    mut make: impl FnMut(u64) -> Vec<Op>,
     expect_over: bool,
 ) -> Duration {
     rt.block_on(async {
@@ -148,7 +151,7 @@ fn concurrent(
     rt: &Rt,
     engine: &Engine,
     iters: u64,
-    mut make: impl FnMut(u64) -> SmallVec<[Op; 4]>,
+    mut make: impl FnMut(u64) -> Vec<Op>,
 ) -> Duration {
     rt.block_on(async {
         let mut n = 0u64;
@@ -189,7 +192,7 @@ fn engine_decide(c: &mut Criterion) {
         let (rt, e) = engine(1);
         let o = op("bench_api_key_k1_", params(alg, HIGH, 1));
         g.bench_function(BenchmarkId::new("hot_key", name), |b| {
-            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], false))
+            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| vec![o.clone()], false))
         });
     }
 
@@ -207,7 +210,7 @@ fn engine_decide(c: &mut Criterion) {
                     iters,
                     |_| {
                         k = if k + 1 == DISTINCT { 0 } else { k + 1 };
-                        smallvec![ops[k].clone()]
+                        vec![ops[k].clone()]
                     },
                     false,
                 )
@@ -220,7 +223,7 @@ fn engine_decide(c: &mut Criterion) {
         let (rt, e) = engine(1);
         let o = op("bench_blocked_yes_", params(Algorithm::FixedWindow, 1, 60));
         g.bench_function(BenchmarkId::new("over_limit", "fixed_window"), |b| {
-            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], true))
+            b.iter_custom(|iters| sequential(&rt, &e, iters, |_| vec![o.clone()], true))
         });
     }
 
@@ -230,7 +233,7 @@ fn engine_decide(c: &mut Criterion) {
         let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
         g.bench_function(
             BenchmarkId::new("hot_key_other_thread", "fixed_window"),
-            |b| b.iter_custom(|iters| sequential(&rt, &e, iters, |_| smallvec![o.clone()], false)),
+            |b| b.iter_custom(|iters| sequential(&rt, &e, iters, |_| vec![o.clone()], false)),
         );
     }
 
@@ -239,7 +242,7 @@ fn engine_decide(c: &mut Criterion) {
     g.throughput(Throughput::Elements(4));
     for shards in [1usize, 2] {
         let (rt, e) = engine(shards);
-        let four: SmallVec<[Op; 4]> = MULTI_KEYS
+        let four: Vec<Op> = MULTI_KEYS
             .iter()
             .map(|k| op(k, params(Algorithm::FixedWindow, HIGH, 1)))
             .collect();
@@ -260,7 +263,7 @@ fn engine_concurrent(c: &mut Criterion) {
         let (rt, e) = engine(1);
         let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
         g.bench_function(BenchmarkId::new("in_flight_64", "hot_key"), |b| {
-            b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| smallvec![o.clone()]))
+            b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| vec![o.clone()]))
         });
     }
     {
@@ -268,7 +271,7 @@ fn engine_concurrent(c: &mut Criterion) {
         let o = op("bench_api_key_k1_", params(Algorithm::FixedWindow, HIGH, 1));
         g.bench_function(
             BenchmarkId::new("in_flight_64", "hot_key_other_thread"),
-            |b| b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| smallvec![o.clone()])),
+            |b| b.iter_custom(|iters| concurrent(&rt, &e, iters, |_| vec![o.clone()])),
         );
     }
     {
@@ -277,7 +280,7 @@ fn engine_concurrent(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("in_flight_64", "distinct_1m"), |b| {
             b.iter_custom(|iters| {
                 concurrent(&rt, &e, iters, |n| {
-                    smallvec![ops[(n % DISTINCT as u64) as usize].clone()]
+                    vec![ops[(n % DISTINCT as u64) as usize].clone()]
                 })
             })
         });

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smallvec::smallvec;
 use turnstile::backend::redis::{RedisSettings, RedisStore};
 use turnstile::config::Algorithm;
 use turnstile::descriptor::key_hash;
@@ -57,7 +56,7 @@ async fn drive(
                     grant: None,
                 };
                 let start = Instant::now();
-                engine.decide(smallvec![op], false).await.expect("decided");
+                engine.decide(vec![op], false).await.expect("decided");
                 lat.push(start.elapsed());
                 done.fetch_add(1, Ordering::Relaxed);
             }

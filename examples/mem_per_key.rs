@@ -16,7 +16,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use smallvec::smallvec;
 use turnstile::config::Algorithm;
 use turnstile::descriptor::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
@@ -79,7 +78,7 @@ fn main() {
     // Warm up the runtime, the channel and the allocator before the baseline.
     local.block_on(&rt, async {
         let d = engine
-            .decide(smallvec![op("warm-up_".into())], false)
+            .decide(vec![op("warm-up_".into())], false)
             .await
             .expect("decide");
         assert!(!d.outcomes[0].over);
@@ -104,7 +103,7 @@ fn main() {
         for c in checkpoints {
             while i < c {
                 let d = engine
-                    .decide(smallvec![op(key(i))], false)
+                    .decide(vec![op(key(i))], false)
                     .await
                     .expect("decide");
                 debug_assert!(!d.outcomes[0].over);

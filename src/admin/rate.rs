@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use smallvec::smallvec;
 
 use super::AdminState;
 use crate::config::{Algorithm, QueueSpec, RateApi};
@@ -142,7 +141,7 @@ pub(crate) async fn take(
         key: &key,
         armed: queue.is_some(),
     };
-    let decided = s.limiter.engine().decide(smallvec![op], false).await;
+    let decided = s.limiter.engine().decide(vec![op], false).await;
     gave_up.armed = false;
     let d = match decided {
         Ok(d) => d,

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-use shard::{Decide, Local, Msg, Shard};
+use shard::{Answer, Decide, Local, Msg, ReplyTo, Shard};
 pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 
 use crate::config::QueueSpec;
@@ -58,10 +58,13 @@ pub struct Outcome {
     pub blocked: bool,
 }
 
+/// Verdicts in the order of the ops given.
+pub type Outcomes = SmallVec<[Outcome; 4]>;
+
 /// A shard's answer to one message.
 #[derive(Debug)]
 pub struct Reply {
-    pub outcomes: SmallVec<[Outcome; 2]>,
+    pub outcomes: Outcomes,
     /// Whether the shard consumed the hits of the ops that fit.
     pub committed: bool,
     pub waited_ns: u64,
@@ -76,7 +79,7 @@ pub struct Reply {
 #[derive(Debug, Default)]
 pub struct Decision {
     /// In the order of the ops given.
-    pub outcomes: SmallVec<[Outcome; 4]>,
+    pub outcomes: Outcomes,
     pub waited_ns: u64,
     pub timed_out: bool,
 }
@@ -236,39 +239,33 @@ impl Engine {
         shard_of(hash, self.inner.senders.len())
     }
 
-    /// Decides a request's ops: one message per shard involved. When the request is refused,
-    /// nothing it consumed anywhere is kept; when the caller goes away, the same holds.
-    pub async fn decide(
-        &self,
-        ops: SmallVec<[Op; 4]>,
-        global_shadow: bool,
-    ) -> Result<Decision, EngineError> {
+    /// Decides a request's ops: one message per shard involved (handled synchronously for shards
+    /// on this thread). When the request is refused, nothing it consumed anywhere is kept; when
+    /// the caller goes away, the same holds.
+    pub async fn decide(&self, ops: Vec<Op>, global_shadow: bool) -> Result<Decision, EngineError> {
         if ops.is_empty() {
             return Ok(Decision::default());
         }
         let first = self.shard_for(ops[0].hash);
         if ops.iter().all(|o| self.shard_for(o.hash) == first) {
             // The common case: one message, decided atomically by one shard.
-            let (tx, rx) = oneshot::channel();
             let queued = ops
                 .iter()
                 .find(|o| o.queue.is_some())
                 .map(|o| (o.key.clone(), o.hash));
-            self.send(
+            let answer = self.submit(
                 first,
-                Msg::Decide(Decide {
-                    ops: ops.into_iter().collect(),
+                Decide {
+                    ops,
                     whole: true,
                     global_shadow,
                     may_wait: true,
-                    reply: tx,
-                }),
+                    reply: ReplyTo::Here,
+                },
             )?;
-            let mut rx = rx;
-            let reply = match rx.try_recv() {
-                // Decided on this thread already.
-                Ok(reply) => reply,
-                Err(_) => {
+            let reply = match answer {
+                Answer::Now(reply) => reply,
+                Answer::Later(rx) => {
                     let guard = CancelOnDrop {
                         engine: self,
                         shard: first,
@@ -283,7 +280,7 @@ impl Engine {
                 return Err(EngineError::Unavailable);
             }
             return Ok(Decision {
-                outcomes: reply.outcomes.into_iter().collect(),
+                outcomes: reply.outcomes,
                 waited_ns: reply.waited_ns,
                 timed_out: reply.timed_out,
             });
@@ -297,7 +294,7 @@ impl Engine {
     /// the request, and the parts that consumed are given back.
     async fn decide_spread(
         &self,
-        ops: SmallVec<[Op; 4]>,
+        ops: Vec<Op>,
         global_shadow: bool,
     ) -> Result<Decision, EngineError> {
         let n = self.inner.senders.len();
@@ -310,7 +307,7 @@ impl Engine {
                 None => {
                     parts.push(Part {
                         shard: s,
-                        ops: SmallVec::new(),
+                        ops: Vec::with_capacity(2),
                         rx: None,
                         reply: None,
                     });
@@ -419,16 +416,33 @@ impl Engine {
     /// Delivers `msg` to `shard`: handled at once when the shard lives on this thread and is
     /// not busy, otherwise through its mailbox.
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
-        let msg = match self.here(shard) {
-            Some(cell) => match cell.try_borrow_mut() {
-                Ok(mut local) => {
-                    local.handle_here(msg);
-                    return Ok(());
-                }
-                Err(_) => msg,
-            },
-            None => msg,
+        let mut msg = Some(msg);
+        if self
+            .with_here(shard, |l| l.handle_here(msg.take().expect("once")))
+            .is_some()
+        {
+            return Ok(());
+        }
+        self.mail(shard, msg.expect("not handled here"))
+    }
+
+    /// Sends a decide (made with [`ReplyTo::Here`]): decided now when the shard lives on this
+    /// thread, otherwise answered later through a channel.
+    fn submit(&self, shard: usize, d: Decide) -> Result<Answer, EngineError> {
+        let mut msg = Some(Msg::Decide(d));
+        if let Some(answer) = self.with_here(shard, |l| l.handle_here(msg.take().expect("once"))) {
+            return answer.ok_or(EngineError::Stopped);
+        }
+        let Some(Msg::Decide(mut d)) = msg else {
+            unreachable!("a decide not handled here is still ours")
         };
+        let (tx, rx) = oneshot::channel();
+        d.reply = ReplyTo::Caller(tx);
+        self.mail(shard, Msg::Decide(d))?;
+        Ok(Answer::Later(rx))
+    }
+
+    fn mail(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
         self.inner.senders[shard]
             .try_send(msg)
             .map_err(|e| match e {
@@ -439,14 +453,15 @@ impl Engine {
 }
 
 impl Engine {
-    /// The shard, if its task runs on this thread.
-    fn here(&self, shard: usize) -> Option<Rc<RefCell<Local>>> {
+    /// Runs `f` on `shard` if its task lives on this thread and it is not busy (a caller inside
+    /// the shard's own code, which cannot happen today, would find it busy and use the mailbox).
+    fn with_here<R>(&self, shard: usize, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
         let id = self.inner.id;
         HERE.try_with(|h| {
-            h.borrow()
-                .iter()
-                .find(|(e, i, _)| *e == id && *i == shard)
-                .map(|(_, _, c)| c.clone())
+            let h = h.borrow();
+            let (_, _, cell) = h.iter().find(|(e, i, _)| *e == id && *i == shard)?;
+            let mut local = cell.try_borrow_mut().ok()?;
+            Some(f(&mut local))
         })
         .ok()
         .flatten()
@@ -476,7 +491,7 @@ impl Drop for CancelOnDrop<'_> {
 
 struct Part {
     shard: usize,
-    ops: SmallVec<[Op; 2]>,
+    ops: Vec<Op>,
     rx: Option<oneshot::Receiver<Reply>>,
     reply: Option<Reply>,
 }
@@ -502,7 +517,7 @@ struct Pending<'e> {
 }
 
 impl Pending<'_> {
-    /// Sends every part and collects the answers.
+    /// Sends every part in `which` and collects the answers. Returns whether a part refused.
     async fn round(
         &mut self,
         which: &[usize],
@@ -511,18 +526,21 @@ impl Pending<'_> {
     ) -> Result<bool, EngineError> {
         for &i in which {
             let part = &mut self.parts[i];
-            let (tx, rx) = oneshot::channel();
-            part.rx = Some(rx);
-            let msg = Msg::Decide(Decide {
+            part.reply = None;
+            let d = Decide {
                 ops: part.ops.clone(),
                 whole: false,
                 global_shadow,
                 may_wait,
-                reply: tx,
-            });
-            self.engine.send(part.shard, msg)?;
+                reply: ReplyTo::Here,
+            };
+            match self.engine.submit(part.shard, d)? {
+                Answer::Now(reply) if reply.failed => return Err(EngineError::Unavailable),
+                Answer::Now(reply) => part.reply = Some(reply),
+                Answer::Later(rx) => part.rx = Some(rx),
+            }
         }
-        self.collect().await
+        self.collect(which).await
     }
 
     /// Whether every op that refused the request is a queued one (so waiting could help).
@@ -542,10 +560,14 @@ impl Pending<'_> {
         any_queued
     }
 
-    /// Waits for every part; stops waiting as soon as one part refuses (the others are then
-    /// cancelled: a queued part leaves its queue). Returns whether a part refused.
-    async fn collect(&mut self) -> Result<bool, EngineError> {
-        loop {
+    /// Waits for every part of `which`; stops waiting as soon as one part refuses (the others
+    /// are then cancelled: a queued part leaves its queue). Returns whether a part refused.
+    async fn collect(&mut self, which: &[usize]) -> Result<bool, EngineError> {
+        // Parts decided synchronously have answered already.
+        let mut refused = which
+            .iter()
+            .any(|&i| self.parts[i].reply.as_ref().is_some_and(|r| !r.committed));
+        while !refused {
             let (i, reply) = {
                 let futs: Vec<_> = self
                     .parts
@@ -566,21 +588,19 @@ impl Pending<'_> {
             if reply.failed {
                 return Err(EngineError::Unavailable);
             }
-            let refused = !reply.committed;
+            refused = !reply.committed;
             self.parts[i].rx = None;
             self.parts[i].reply = Some(reply);
-            if refused {
-                // Parts with no queued op answer without waiting: take their answers.
-                for p in self.parts.iter_mut() {
-                    if p.rx.is_some() && p.ops.iter().all(|o| o.queue.is_none()) {
-                        let rx = p.rx.take().expect("sent");
-                        p.reply = Some(rx.await.map_err(|_| EngineError::Stopped)?);
-                    }
-                }
-                self.cancel_rest();
-                return Ok(true);
+        }
+        // Parts with no queued op answer without waiting: take their answers.
+        for p in self.parts.iter_mut() {
+            if p.rx.is_some() && p.ops.iter().all(|o| o.queue.is_none()) {
+                let rx = p.rx.take().expect("sent");
+                p.reply = Some(rx.await.map_err(|_| EngineError::Stopped)?);
             }
         }
+        self.cancel_rest();
+        Ok(true)
     }
 
     /// After a refusal: parts that may be waiting in a queue are cancelled (they leave it and
@@ -629,7 +649,7 @@ impl Pending<'_> {
     fn undo(&mut self) {
         for p in self.parts.iter_mut() {
             if p.reply.as_ref().is_some_and(|r| r.committed) {
-                let ops: SmallVec<[Op; 2]> = p
+                let ops: Vec<Op> = p
                     .ops
                     .iter()
                     .zip(p.reply.as_ref().expect("checked").outcomes.iter())

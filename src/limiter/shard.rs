@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
 use super::algorithm::{Eval, State};
-use super::{Clock, Op, Outcome, Reply, Role};
+use super::{Clock, Op, Outcome, Outcomes, Reply, Role};
 use crate::descriptor::key_hash;
 
 mod remote;
@@ -32,7 +32,7 @@ pub(crate) enum Msg {
     Decide(Decide),
     /// Gives back what a request consumed here when another shard refused it; `true` when it
     /// was counted in Redis.
-    Undo(SmallVec<[Op; 2]>, bool),
+    Undo(Vec<Op>, bool),
     /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
     Inspect {
         prefix: Option<String>,
@@ -58,13 +58,40 @@ pub(crate) enum Msg {
 
 #[derive(Debug)]
 pub(crate) struct Decide {
-    pub(crate) ops: SmallVec<[Op; 2]>,
+    pub(crate) ops: Vec<Op>,
     /// All ops of the request are in this message, so the shard can decide the request alone.
     pub(crate) whole: bool,
     pub(crate) global_shadow: bool,
     /// Whether an over-limit queued op may wait; when false it is refused like any other.
     pub(crate) may_wait: bool,
-    pub(crate) reply: oneshot::Sender<Reply>,
+    pub(crate) reply: ReplyTo,
+}
+
+/// Where a message's answer goes.
+#[derive(Debug)]
+pub(crate) enum ReplyTo {
+    /// A caller on another thread, or one that is waiting.
+    Caller(oneshot::Sender<Reply>),
+    /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
+    /// A message that must be held (in a queue, or for Redis) gets a channel first.
+    Here,
+}
+
+impl ReplyTo {
+    /// Whether the caller went away.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            ReplyTo::Caller(tx) => tx.is_closed(),
+            ReplyTo::Here => false,
+        }
+    }
+}
+
+/// A synchronous caller's answer: now, or on a channel when its message was held.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Now(Reply),
+    Later(oneshot::Receiver<Reply>),
 }
 
 /// A key's state as `/debug` shows it; the caller knows the limit, so it interprets the state.
@@ -132,7 +159,7 @@ struct Waiter {
 
 /// A message evaluated against the table, nothing committed yet.
 struct Evaluated {
-    outcomes: SmallVec<[Outcome; 2]>,
+    outcomes: Outcomes,
     /// (op index, next state) of the ops that fit, to store if the message is admitted.
     scratch: SmallVec<[(usize, State); 2]>,
     verdict: Verdict,
@@ -166,6 +193,10 @@ pub(crate) struct Shard {
     /// Keys refused in their current window (by hash, until the window ends): never evicted, so
     /// an attacker flooding new keys cannot make the shard forget who is over the limit.
     refused: fnv::FnvHashMap<u64, u64>,
+    /// The answer to a synchronous caller's message ([`ReplyTo::Here`]).
+    answered: Option<Reply>,
+    /// Where a synchronous caller whose message was held waits for its answer.
+    held: Option<oneshot::Receiver<Reply>>,
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -194,8 +225,9 @@ impl Local {
         }
     }
 
-    /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds.
-    pub(crate) fn handle_here(&mut self, msg: Msg) {
+    /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds. For a
+    /// decide sent with [`ReplyTo::Here`], returns its answer.
+    pub(crate) fn handle_here(&mut self, msg: Msg) -> Option<Answer> {
         let before = self.shard.next_wake();
         while let Ok(m) = self.rx.try_recv() {
             self.shard.handle(m);
@@ -207,6 +239,11 @@ impl Local {
             if let Some(w) = &self.task {
                 w.wake_by_ref();
             }
+        }
+        match (self.shard.answered.take(), self.shard.held.take()) {
+            (Some(reply), _) => Some(Answer::Now(reply)),
+            (None, Some(rx)) => Some(Answer::Later(rx)),
+            (None, None) => None,
         }
     }
 }
@@ -301,8 +338,8 @@ enum Commit {
 }
 
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
-fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (SmallVec<[Outcome; 2]>, Verdict) {
-    let mut outcomes: SmallVec<[Outcome; 2]> = SmallVec::with_capacity(evals.len());
+fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
+    let mut outcomes: Outcomes = SmallVec::with_capacity(evals.len());
     let mut refuse = false;
     let mut wait: Option<usize> = None;
     let mut quota_any = false;
@@ -368,6 +405,8 @@ impl Shard {
             remote,
             max_keys: max_keys.max(16),
             refused: Default::default(),
+            answered: None,
+            held: None,
         }
     }
 
@@ -477,7 +516,7 @@ impl Shard {
     fn conclude(
         &mut self,
         d: Decide,
-        mut outcomes: SmallVec<[Outcome; 2]>,
+        mut outcomes: Outcomes,
         verdict: Verdict,
         commit: Commit,
         now: u64,
@@ -514,7 +553,7 @@ impl Shard {
                         .wait_ns_total
                         .fetch_add(waited, Ordering::Relaxed);
                 }
-                if d.reply.send(reply).is_err() {
+                if !self.answer(d.reply, reply) {
                     // The caller left between our decision and the answer: consume nothing.
                     match &commit {
                         Commit::Memory(_) => {
@@ -529,14 +568,17 @@ impl Shard {
             Verdict::Refuse => {
                 self.count_denied(&d.ops, now);
                 self.protect(&d.ops, &outcomes, now);
-                let _ = d.reply.send(Reply {
-                    outcomes,
-                    committed: false,
-                    waited_ns: since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
-                    timed_out: false,
-                    failed: false,
-                    remote: false,
-                });
+                self.answer(
+                    d.reply,
+                    Reply {
+                        outcomes,
+                        committed: false,
+                        waited_ns: since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                        timed_out: false,
+                        failed: false,
+                        remote: false,
+                    },
+                );
             }
             Verdict::Wait(i) => {
                 let op = &d.ops[i];
@@ -554,19 +596,24 @@ impl Shard {
                             o.remaining = 0;
                         }
                     }
-                    let _ = d.reply.send(Reply {
-                        outcomes,
-                        committed: false,
-                        waited_ns: 0,
-                        timed_out: false,
-                        failed: false,
-                        remote: false,
-                    });
+                    self.answer(
+                        d.reply,
+                        Reply {
+                            outcomes,
+                            committed: false,
+                            waited_ns: 0,
+                            timed_out: false,
+                            failed: false,
+                            remote: false,
+                        },
+                    );
                     return;
                 }
                 let key: Box<str> = op.key.as_str().into();
                 let hash = op.hash;
                 let params = op.params;
+                let mut d = d;
+                self.hold(&mut d);
                 let entry = self.entry_mut(&key, hash, params, now);
                 let q = entry.queue.get_or_insert_with(Default::default);
                 let was_empty = q.is_empty();
@@ -589,6 +636,27 @@ impl Shard {
                         .push(Reverse((deadline.min(now.saturating_add(retry)), key)));
                 }
             }
+        }
+    }
+
+    /// Delivers a message's answer; false when its caller went away.
+    pub(super) fn answer(&mut self, to: ReplyTo, reply: Reply) -> bool {
+        match to {
+            ReplyTo::Caller(tx) => tx.send(reply).is_ok(),
+            ReplyTo::Here => {
+                self.answered = Some(reply);
+                true
+            }
+        }
+    }
+
+    /// A message about to be held (in a queue, or for Redis): a synchronous caller gets a
+    /// channel to wait on.
+    pub(super) fn hold(&mut self, d: &mut Decide) {
+        if matches!(d.reply, ReplyTo::Here) {
+            let (tx, rx) = oneshot::channel();
+            d.reply = ReplyTo::Caller(tx);
+            self.held = Some(rx);
         }
     }
 
@@ -826,14 +894,17 @@ impl Shard {
         // The op it waited for is reported over, whatever its count says now.
         outcomes[w.op].over = true;
         outcomes[w.op].remaining = 0;
-        let _ = w.msg.reply.send(Reply {
-            outcomes,
-            committed: false,
-            waited_ns: now.saturating_sub(w.enqueued),
-            timed_out: true,
-            failed: false,
-            remote: false,
-        });
+        self.answer(
+            w.msg.reply,
+            Reply {
+                outcomes,
+                committed: false,
+                waited_ns: now.saturating_sub(w.enqueued),
+                timed_out: true,
+                failed: false,
+                remote: false,
+            },
+        );
     }
 
     fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
@@ -852,14 +923,17 @@ impl Shard {
             outcomes[w.op].over = true;
             outcomes[w.op].remaining = 0;
         }
-        let _ = w.msg.reply.send(Reply {
-            outcomes,
-            committed: admit,
-            waited_ns: now.saturating_sub(w.enqueued),
-            timed_out: false,
-            failed: false,
-            remote: false,
-        });
+        self.answer(
+            w.msg.reply,
+            Reply {
+                outcomes,
+                committed: admit,
+                waited_ns: now.saturating_sub(w.enqueued),
+                timed_out: false,
+                failed: false,
+                remote: false,
+            },
+        );
     }
 
     fn run_events(&mut self, now: u64) {

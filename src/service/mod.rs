@@ -212,7 +212,7 @@ impl RateLimiter {
         }
 
         // Ops for every counted limit; unlimited ones are answered here.
-        let mut ops: SmallVec<[Op; 4]> = SmallVec::with_capacity(applied.len());
+        let mut ops: Vec<Op> = Vec::with_capacity(applied.len());
         let mut op_of: SmallVec<[usize; 4]> = SmallVec::with_capacity(applied.len());
         for (ai, a) in applied.iter().enumerate() {
             let d = &req.descriptors[a.descriptor];

@@ -12,8 +12,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use smallvec::smallvec;
-
 use crate::config::Algorithm;
 use crate::descriptor::key_hash;
 use crate::limiter::{EngineError, Op, Params, Role, State};
@@ -222,7 +220,7 @@ pub async fn throttle(
         Algorithm::TokenBucket { burst } => burst,
         _ => unreachable!("op_for makes token buckets"),
     };
-    let decided = limiter.engine().decide(smallvec![op], false).await;
+    let decided = limiter.engine().decide(vec![op], false).await;
     let out = match decided {
         Ok(d) => d.outcomes[0],
         Err(e) => {

@@ -158,17 +158,26 @@ impl Shard {
                 })
                 .collect();
             self.count_denied(&d.ops, now);
-            let _ = d.reply.send(Reply {
-                outcomes,
-                committed: false,
-                waited_ns: 0,
-                timed_out: false,
-                failed: false,
-                remote: false,
-            });
+            self.answer(
+                d.reply,
+                Reply {
+                    outcomes,
+                    committed: false,
+                    waited_ns: 0,
+                    timed_out: false,
+                    failed: false,
+                    remote: false,
+                },
+            );
             return;
         }
-        r.batch.push(Pending::New(d));
+        let mut d = d;
+        self.hold(&mut d);
+        self.remote
+            .as_mut()
+            .expect("remote mode")
+            .batch
+            .push(Pending::New(d));
         self.flush();
     }
 
@@ -199,24 +208,30 @@ impl Shard {
                         }
                     })
                     .collect();
-                let _ = d.reply.send(Reply {
-                    outcomes,
-                    committed: false,
-                    waited_ns: 0,
-                    timed_out: false,
-                    failed: false,
-                    remote: false,
-                });
+                self.answer(
+                    d.reply,
+                    Reply {
+                        outcomes,
+                        committed: false,
+                        waited_ns: 0,
+                        timed_out: false,
+                        failed: false,
+                        remote: false,
+                    },
+                );
             }
             FailureMode::FailClosed => {
-                let _ = d.reply.send(Reply {
-                    outcomes: SmallVec::new(),
-                    committed: false,
-                    waited_ns: 0,
-                    timed_out: false,
-                    failed: true,
-                    remote: false,
-                });
+                self.answer(
+                    d.reply,
+                    Reply {
+                        outcomes: SmallVec::new(),
+                        committed: false,
+                        waited_ns: 0,
+                        timed_out: false,
+                        failed: true,
+                        remote: false,
+                    },
+                );
             }
         }
     }
