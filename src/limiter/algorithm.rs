@@ -33,15 +33,32 @@ impl Params {
     }
 }
 
-/// Per-key state. Kept to 24 bytes: the shard table holds millions of these.
+/// Per-key state. Kept to 16 bytes: the shard table holds millions of these.
+///
+/// `window` is the aligned window's index (start / window length) modulo 2^32: compared with the
+/// current index by wrapping difference (0: this window, 1: the one before, else stale). A state
+/// would have to sit untouched for 2^32 windows to be misread (136 years of 1 s windows, 49 days
+/// of 1 ms ones), and shards drop states within seconds of their expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Count of the aligned window with index `window` (= start / window length).
-    Fixed { window: u64, count: u64 },
+    /// Count of the aligned window `window`. Never above the limit (a `u32`) once stored.
+    Fixed { window: u32, count: u32 },
     /// Counts of the aligned window `window` and of the one before it.
-    Sliding { window: u64, prev: u32, cur: u32 },
+    Sliding { window: u32, prev: u32, cur: u32 },
     /// GCRA's theoretical arrival time: the bucket is full again at `tat`.
     Gcra { tat: u64 },
+}
+
+const _: () = assert!(std::mem::size_of::<State>() == 16);
+
+/// The index of the window holding `now`, as stored in a state.
+fn index32(idx: u64) -> u32 {
+    idx as u32
+}
+
+/// How many windows before `idx` the stored `window` is (0: the same one).
+fn age(window: u32, idx: u64) -> u32 {
+    index32(idx).wrapping_sub(window)
 }
 
 /// The result of evaluating one op, before anything is committed.
@@ -63,11 +80,11 @@ impl State {
     pub fn fresh(p: &Params, now: u64) -> State {
         match p.algorithm {
             Algorithm::FixedWindow => State::Fixed {
-                window: now / p.window_ns(),
+                window: index32(now / p.window_ns()),
                 count: 0,
             },
             Algorithm::SlidingWindow => State::Sliding {
-                window: now / p.window_ns(),
+                window: index32(now / p.window_ns()),
                 prev: 0,
                 cur: 0,
             },
@@ -89,18 +106,21 @@ impl State {
     pub fn count_in_window(&self, p: &Params, now: u64) -> u64 {
         let idx = now / p.window_ns();
         match *self {
-            State::Fixed { window, count } if window == idx => count,
-            State::Sliding { window, cur, .. } if window == idx => u64::from(cur),
+            State::Fixed { window, count } if age(window, idx) == 0 => u64::from(count),
+            State::Sliding { window, cur, .. } if age(window, idx) == 0 => u64::from(cur),
             _ => 0,
         }
     }
 
-    /// When the state carries no information any more and may be dropped.
-    pub fn expires_at(&self, p: &Params) -> u64 {
+    /// When the state, evaluated or stored at `now`, carries no information any more and may be
+    /// dropped.
+    pub fn expires_at(&self, p: &Params, now: u64) -> u64 {
+        let w = p.window_ns();
+        let start = |window: u32| (now / w).saturating_sub(u64::from(age(window, now / w))) * w;
         match *self {
-            State::Fixed { window, .. } => (window + 1) * p.window_ns(),
+            State::Fixed { window, .. } => start(window).saturating_add(w),
             // The previous window's count still weighs until the end of the next window.
-            State::Sliding { window, .. } => (window + 2) * p.window_ns(),
+            State::Sliding { window, .. } => start(window).saturating_add(2 * w),
             State::Gcra { tat } => tat,
         }
     }
@@ -112,7 +132,11 @@ impl State {
         match *self {
             State::Fixed { window, count } => {
                 let idx = now / w;
-                let count = if window == idx { count } else { 0 };
+                let count = if age(window, idx) == 0 {
+                    u64::from(count)
+                } else {
+                    0
+                };
                 let after = count.saturating_add(hits);
                 let over = after > limit;
                 Eval {
@@ -120,8 +144,8 @@ impl State {
                     remaining: if over { 0 } else { clamp32(limit - after) },
                     reset_ns: (idx + 1) * w - now,
                     next: State::Fixed {
-                        window: idx,
-                        count: after,
+                        window: index32(idx),
+                        count: clamp32(after),
                     },
                     // The next window admits up to `limit`; more than that never fits.
                     retry_ns: if hits > limit {
@@ -133,9 +157,9 @@ impl State {
             }
             State::Sliding { window, prev, cur } => {
                 let idx = now / w;
-                let (prev, cur) = match idx.checked_sub(window) {
-                    Some(0) => (u64::from(prev), u64::from(cur)),
-                    Some(1) => (u64::from(cur), 0),
+                let (prev, cur) = match age(window, idx) {
+                    0 => (u64::from(prev), u64::from(cur)),
+                    1 => (u64::from(cur), 0),
                     _ => (0, 0),
                 };
                 let elapsed = now - idx * w;
@@ -156,7 +180,7 @@ impl State {
                     remaining: if over { 0 } else { clamp32(limit - after) },
                     reset_ns: (idx + 1) * w - now,
                     next: State::Sliding {
-                        window: idx,
+                        window: index32(idx),
                         prev: clamp32(prev),
                         cur: clamp32(cur.saturating_add(hits)),
                     },
@@ -205,8 +229,8 @@ impl State {
             State::Fixed { .. } | State::Sliding { .. } => {
                 let idx = now / w;
                 let used = match *self {
-                    State::Fixed { window, count } if window == idx => count,
-                    State::Sliding { window, cur, .. } if window == idx => u64::from(cur),
+                    State::Fixed { window, count } if age(window, idx) == 0 => u64::from(count),
+                    State::Sliding { window, cur, .. } if age(window, idx) == 0 => u64::from(cur),
                     _ => 0,
                 };
                 // Each aligned window admits at most `limit`, this one at most what is left of it.
@@ -244,12 +268,12 @@ impl State {
     pub fn refund(&mut self, p: &Params, now: u64, hits: u64) {
         match self {
             State::Fixed { window, count } => {
-                if *window == now / p.window_ns() {
-                    *count = count.saturating_sub(hits);
+                if age(*window, now / p.window_ns()) == 0 {
+                    *count = count.saturating_sub(clamp32(hits));
                 }
             }
             State::Sliding { window, cur, .. } => {
-                if *window == now / p.window_ns() {
+                if age(*window, now / p.window_ns()) == 0 {
                     *cur = cur.saturating_sub(clamp32(hits));
                 }
             }

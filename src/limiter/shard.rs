@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use hashbrown::HashTable;
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
@@ -23,8 +22,10 @@ use super::{Clock, Op, Outcome, Outcomes, Reply, Role};
 use crate::descriptor::key_hash;
 
 mod remote;
+mod table;
 pub(crate) use remote::Remote;
 pub use remote::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+use table::{to_secs_ceil, Table};
 
 /// What callers send a shard.
 #[derive(Debug)]
@@ -139,16 +140,6 @@ pub struct ShardStats {
     pub local_cache_hits: AtomicU64,
 }
 
-struct Entry {
-    key: Box<str>,
-    state: State,
-    /// When `state` stops mattering; the sweep drops the entry after that unless it has waiters.
-    expires_at: u64,
-    /// Boxed: most keys never queue, and a pointer keeps the entry small.
-    #[allow(clippy::box_collection)]
-    queue: Option<Box<VecDeque<Waiter>>>,
-}
-
 struct Waiter {
     msg: Decide,
     /// Which op of `msg` waits for this key.
@@ -157,11 +148,14 @@ struct Waiter {
     deadline: u64,
 }
 
+/// (op index, next state, the key's position in the table if it has one) of the ops of a
+/// message that fit, to store if the message is admitted.
+type Scratch = SmallVec<[(usize, State, Option<usize>); 2]>;
+
 /// A message evaluated against the table, nothing committed yet.
 struct Evaluated {
     outcomes: Outcomes,
-    /// (op index, next state) of the ops that fit, to store if the message is admitted.
-    scratch: SmallVec<[(usize, State); 2]>,
+    scratch: Scratch,
     verdict: Verdict,
 }
 
@@ -173,7 +167,9 @@ enum Verdict {
 }
 
 pub(crate) struct Shard {
-    table: HashTable<Entry>,
+    table: Table,
+    /// FIFO wait queues, by key (a key with waiters always has an entry in `table`).
+    queues: fnv::FnvHashMap<Box<str>, VecDeque<Waiter>>,
     clock: Clock,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
     events: BinaryHeap<Reverse<(u64, Box<str>)>>,
@@ -332,7 +328,7 @@ pub(crate) async fn run(cell: Rc<RefCell<Local>>) {
 /// Where the hits of an admitted message are counted.
 enum Commit {
     /// In the shard's table: these next states, stored when the message is admitted.
-    Memory(SmallVec<[(usize, State); 2]>),
+    Memory(Scratch),
     /// Already in Redis: these ops (by index) were counted, and are given back unless admitted.
     Remote(SmallVec<[usize; 2]>),
 }
@@ -391,7 +387,8 @@ impl Shard {
     ) -> Shard {
         let now = clock.now();
         Shard {
-            table: HashTable::new(),
+            table: Table::default(),
+            queues: Default::default(),
             clock,
             events: BinaryHeap::new(),
             waiters: 0,
@@ -446,7 +443,7 @@ impl Shard {
                         key: e.key.to_string(),
                         state: e.state,
                         denied: self.denied.get(&e.key).copied().unwrap_or((0, 0)),
-                        waiting: e.queue.as_ref().map_or(0, |q| q.len()),
+                        waiting: self.queues.get(&e.key).map_or(0, |q| q.len()),
                         now,
                     })
                     .collect();
@@ -614,8 +611,8 @@ impl Shard {
                 let params = op.params;
                 let mut d = d;
                 self.hold(&mut d);
-                let entry = self.entry_mut(&key, hash, params, now);
-                let q = entry.queue.get_or_insert_with(Default::default);
+                self.slot(&key, hash, params, now);
+                let q = self.queues.entry(key.clone()).or_default();
                 let was_empty = q.is_empty();
                 q.push_back(Waiter {
                     msg: d,
@@ -673,7 +670,7 @@ impl Shard {
             Some(e) => {
                 let mut len = 0;
                 let mut hits = 0u64;
-                if let Some(q) = &e.queue {
+                if let Some(q) = self.queues.get(op.key.as_str()) {
                     for w in q.iter().filter(|w| !w.msg.reply.is_closed()) {
                         len += 1;
                         hits += w.msg.ops[w.op].hits;
@@ -700,25 +697,27 @@ impl Shard {
     /// same key), and decides what the message as a whole should do.
     fn evaluate(&mut self, d: &Decide, now: u64, head_of: Option<usize>) -> Evaluated {
         let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(d.ops.len());
-        // (op index, next state) of ops that fit, in order; later ops on one key see earlier ones.
-        let mut scratch: SmallVec<[(usize, State); 2]> = SmallVec::new();
+        // Ops that fit, in order; later ops on one key see earlier ones.
+        let mut scratch = Scratch::new();
         for (i, op) in d.ops.iter().enumerate() {
-            let base = scratch
+            let earlier = scratch
                 .iter()
                 .rev()
-                .find(|(j, _)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
-                .map(|(_, s)| *s)
-                .or_else(|| {
-                    self.find(&op.key, op.hash)
-                        .map(|e| e.state)
-                        .filter(|s| s.fits(&op.params))
-                })
-                .unwrap_or_else(|| State::fresh(&op.params, now));
+                .find(|(j, ..)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
+                .map(|&(_, s, at)| (Some(s), at));
+            let (base, at) = earlier.unwrap_or_else(|| {
+                let at = self.table.find(&op.key, op.hash);
+                let state = at
+                    .map(|at| self.table.get(at).state)
+                    .filter(|s| s.fits(&op.params));
+                (state, at)
+            });
+            let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
             let hits = if op.refund { 0 } else { op.hits };
             let e: Eval = base.eval(&op.params, now, hits);
             let blocked = self.is_blocked(op, i, head_of);
             if !(e.over || blocked || op.refund) {
-                scratch.push((i, e.next));
+                scratch.push((i, e.next, at));
             }
             evals.push((e, blocked));
         }
@@ -735,13 +734,16 @@ impl Shard {
         op.queue.is_some() && head_of != Some(i) && !op.refund && self.has_waiters(op)
     }
 
-    fn commit(&mut self, ops: &[Op], scratch: &[(usize, State)], now: u64) {
-        for (i, state) in scratch {
-            let op = &ops[*i];
-            let expires = state.expires_at(&op.params);
-            let e = self.entry_mut(&op.key, op.hash, op.params, now);
-            e.state = *state;
-            e.expires_at = expires;
+    /// Stores the next states of an admitted message: first into the entries found when it was
+    /// evaluated, then new keys (whose insertion may evict others and move entries).
+    fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
+        for &(i, state, at) in scratch {
+            let op = &ops[i];
+            if let Some(at) = at {
+                let e = self.table.get_mut(at);
+                e.state = state;
+                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+            }
             if let Some(id) = op.grant {
                 if self.grants.len() < MAX_GRANTS {
                     self.grants.insert(
@@ -754,6 +756,13 @@ impl Shard {
                     );
                 }
             }
+        }
+        for &(i, state, _) in scratch.iter().filter(|(.., at)| at.is_none()) {
+            let op = &ops[i];
+            let at = self.slot(&op.key, op.hash, op.params, now);
+            let e = self.table.get_mut(at);
+            e.state = state;
+            e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
         }
     }
 
@@ -772,16 +781,14 @@ impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.
     fn give_back(&mut self, op: &Op, now: u64) {
         let hash = op.hash;
-        let Some(e) = self
-            .table
-            .find_mut(hash, |e| e.key.as_ref() == op.key.as_str())
-        else {
+        let Some(at) = self.table.find(&op.key, hash) else {
             return;
         };
+        let e = self.table.get_mut(at);
         if e.state.fits(&op.params) {
             e.state.refund(&op.params, now, op.hits);
         }
-        if e.queue.is_some() {
+        if !self.queues.is_empty() && self.queues.contains_key(op.key.as_str()) {
             let key = op.key.clone();
             self.service_queue(&key, hash, now);
         }
@@ -791,14 +798,11 @@ impl Shard {
     /// waiters leave, waiters that fit are admitted in arrival order.
     fn service_queue(&mut self, key: &str, hash: u64, now: u64) {
         loop {
-            let Some(entry) = self.table.find_mut(hash, |e| e.key.as_ref() == key) else {
-                return;
-            };
-            let Some(q) = entry.queue.as_mut() else {
+            let Some(q) = self.queues.get_mut(key) else {
                 return;
             };
             let Some(w) = q.pop_front() else {
-                entry.queue = None;
+                self.queues.remove(key);
                 return;
             };
             if w.msg.reply.is_closed() {
@@ -829,11 +833,7 @@ impl Shard {
                 Verdict::Wait(i) if i == w.op => {
                     // Still the head, still waiting: look again when it may fit or must give up.
                     let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
-                    let e = self
-                        .table
-                        .find_mut(hash, |e| e.key.as_ref() == key)
-                        .expect("entry still here");
-                    e.queue.get_or_insert_with(Default::default).push_front(w);
+                    self.queues.entry(key.into()).or_default().push_front(w);
                     self.events.push(Reverse((at, key.into())));
                     return;
                 }
@@ -854,15 +854,14 @@ impl Shard {
 
     /// Removes waiters whose callers went away, wherever they are in the queue.
     fn purge_cancelled(&mut self, key: &str, hash: u64) {
-        let Some(e) = self.table.find_mut(hash, |e| e.key.as_ref() == key) else {
+        let Some(q) = self.queues.get_mut(key) else {
             return;
         };
-        let Some(q) = e.queue.as_mut() else { return };
         let before = q.len();
         q.retain(|w| !w.msg.reply.is_closed());
         let gone = before - q.len();
         if q.is_empty() {
-            e.queue = None;
+            self.queues.remove(key);
         }
         for _ in 0..gone {
             self.left_queue();
@@ -951,10 +950,9 @@ impl Shard {
         self.draining = Some(admit);
         let now = self.clock.now();
         let keys: Vec<(Box<str>, u64)> = self
-            .table
-            .iter()
-            .filter(|e| e.queue.is_some())
-            .map(|e| (e.key.clone(), key_hash(&e.key)))
+            .queues
+            .keys()
+            .map(|k| (k.clone(), key_hash(k)))
             .collect();
         for (k, h) in keys {
             self.service_queue(&k, h, now);
@@ -963,17 +961,13 @@ impl Shard {
 
     /// Drops keys whose state no longer matters, so memory follows the active keys.
     fn sweep(&mut self, now: u64) {
-        self.table
-            .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.drop_expired(now);
         self.refused.retain(|_, until| *until > now);
         self.grants
             .retain(|_, g| g.window >= now / g.params.window_ns());
         let table = &self.table;
-        self.denied.retain(|k, _| {
-            table
-                .find(key_hash(k), |e| e.key.as_ref() == k.as_ref())
-                .is_some()
-        });
+        self.denied
+            .retain(|k, _| table.find(k, key_hash(k)).is_some());
         self.stats
             .keys
             .store(self.table.len() as u64, Ordering::Relaxed);
@@ -1002,25 +996,26 @@ impl Shard {
     /// window: a bounded error, counted in `evictions`. Runs once per tenth of the cap of new
     /// keys, so its cost per key is constant.
     fn make_room(&mut self, now: u64) {
-        self.table
-            .retain(|e| e.queue.is_some() || e.expires_at > now);
+        self.drop_expired(now);
         self.refused.retain(|_, until| *until > now);
         let target = self.max_keys - self.max_keys / 10;
         if self.table.len() > target {
-            let refused = &self.refused;
-            let mut candidates: Vec<(u64, u64)> = self
+            let (refused, queues) = (&self.refused, &self.queues);
+            let mut candidates: Vec<(u32, u64)> = self
                 .table
                 .iter()
-                .filter(|e| e.queue.is_none())
-                .map(|e| (e.expires_at, key_hash(&e.key)))
+                .filter(|e| !queues.contains_key(&e.key))
+                .map(|e| (e.expires_s, key_hash(&e.key)))
                 .filter(|(_, h)| !refused.contains_key(h))
                 .collect();
             let n = (self.table.len() - target).min(candidates.len());
             if n > 0 {
                 candidates.select_nth_unstable(n - 1);
                 let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
-                self.table
-                    .retain(|e| e.queue.is_some() || !victims.contains(&key_hash(&e.key)));
+                let queues = &self.queues;
+                self.table.retain(|e| {
+                    queues.contains_key(&e.key) || !victims.contains(&key_hash(&e.key))
+                });
                 self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
@@ -1029,9 +1024,17 @@ impl Shard {
             .store(self.table.len() as u64, Ordering::Relaxed);
     }
 
+    /// Drops the entries whose state has expired, except those of keys with waiters.
+    fn drop_expired(&mut self, now: u64) {
+        let now_s = now / 1_000_000_000;
+        let queues = &self.queues;
+        self.table
+            .retain(|e| u64::from(e.expires_s) > now_s || queues.contains_key(&e.key));
+    }
+
     fn has_waiters(&self, op: &Op) -> bool {
-        self.find(&op.key, op.hash)
-            .and_then(|e| e.queue.as_ref())
+        self.queues
+            .get(op.key.as_str())
             .is_some_and(|q| !q.is_empty())
             || self
                 .remote
@@ -1039,30 +1042,26 @@ impl Shard {
                 .is_some_and(|r| r.heads.contains(op.key.as_str()))
     }
 
-    fn find(&self, key: &str, hash: u64) -> Option<&Entry> {
-        self.table.find(hash, |e| e.key.as_ref() == key)
+    fn find(&self, key: &str, hash: u64) -> Option<&table::Entry> {
+        self.table.find(key, hash).map(|at| self.table.get(at))
     }
 
-    fn entry_mut(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> &mut Entry {
-        if self.table.len() >= self.max_keys && self.find(key, hash).is_none() {
+    /// The position of `key`'s entry, made (fresh) if it has none; at the key cap, room is made
+    /// first.
+    fn slot(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> usize {
+        if let Some(at) = self.table.find(key, hash) {
+            return at;
+        }
+        if self.table.len() >= self.max_keys {
             self.make_room(now);
         }
-        match self
-            .table
-            .entry(hash, |e| e.key.as_ref() == key, |e| key_hash(&e.key))
-        {
-            hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                self.stats.keys.fetch_add(1, Ordering::Relaxed);
-                let state = State::fresh(&params, now);
-                v.insert(Entry {
-                    key: key.into(),
-                    state,
-                    expires_at: state.expires_at(&params),
-                    queue: None,
-                })
-                .into_mut()
-            }
-        }
+        self.stats.keys.fetch_add(1, Ordering::Relaxed);
+        let state = State::fresh(&params, now);
+        self.table.insert(
+            key,
+            hash,
+            state,
+            to_secs_ceil(state.expires_at(&params, now)),
+        )
     }
 }

@@ -447,8 +447,8 @@ impl Shard {
         let hash = crate::descriptor::key_hash(key);
         let params = w.msg.ops[w.op].params;
         let now = self.clock.now();
-        let e = self.entry_mut(key, hash, params, now);
-        e.queue.get_or_insert_with(Default::default).push_front(w);
+        self.slot(key, hash, params, now);
+        self.queues.entry(key.into()).or_default().push_front(w);
         self.events.push(std::cmp::Reverse((at, key.into())));
     }
 
@@ -457,13 +457,15 @@ impl Shard {
     fn remote_eval(&mut self, op: &Op, reply: &[i64], now: u64) -> (Eval, bool) {
         let p = &op.params;
         let w = p.window_ms.max(1) * 1_000_000;
-        let idx = now / w;
+        // States keep the window index modulo 2^32 (see `State`).
+        let idx = (now / w) as u32;
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let first = reply.first().copied().unwrap_or(0);
         if op.refund {
             let state = match p.algorithm {
                 Algorithm::FixedWindow => State::Fixed {
                     window: idx,
-                    count: first.max(0) as u64,
+                    count: clamp(first.max(0) as u64),
                 },
                 Algorithm::SlidingWindow => State::Sliding {
                     window: idx,
@@ -483,7 +485,7 @@ impl Shard {
                 (
                     State::Fixed {
                         window: idx,
-                        count: after.saturating_sub(hits),
+                        count: clamp(after.saturating_sub(hits)),
                     },
                     None,
                 )
@@ -500,8 +502,8 @@ impl Shard {
                 (
                     State::Sliding {
                         window: idx,
-                        prev: prev.min(u64::from(u32::MAX)) as u32,
-                        cur: cur.min(u64::from(u32::MAX)) as u32,
+                        prev: clamp(prev),
+                        cur: clamp(cur),
                     },
                     Some(allowed),
                 )
