@@ -5,10 +5,14 @@
 //!
 //! RSS is read from /proc/self/statm before the first key and at checkpoints. Each op is built
 //! and sent the way the service layer does it (a fresh `String` key per request, dropped once
-//! decided), so the delta is what the shard keeps: its table entries, their boxed keys, and the
-//! table's spare capacity. Keys look like the service's counter keys,
+//! decided), so the delta is what the shard keeps: its entries, its key arena and its hash
+//! index, with the index's spare buckets. Keys look like the service's counter keys,
 //! `bench_api_key_user-0000042_` (27 bytes). The window is a day long, so no key expires
 //! during the run; the example checks the shards still hold every key at the end.
+//!
+//! The example runs on glibc malloc, which returns large freed blocks to the kernel at once, so
+//! the figure is the data structures'. The `turnstile` binary uses mimalloc, which keeps the
+//! blocks freed while the table grows (see BENCHMARKS.md, "Memory per key").
 //!
 //! Output: one line per checkpoint:
 //! `mem_per_key: keys=... rss_delta_bytes=... bytes_per_key=... minus_key_len=...`.

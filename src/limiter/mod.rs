@@ -59,7 +59,7 @@ pub struct Outcome {
 }
 
 /// Verdicts in the order of the ops given.
-pub type Outcomes = SmallVec<[Outcome; 4]>;
+pub type Outcomes = SmallVec<[Outcome; 1]>;
 
 /// A shard's answer to one message.
 #[derive(Debug)]

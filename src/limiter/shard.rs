@@ -438,12 +438,12 @@ impl Shard {
                 let mut out: Vec<KeyInfo> = self
                     .table
                     .iter()
-                    .filter(|e| prefix.as_deref().is_none_or(|p| e.key.starts_with(p)))
-                    .map(|e| KeyInfo {
-                        key: e.key.to_string(),
+                    .filter(|(k, _)| prefix.as_deref().is_none_or(|p| k.starts_with(p)))
+                    .map(|(k, e)| KeyInfo {
+                        key: k.to_string(),
                         state: e.state,
-                        denied: self.denied.get(&e.key).copied().unwrap_or((0, 0)),
-                        waiting: self.queues.get(&e.key).map_or(0, |q| q.len()),
+                        denied: self.denied.get(k).copied().unwrap_or((0, 0)),
+                        waiting: self.queues.get(k).map_or(0, |q| q.len()),
                         now,
                     })
                     .collect();
@@ -759,10 +759,11 @@ impl Shard {
         }
         for &(i, state, _) in scratch.iter().filter(|(.., at)| at.is_none()) {
             let op = &ops[i];
-            let at = self.slot(&op.key, op.hash, op.params, now);
-            let e = self.table.get_mut(at);
-            e.state = state;
-            e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+            if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
+                let e = self.table.get_mut(at);
+                e.state = state;
+                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+            }
         }
     }
 
@@ -1004,8 +1005,8 @@ impl Shard {
             let mut candidates: Vec<(u32, u64)> = self
                 .table
                 .iter()
-                .filter(|e| !queues.contains_key(&e.key))
-                .map(|e| (e.expires_s, key_hash(&e.key)))
+                .filter(|(k, _)| !queues.contains_key(*k))
+                .map(|(k, e)| (e.expires_s, key_hash(k)))
                 .filter(|(_, h)| !refused.contains_key(h))
                 .collect();
             let n = (self.table.len() - target).min(candidates.len());
@@ -1013,9 +1014,8 @@ impl Shard {
                 candidates.select_nth_unstable(n - 1);
                 let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
                 let queues = &self.queues;
-                self.table.retain(|e| {
-                    queues.contains_key(&e.key) || !victims.contains(&key_hash(&e.key))
-                });
+                self.table
+                    .retain(|k, _| queues.contains_key(k) || !victims.contains(&key_hash(k)));
                 self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
@@ -1029,7 +1029,7 @@ impl Shard {
         let now_s = now / 1_000_000_000;
         let queues = &self.queues;
         self.table
-            .retain(|e| u64::from(e.expires_s) > now_s || queues.contains_key(&e.key));
+            .retain(|k, e| u64::from(e.expires_s) > now_s || queues.contains_key(k));
     }
 
     fn has_waiters(&self, op: &Op) -> bool {
@@ -1047,21 +1047,25 @@ impl Shard {
     }
 
     /// The position of `key`'s entry, made (fresh) if it has none; at the key cap, room is made
-    /// first.
-    fn slot(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> usize {
+    /// first. `None` only if no room can be made (every key has waiters or was refused).
+    fn slot(&mut self, key: &str, hash: u64, params: super::Params, now: u64) -> Option<usize> {
         if let Some(at) = self.table.find(key, hash) {
-            return at;
+            return Some(at);
         }
         if self.table.len() >= self.max_keys {
             self.make_room(now);
         }
-        self.stats.keys.fetch_add(1, Ordering::Relaxed);
         let state = State::fresh(&params, now);
-        self.table.insert(
-            key,
-            hash,
-            state,
-            to_secs_ceil(state.expires_at(&params, now)),
-        )
+        let expires = to_secs_ceil(state.expires_at(&params, now));
+        let at = match self.table.insert(key, hash, state, expires) {
+            Some(at) => at,
+            None => {
+                // The key arena is full (4 GiB): evict, as at the key cap, and try again.
+                self.make_room(now);
+                self.table.insert(key, hash, state, expires)?
+            }
+        };
+        self.stats.keys.fetch_add(1, Ordering::Relaxed);
+        Some(at)
     }
 }

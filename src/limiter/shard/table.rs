@@ -1,10 +1,13 @@
 //! A shard's keys and their states, laid out for memory: the entries sit densely in one `Vec`
-//! (40 bytes each), and a hash index maps a key to its position with 4 bytes per bucket.
+//! (32 bytes each), the keys' bytes one after another in one `String`, and a hash index maps a
+//! key to its entry with 4 bytes per bucket.
 //!
 //! A `HashTable<Entry>` would hold the entries in its buckets, which it keeps 44-88 % full, so a
 //! key would cost its entry twice over just after the table doubles. Here only the 5-byte index
-//! buckets have that slack, and the `Vec`'s spare capacity is never written, so it costs no
-//! resident memory.
+//! buckets have that slack, and the spare capacity of the `Vec` and the `String` is never
+//! written, so it costs no resident memory. A key costs its length (no allocation of its own);
+//! keys of dropped entries stay in the arena as garbage until it is compacted, which happens
+//! once garbage outweighs the live keys.
 
 use hashbrown::HashTable;
 
@@ -12,7 +15,9 @@ use crate::limiter::State;
 
 /// One key's state.
 pub(super) struct Entry {
-    pub(super) key: Box<str>,
+    /// Where the key's bytes are in the arena.
+    key_at: u32,
+    key_len: u32,
     pub(super) state: State,
     /// Whole seconds since the Unix epoch at or after which `state` stops mattering; the sweep
     /// drops the entry then (unless the key has waiters).
@@ -22,7 +27,10 @@ pub(super) struct Entry {
     hash32: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 40);
+const _: () = assert!(std::mem::size_of::<Entry>() == 32);
+
+/// Garbage below this is never worth a compaction.
+const MIN_GARBAGE: usize = 1 << 16;
 
 /// The index's hash for a key: its 32 stored bits, spread over 64 (hashbrown takes the bucket
 /// from the low bits and a tag from the top 7).
@@ -39,6 +47,15 @@ pub(super) fn to_secs_ceil(ns: u64) -> u32 {
 pub(super) struct Table {
     index: HashTable<u32>,
     entries: Vec<Entry>,
+    /// Every entry's key, back to back (and the keys of dropped entries until compaction).
+    keys: String,
+    /// Bytes of `keys` that belong to no entry.
+    garbage: usize,
+}
+
+/// A key's bytes in the arena (keys are whole `str`s, so their bounds are char boundaries).
+fn key_of<'a>(keys: &'a str, e: &Entry) -> &'a str {
+    &keys[e.key_at as usize..e.key_at as usize + e.key_len as usize]
 }
 
 impl Table {
@@ -46,17 +63,24 @@ impl Table {
         self.entries.len()
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter()
+    /// Every key with its entry.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().map(|e| (key_of(&self.keys, e), e))
+    }
+
+    /// Bytes the arena holds, live keys and garbage.
+    #[cfg(test)]
+    fn arena_len(&self) -> usize {
+        self.keys.len()
     }
 
     /// The position of `key` (whose FNV-1a hash is `hash`).
     pub(super) fn find(&self, key: &str, hash: u64) -> Option<usize> {
-        let entries = &self.entries;
+        let (entries, keys) = (&self.entries, &self.keys);
         self.index
             .find(spread(hash as u32), |&i| {
                 let e = &entries[i as usize];
-                e.hash32 == hash as u32 && e.key.as_ref() == key
+                e.hash32 == hash as u32 && key_of(keys, e) == key
             })
             .map(|&i| i as usize)
     }
@@ -69,12 +93,29 @@ impl Table {
         &mut self.entries[at]
     }
 
-    /// Adds a key that is not in the table; returns its position.
-    pub(super) fn insert(&mut self, key: &str, hash: u64, state: State, expires_s: u32) -> usize {
+    /// Adds a key that is not in the table; returns its position. `None` when the arena cannot
+    /// take the key even after compaction (4 GiB of keys in one shard): the caller makes room.
+    pub(super) fn insert(
+        &mut self,
+        key: &str,
+        hash: u64,
+        state: State,
+        expires_s: u32,
+    ) -> Option<usize> {
+        let fits = |t: &Table| u32::try_from(t.keys.len() + key.len()).is_ok();
+        if !fits(self) {
+            self.compact();
+            if !fits(self) {
+                return None;
+            }
+        }
         let at = self.entries.len();
-        let pos = u32::try_from(at).expect("a shard holds fewer than 2^32 keys");
+        let pos = u32::try_from(at).ok()?;
+        let key_at = self.keys.len() as u32;
+        self.keys.push_str(key);
         self.entries.push(Entry {
-            key: key.into(),
+            key_at,
+            key_len: key.len() as u32,
             state,
             expires_s,
             hash32: hash as u32,
@@ -83,17 +124,22 @@ impl Table {
         self.index.insert_unique(spread(hash as u32), pos, |&i| {
             spread(entries[i as usize].hash32)
         });
-        at
+        Some(at)
     }
 
-    /// Keeps the entries for which `keep` says so; positions of kept entries may change.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> usize {
+    /// Keeps the entries for which `keep(key, entry)` says so; positions of kept entries may
+    /// change.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&str, &Entry) -> bool) -> usize {
         let gone: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| !keep(&self.entries[i]))
+            .filter(|&i| !keep(key_of(&self.keys, &self.entries[i]), &self.entries[i]))
             .collect();
         if gone.is_empty() {
             return 0;
         }
+        self.garbage += gone
+            .iter()
+            .map(|&i| self.entries[i].key_len as usize)
+            .sum::<usize>();
         if gone.len() * 8 > self.entries.len() {
             // Many at once: compact, then index afresh (cheaper than fixing each move).
             let mut i = 0;
@@ -109,6 +155,9 @@ impl Table {
             for &at in gone.iter().rev() {
                 self.remove(at);
             }
+        }
+        if self.garbage > MIN_GARBAGE && self.garbage > self.keys.len() / 2 {
+            self.compact();
         }
         if self.entries.capacity() > 64 && self.entries.len() < self.entries.capacity() / 4 {
             self.entries.shrink_to(self.entries.len() * 2);
@@ -134,6 +183,21 @@ impl Table {
                 *slot = pos;
             }
         }
+    }
+
+    /// Copies the live keys into a fresh arena, leaving the garbage behind.
+    fn compact(&mut self) {
+        if self.garbage == 0 {
+            return;
+        }
+        let mut keys = String::with_capacity(self.keys.len() - self.garbage);
+        for e in self.entries.iter_mut() {
+            let at = keys.len() as u32;
+            keys.push_str(key_of(&self.keys, e));
+            e.key_at = at;
+        }
+        self.keys = keys;
+        self.garbage = 0;
     }
 
     fn reindex(&mut self) {
@@ -164,9 +228,13 @@ mod tests {
         assert_eq!(t.len(), model.len());
         for (k, v) in model {
             let at = t.find(k, key_hash(k)).unwrap_or_else(|| panic!("{k} lost"));
-            assert_eq!(t.get(at).key.as_ref(), k);
             assert_eq!(t.get(at).state, state(*v));
         }
+        let mut keys: Vec<&str> = t.iter().map(|(k, _)| k).collect();
+        keys.sort_unstable();
+        let mut want: Vec<&str> = model.keys().map(String::as_str).collect();
+        want.sort_unstable();
+        assert_eq!(keys, want);
     }
 
     proptest! {
@@ -182,18 +250,18 @@ mod tests {
                     0 | 1 => match t.find(&key, h) {
                         Some(at) => t.get_mut(at).state = state(n as u32),
                         None => {
-                            t.insert(&key, h, state(n as u32), 0);
+                            t.insert(&key, h, state(n as u32), 0).expect("room");
                         }
                     },
                     // Drops keys ending like this one: a few, or many at once.
                     2 => {
                         let m = k % 7;
-                        t.retain(|e| !e.key.ends_with(&format!("{m}_")));
+                        t.retain(|key, _| !key.ends_with(&format!("{m}_")));
                         model.retain(|key, _| !key.ends_with(&format!("{m}_")));
                         continue;
                     }
                     _ => {
-                        t.retain(|e| e.key.as_ref() != key);
+                        t.retain(|k, _| k != key);
                         model.remove(&key);
                         continue;
                     }
@@ -202,6 +270,31 @@ mod tests {
             }
             check(&t, &model);
         }
+    }
+
+    /// Keys of dropped entries are reclaimed once they outweigh the live ones.
+    #[test]
+    fn the_arena_is_compacted_as_keys_go() {
+        let mut t = Table::default();
+        let key = |i: u32| format!("domain_api_key_user-{i:07}_");
+        for i in 0..100_000 {
+            let k = key(i);
+            t.insert(&k, key_hash(&k), state(i), 0).expect("room");
+        }
+        let full = t.arena_len();
+        assert_eq!(full, 100_000 * key(0).len());
+        // Drop three keys in four: the arena shrinks to the live keys.
+        t.retain(|_, e| {
+            e.state.eq(&state(0)) || matches!(e.state, State::Gcra { tat } if tat % 4 == 0)
+        });
+        assert_eq!(t.len(), 25_000);
+        assert_eq!(t.arena_len(), 25_000 * key(0).len());
+        for i in (0..100_000).step_by(4) {
+            let k = key(i);
+            let at = t.find(&k, key_hash(&k)).expect("kept");
+            assert_eq!(t.get(at).state, state(i));
+        }
+        assert!(t.find(&key(1), key_hash(&key(1))).is_none());
     }
 
     #[test]
