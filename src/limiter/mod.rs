@@ -416,26 +416,23 @@ impl Engine {
     /// Delivers `msg` to `shard`: handled at once when the shard lives on this thread and is
     /// not busy, otherwise through its mailbox.
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
-        let mut msg = Some(msg);
-        if self
-            .with_here(shard, |l| l.handle_here(msg.take().expect("once")))
-            .is_some()
-        {
-            return Ok(());
+        if let Some(cell) = self.here(shard) {
+            if let Ok(mut local) = cell.try_borrow_mut() {
+                local.handle_here(msg);
+                return Ok(());
+            }
         }
-        self.mail(shard, msg.expect("not handled here"))
+        self.mail(shard, msg)
     }
 
     /// Sends a decide (made with [`ReplyTo::Here`]): decided now when the shard lives on this
-    /// thread, otherwise answered later through a channel.
-    fn submit(&self, shard: usize, d: Decide) -> Result<Answer, EngineError> {
-        let mut msg = Some(Msg::Decide(d));
-        if let Some(answer) = self.with_here(shard, |l| l.handle_here(msg.take().expect("once"))) {
-            return answer.ok_or(EngineError::Stopped);
+    /// thread and is not busy, otherwise answered later through a channel.
+    fn submit(&self, shard: usize, mut d: Decide) -> Result<Answer, EngineError> {
+        if let Some(cell) = self.here(shard) {
+            if let Ok(mut local) = cell.try_borrow_mut() {
+                return Ok(local.decide_here(d));
+            }
         }
-        let Some(Msg::Decide(mut d)) = msg else {
-            unreachable!("a decide not handled here is still ours")
-        };
         let (tx, rx) = oneshot::channel();
         d.reply = ReplyTo::Caller(tx);
         self.mail(shard, Msg::Decide(d))?;
@@ -453,15 +450,15 @@ impl Engine {
 }
 
 impl Engine {
-    /// Runs `f` on `shard` if its task lives on this thread and it is not busy (a caller inside
-    /// the shard's own code, which cannot happen today, would find it busy and use the mailbox).
-    fn with_here<R>(&self, shard: usize, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
+    /// The shard, if its task runs on this thread (a caller inside the shard's own code, which
+    /// cannot happen today, would find it borrowed and use the mailbox).
+    fn here(&self, shard: usize) -> Option<Rc<RefCell<Local>>> {
         let id = self.inner.id;
         HERE.try_with(|h| {
-            let h = h.borrow();
-            let (_, _, cell) = h.iter().find(|(e, i, _)| *e == id && *i == shard)?;
-            let mut local = cell.try_borrow_mut().ok()?;
-            Some(f(&mut local))
+            h.borrow()
+                .iter()
+                .find(|(e, i, _)| *e == id && *i == shard)
+                .map(|(_, _, cell)| cell.clone())
         })
         .ok()
         .flatten()

@@ -221,25 +221,36 @@ impl Local {
         }
     }
 
-    /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds. For a
-    /// decide sent with [`ReplyTo::Here`], returns its answer.
-    pub(crate) fn handle_here(&mut self, msg: Msg) -> Option<Answer> {
+    /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds.
+    pub(crate) fn handle_here(&mut self, msg: Msg) {
+        self.here(|shard| shard.handle(msg));
+    }
+
+    /// Decides `d` (sent with [`ReplyTo::Here`]) now, on the caller's thread, after whatever the
+    /// mailbox already holds; returns its answer, or the channel it will come on if it is held.
+    pub(crate) fn decide_here(&mut self, d: Decide) -> Answer {
+        self.here(|shard| shard.decide_any(d));
+        match (self.shard.answered.take(), self.shard.held.take()) {
+            (Some(reply), _) => Answer::Now(reply),
+            (None, Some(rx)) => Answer::Later(rx),
+            // Every path answers or holds a message; were one to do neither, the caller sees the
+            // shard as stopped rather than waiting forever.
+            (None, None) => Answer::Later(oneshot::channel().1),
+        }
+    }
+
+    fn here(&mut self, f: impl FnOnce(&mut Shard)) {
         let before = self.shard.next_wake();
         while let Ok(m) = self.rx.try_recv() {
             self.shard.handle(m);
         }
-        self.shard.handle(msg);
+        f(&mut self.shard);
         if self.shard.next_wake() < before {
             // A new queue event: the task must arm its timer for it.
             self.poked = true;
             if let Some(w) = &self.task {
                 w.wake_by_ref();
             }
-        }
-        match (self.shard.answered.take(), self.shard.held.take()) {
-            (Some(reply), _) => Some(Answer::Now(reply)),
-            (None, Some(rx)) => Some(Answer::Later(rx)),
-            (None, None) => None,
         }
     }
 }
@@ -424,8 +435,7 @@ impl Shard {
 
     pub(crate) fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Decide(d) if self.remote.is_some() => self.decide_remote(d),
-            Msg::Decide(d) => self.decide(d),
+            Msg::Decide(d) => self.decide_any(d),
             Msg::Undo(ops, true) => self.undo_remote_ops(&ops),
             Msg::Undo(ops, false) => {
                 let now = self.clock.now();
@@ -478,6 +488,14 @@ impl Shard {
                 }
                 let _ = reply.send(found);
             }
+        }
+    }
+
+    fn decide_any(&mut self, d: Decide) {
+        if self.remote.is_some() {
+            self.decide_remote(d)
+        } else {
+            self.decide(d)
         }
     }
 
