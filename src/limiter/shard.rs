@@ -1,9 +1,10 @@
 //! One shard actor: owns the state and the wait queues of the keys that hash to it.
 //!
-//! Everything here runs on one task, so the table needs no lock. A request reaches the shard as
-//! one message holding all of its ops for this shard; the shard decides them together, so a request
-//! whose ops all live here is decided atomically. A message that must wait parks in the FIFO of
-//! the key it waits for and is answered later through the same reply channel.
+//! The shard lives on one thread and is used by one caller at a time (its task, or a caller on
+//! the same thread deciding synchronously, see [`Local`]), so the table needs no lock. A request
+//! reaches the shard as one message holding all of its ops for this shard; the shard decides them
+//! together, so a request whose ops all live here is decided atomically. A message that must wait
+//! parks in the FIFO of the key it waits for and is answered later through its reply channel.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
