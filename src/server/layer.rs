@@ -85,20 +85,39 @@ pin_project_lite::pin_project! {
     }
 }
 
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
+
+/// The call's status as its headers say (a unary error is a trailers-only answer, with its status
+/// in the headers; an answer has its status in the trailers, after this point, so no
+/// `grpc-status` here means OK).
+///
 /// tonic refuses a message over `max_decoding_message_size` with OUT_OF_RANGE; like every other
 /// request limit, it is bad input and answers INVALID_ARGUMENT, keeping tonic's message (which
 /// names the size and the limit).
-fn too_large_is_invalid_argument<RB>(resp: &mut http::Response<RB>) {
+fn status_of<RB>(resp: &mut http::Response<RB>) -> i32 {
     let h = resp.headers_mut();
-    let out_of_range = h.get("grpc-status").is_some_and(|v| v.as_bytes() == b"11");
-    let too_large = h.get("grpc-message").is_some_and(|m| {
-        m.to_str().is_ok_and(|m| {
-            m.contains("message%20length%20too%20large") || m.contains("message length too large")
+    let Some(status) = h.get(&GRPC_STATUS) else {
+        return 0;
+    };
+    let status = status
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .unwrap_or(0);
+    let too_large = || {
+        h.get(&GRPC_MESSAGE).is_some_and(|m| {
+            m.to_str().is_ok_and(|m| {
+                m.contains("message%20length%20too%20large")
+                    || m.contains("message length too large")
+            })
         })
-    });
-    if out_of_range && too_large {
-        h.insert("grpc-status", http::HeaderValue::from_static("3"));
+    };
+    if status == 11 && too_large() {
+        h.insert(GRPC_STATUS, http::HeaderValue::from_static("3"));
+        return 3;
     }
+    status
 }
 
 impl<F, RB, E> Future for ResponseFuture<F>
@@ -118,22 +137,12 @@ where
             Poll::Ready(out) => out,
         };
         let mut out = out;
-        if let Ok(resp) = &mut out {
-            too_large_is_invalid_argument(resp);
-        }
-        let elapsed = call.start.elapsed();
-        call.metrics.observe_latency(elapsed);
-        // A unary error is a trailers-only answer: its status is in the headers. An answer has
-        // its status in the trailers, after this point; no grpc-status here means OK.
-        let status = match &out {
-            Ok(resp) => resp
-                .headers()
-                .get("grpc-status")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<i32>().ok())
-                .unwrap_or(0),
+        let status = match &mut out {
+            Ok(resp) => status_of(resp),
             Err(_) => 2,
         };
+        let elapsed = call.start.elapsed();
+        call.metrics.observe_latency(elapsed);
         if status != 0 {
             call.span.record("otel.status_code", "ERROR");
         }
