@@ -34,9 +34,9 @@ enum Answer {
     Shed,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
-    let s = TestServer::start_with(
+/// One worker, one shard, and a shard mailbox of one message.
+async fn one_slot_server() -> TestServer {
+    TestServer::start_with(
         CONFIG,
         &[
             ("TURNSTILE_WORKERS", "1"),
@@ -44,7 +44,12 @@ async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
             ("TURNSTILE_SHARD_QUEUE", "1"),
         ],
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
+    let s = one_slot_server().await;
     let addr = format!("http://{}", s.running().grpc_addr);
     let mut clients = Vec::with_capacity(CONNECTIONS);
     for _ in 0..CONNECTIONS {
@@ -123,15 +128,7 @@ async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_shard_mailbox_sheds_calls_from_other_threads_fast_and_never_over_admits() {
-    let s = TestServer::start_with(
-        CONFIG,
-        &[
-            ("TURNSTILE_WORKERS", "1"),
-            ("TURNSTILE_SHARDS", "1"),
-            ("TURNSTILE_SHARD_QUEUE", "1"),
-        ],
-    )
-    .await;
+    let s = one_slot_server().await;
     let url = format!("http://{}/json", s.running().http_addr);
     let http = reqwest::Client::new();
     let body = r#"{"domain":"load","descriptors":[{"entries":[{"key":"tight","value":"k"}]}]}"#;

@@ -75,6 +75,20 @@ pub struct Reply {
     pub remote: bool,
 }
 
+impl Reply {
+    /// An answer that consumed nothing: refused, or decided without counting.
+    pub(crate) fn refused(outcomes: Outcomes, waited_ns: u64) -> Reply {
+        Reply {
+            outcomes,
+            committed: false,
+            waited_ns,
+            timed_out: false,
+            failed: false,
+            remote: false,
+        }
+    }
+}
+
 /// What the engine says about a whole request.
 #[derive(Debug, Default)]
 pub struct Decision {
@@ -620,9 +634,8 @@ impl Pending<'_> {
                     }
                 }
                 p.reply = Some(answered.unwrap_or_else(|| {
-                    Reply {
-                        outcomes: p
-                            .ops
+                    Reply::refused(
+                        p.ops
                             .iter()
                             .map(|o| Outcome {
                                 over: o.queue.is_some(),
@@ -632,12 +645,8 @@ impl Pending<'_> {
                                 blocked: false,
                             })
                             .collect(),
-                        committed: false,
-                        waited_ns: 0,
-                        timed_out: false,
-                        failed: false,
-                        remote: false,
-                    }
+                        0,
+                    )
                 }));
             }
         }

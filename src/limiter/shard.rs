@@ -586,14 +586,10 @@ impl Shard {
                 self.protect(&d.ops, &outcomes, now);
                 self.answer(
                     d.reply,
-                    Reply {
+                    Reply::refused(
                         outcomes,
-                        committed: false,
-                        waited_ns: since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
-                        timed_out: false,
-                        failed: false,
-                        remote: false,
-                    },
+                        since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                    ),
                 );
             }
             Verdict::Wait(i) => {
@@ -612,17 +608,7 @@ impl Shard {
                             o.remaining = 0;
                         }
                     }
-                    self.answer(
-                        d.reply,
-                        Reply {
-                            outcomes,
-                            committed: false,
-                            waited_ns: 0,
-                            timed_out: false,
-                            failed: false,
-                            remote: false,
-                        },
-                    );
+                    self.answer(d.reply, Reply::refused(outcomes, 0));
                     return;
                 }
                 let key: Box<str> = op.key.as_str().into();

@@ -158,17 +158,7 @@ impl Shard {
                 })
                 .collect();
             self.count_denied(&d.ops, now);
-            self.answer(
-                d.reply,
-                Reply {
-                    outcomes,
-                    committed: false,
-                    waited_ns: 0,
-                    timed_out: false,
-                    failed: false,
-                    remote: false,
-                },
-            );
+            self.answer(d.reply, Reply::refused(outcomes, 0));
             return;
         }
         let mut d = d;
@@ -208,17 +198,7 @@ impl Shard {
                         }
                     })
                     .collect();
-                self.answer(
-                    d.reply,
-                    Reply {
-                        outcomes,
-                        committed: false,
-                        waited_ns: 0,
-                        timed_out: false,
-                        failed: false,
-                        remote: false,
-                    },
-                );
+                self.answer(d.reply, Reply::refused(outcomes, 0));
             }
             FailureMode::FailClosed => {
                 self.answer(
