@@ -238,7 +238,6 @@ pub async fn start(
             .filter(|(i, _)| i % workers == w)
             .filter_map(|(_, t)| t.take())
             .collect();
-        let replies = limiter.engine().clone();
         let rls = RateLimitServiceServer::new(RlsService::new(limiter.clone()))
             .max_decoding_message_size(settings.request_limits.max_message_bytes);
         let health_service = health_service.clone();
@@ -264,8 +263,6 @@ pub async fn start(
                     for t in mine {
                         tokio::task::spawn_local(t.run());
                     }
-                    tokio::task::spawn_local(replies.serve_replies(w));
-                    drop(replies);
                     let shutdown = async move {
                         let _ = stop_rx.wait_for(|s| *s).await;
                     };

@@ -5,10 +5,10 @@ mod algorithm;
 mod clock;
 mod shard;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
@@ -118,8 +118,6 @@ pub struct Engine {
 struct Inner {
     /// Tells this engine's shards apart from another engine's on the same thread.
     id: u64,
-    /// Per worker, where shards on other threads send the answers for calls made there.
-    replies: Replies,
     senders: Vec<mpsc::Sender<Msg>>,
     clock: Clock,
     stats: Vec<Arc<ShardStats>>,
@@ -145,23 +143,12 @@ impl ShardTask {
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Answers bound for one worker: each completes its caller's channel there.
-pub(crate) type ReplyBatch = Vec<(oneshot::Sender<Reply>, Reply)>;
-
-/// Workers that can take batched answers; past this many, answers go one by one.
-const MAX_REPLY_WORKERS: usize = 256;
-
-/// Per worker (once it serves them), the channel its answers come back on in batches.
-pub(crate) type Replies = Arc<[OnceLock<mpsc::UnboundedSender<ReplyBatch>>]>;
-
 /// A shard whose task runs on this thread: (engine id, shard index, the shard).
 type HereShard = (u64, usize, Rc<RefCell<Local>>);
 
 thread_local! {
     /// The shards whose tasks run on this thread, so callers here can decide synchronously.
     static HERE: RefCell<Vec<HereShard>> = const { RefCell::new(Vec::new()) };
-    /// (engine id, worker index) when this thread is a worker serving batched answers.
-    static WORKER: Cell<Option<(u64, u16)>> = const { Cell::new(None) };
 }
 
 /// A shard listed in `HERE` while its task lives.
@@ -214,7 +201,6 @@ impl Engine {
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
         let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
-        let replies: Replies = (0..MAX_REPLY_WORKERS).map(|_| OnceLock::new()).collect();
         let per_shard_waiters = max_waiters.div_ceil(shards);
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
@@ -235,7 +221,6 @@ impl Engine {
                     st.clone(),
                     remote,
                     max_keys / shards,
-                    replies.clone(),
                 ),
                 rx,
             });
@@ -244,7 +229,6 @@ impl Engine {
         let engine = Engine {
             inner: Arc::new(Inner {
                 id,
-                replies,
                 senders,
                 clock,
                 stats,
@@ -464,39 +448,9 @@ impl Engine {
             }
         }
         let (tx, rx) = oneshot::channel();
-        let id = self.inner.id;
-        let worker = WORKER
-            .try_with(|w| w.get())
-            .ok()
-            .flatten()
-            .filter(|(e, _)| *e == id)
-            .map(|(_, w)| w);
-        d.reply = ReplyTo::Caller(tx, worker);
+        d.reply = ReplyTo::Caller(tx);
         self.mail(shard, Msg::Decide(d))?;
         Ok(Answer::Later(rx))
-    }
-
-    /// Makes this thread worker `worker` for batched answers: shards on other threads then
-    /// send the answers to calls made here in one batch per round, waking this thread once
-    /// instead of once per answer. Call it on the worker's thread and run the returned future
-    /// there (it ends with the engine).
-    pub fn serve_replies(&self, worker: usize) -> impl std::future::Future<Output = ()> + 'static {
-        let (tx, mut rx) = mpsc::unbounded_channel::<ReplyBatch>();
-        let registered = self
-            .inner
-            .replies
-            .get(worker)
-            .is_some_and(|slot| slot.set(tx).is_ok());
-        if registered {
-            let _ = WORKER.try_with(|w| w.set(Some((self.inner.id, worker as u16))));
-        }
-        async move {
-            while let Some(batch) = rx.recv().await {
-                for (tx, reply) in batch {
-                    let _ = tx.send(reply);
-                }
-            }
-        }
     }
 
     fn mail(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
@@ -727,77 +681,5 @@ impl Drop for Pending<'_> {
             self.cancel_rest();
             self.undo();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::config::Algorithm;
-    use crate::descriptor::key_hash;
-
-    fn op(key: &str, limit: u32) -> Op {
-        Op {
-            key: key.into(),
-            hash: key_hash(key),
-            params: Params {
-                requests_per_unit: limit,
-                window_ms: 3_600_000,
-                algorithm: Algorithm::FixedWindow,
-            },
-            hits: 1,
-            refund: false,
-            role: Role::Binding,
-            queue: None,
-            grant: None,
-        }
-    }
-
-    fn current_thread() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-    }
-
-    /// Calls on a worker whose shard lives on another thread get their answers back in batches
-    /// (`serve_replies`): every call is answered, and exactly the limit is admitted.
-    #[test]
-    fn answers_from_a_shard_on_another_thread_come_back_batched_and_exact() {
-        let (engine, tasks) = Engine::new(1, 4096, 100, Clock::System);
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-        let shard_thread = std::thread::spawn(move || {
-            let local = tokio::task::LocalSet::new();
-            for t in tasks {
-                local.spawn_local(t.run());
-            }
-            local.block_on(&current_thread(), async move {
-                tokio::task::spawn_blocking(move || stop_rx.recv())
-                    .await
-                    .ok();
-            });
-        });
-
-        let local = tokio::task::LocalSet::new();
-        let (admitted, answered) = local.block_on(&current_thread(), async {
-            tokio::task::spawn_local(engine.serve_replies(0));
-            let calls = (0..300).map(|_| engine.decide(vec![op("d_k_v_", 200)], false));
-            let all = tokio::time::timeout(
-                Duration::from_secs(10),
-                futures_util::future::join_all(calls),
-            )
-            .await
-            .expect("every call answered");
-            let admitted = all
-                .iter()
-                .filter(|d| !d.as_ref().expect("decided").outcomes[0].over)
-                .count();
-            (admitted, all.len())
-        });
-        assert_eq!((answered, admitted), (300, 200));
-        stop_tx.send(()).expect("shard thread alive");
-        shard_thread.join().expect("shard thread ends");
     }
 }

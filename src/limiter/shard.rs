@@ -72,9 +72,8 @@ pub(crate) struct Decide {
 /// Where a message's answer goes.
 #[derive(Debug)]
 pub(crate) enum ReplyTo {
-    /// A caller on another thread, or one that is waiting; with the worker it is on when that
-    /// worker takes batched answers.
-    Caller(oneshot::Sender<Reply>, Option<u16>),
+    /// A caller on another thread, or one that is waiting.
+    Caller(oneshot::Sender<Reply>),
     /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
     /// A message that must be held (in a queue, or for Redis) gets a channel first.
     Here,
@@ -84,7 +83,7 @@ impl ReplyTo {
     /// Whether the caller went away.
     pub(crate) fn is_closed(&self) -> bool {
         match self {
-            ReplyTo::Caller(tx, _) => tx.is_closed(),
+            ReplyTo::Caller(tx) => tx.is_closed(),
             ReplyTo::Here => false,
         }
     }
@@ -170,7 +169,8 @@ enum Verdict {
 
 pub(crate) struct Shard {
     table: Table,
-    /// FIFO wait queues, by key (a key with waiters always has an entry in `table`).
+    /// FIFO wait queues, by key. A key with waiters keeps its entry in `table`: the sweep and
+    /// evictions pass it by.
     queues: fnv::FnvHashMap<Box<str>, VecDeque<Waiter>>,
     clock: Clock,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
@@ -195,9 +195,6 @@ pub(crate) struct Shard {
     answered: Option<Reply>,
     /// Where a synchronous caller whose message was held waits for its answer.
     held: Option<oneshot::Receiver<Reply>>,
-    /// Workers' answer channels, and this round's answers for each.
-    replies: super::Replies,
-    outbox: Vec<super::ReplyBatch>,
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -250,7 +247,6 @@ impl Local {
             self.shard.handle(m);
         }
         f(&mut self.shard);
-        self.shard.flush_replies();
         if self.shard.next_wake() < before {
             // A new queue event: the task must arm its timer for it.
             self.poked = true;
@@ -401,7 +397,6 @@ impl Shard {
         stats: Arc<ShardStats>,
         remote: Option<Remote>,
         max_keys: usize,
-        replies: super::Replies,
     ) -> Shard {
         let now = clock.now();
         Shard {
@@ -422,8 +417,6 @@ impl Shard {
             refused: Default::default(),
             answered: None,
             held: None,
-            replies,
-            outbox: Vec::new(),
         }
     }
 
@@ -440,7 +433,6 @@ impl Shard {
         if now >= self.next_sweep {
             self.sweep(now);
         }
-        self.flush_replies();
     }
 
     pub(crate) fn handle(&mut self, msg: Msg) {
@@ -650,45 +642,10 @@ impl Shard {
         }
     }
 
-    /// Sends each worker its batch of this round's answers.
-    fn flush_replies(&mut self) {
-        for (w, batch) in self.outbox.iter_mut().enumerate() {
-            if batch.is_empty() {
-                continue;
-            }
-            let batch = std::mem::take(batch);
-            if let Some(tx) = self.replies.get(w).and_then(|r| r.get()) {
-                if let Err(e) = tx.send(batch) {
-                    // The worker is gone: answer directly (its callers are gone too).
-                    for (tx, reply) in e.0 {
-                        let _ = tx.send(reply);
-                    }
-                }
-            }
-        }
-    }
-
     /// Delivers a message's answer; false when its caller went away.
     pub(super) fn answer(&mut self, to: ReplyTo, reply: Reply) -> bool {
         match to {
-            ReplyTo::Caller(tx, Some(w))
-                if self
-                    .replies
-                    .get(w as usize)
-                    .is_some_and(|r| r.get().is_some()) =>
-            {
-                // Batched: the caller's worker is woken once for all of this round's answers.
-                if tx.is_closed() {
-                    return false;
-                }
-                let w = w as usize;
-                if self.outbox.len() <= w {
-                    self.outbox.resize_with(w + 1, Vec::new);
-                }
-                self.outbox[w].push((tx, reply));
-                true
-            }
-            ReplyTo::Caller(tx, _) => tx.send(reply).is_ok(),
+            ReplyTo::Caller(tx) => tx.send(reply).is_ok(),
             ReplyTo::Here => {
                 self.answered = Some(reply);
                 true
@@ -701,7 +658,7 @@ impl Shard {
     pub(super) fn hold(&mut self, d: &mut Decide) {
         if matches!(d.reply, ReplyTo::Here) {
             let (tx, rx) = oneshot::channel();
-            d.reply = ReplyTo::Caller(tx, None);
+            d.reply = ReplyTo::Caller(tx);
             self.held = Some(rx);
         }
     }
@@ -1134,14 +1091,7 @@ mod tests {
 
     fn local(clock: Clock) -> (Local, mpsc::Sender<Msg>) {
         let (tx, rx) = mpsc::channel(16);
-        let shard = Shard::new(
-            clock,
-            100,
-            Arc::new(ShardStats::default()),
-            None,
-            1000,
-            Arc::from(Vec::new()),
-        );
+        let shard = Shard::new(clock, 100, Arc::new(ShardStats::default()), None, 1000);
         (Local::new(shard, rx), tx)
     }
 
@@ -1186,7 +1136,7 @@ mod tests {
             2,
             60_000,
             None,
-            ReplyTo::Caller(reply_tx, None),
+            ReplyTo::Caller(reply_tx),
         )))
         .expect("room in the mailbox");
 
