@@ -1,26 +1,44 @@
 //! turnstile: a rate-limit service for Envoy, a drop-in for envoyproxy/ratelimit.
 //!
 //! Envoy's ratelimit filter calls `ShouldRateLimit` with a domain and descriptors. The gRPC
-//! adapter (`service::grpc`) hands the request to [`service::RateLimiter`], which validates it,
-//! matches each descriptor against the config tree (`descriptor`), and turns every limit that
-//! applies into an op: a counter key, its FNV-1a hash, the limit's parameters and the hits.
+//! adapter (`transport::grpc`) hands the request to [`service::RateLimiter`], which validates it,
+//! matches each descriptor against the limit tree (`descriptor`), and plans an op for every limit
+//! that applies: a counter key, its FNV-1a hash, the limit's parameters and the hits. The ops go
+//! to the `limiter` engine: the hash picks one of N shard actors, each owning the state and the
+//! wait queues of its keys; a request sends one message per shard it touches, a shard decides
+//! the ops of a message together, and a request refused anywhere consumes nothing anywhere.
+//! Counting rules are pure functions of the time, which is a parameter (`limiter::Clock`).
 //!
-//! The ops go to the shard actors of the `limiter` engine: the hash picks one of N shards, each a
-//! tokio task owning the state and wait queues of its keys, reached through a bounded channel. A
-//! request sends one message per shard it touches, never one per descriptor; a shard decides the
-//! ops of a message together, so a request held by one shard is decided atomically, and a
-//! request refused anywhere consumes nothing anywhere. Counting rules (`limiter::State`) are pure
-//! functions of the time, which is a parameter (`limiter::Clock`), so tests never sleep.
+//! # The house
+//!
+//! Modules form layers and every arrow points down (`python3 ../shared/tools/module-graph.py
+//! src` prints `no cycles`). From the top:
+//!
+//! | module | room for | uses |
+//! |---|---|---|
+//! | `main.rs` | CLI → settings → telemetry → `server::run` with a shutdown future | all |
+//! | `server` | listeners, worker runtimes, the admin thread, reload, drain | the layers below |
+//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
+//! | `transport` | gRPC adapter, HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics), RESP `THROTTLE`: each a thin adapter | `service`, `telemetry` |
+//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
+//! | `telemetry` | counters, per-limit stats bound by stat key, Prometheus text, logs, traces | `limiter` (shard gauges), `config` |
+//! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding | `limiter`, `config` |
+//! | `limiter` | algorithms, shard actors, wait queues, the store contract and breaker, the request verdict | `descriptor`, `config` |
+//! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |
+//! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS; the duration grammar | nothing |
+//!
+//! Why `settings` sits above the subsystems rather than at the bottom: it fills each
+//! subsystem's own settings struct (`backend::redis::RedisSettings`, `config::xds::XdsSettings`,
+//! `transport::resp::RespSettings`, ...), so a subsystem never learns where its values came from
+//! and nothing below `settings` reads the environment (linkerd2-proxy's `app/src/env.rs`).
 //!
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker thread, each
-//! accepting gRPC connections (plain, TLS or a unix socket) and hosting its share of the shards;
-//! one more thread serves HTTP, the debug and Prometheus ports, the RESP transport, and watches
-//! the config and certificate files. `config` reads the YAML and environment of
-//! envoyproxy/ratelimit into validated types (or takes them over xDS, `config::xds`); `admin`
-//! serves HTTP health, `/json`, the direct `/rate` and `/throttle` APIs, metrics and the loaded
-//! config; `telemetry` keeps counters, histograms and capped per-value series, and sets up logs
-//! and traces. With `backend::redis`, shards count in Redis instead of their tables, batching
-//! decisions into pipelines, behind a circuit breaker that falls back to the tables.
+//! accepting gRPC connections (plain, TLS or a unix socket) and hosting its share of the shards,
+//! so a call whose key lives on its own worker decides synchronously; one more thread serves
+//! HTTP, the debug and Prometheus ports, the RESP transport, and watches the config and the
+//! certificate files. A new config, from files, SIGHUP or xDS, goes live through one function
+//! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
+//! survive it.
 
 pub mod admin;
 pub mod backend;
