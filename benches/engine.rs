@@ -23,7 +23,6 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
@@ -33,11 +32,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
-use turnstile::config::settings::RequestLimits;
 use turnstile::config::{Algorithm, Config, LoadOptions};
 use turnstile::descriptor::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
-use turnstile::service::{AnswerSettings, RateLimiter};
+use turnstile::service::{AnswerSettings, RateLimiter, RequestLimits};
 use turnstile::telemetry::Metrics;
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
@@ -323,7 +321,7 @@ fn service_decide(c: &mut Criterion) {
         .expect("bench config");
     let (rt, e) = engine(1);
     let limiter = RateLimiter::new(
-        Arc::new(ArcSwap::from_pointee(config)),
+        config,
         e,
         AnswerSettings {
             response_headers: None,

@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::backend::redis::{RedisSettings, RedisStore};
+use turnstile::backend::redis::RedisStore;
 use turnstile::config::Algorithm;
 use turnstile::descriptor::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role};
+use turnstile::settings::Settings;
 
 fn env_num(k: &str, d: u64) -> u64 {
     std::env::var(k)
@@ -121,7 +122,7 @@ fn main() {
                 "TURNSTILE_REDIS_DEADLINE_MS" => Some("1000".into()),
                 _ => None,
             };
-            let s = RedisSettings::from_env(env).unwrap().unwrap();
+            let s = Settings::from_env(env).unwrap().redis.unwrap();
             if RedisStore::connect(&s).await.is_ok() {
                 break s;
             }

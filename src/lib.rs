@@ -40,12 +40,13 @@
 //! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
 //! survive it.
 
-pub mod admin;
 pub mod backend;
+pub mod cli;
 pub mod config;
 pub mod descriptor;
 pub mod limiter;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod telemetry;
 pub mod transport;

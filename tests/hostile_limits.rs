@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 use tonic::Code;
-use turnstile::config::settings::RequestLimits;
+use turnstile::service::RequestLimits;
 
 const CONFIG: &str = r#"
 domain: hostile

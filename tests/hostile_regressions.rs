@@ -9,9 +9,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use turnstile::config::settings::RequestLimits;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::descriptor::{counter_key, find, key_hash, shard_of};
+use turnstile::service::RequestLimits;
 
 fn files(dir: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);

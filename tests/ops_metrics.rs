@@ -11,10 +11,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::transport::Channel;
-use turnstile::config::settings::{PrometheusSettings, Settings};
 use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+use turnstile::settings::{PrometheusSettings, Settings};
 use turnstile::telemetry::Metrics;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -310,7 +310,7 @@ fn detailed_series_are_bounded() {
     }
     // Over the limit once: counted as over, not within.
     m.record_detailed("m", &e("alice"), u64::MAX, 1, true, false, 0, 10);
-    let text = m.render(&config);
+    let text = m.render(&config, &m.limit_stats.bind(&config));
     assert_valid_exposition(&text);
     assert_eq!(
         limit_stat(&text, "total_hits", "user_alice"),

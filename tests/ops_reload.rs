@@ -14,10 +14,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use turnstile::config::settings::{PrometheusSettings, Settings};
 use turnstile::config::Config;
 use turnstile::limiter::Clock;
 use turnstile::server::{self, Running};
+use turnstile::settings::{PrometheusSettings, Settings};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const T0: u64 = 1_700_000_000 * 1_000_000_000;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use turnstile::config::settings::{parse_go_duration, OtlpProtocol, Settings, TlsSettings};
+use turnstile::settings::{parse_go_duration, OtlpProtocol, Settings, TlsSettings};
 
 fn settings(vars: &[(&str, &str)]) -> Result<Settings, String> {
     Settings::from_env(|k| {

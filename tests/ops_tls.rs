@@ -15,10 +15,10 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use turnstile::config::settings::Settings;
 use turnstile::config::Config;
 use turnstile::limiter::Clock;
 use turnstile::server::{self, Running};
+use turnstile::settings::Settings;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const CONFIG: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";

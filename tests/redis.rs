@@ -414,7 +414,7 @@ async fn failure_modes_fail_open_and_fail_closed() {
 #[tokio::test]
 async fn a_wrong_password_stops_the_start() {
     let redis = Redis::start_with(&["--requirepass", "right"]);
-    let mut settings = turnstile::config::settings::Settings::from_env(|k| {
+    let mut settings = turnstile::settings::Settings::from_env(|k| {
         with(env(&redis, ""), &[("REDIS_AUTH", "wrong")])
             .into_iter()
             .find(|(n, _)| n == k)
@@ -543,7 +543,7 @@ async fn redis_over_mutual_tls() {
         "counted over TLS"
     );
     // Without the client certificate the server refuses the handshake: the start fails.
-    let mut settings = turnstile::config::settings::Settings::from_env(|k| {
+    let mut settings = turnstile::settings::Settings::from_env(|k| {
         base.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     })
     .unwrap();

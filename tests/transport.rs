@@ -17,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use turnstile::service::ThrottleLimits;
 use turnstile::transport::resp::{self, RespSettings};
-use turnstile::transport::{self, ThrottleLimits};
 
 const GRPC_CONFIG: &str = r#"
 domain: d
@@ -490,9 +490,13 @@ async fn connections_over_the_cap_are_told_and_closed() {
     let mut b = r.raw().await;
     assert_eq!(ping(&mut a).await, pong);
     assert_eq!(ping(&mut b).await, pong);
-    let refused_before = transport::stats()
-        .resp_connections_refused
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let refused_before =
+        r.s.running()
+            .limiter
+            .metrics()
+            .throttle
+            .resp_connections_refused
+            .load(std::sync::atomic::Ordering::Relaxed);
     let mut c = r.raw().await;
     c.send(b"PING\r\n").await;
     assert_eq!(
@@ -501,7 +505,10 @@ async fn connections_over_the_cap_are_told_and_closed() {
     );
     assert_eq!(c.reply().await, None);
     assert!(
-        transport::stats()
+        r.s.running()
+            .limiter
+            .metrics()
+            .throttle
             .resp_connections_refused
             .load(std::sync::atomic::Ordering::Relaxed)
             > refused_before
@@ -578,7 +585,10 @@ async fn thousands_of_connections_are_held_at_once() {
     assert_eq!(held.len(), n);
     assert_eq!(allowed, 10, "one per key, whichever connection asked first");
     assert!(
-        transport::stats()
+        r.s.running()
+            .limiter
+            .metrics()
+            .throttle
             .resp_connections_open
             .load(std::sync::atomic::Ordering::Relaxed)
             >= n as u64
@@ -709,13 +719,20 @@ async fn grpc_limits_and_throttle_keys_never_meet() {
     );
     // And the transport's counters saw the calls.
     let mut metrics = String::new();
-    transport::render_metrics(&mut metrics);
+    r.s.running()
+        .limiter
+        .metrics()
+        .throttle
+        .render(&mut metrics);
     assert!(
         metrics.contains("turnstile_throttle_calls_total{result=\"allowed\"}"),
         "{metrics}"
     );
     assert!(
-        transport::stats()
+        r.s.running()
+            .limiter
+            .metrics()
+            .throttle
             .denied
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1

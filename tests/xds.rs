@@ -24,6 +24,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 use turnstile::config::xds::{self, pb, XdsSettings, TYPE_URL};
 use turnstile::config::{Config, LoadOptions};
+use turnstile::settings::Settings;
 
 /// Long enough for anything on a loaded 2-core machine; tests poll and never sleep to wait.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -229,8 +230,9 @@ fn settings(ads: &Ads, extra: &[(&str, String)]) -> XdsSettings {
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "200ms".to_owned()),
     ];
     env.extend_from_slice(extra);
-    XdsSettings::from_env(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+    Settings::from_env(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
         .expect("valid settings")
+        .xds
         .expect("CONFIG_TYPE=GRPC_XDS_SOTW")
 }
 
@@ -249,7 +251,7 @@ fn start_client_with(
     settings: XdsSettings,
     server: &TestServer,
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
-    let live = server.running().limiter.config().clone();
+    let limiter = server.running().limiter.clone();
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let task = tokio::spawn(xds::run(
@@ -258,7 +260,7 @@ fn start_client_with(
             let seen = match update {
                 Ok(config) => {
                     let n = config.domains.len();
-                    live.store(Arc::new(config));
+                    limiter.install(config);
                     Ok(n)
                 }
                 Err(e) => Err(e.to_string()),

@@ -112,7 +112,7 @@ pub enum FailureMode {
     FailClosed,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RedisType {
     Single,
     Sentinel,
@@ -152,111 +152,6 @@ pub struct RedisSettings {
     pub slow: Duration,
     /// How long the breaker stays open before a half-open probe.
     pub cooldown: Duration,
-}
-
-impl RedisSettings {
-    /// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
-    /// when the backend is memory.
-    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<RedisSettings>, String> {
-        let get = |k: &str| env(k).filter(|v| !v.is_empty());
-        match get("BACKEND_TYPE")
-            .map(|b| b.to_ascii_lowercase())
-            .as_deref()
-        {
-            // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample)
-            // set only REDIS_URL: honour them; with no Redis configured, stay in memory.
-            None if get("REDIS_URL").is_some() => {}
-            None | Some("memory") => return Ok(None),
-            Some("redis") => {}
-            Some(other) => {
-                return Err(format!(
-                "BACKEND_TYPE={other} is not supported (memory or redis; memcache is not offered)"
-            ))
-            }
-        }
-        let flag = |k: &str| -> Result<bool, String> {
-            match get(k).map(|v| v.to_ascii_lowercase()).as_deref() {
-                None | Some("false") | Some("0") | Some("f") => Ok(false),
-                Some("true") | Some("1") | Some("t") => Ok(true),
-                Some(v) => Err(format!("{k}={v} is not a boolean")),
-            }
-        };
-        let num = |k: &str, default: u64| -> Result<u64, String> {
-            get(k).map_or(Ok(default), |v| {
-                v.parse()
-                    .map_err(|_| format!("{k}={v} is not a whole number"))
-            })
-        };
-        let target = |p: &str| -> Result<RedisTarget, String> {
-            let url = get(&format!("{p}_URL"))
-                .ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))?;
-            let socket_unix = match get(&format!("{p}_SOCKET_TYPE")).as_deref() {
-                None | Some("tcp") => false,
-                Some("unix") => true,
-                Some(o) => return Err(format!("{p}_SOCKET_TYPE={o} must be tcp or unix")),
-            };
-            let kind = match get(&format!("{p}_TYPE"))
-                .map(|t| t.to_ascii_lowercase())
-                .as_deref()
-            {
-                None | Some("single") => RedisType::Single,
-                Some("sentinel") => RedisType::Sentinel,
-                Some("cluster") => RedisType::Cluster,
-                Some(o) => return Err(format!("{p}_TYPE={o} must be single, sentinel or cluster")),
-            };
-            Ok(RedisTarget {
-                url,
-                socket_unix,
-                kind,
-                auth: get(&format!("{p}_AUTH")),
-                tls: flag(&format!("{p}_TLS"))?,
-                tls_ca: get(&format!("{p}_TLS_CACERT")),
-                tls_client: match (
-                    get(&format!("{p}_TLS_CLIENT_CERT")),
-                    get(&format!("{p}_TLS_CLIENT_KEY")),
-                ) {
-                    (Some(c), Some(k)) => Some((c, k)),
-                    (None, None) => None,
-                    _ => {
-                        return Err(format!(
-                            "{p}_TLS_CLIENT_CERT and {p}_TLS_CLIENT_KEY go together"
-                        ))
-                    }
-                },
-                pool_size: num(&format!("{p}_POOL_SIZE"), 10)?.max(1) as usize,
-            })
-        };
-        let failure_mode = match get("TURNSTILE_REDIS_FAILURE_MODE").as_deref() {
-            None | Some("fallback") => FailureMode::Fallback,
-            Some("fail_open") => FailureMode::FailOpen,
-            Some("fail_closed") => FailureMode::FailClosed,
-            Some(o) => {
-                return Err(format!(
-                    "TURNSTILE_REDIS_FAILURE_MODE={o} must be fallback, fail_open or fail_closed"
-                ))
-            }
-        };
-        let deadline = Duration::from_millis(num("TURNSTILE_REDIS_DEADLINE_MS", 50)?.max(1));
-        Ok(Some(RedisSettings {
-            main: target("REDIS")?,
-            per_second: if flag("REDIS_PERSECOND")? {
-                Some(target("REDIS_PERSECOND")?)
-            } else {
-                None
-            },
-            prefix: get("CACHE_KEY_PREFIX").unwrap_or_default(),
-            jitter_max_secs: num("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
-            local_cache_bytes: num("LOCAL_CACHE_SIZE_IN_BYTES", 1 << 20)? as usize,
-            deadline,
-            failure_mode,
-            breaker_failures: num("TURNSTILE_REDIS_BREAKER_FAILURES", 3)?.max(1) as u32,
-            slow: Duration::from_millis(num(
-                "TURNSTILE_REDIS_SLOW_MS",
-                deadline.as_millis() as u64,
-            )?),
-            cooldown: Duration::from_millis(num("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?),
-        }))
-    }
 }
 
 /// A connection to one deployment, reconnecting by itself.
@@ -770,55 +665,6 @@ fn ints(v: Value) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn from(pairs: &[(&str, &str)]) -> Result<Option<RedisSettings>, String> {
-        RedisSettings::from_env(|k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
-    #[test]
-    fn backend_choice_follows_envoyproxy_ratelimit_manifests() {
-        assert!(from(&[]).unwrap().is_none(), "memory by default");
-        assert!(from(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "r:6379")])
-            .unwrap()
-            .is_none());
-        let istio = from(&[("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "redis:6379")])
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (istio.main.url.as_str(), &istio.main.kind),
-            ("redis:6379", &RedisType::Single)
-        );
-        assert!(from(&[("BACKEND_TYPE", "redis")])
-            .unwrap_err()
-            .contains("REDIS_URL"));
-        assert!(from(&[("BACKEND_TYPE", "memcache")])
-            .unwrap_err()
-            .contains("memcache"));
-        assert!(from(&[("REDIS_URL", "x"), ("REDIS_TYPE", "ring")])
-            .unwrap_err()
-            .contains("REDIS_TYPE"));
-        let s = from(&[
-            ("REDIS_URL", "a:1"),
-            ("REDIS_PERSECOND", "true"),
-            ("REDIS_PERSECOND_URL", "b:2"),
-            ("REDIS_PERSECOND_TYPE", "cluster"),
-            ("CACHE_KEY_PREFIX", "p_"),
-            ("TURNSTILE_REDIS_FAILURE_MODE", "fail_closed"),
-        ])
-        .unwrap()
-        .unwrap();
-        let ps = s.per_second.unwrap();
-        assert_eq!((ps.url.as_str(), ps.kind), ("b:2", RedisType::Cluster));
-        assert_eq!(
-            (s.prefix.as_str(), s.failure_mode),
-            ("p_", FailureMode::FailClosed)
-        );
-    }
 
     #[test]
     fn unix_and_auth_urls() {

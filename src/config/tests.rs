@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 
-use super::settings::{HeaderNames, Settings};
 use super::*;
+use crate::service::HeaderNames;
+use crate::settings::Settings;
 
 // ------------------------------------------------------------------------------------------
 // Helpers.

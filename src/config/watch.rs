@@ -1,5 +1,5 @@
-//! Hot reload: a poller notices that the config location changed and swaps a valid new config
-//! in; an invalid one is refused whole and the old one stays live.
+//! Noticing change: a poller compares a fingerprint of the config location (or of certificate
+//! files) with the last one seen and calls back when it differs.
 //!
 //! Polling, not inotify: a fingerprint of names, sizes, mtimes and resolved symlink targets is
 //! cheap at one a second, works on every filesystem (overlay, NFS, ConfigMap volumes), and sees
@@ -8,15 +8,9 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use fnv::{FnvHashMap, FnvHasher};
-
-use super::{Config, ConfigError, Level, LoadOptions, Node};
-use crate::telemetry::Metrics;
+use fnv::FnvHasher;
 
 /// What a change of is worth a reload.
 #[derive(Debug, Clone)]
@@ -97,89 +91,6 @@ fn hash_location(path: &Path, include_dotfiles: bool, h: &mut FnvHasher) {
     names.sort();
     for n in names {
         hash_file(&path.join(n), h);
-    }
-}
-
-/// Loads the config location again and swaps the result into the live config.
-pub struct Reloader {
-    path: PathBuf,
-    opts: LoadOptions,
-    live: Arc<ArcSwap<Config>>,
-    metrics: Arc<Metrics>,
-}
-
-impl Reloader {
-    pub fn new(
-        path: PathBuf,
-        opts: LoadOptions,
-        live: Arc<ArcSwap<Config>>,
-        metrics: Arc<Metrics>,
-    ) -> Reloader {
-        Reloader {
-            path,
-            opts,
-            live,
-            metrics,
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Valid: swapped in, each node keeping the stats of the old node with its stat key.
-    /// Invalid: the old config stays, the error is logged and counted.
-    pub fn reload(&self) -> Result<(), ConfigError> {
-        match Config::load(&self.path, self.opts) {
-            Ok(new) => {
-                let new = Arc::new(new);
-                let old = self.live.swap(new.clone());
-                carry_stats(&old, &new);
-                self.metrics.config_loaded();
-                tracing::info!(
-                    path = %self.path.display(),
-                    domains = new.domains.len(),
-                    "config reloaded"
-                );
-                Ok(())
-            }
-            Err(e) => {
-                self.metrics
-                    .config_load_error
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    path = %self.path.display(),
-                    error = %e,
-                    "config reload failed; the previous config stays live"
-                );
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Adds each old node's stats to the new node with the same stat key. Called after the swap,
-/// so hits counted on the old config in the meantime are not lost.
-pub fn carry_stats(old: &Config, new: &Config) {
-    let mut by_key: FnvHashMap<&str, &Node> = FnvHashMap::default();
-    for d in old.domains.values() {
-        walk(&d.root, &mut |n| {
-            by_key.insert(n.stat_key.as_str(), n);
-        });
-    }
-    for d in new.domains.values() {
-        walk(&d.root, &mut |n| {
-            if let Some(o) = by_key.get(n.stat_key.as_str()) {
-                n.stats.add_from(&o.stats);
-            }
-        });
-    }
-}
-
-fn walk<'c>(level: &'c Level, f: &mut dyn FnMut(&'c Node)) {
-    for n in level.nodes() {
-        f(n);
-        walk(&n.children, f);
     }
 }
 

@@ -23,10 +23,9 @@ use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Any, Struct, Valu
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 
-use super::settings::parse_go_duration;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::{MetadataKey, MetadataValue};
+use tonic::metadata::MetadataKey;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
@@ -98,124 +97,9 @@ pub struct XdsSettings {
 }
 
 impl XdsSettings {
-    /// Reads the environment through `env`: `None` when `CONFIG_TYPE` is `FILE` (the default),
-    /// the xDS settings when it is `GRPC_XDS_SOTW`; unset variables take the reference's defaults.
-    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<XdsSettings>, String> {
-        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-        let flag = |k: &str, default: bool| -> Result<bool, String> {
-            match get(k) {
-                None => Ok(default),
-                Some(v) => parse_bool(&v).ok_or_else(|| format!("{k}={v} is not a boolean")),
-            }
-        };
-        let duration = |k: &str, default: Duration| -> Result<Duration, String> {
-            match get(k) {
-                None => Ok(default),
-                Some(v) => parse_go_duration(&v).map_err(|e| format!("{k}={v}: {e}")),
-            }
-        };
-        match get("CONFIG_TYPE")
-            .map(|t| t.to_ascii_uppercase())
-            .as_deref()
-        {
-            None | Some("FILE") => return Ok(None),
-            Some("GRPC_XDS_SOTW") => {}
-            Some(other) => {
-                return Err(format!(
-                    "CONFIG_TYPE={other} is not supported (expected FILE or GRPC_XDS_SOTW)"
-                ))
-            }
-        }
-        let server = strip_scheme(
-            &get("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into()),
-        );
-        let tls = if flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
-            let ca_cert = get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").ok_or(
-                "CONFIG_GRPC_XDS_SERVER_USE_TLS=true needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
-                 (turnstile does not read the system's CA store)",
-            )?;
-            let client_identity = match (
-                get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
-                get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
-            ) {
-                (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
-                (None, None) => None,
-                _ => {
-                    return Err(
-                        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY \
-                                go together: set both or neither"
-                            .into(),
-                    )
-                }
-            };
-            Some(XdsTls {
-                ca_cert: PathBuf::from(ca_cert),
-                client_identity,
-                server_name: get("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
-            })
-        } else {
-            None
-        };
-        let headers = pairs(&get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS").unwrap_or_default())
-            .map_err(|e| format!("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: {e}"))?;
-        for (k, v) in &headers {
-            if MetadataKey::<tonic::metadata::Ascii>::from_bytes(k.as_bytes()).is_err()
-                || MetadataValue::<tonic::metadata::Ascii>::try_from(v.as_str()).is_err()
-            {
-                return Err(format!(
-                    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: \"{k}: {v}\" is not a valid header"
-                ));
-            }
-        }
-        let backoff_initial = duration(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-            Duration::from_secs(10),
-        )?;
-        let backoff_max = duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?;
-        if backoff_initial.is_zero() || backoff_max < backoff_initial {
-            return Err(format!(
-                "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({backoff_initial:?}) must be more than 0 and \
-                 at most XDS_CLIENT_BACKOFF_MAX_INTERVAL ({backoff_max:?})"
-            ));
-        }
-        let backoff_jitter = if flag("XDS_CLIENT_BACKOFF_JITTER", true)? {
-            match get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
-                None => 0.5,
-                Some(v) => v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|f| (0.0..=1.0).contains(f))
-                    .ok_or_else(|| {
-                        format!("XDS_CLIENT_BACKOFF_RANDOM_FACTOR={v} is not a number from 0 to 1")
-                    })?,
-            }
-        } else {
-            0.0
-        };
-        let max_message_bytes = match get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
-            None => None,
-            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                format!("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={v} is not a positive number")
-            })?),
-        };
-        Ok(Some(XdsSettings {
-            server,
-            node_id: get("CONFIG_GRPC_XDS_NODE_ID").unwrap_or_else(|| "default".into()),
-            node_metadata: pairs(&get("CONFIG_GRPC_XDS_NODE_METADATA").unwrap_or_default())
-                .map_err(|e| format!("CONFIG_GRPC_XDS_NODE_METADATA: {e}"))?,
-            headers,
-            tls,
-            backoff_initial,
-            backoff_max,
-            backoff_jitter,
-            max_message_bytes,
-            force_start_without_initial_config: flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
-            healthy_only_with_config: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            load: LoadOptions {
-                merge_domains: flag("MERGE_DOMAIN_CONFIG", false)?,
-                include_dotfiles: false,
-            },
-        }))
+    /// The dial target of `CONFIG_GRPC_XDS_SERVER_URL`: `host:port`, any `scheme://` removed.
+    pub fn dial_target(url: &str) -> String {
+        strip_scheme(url)
     }
 
     /// Whether health should report SERVING before the first config has been loaded.
@@ -625,43 +509,17 @@ fn strip_scheme(url: &str) -> String {
         .to_owned()
 }
 
-/// `k1:v1,k2=v2` (envconfig's map syntax, with `=` also accepted).
-fn pairs(text: &str) -> Result<Vec<(String, String)>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let at = p
-                .find([':', '='])
-                .ok_or_else(|| format!("\"{p}\" is not key:value"))?;
-            let (k, v) = (p[..at].trim(), p[at + 1..].trim());
-            if k.is_empty() {
-                return Err(format!("\"{p}\" has an empty key"));
-            }
-            Ok((k.to_owned(), v.to_owned()))
-        })
-        .collect()
-}
-
-/// Go's `strconv.ParseBool`, as envconfig reads booleans.
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim() {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Option<XdsSettings>, String> {
-        XdsSettings::from_env(|k| {
+        crate::settings::Settings::from_env(|k| {
             vars.iter()
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         })
+        .map(|s| s.xds)
     }
 
     fn xds(vars: &[(&str, &str)]) -> XdsSettings {
@@ -802,23 +660,6 @@ mod tests {
             let mut all = vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")];
             all.push(bad);
             assert!(settings(&all).is_err(), "{bad:?} is refused");
-        }
-    }
-
-    #[test]
-    fn go_durations() {
-        for (text, ms) in [
-            ("0", 0),
-            ("10s", 10_000),
-            ("250ms", 250),
-            ("1m30s", 90_000),
-            ("1.5h", 5_400_000),
-            ("1500us", 1),
-        ] {
-            assert_eq!(parse_go_duration(text).unwrap().as_millis(), ms, "{text}");
-        }
-        for bad in ["", "10", "s", "-1s", "1x", "1s2"] {
-            assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
     }
 

@@ -54,29 +54,7 @@ fn match_level<'c>(level: &'c Level, key: &str, value: &str) -> Option<&'c Node>
     group.default.as_deref()
 }
 
-/// `*` matches any run of characters (also none), anywhere in the pattern, any number of times.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t) = (pattern.as_bytes(), text.as_bytes());
-    let (mut pi, mut ti) = (0, 0);
-    // Position of the last `*` seen and the text position it is currently matched up to.
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
+use crate::config::glob;
 
 /// The counter key: envoyproxy/ratelimit's layout without the window start,
 /// `domain_key1_value1_key2_value2_`, so Redis keys can be shared with it. A level matched by a

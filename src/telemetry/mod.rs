@@ -3,6 +3,8 @@
 
 pub mod detailed;
 pub mod histogram;
+mod limit_stats;
+pub mod throttle;
 pub mod trace;
 
 use std::fmt::Write as _;
@@ -11,70 +13,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
-use crate::config::{Config, Node};
+use crate::config::Config;
 use crate::limiter::ShardStats;
-use crate::service::RlsError;
 
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
-pub use trace::{init, init_logging, Telemetry};
+pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable};
+pub use throttle::ThrottleStats;
+pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
 pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
-
-/// envoyproxy/ratelimit's per-limit stats. One set lives in every config node; a reload carries
-/// the values over to the node with the same stat key.
-#[derive(Debug, Default)]
-pub struct LimitStats {
-    pub total_hits: AtomicU64,
-    pub over_limit: AtomicU64,
-    pub near_limit: AtomicU64,
-    pub within_limit: AtomicU64,
-    pub shadow_mode: AtomicU64,
-}
-
-impl LimitStats {
-    pub fn copy_from(&self, other: &LimitStats) {
-        for (a, b) in self.fields().into_iter().zip(other.fields()) {
-            a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-
-    /// Adds `other`'s counts to these: a reload swaps the new config in first, then adds the
-    /// old node's counts, so hits counted while both were live are kept.
-    pub fn add_from(&self, other: &LimitStats) {
-        for (a, b) in self.fields().into_iter().zip(other.fields()) {
-            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-    }
-
-    fn add(&self, hits: u64, over: bool, near: u64, shadow: bool) {
-        self.total_hits.fetch_add(hits, Ordering::Relaxed);
-        if over {
-            self.over_limit.fetch_add(hits, Ordering::Relaxed);
-        } else {
-            self.within_limit.fetch_add(hits, Ordering::Relaxed);
-        }
-        if near > 0 {
-            self.near_limit.fetch_add(near, Ordering::Relaxed);
-        }
-        if shadow {
-            self.shadow_mode.fetch_add(hits, Ordering::Relaxed);
-        }
-    }
-
-    fn fields(&self) -> [&AtomicU64; 5] {
-        [
-            &self.total_hits,
-            &self.over_limit,
-            &self.near_limit,
-            &self.within_limit,
-            &self.shadow_mode,
-        ]
-    }
-}
 
 /// Process-wide counters.
 #[derive(Debug)]
@@ -99,6 +49,10 @@ pub struct Metrics {
     pub tls_handshake_errors: AtomicU64,
     pub tls_reload_success: AtomicU64,
     pub tls_reload_error: AtomicU64,
+    /// `THROTTLE` calls over RESP and HTTP, and RESP connections.
+    pub throttle: ThrottleStats,
+    /// envoyproxy/ratelimit's per-limit stats, by stat key.
+    pub limit_stats: LimitStatsTable,
 }
 
 impl Default for Metrics {
@@ -119,6 +73,8 @@ impl Default for Metrics {
             tls_handshake_errors: AtomicU64::new(0),
             tls_reload_success: AtomicU64::new(0),
             tls_reload_error: AtomicU64::new(0),
+            throttle: ThrottleStats::default(),
+            limit_stats: LimitStatsTable::default(),
         }
     }
 }
@@ -185,7 +141,7 @@ impl Metrics {
     /// Counts one descriptor's verdict against its node's stats and the totals.
     pub fn record(
         &self,
-        node: Option<&Node>,
+        stats: Option<&LimitStats>,
         hits: u64,
         over: bool,
         shadow: bool,
@@ -194,24 +150,13 @@ impl Metrics {
     ) {
         let near = self.near(hits, over, remaining, limit);
         self.all.add(hits, over, near, shadow);
-        if let Some(n) = node {
-            n.stats.add(hits, over, near, shadow);
+        if let Some(s) = stats {
+            s.add(hits, over, near, shadow);
         }
     }
 
-    pub fn count_result(&self, r: &Result<RateLimitResponse, RlsError>) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let c = match r {
-            Ok(_) => return,
-            Err(RlsError::InvalidArgument(_)) => &self.invalid_argument,
-            Err(RlsError::Overloaded) => &self.overloaded,
-            Err(RlsError::Unavailable) => &self.unavailable,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Prometheus text exposition.
-    pub fn render(&self, config: &Config) -> String {
+    pub fn render(&self, config: &Config, stats: &BoundStats) -> String {
         let mut out = String::with_capacity(8192);
         let g = |o: &mut String, name: &str, help: &str, kind: &str, v: u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
@@ -262,7 +207,7 @@ impl Metrics {
             self.config_loaded_at.load(Ordering::Relaxed),
         );
         self.render_shards(&mut out);
-        crate::transport::render_metrics(&mut out);
+        self.throttle.render(&mut out);
         for (name, help, c) in [
             (
                 "ratelimit_service_tls_handshake_errors_total",
@@ -295,7 +240,7 @@ impl Metrics {
         let mut plain: Vec<(&str, &str)> = Vec::new();
         if !detailed.is_empty() {
             for d in &domains {
-                for_each_node(&d.root, &mut |n| {
+                d.root.walk(&mut |n| {
                     if !n.detailed_metric {
                         let path = n.stat_key.split_once('.').map_or("", |(_, p)| p);
                         plain.push((d.name.as_str(), path));
@@ -320,7 +265,7 @@ impl Metrics {
                 self.all.fields()[i].load(Ordering::Relaxed)
             );
             for d in &domains {
-                for_each_node(&d.root, &mut |n| {
+                d.root.walk(&mut |n| {
                     let path = n.stat_key.split_once('.').map_or("", |(_, p)| p);
                     // A detailed node's hits are in its per-value series; one of those may
                     // carry the node's own name, and a name must not appear twice.
@@ -332,11 +277,11 @@ impl Metrics {
                         "{metric}{{domain=\"{}\",descriptor=\"{}\"}} {}",
                         escape(&d.name),
                         escape(path),
-                        n.stats.fields()[i].load(Ordering::Relaxed)
+                        stats.of(n).fields()[i].load(Ordering::Relaxed)
                     );
                 });
             }
-            for (domain, path, stats) in &detailed {
+            for (domain, path, series) in &detailed {
                 if plain
                     .binary_search(&(domain.as_str(), path.as_str()))
                     .is_ok()
@@ -348,7 +293,7 @@ impl Metrics {
                     "{metric}{{domain=\"{}\",descriptor=\"{}\"}} {}",
                     escape(domain),
                     escape(path),
-                    stats.fields()[i].load(Ordering::Relaxed)
+                    series.fields()[i].load(Ordering::Relaxed)
                 );
             }
         }
@@ -467,15 +412,6 @@ impl Metrics {
             let secs = s.wait_ns_total.load(Ordering::Relaxed) as f64 / 1e9;
             let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {secs}");
         }
-    }
-}
-
-fn for_each_node<'c>(level: &'c crate::config::Level, f: &mut dyn FnMut(&'c Node)) {
-    for n in level.nodes() {
-        if !n.limits.is_empty() {
-            f(n);
-        }
-        for_each_node(&n.children, f);
     }
 }
 

@@ -24,9 +24,39 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-use crate::config::settings::{LogSettings, OtlpProtocol, TracingSettings};
-
 /// The target of request spans and of the events about a request as a whole.
+/// `LOG_LEVEL` and `LOG_FORMAT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// A `tracing` filter: a level (`debug`) or directives (`info,turnstile=debug`).
+    pub level: String,
+    pub json: bool,
+}
+
+/// `TRACING_*` and `OTEL_EXPORTER_OTLP_ENDPOINT`: OpenTelemetry spans over OTLP/gRPC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingSettings {
+    pub service_name: String,
+    pub service_namespace: Option<String>,
+    pub service_instance_id: Option<String>,
+    /// Fraction of new traces sampled; a trace Envoy started keeps Envoy's decision.
+    pub sampling_rate: f64,
+    /// `TRACING_EXPORTER_PROTOCOL`: http (the default, as in envoyproxy/ratelimit) or grpc.
+    pub protocol: OtlpProtocol,
+    /// Where spans go: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as given, or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/traces` over HTTP, as the OTLP spec says).
+    /// None: the exporter's default, localhost:4318 (HTTP) or localhost:4317 (gRPC).
+    pub endpoint: Option<String>,
+}
+
+/// How OTLP spans are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies.
+    Http,
+    Grpc,
+}
+
 pub const REQUEST_TARGET: &str = "turnstile::request";
 
 /// Set once an OpenTelemetry layer is installed: only then is Envoy's context worth extracting.

@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::{stats, throttle, ThrottleLimits, ThrottleRequest};
+use crate::service::throttle::{throttle, ThrottleLimits, ThrottleRequest};
 use crate::service::RateLimiter;
 
 /// A command bigger than this (THROTTLE needs a few hundred bytes) is a protocol error and
@@ -65,56 +65,23 @@ impl Default for RespSettings {
 }
 
 impl RespSettings {
-    /// `None` when `TURNSTILE_RESP_ADDR` is unset (the transport is off). It takes `HOST:PORT`,
-    /// a bare `PORT` (on 127.0.0.1), or `true` for 127.0.0.1:6380. Also read:
-    /// `TURNSTILE_RESP_ALLOW_REMOTE`, `TURNSTILE_RESP_MAX_CONNECTIONS`,
-    /// `TURNSTILE_RESP_IDLE_TIMEOUT_SECS` and [`ThrottleLimits::from_env`]'s variables.
-    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<RespSettings>, String> {
-        let get = |k: &str| env(k).filter(|v| !v.is_empty());
-        let Some(text) = get("TURNSTILE_RESP_ADDR") else {
-            return Ok(None);
-        };
-        let d = RespSettings::default();
-        let addr =
-            parse_addr(&text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?;
-        let allow_remote = match get("TURNSTILE_RESP_ALLOW_REMOTE") {
-            None => false,
-            Some(v) => parse_bool(&v)
-                .ok_or_else(|| format!("TURNSTILE_RESP_ALLOW_REMOTE={v} is not a boolean"))?,
-        };
-        let num = |k: &str, default: u64, max: u64| -> Result<u64, String> {
-            match get(k) {
-                None => Ok(default),
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| (1..=max).contains(n))
-                    .ok_or_else(|| format!("{k}={v} is not a whole number from 1 to {max}")),
-            }
-        };
-        let s = RespSettings {
-            addr,
-            allow_remote,
-            max_connections: num(
-                "TURNSTILE_RESP_MAX_CONNECTIONS",
-                d.max_connections as u64,
-                1_000_000,
-            )? as usize,
-            idle_timeout: Duration::from_secs(num(
-                "TURNSTILE_RESP_IDLE_TIMEOUT_SECS",
-                d.idle_timeout.as_secs(),
-                7 * 86_400,
-            )?),
-            limits: ThrottleLimits::from_env(&env)?,
-        };
-        check_addr(s.addr, s.allow_remote)?;
-        Ok(Some(s))
+    /// Refuses a non-loopback address unless `allow_remote`.
+    pub fn check_addr(&self) -> Result<(), String> {
+        if self.allow_remote || self.addr.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the RESP transport would listen on {}, which is not a loopback address; set \
+                 TURNSTILE_RESP_ALLOW_REMOTE=true to serve other hosts",
+                self.addr
+            ))
+        }
     }
 
     /// Binds `addr` (refusing a non-loopback one unless `allow_remote`), ready for
     /// `tokio::net::TcpListener::from_std` on the runtime that will serve it.
     pub fn bind(&self) -> io::Result<std::net::TcpListener> {
-        check_addr(self.addr, self.allow_remote)
+        self.check_addr()
             .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
         let socket = Socket::new(
             Domain::for_address(self.addr),
@@ -130,40 +97,6 @@ impl RespSettings {
     }
 }
 
-fn check_addr(addr: SocketAddr, allow_remote: bool) -> Result<(), String> {
-    if allow_remote || addr.ip().is_loopback() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the RESP transport would listen on {addr}, which is not a loopback address; set \
-             TURNSTILE_RESP_ALLOW_REMOTE=true to serve other hosts"
-        ))
-    }
-}
-
-fn parse_addr(text: &str, default: SocketAddr) -> Result<SocketAddr, String> {
-    if let Ok(port) = text.parse::<u16>() {
-        return Ok(SocketAddr::new(default.ip(), port));
-    }
-    if parse_bool(text) == Some(true) {
-        return Ok(default);
-    }
-    let (host, port) = text
-        .rsplit_once(':')
-        .ok_or("expected HOST:PORT, PORT or true")?;
-    let port = port.parse().map_err(|_| format!("bad port {port:?}"))?;
-    crate::config::settings::resolve(host, port)
-}
-
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "1" | "t" | "true" | "yes" | "on" => Some(true),
-        "0" | "f" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
-/// What every connection task needs.
 struct Ctx {
     limiter: RateLimiter,
     limits: ThrottleLimits,
@@ -184,8 +117,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let local = listener.local_addr()?;
-    check_addr(local, settings.allow_remote)
-        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+    RespSettings {
+        addr: local,
+        ..settings.clone()
+    }
+    .check_addr()
+    .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let max = settings
         .max_connections
         .min(Semaphore::MAX_PERMITS)
@@ -219,12 +156,14 @@ pub async fn serve(
                 let ctx = ctx.clone();
                 let stopped = stopped.clone();
                 tokio::spawn(async move {
-                    let _open = Open::new(permit);
+                    let _open = Open::new(permit, ctx.clone());
                     connection(stream, &ctx, stopped).await;
                 });
             }
             Err(_) => {
-                stats()
+                ctx.limiter
+                    .metrics()
+                    .throttle
                     .resp_connections_refused
                     .fetch_add(1, Ordering::Relaxed);
                 if let Ok(permit) = refusals.clone().try_acquire_owned() {
@@ -244,20 +183,29 @@ pub async fn serve(
 /// A connection's hold on its place under the cap, counted in the open-connections gauge.
 struct Open {
     _permit: OwnedSemaphorePermit,
+    ctx: Arc<Ctx>,
 }
 
 impl Open {
-    fn new(permit: OwnedSemaphorePermit) -> Open {
-        stats()
+    fn new(permit: OwnedSemaphorePermit, ctx: Arc<Ctx>) -> Open {
+        ctx.limiter
+            .metrics()
+            .throttle
             .resp_connections_open
             .fetch_add(1, Ordering::Relaxed);
-        Open { _permit: permit }
+        Open {
+            _permit: permit,
+            ctx,
+        }
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        stats()
+        self.ctx
+            .limiter
+            .metrics()
+            .throttle
             .resp_connections_open
             .fetch_sub(1, Ordering::Relaxed);
     }
@@ -509,7 +457,11 @@ async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
     let req = match parsed {
         Ok(r) => r,
         Err(m) => {
-            stats().invalid.fetch_add(1, Ordering::Relaxed);
+            ctx.limiter
+                .metrics()
+                .throttle
+                .invalid
+                .fetch_add(1, Ordering::Relaxed);
             return error(out, &m);
         }
     };
@@ -597,57 +549,6 @@ mod tests {
         );
         assert!(args(&b"A".repeat(MAX_REQUEST_BYTES + 1)).is_err());
         assert!(args(&b"A".repeat(100)).unwrap().is_none());
-    }
-
-    #[test]
-    fn settings_from_env() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(RespSettings::from_env(env(&[])), Ok(None));
-        let on = RespSettings::from_env(env(&[("TURNSTILE_RESP_ADDR", "true")]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(on, RespSettings::default());
-        let s = RespSettings::from_env(env(&[
-            ("TURNSTILE_RESP_ADDR", "7000"),
-            ("TURNSTILE_RESP_MAX_CONNECTIONS", "5"),
-            ("TURNSTILE_RESP_IDLE_TIMEOUT_SECS", "9"),
-            ("TURNSTILE_THROTTLE_MAX_BURST", "7"),
-        ]))
-        .unwrap()
-        .unwrap();
-        assert_eq!(s.addr, "127.0.0.1:7000".parse().unwrap());
-        assert_eq!(
-            (s.max_connections, s.idle_timeout, s.limits.max_burst),
-            (5, Duration::from_secs(9), 7)
-        );
-        let remote = RespSettings::from_env(env(&[("TURNSTILE_RESP_ADDR", "0.0.0.0:6380")]));
-        assert!(remote.unwrap_err().contains("TURNSTILE_RESP_ALLOW_REMOTE"));
-        let allowed = RespSettings::from_env(env(&[
-            ("TURNSTILE_RESP_ADDR", "0.0.0.0:6380"),
-            ("TURNSTILE_RESP_ALLOW_REMOTE", "true"),
-        ]));
-        assert!(allowed.unwrap().unwrap().allow_remote);
-        assert!(RespSettings::from_env(env(&[("TURNSTILE_RESP_ADDR", "[::1]:6380")])).is_ok());
-        for bad in [
-            &[("TURNSTILE_RESP_ADDR", "nonsense")][..],
-            &[
-                ("TURNSTILE_RESP_ADDR", "6380"),
-                ("TURNSTILE_RESP_MAX_CONNECTIONS", "0"),
-            ],
-            &[
-                ("TURNSTILE_RESP_ADDR", "6380"),
-                ("TURNSTILE_THROTTLE_MAX_PERIOD_SECS", "x"),
-            ],
-        ] {
-            assert!(RespSettings::from_env(env(bad)).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

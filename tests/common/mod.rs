@@ -12,10 +12,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
-use turnstile::config::settings::Settings;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+use turnstile::settings::Settings;
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.
 pub const T0: u64 = 1_700_000_000 * 1_000_000_000;

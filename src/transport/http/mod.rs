@@ -1,5 +1,7 @@
-//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, and the direct API (`rate`).
+//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, the direct APIs (`rate`,
+//! `throttle`), and the debug and Prometheus ports' routers.
 
+mod json;
 mod rate;
 mod throttle;
 
@@ -7,25 +9,53 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::service::json::{response_json, JsonError, JsonRequest};
-use crate::service::{RateLimiter, RlsError};
+pub use json::{response_json, JsonError, JsonRequest};
+
+use crate::service::{RateLimiter, RlsError, ThrottleLimits};
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
-pub struct AdminState {
+pub struct HttpState {
     pub limiter: RateLimiter,
     /// False from the moment shutdown starts.
     pub serving: Arc<AtomicBool>,
+    /// Caps on what a `POST /throttle` caller may ask.
+    pub throttle: ThrottleLimits,
 }
 
-pub fn router(state: AdminState) -> Router {
+impl FromRef<HttpState> for RateLimiter {
+    fn from_ref(s: &HttpState) -> RateLimiter {
+        s.limiter.clone()
+    }
+}
+
+const ENDPOINTS: &str = "/rlconfig: print out the currently loaded configuration for debugging\n\
+                         /metrics: Prometheus exposition of the service's metrics\n";
+
+/// The debug port (`DEBUG_HOST:DEBUG_PORT`, as envoyproxy/ratelimit's): `/` lists the
+/// endpoints, `/rlconfig` every loaded limit one per line, `/metrics` the metrics.
+pub fn debug_router(limiter: RateLimiter) -> Router {
+    Router::new()
+        .route("/", get(|| async { ENDPOINTS }))
+        .route("/rlconfig", get(rlconfig))
+        .route("/metrics", get(metrics))
+        .with_state(limiter)
+}
+
+/// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): the exposition alone, at `path`.
+pub fn prometheus_router(limiter: RateLimiter, path: &str) -> Router {
+    Router::new().route(path, get(metrics)).with_state(limiter)
+}
+
+/// The HTTP port (`HOST:PORT`).
+pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/json", post(json))
@@ -36,13 +66,13 @@ pub fn router(state: AdminState) -> Router {
         .route("/debug", get(rate::debug_all))
         .route("/debug/{key}", get(rate::debug_key))
         .route("/healthz", get(rate::healthz))
-        .route("/throttle", post(throttle::throttle))
+        .route("/throttle", post(throttle::handle))
         .with_state(state)
 }
 
 /// 200 while serving. With Redis, the body says when its breaker is open: the service still
 /// answers (from memory, or as the failure mode says), so it stays healthy.
-async fn healthcheck(State(s): State<AdminState>) -> Response {
+async fn healthcheck(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
         let states: Vec<u64> = s
             .limiter
@@ -74,7 +104,7 @@ fn error(status: StatusCode, message: String) -> Response {
 }
 
 /// A JSON `RateLimitRequest`: 200 (OK), 429 (OVER_LIMIT), 400 (bad body), 503 (no decision).
-async fn json(State(s): State<AdminState>, body: Bytes) -> Response {
+async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
     let parsed: JsonRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}")),
@@ -86,7 +116,7 @@ async fn json(State(s): State<AdminState>, body: Bytes) -> Response {
     let start = std::time::Instant::now();
     let result = s.limiter.decide(req).await;
     s.limiter.metrics().observe_latency(start.elapsed());
-    s.limiter.metrics().count_result(&result);
+    s.limiter.count(&result);
     match result {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {
@@ -101,18 +131,17 @@ async fn json(State(s): State<AdminState>, body: Bytes) -> Response {
     }
 }
 
-async fn metrics(State(s): State<AdminState>) -> Response {
-    let config = s.limiter.config().load();
+async fn metrics(State(limiter): State<RateLimiter>) -> Response {
+    let live = limiter.live();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.limiter.metrics().render(&config),
+        limiter.metrics().render(&live.config, &live.stats),
     )
         .into_response()
 }
 
-async fn rlconfig(State(s): State<AdminState>) -> Response {
-    let config = s.limiter.config().load();
-    let mut body = config.describe().join("\n");
+async fn rlconfig(State(limiter): State<RateLimiter>) -> Response {
+    let mut body = limiter.live().config.describe().join("\n");
     body.push('\n');
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }

@@ -11,9 +11,11 @@
 //! gRPC is served on TCP or, with `GRPC_UDS`, a unix socket; either may be wrapped in TLS
 //! (`tls`). Every `ShouldRateLimit` call goes through `layer`: its span and its latency.
 
-mod debug;
-mod layer;
+mod reload;
+mod run;
 mod tls;
+
+pub use run::{run, terminated};
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::unix::fs::FileTypeExt;
@@ -24,7 +26,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::{watch, Barrier};
@@ -33,14 +34,16 @@ use tokio_stream::StreamExt;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::admin::{self, AdminState};
-use crate::config::settings::Settings;
-use crate::config::watch::{self as config_watch, poll, Reloader, Watched};
+use crate::config::watch::{self as config_watch, poll, Watched};
 use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine};
-use crate::service::grpc::RlsService;
 use crate::service::{AnswerSettings, RateLimiter};
+use crate::settings::Settings;
 use crate::telemetry::Metrics;
+use crate::transport::grpc::RlsService;
+use crate::transport::http::{self, HttpState};
+use crate::transport::layer;
+use reload::Reloader;
 
 /// The encoded descriptors of the Envoy rate-limit protos, for server reflection.
 const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
@@ -193,15 +196,8 @@ pub async fn start(
             tls::TlsState::new(t.clone(), metrics.clone()).map_err(StartError::Tls)?,
         )),
     };
-    let live = Arc::new(ArcSwap::from_pointee(config));
-    let reloader = Arc::new(Reloader::new(
-        settings.config_path.clone(),
-        settings.load,
-        live.clone(),
-        metrics.clone(),
-    ));
     let limiter = RateLimiter::new(
-        live,
+        config,
         engine,
         AnswerSettings {
             response_headers: settings.response_headers.clone(),
@@ -210,6 +206,11 @@ pub async fn start(
         },
         metrics,
     );
+    let reloader = Arc::new(Reloader::new(
+        settings.config_path.clone(),
+        settings.load,
+        limiter.clone(),
+    ));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let serving = Arc::new(AtomicBool::new(true));
@@ -320,19 +321,20 @@ pub async fn start(
         threads.push(handle);
     }
 
-    let admin_state = AdminState {
+    let http_state = HttpState {
         limiter: limiter.clone(),
         serving: serving.clone(),
+        throttle: settings.throttle,
     };
     let mut aux = Vec::new();
     if let Some(l) = debug_listener {
-        aux.push(("debug", l, debug::debug_router(limiter.clone())));
+        aux.push(("debug", l, http::debug_router(limiter.clone())));
     }
     if let (Some(l), Some(p)) = (prometheus_listener, &settings.prometheus) {
         aux.push((
             "Prometheus",
             l,
-            debug::prometheus_router(limiter.clone(), &p.path),
+            http::prometheus_router(limiter.clone(), &p.path),
         ));
     }
     let interval = settings.reload_interval;
@@ -354,7 +356,7 @@ pub async fn start(
                 .await;
         }
     }
-    let (xds_live, xds_metrics) = (limiter.config().clone(), limiter.metrics().clone());
+    let xds_limiter = limiter.clone();
     let (gate_serving, gate_health_reporter) = (serving.clone(), health.clone());
     let resp_limiter = limiter.clone();
     let rt = runtime()?;
@@ -383,18 +385,8 @@ pub async fn start(
                         let (ready_tx, mut ready_rx) = watch::channel(false);
                         let mut stop = stop_rx.clone();
                         tasks.push(tokio::spawn(async move {
-                            let apply = move |r: Result<Config, crate::config::ConfigError>| match r
-                            {
-                                Ok(c) => {
-                                    config_watch::carry_stats(&xds_live.load(), &c);
-                                    xds_live.store(Arc::new(c));
-                                    xds_metrics.config_loaded();
-                                }
-                                Err(_) => {
-                                    xds_metrics
-                                        .config_load_error
-                                        .fetch_add(1, Ordering::Relaxed);
-                                }
+                            let apply = move |r: Result<Config, ConfigError>| {
+                                let _ = reload::apply(&xds_limiter, "xDS", r);
                             };
                             tokio::select! {
                                 _ = crate::config::xds::run(x, apply, ready_tx) => {}
@@ -443,7 +435,7 @@ pub async fn start(
                             stop_rx.clone(),
                         )));
                     }
-                    serve_http("HTTP", http_listener, admin::router(admin_state), stop_rx).await;
+                    serve_http("HTTP", http_listener, http::router(http_state), stop_rx).await;
                     for t in tasks {
                         let _ = t.await;
                     }

@@ -14,7 +14,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::AdminState;
+use super::HttpState;
 use crate::config::{Algorithm, QueueSpec, RateApi};
 use crate::descriptor::key_hash;
 use crate::limiter::{KeyInfo, Op, Params, Role};
@@ -67,11 +67,12 @@ impl Drop for GaveUp<'_> {
 
 /// `POST`/`GET /rate/{key}?canWait=&maxRequests=&maxRequestsInQueue=`.
 pub(crate) async fn take(
-    State(s): State<AdminState>,
+    State(s): State<HttpState>,
     Path(key): Path<String>,
     Query(q): Query<RateQuery>,
 ) -> Response {
-    let config = s.limiter.config().load_full();
+    let live = s.limiter.live();
+    let config = &live.config;
     let Some(api) = config.rate_api.as_ref() else {
         return error(StatusCode::NOT_FOUND, "the config has no rate_api section");
     };
@@ -182,7 +183,7 @@ pub(crate) async fn take(
 
 /// `DELETE /rate/{key}/{request_id}`: gives the admitted hit back; the queue head gets it.
 pub(crate) async fn release(
-    State(s): State<AdminState>,
+    State(s): State<HttpState>,
     Path((key, request_id)): Path<(String, String)>,
 ) -> Response {
     let Ok(id) = u64::from_str_radix(&request_id, 16) else {
@@ -236,8 +237,9 @@ fn describe(api: &RateApi, info: &KeyInfo) -> Option<(String, Value)> {
 }
 
 /// `GET /debug`: every direct API key's window.
-pub(crate) async fn debug_all(State(s): State<AdminState>) -> Response {
-    let config = s.limiter.config().load_full();
+pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
+    let live = s.limiter.live();
+    let config = &live.config;
     let Some(api) = config.rate_api.as_ref() else {
         return Json(json!({ "Instances": {} })).into_response();
     };
@@ -252,8 +254,9 @@ pub(crate) async fn debug_all(State(s): State<AdminState>) -> Response {
 }
 
 /// `GET /debug/{key}`: one key's window (404 with `"Found": false` when it has none).
-pub(crate) async fn debug_key(State(s): State<AdminState>, Path(key): Path<String>) -> Response {
-    let config = s.limiter.config().load_full();
+pub(crate) async fn debug_key(State(s): State<HttpState>, Path(key): Path<String>) -> Response {
+    let live = s.limiter.live();
+    let config = &live.config;
     let counter = format!("{PREFIX}{key}");
     let found = match (
         config.rate_api.as_ref(),
@@ -277,7 +280,7 @@ pub(crate) async fn debug_key(State(s): State<AdminState>, Path(key): Path<Strin
 }
 
 /// `GET /healthz`.
-pub(crate) async fn healthz(State(s): State<AdminState>) -> Response {
+pub(crate) async fn healthz(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
         Json(json!({ "status": "ok" })).into_response()
     } else {

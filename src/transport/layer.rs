@@ -17,8 +17,8 @@ use crate::telemetry::Metrics;
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Clone)]
-pub(crate) struct RequestLayer {
-    pub(crate) metrics: Arc<Metrics>,
+pub struct RequestLayer {
+    pub metrics: Arc<Metrics>,
 }
 
 impl<S> Layer<S> for RequestLayer {
@@ -33,7 +33,7 @@ impl<S> Layer<S> for RequestLayer {
 }
 
 #[derive(Clone)]
-pub(crate) struct RequestService<S> {
+pub struct RequestService<S> {
     inner: S,
     metrics: Arc<Metrics>,
 }
@@ -71,14 +71,14 @@ where
     }
 }
 
-pub(crate) struct Call {
+pub struct Call {
     start: Instant,
     span: Span,
     metrics: Arc<Metrics>,
 }
 
 pin_project_lite::pin_project! {
-    pub(crate) struct ResponseFuture<F> {
+    pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
         call: Option<Call>,

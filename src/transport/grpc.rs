@@ -4,7 +4,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use super::{RateLimiter, RlsError};
+use crate::service::{RateLimiter, RlsError};
 
 /// The Envoy rate-limit service; a thin adapter, errors mapped here and nowhere else.
 #[derive(Clone)]
@@ -36,7 +36,7 @@ impl RateLimitService for RlsService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let result = self.limiter.decide(request.into_inner()).await;
-        self.limiter.metrics().count_result(&result);
+        self.limiter.count(&result);
         Ok(Response::new(result?))
     }
 }

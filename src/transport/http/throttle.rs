@@ -9,8 +9,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::AdminState;
-use crate::transport::{self, ThrottleError, ThrottleRequest};
+use super::HttpState;
+use crate::service::throttle::{throttle, ThrottleError, ThrottleRequest};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,11 +34,8 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// 200 allowed, 429 denied (with `Retry-After`), 400 bad body or parameters over the caps,
 /// 503 no decision; the body has ThrottleCrab's fields either way it is decided.
 /// Callers off loopback get 403 unless `TURNSTILE_THROTTLE_ALLOW_REMOTE=true`.
-pub(crate) async fn throttle(State(s): State<AdminState>, req: Request) -> Response {
-    let limits = match transport::http_limits() {
-        Ok(l) => l,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
-    };
+pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response {
+    let limits = &s.throttle;
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -57,7 +54,9 @@ pub(crate) async fn throttle(State(s): State<AdminState>, req: Request) -> Respo
     let b: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
-            transport::stats()
+            s.limiter
+                .metrics()
+                .throttle
                 .invalid
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}"));
@@ -70,7 +69,7 @@ pub(crate) async fn throttle(State(s): State<AdminState>, req: Request) -> Respo
         period: b.period,
         quantity: b.quantity,
     };
-    match transport::throttle(&s.limiter, limits, &req).await {
+    match throttle(&s.limiter, limits, &req).await {
         Ok(a) => {
             let status = if a.allowed {
                 StatusCode::OK

@@ -1,0 +1,75 @@
+//! The command line: `turnstile serve` (or the binary named `ratelimit`, as manifests written
+//! for envoyproxy/ratelimit run it) and `turnstile check`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::settings::Overrides;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "A rate-limit service for Envoy, drop-in for envoyproxy/ratelimit"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve gRPC and HTTP. Settings not given here come from envoyproxy/ratelimit's environment.
+    Serve(ServeArgs),
+    /// Validate a config, print every loaded limit, exit non-zero on any error.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Default)]
+pub struct ServeArgs {
+    /// A YAML file or a directory of *.yaml/*.yml (default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// gRPC listen address (default: GRPC_HOST:GRPC_PORT, 0.0.0.0:8081).
+    #[arg(long)]
+    pub grpc_addr: Option<String>,
+    /// HTTP listen address (default: HOST:PORT, 0.0.0.0:8080).
+    #[arg(long)]
+    pub http_addr: Option<String>,
+    /// Worker threads, each a current-thread runtime (default: TURNSTILE_WORKERS or cores - 1, at least 1).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Shard actors (default: TURNSTILE_SHARDS or the worker count).
+    #[arg(long)]
+    pub shards: Option<usize>,
+}
+
+impl Cli {
+    /// The command of this process's arguments: `ratelimit` alone means `serve`.
+    pub fn command() -> Command {
+        let argv0 = std::env::args()
+            .next()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        if argv0.file_name().is_some_and(|f| f == "ratelimit") {
+            Command::Serve(ServeArgs::default())
+        } else {
+            Cli::parse().command
+        }
+    }
+}
+
+impl From<ServeArgs> for Overrides {
+    fn from(a: ServeArgs) -> Overrides {
+        Overrides {
+            config: a.config,
+            grpc_addr: a.grpc_addr,
+            http_addr: a.http_addr,
+            workers: a.workers,
+            shards: a.shards,
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Serving as the binary does: start, announce the ports, reload on SIGHUP, and drain when the
+//! shutdown future completes (SIGTERM or SIGINT for the binary, anything for an embedder).
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use super::{start, Running, StartError};
+use crate::config::Config;
+use crate::limiter::Clock;
+use crate::settings::Settings;
+
+/// Serves `config` as `settings` say until `shutdown` completes, then stops gracefully.
+pub async fn run(
+    settings: &Settings,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let running = start(settings, config, Clock::System).await?;
+    announce(settings, &running);
+    tokio::select! {
+        _ = shutdown => {}
+        _ = reload_on_hangup(&running) => {}
+    }
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// The serving log line, and one machine-readable line on stdout, so scripts and tests can find
+/// ports chosen by the OS.
+fn announce(settings: &Settings, running: &Running) {
+    let grpc = match &running.grpc_uds {
+        Some(p) => format!("unix:{}", p.display()),
+        None => running.grpc_addr.to_string(),
+    };
+    let optional = |a: Option<SocketAddr>| a.map_or("off".into(), |a| a.to_string());
+    let (debug_port, metrics_port) = (
+        optional(running.debug_addr),
+        optional(running.prometheus_addr),
+    );
+    tracing::info!(
+        %grpc,
+        http = %running.http_addr,
+        debug = %debug_port,
+        metrics = %metrics_port,
+        tls = settings.tls.is_some(),
+        tracing = settings.tracing.is_some(),
+        workers = settings.workers,
+        shards = settings.shards,
+        config = %settings.config_path.display(),
+        xds = settings.xds.is_some(),
+        "serving"
+    );
+    let resp = optional(running.resp_addr);
+    println!(
+        "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp}",
+        running.http_addr
+    );
+}
+
+/// SIGHUP reloads the config and the TLS certificates; never returns unless the handler
+/// cannot be installed.
+async fn reload_on_hangup(running: &Running) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("SIGHUP handler unavailable: reload by file change only");
+        return std::future::pending().await;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading");
+        // Errors are logged and counted by the reload itself.
+        let _ = running.reload_config();
+        running.reload_tls();
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

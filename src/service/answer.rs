@@ -1,0 +1,259 @@
+//! The answer to a decided request: a status per descriptor (the limit closest to exhaustion),
+//! the overall code, the stats, RateLimit-* headers, the waited header and dynamic metadata.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+pub(super) use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    DescriptorStatus, RateLimit as PbRateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::{
+    value::Kind, Duration as PbDuration, ListValue, Struct, Value,
+};
+use smallvec::SmallVec;
+
+use super::plan::{hits_of, Applied, Plan};
+use crate::limiter::{Decision, Outcome, Role};
+use crate::telemetry::{BoundStats, Metrics};
+
+/// Header telling an admitted waiter how long it waited, in milliseconds.
+pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
+
+/// Header names for the RateLimit-* response headers (`LIMIT_RESPONSE_HEADERS_ENABLED`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+/// The settings that shape answers.
+#[derive(Debug, Clone)]
+pub struct AnswerSettings {
+    pub response_headers: Option<HeaderNames>,
+    pub global_shadow_mode: bool,
+    pub request_limits: super::RequestLimits,
+}
+
+/// Where an answer's stats go.
+pub(super) struct Counting<'a> {
+    pub(super) metrics: &'a Metrics,
+    pub(super) stats: &'a BoundStats,
+}
+
+/// Statuses in descriptor order, every one OK until a limit says otherwise.
+pub(super) fn ok_statuses(n: usize) -> Vec<DescriptorStatus> {
+    vec![
+        DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        };
+        n
+    ]
+}
+
+/// Builds the response from the engine's `decision` on the ops of `plan`, counting the stats.
+pub(super) fn answer(
+    req: &RateLimitRequest,
+    plan: Plan<'_>,
+    decision: &Decision,
+    settings: &AnswerSettings,
+    counting: Counting<'_>,
+) -> RateLimitResponse {
+    let n = req.descriptors.len();
+    let mut statuses = ok_statuses(n);
+    for &i in &plan.unlimited {
+        statuses[i].limit_remaining = u32::MAX;
+    }
+    // Per descriptor, report the limit closest to exhaustion (an over-limit one first).
+    let mut best: SmallVec<[Option<(usize, Outcome)>; 4]> = SmallVec::from_elem(None, n);
+    for (k, out) in decision.outcomes.iter().enumerate() {
+        let ai = plan.op_of[k];
+        let slot = &mut best[plan.applied[ai].descriptor];
+        let better = match slot {
+            None => true,
+            Some((_, cur)) => {
+                (out.over && !cur.over) || (out.over == cur.over && out.remaining < cur.remaining)
+            }
+        };
+        if better {
+            *slot = Some((ai, *out));
+        }
+    }
+    for (i, b) in best.iter().enumerate() {
+        let Some((ai, out)) = b else { continue };
+        let a = &plan.applied[*ai];
+        set_status(&mut statuses[i], a, out);
+        count(req, &plan, i, a, out, &counting);
+    }
+    let overall = overall_code(&statuses, &plan.applied, settings.global_shadow_mode);
+    let mut response = RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        ..Default::default()
+    };
+    if let Some(names) = &settings.response_headers {
+        add_limit_headers(&mut response, names);
+    }
+    if decision.waited_ns > 0 && !decision.timed_out {
+        response.response_headers_to_add.push(HeaderValue {
+            key: WAITED_HEADER.to_owned(),
+            value: (decision.waited_ns / 1_000_000).to_string(),
+            ..Default::default()
+        });
+    }
+    if let Some(md) = plan.metadata {
+        response.dynamic_metadata = Some(to_struct(md));
+    }
+    response
+}
+
+fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
+    let over = out.over || out.blocked;
+    status.code = if over && a.role != Role::Shadow {
+        Code::OverLimit as i32
+    } else {
+        Code::Ok as i32
+    };
+    status.current_limit = Some(PbRateLimit {
+        name: a.limit.name().to_owned(),
+        requests_per_unit: a.limit.requests_per_unit(),
+        unit: a.limit.unit().proto(),
+    });
+    status.limit_remaining = if over { 0 } else { out.remaining };
+    status.duration_until_reset = Some(PbDuration {
+        seconds: out.reset_ns.div_ceil(1_000_000_000) as i64,
+        nanos: 0,
+    });
+}
+
+/// Counts descriptor `i`'s verdict: in its limit's stats, or in per-value series when the
+/// node asks for them (`detailed_metric` names every value, `value_to_metric` the values of
+/// the levels that ask), which live in a capped map of their own.
+fn count(
+    req: &RateLimitRequest,
+    plan: &Plan<'_>,
+    i: usize,
+    a: &Applied<'_>,
+    out: &Outcome,
+    c: &Counting<'_>,
+) {
+    let over = out.over || out.blocked;
+    let hits = hits_of(req, &req.descriptors[i]).0;
+    let (counted_over, shadow) = (
+        over && a.role != Role::Shadow,
+        a.role == Role::Shadow && over,
+    );
+    let matched = plan.matches[i].as_ref();
+    let values = matched.map_or(0u64, |m| {
+        if m.node().detailed_metric {
+            u64::MAX
+        } else {
+            m.path
+                .iter()
+                .enumerate()
+                .filter(|(j, n)| n.value_to_metric && *j < 64)
+                .fold(0, |acc, (j, _)| acc | (1 << j))
+        }
+    });
+    let limit = a.limit.requests_per_unit();
+    if values == 0 {
+        let stats = matched.map(|m| c.stats.of(m.node()));
+        c.metrics
+            .record(stats, hits, counted_over, shadow, out.remaining, limit);
+    } else {
+        c.metrics
+            .record(None, hits, counted_over, shadow, out.remaining, limit);
+        c.metrics.record_detailed(
+            &req.domain,
+            &req.descriptors[i].entries,
+            values,
+            hits,
+            counted_over,
+            shadow,
+            out.remaining,
+            limit,
+        );
+    }
+}
+
+fn overall_code(
+    statuses: &[DescriptorStatus],
+    applied: &[Applied<'_>],
+    global_shadow: bool,
+) -> Code {
+    if global_shadow {
+        return Code::Ok;
+    }
+    let is_quota = |i: usize| {
+        applied
+            .iter()
+            .any(|a| a.descriptor == i && a.role == Role::Quota)
+    };
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    let mut quota_seen = false;
+    let mut quota_all_over = true;
+    for (i, s) in statuses.iter().enumerate() {
+        if is_quota(i) {
+            quota_seen = true;
+            quota_all_over &= over(s);
+        } else if over(s) {
+            return Code::OverLimit;
+        }
+    }
+    if quota_seen && quota_all_over {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    }
+}
+
+/// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining (an
+/// over-limit one always wins), as envoyproxy/ratelimit does.
+fn add_limit_headers(resp: &mut RateLimitResponse, names: &HeaderNames) {
+    let pick = resp
+        .statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let Some(s) = pick else { return };
+    let limit = s
+        .current_limit
+        .as_ref()
+        .expect("filtered")
+        .requests_per_unit;
+    let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+    let remaining = s.limit_remaining;
+    for (key, value) in [
+        (&names.limit, limit.to_string()),
+        (&names.remaining, remaining.to_string()),
+        (&names.reset, reset.to_string()),
+    ] {
+        resp.response_headers_to_add.push(HeaderValue {
+            key: key.clone(),
+            value,
+            ..Default::default()
+        });
+    }
+}
+
+fn to_struct(map: serde_json::Map<String, serde_json::Value>) -> Struct {
+    Struct {
+        fields: map.into_iter().map(|(k, v)| (k, to_value(v))).collect(),
+    }
+}
+
+fn to_value(v: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    let kind = match v {
+        J::Null => Kind::NullValue(0),
+        J::Bool(b) => Kind::BoolValue(b),
+        J::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        J::String(s) => Kind::StringValue(s),
+        J::Array(a) => Kind::ListValue(ListValue {
+            values: a.into_iter().map(to_value).collect(),
+        }),
+        J::Object(o) => Kind::StructValue(to_struct(o)),
+    };
+    Value { kind: Some(kind) }
+}

@@ -1,0 +1,210 @@
+//! A request's plan: every descriptor matched against the limit tree, `replaces` applied, and
+//! an op for every limit that counts (unlimited ones are answered without one).
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use smallvec::SmallVec;
+
+use super::RlsError;
+use crate::config::{Algorithm, Domain, RateLimit, Unit};
+use crate::descriptor::{self, Matched};
+use crate::limiter::{Op, Params, Role};
+
+/// One limit that applies to one descriptor of the request.
+pub(super) struct Applied<'c> {
+    pub(super) descriptor: usize,
+    pub(super) limit: LimitRef<'c>,
+    pub(super) role: Role,
+}
+
+pub(super) enum LimitRef<'c> {
+    Config(&'c RateLimit),
+    /// Envoy's per-descriptor `limit` override.
+    Override {
+        requests_per_unit: u32,
+        unit: Unit,
+    },
+}
+
+impl LimitRef<'_> {
+    pub(super) fn requests_per_unit(&self) -> u32 {
+        match self {
+            LimitRef::Config(l) => l.requests_per_unit,
+            LimitRef::Override {
+                requests_per_unit, ..
+            } => *requests_per_unit,
+        }
+    }
+
+    pub(super) fn unit(&self) -> Unit {
+        match self {
+            LimitRef::Config(l) => l.unit,
+            LimitRef::Override { unit, .. } => *unit,
+        }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        match self {
+            LimitRef::Config(l) => l.name.as_deref().unwrap_or(""),
+            LimitRef::Override { .. } => "",
+        }
+    }
+}
+
+/// What the request asks of the engine, and how to read its answer.
+pub(super) struct Plan<'c> {
+    /// Per descriptor: the node it matched, if any.
+    pub(super) matches: SmallVec<[Option<Matched<'c>>; 4]>,
+    pub(super) applied: SmallVec<[Applied<'c>; 4]>,
+    /// Per op: the applied limit it decides.
+    pub(super) op_of: SmallVec<[usize; 4]>,
+    /// Descriptors answered with unlimited.
+    pub(super) unlimited: SmallVec<[usize; 2]>,
+    /// The matched nodes' `metadata`, merged, for the response's dynamic metadata.
+    pub(super) metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Matches every descriptor first (`replaces` needs all matches before anything is counted),
+/// then builds the ops.
+pub(super) fn plan<'c>(
+    domain: &'c Domain,
+    req: &RateLimitRequest,
+) -> Result<(Plan<'c>, Vec<Op>), RlsError> {
+    let mut plan = Plan {
+        matches: SmallVec::with_capacity(req.descriptors.len()),
+        applied: SmallVec::new(),
+        op_of: SmallVec::new(),
+        unlimited: SmallVec::new(),
+        metadata: None,
+    };
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let m = descriptor::find(domain, &d.entries);
+        plan.apply(i, d, m.as_ref())?;
+        plan.matches.push(m);
+    }
+    plan.drop_replaced();
+    let ops = plan.ops(req);
+    Ok((plan, ops))
+}
+
+impl<'c> Plan<'c> {
+    /// The limits that apply to descriptor `i`: Envoy's override, or its node's limits.
+    fn apply(
+        &mut self,
+        i: usize,
+        d: &RateLimitDescriptor,
+        m: Option<&Matched<'c>>,
+    ) -> Result<(), RlsError> {
+        if let Some(limit) = &d.limit {
+            let unit = Unit::from_envoy_override(limit.unit).ok_or_else(|| {
+                RlsError::InvalidArgument(format!(
+                    "descriptors[{i}].limit.unit {} is not a known unit",
+                    limit.unit
+                ))
+            })?;
+            self.applied.push(Applied {
+                descriptor: i,
+                limit: LimitRef::Override {
+                    requests_per_unit: limit.requests_per_unit,
+                    unit,
+                },
+                role: Role::Binding,
+            });
+            return Ok(());
+        }
+        let Some(m) = m else { return Ok(()) };
+        let node = m.node();
+        let role = if node.shadow_mode {
+            Role::Shadow
+        } else if node.quota_mode {
+            Role::Quota
+        } else {
+            Role::Binding
+        };
+        for l in &node.limits {
+            self.applied.push(Applied {
+                descriptor: i,
+                limit: LimitRef::Config(l),
+                role,
+            });
+        }
+        if let Some(md) = &node.metadata {
+            self.metadata
+                .get_or_insert_with(Default::default)
+                .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        Ok(())
+    }
+
+    /// Leaves out the limits that another applied limit `replaces`.
+    fn drop_replaced(&mut self) {
+        let replaced: SmallVec<[&str; 4]> = self
+            .applied
+            .iter()
+            .filter_map(|a| match a.limit {
+                LimitRef::Config(l) => Some(l.replaces.iter().map(String::as_str)),
+                LimitRef::Override { .. } => None,
+            })
+            .flatten()
+            .collect();
+        if !replaced.is_empty() {
+            self.applied.retain(|a| match a.limit {
+                LimitRef::Config(l) => !l.name.as_deref().is_some_and(|n| replaced.contains(&n)),
+                LimitRef::Override { .. } => true,
+            });
+        }
+    }
+
+    /// An op for every counted limit.
+    fn ops(&mut self, req: &RateLimitRequest) -> Vec<Op> {
+        let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
+        for (ai, a) in self.applied.iter().enumerate() {
+            let d = &req.descriptors[a.descriptor];
+            if let LimitRef::Config(l) = a.limit {
+                if l.unlimited {
+                    self.unlimited.push(a.descriptor);
+                    continue;
+                }
+            }
+            let (hits, refund) = hits_of(req, d);
+            let matched = self.matches[a.descriptor].as_ref();
+            let index = match a.limit {
+                LimitRef::Config(l) => matched
+                    .and_then(|m| m.node().limits.iter().position(|x| std::ptr::eq(x, l)))
+                    .unwrap_or(0),
+                LimitRef::Override { .. } => 0,
+            };
+            let key = descriptor::counter_key(&req.domain, &d.entries, matched, index);
+            let (algorithm, queue) = match a.limit {
+                LimitRef::Config(l) => (l.algorithm, l.queue),
+                LimitRef::Override { .. } => (Algorithm::FixedWindow, None),
+            };
+            ops.push(Op {
+                hash: descriptor::key_hash(&key),
+                key,
+                params: Params {
+                    requests_per_unit: a.limit.requests_per_unit(),
+                    window_ms: a.limit.unit().seconds() * 1000,
+                    algorithm,
+                },
+                hits,
+                refund,
+                role: a.role,
+                queue,
+                grant: None,
+            });
+            self.op_of.push(ai);
+        }
+        ops
+    }
+}
+
+/// Hits for one descriptor: its own `hits_addend` wins when set (0 = check without consuming);
+/// otherwise the request's, where 0 means 1.
+pub(super) fn hits_of(req: &RateLimitRequest, d: &RateLimitDescriptor) -> (u64, bool) {
+    let hits = match &d.hits_addend {
+        Some(h) => h.value,
+        None => u64::from(req.hits_addend.max(1)),
+    };
+    (hits, d.is_negative_hits)
+}

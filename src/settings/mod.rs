@@ -1,0 +1,286 @@
+//! Process settings: envoyproxy/ratelimit's environment variables, overridden by CLI flags.
+//!
+//! The only module that reads the environment. Every value goes through one grammar (`env`):
+//! Go's booleans and durations, whole numbers, `HOST:PORT` addresses; an error names the
+//! variable and its value and stops the start. Each subsystem receives a plain typed struct
+//! (`sections` fills the Redis, xDS, RESP, THROTTLE and tracing ones).
+
+mod env;
+mod sections;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use env::{host_port, resolve, Env};
+
+use crate::backend::redis::RedisSettings;
+use crate::config::xds::XdsSettings;
+use crate::config::LoadOptions;
+use crate::service::{HeaderNames, RequestLimits, ThrottleLimits};
+use crate::telemetry::{LogSettings, TracingSettings};
+use crate::transport::resp::RespSettings;
+
+pub use crate::config::grammar::parse_duration as parse_go_duration;
+pub use crate::telemetry::OtlpProtocol;
+
+/// `GRPC_SERVER_USE_TLS` and its files: TLS, and mTLS when a client CA is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `GRPC_SERVER_TLS_CERT`: PEM certificate chain.
+    pub cert: PathBuf,
+    /// `GRPC_SERVER_TLS_KEY`: PEM private key.
+    pub key: PathBuf,
+    /// `GRPC_CLIENT_TLS_CACERT`, or `GRPC_SERVER_TLS_CA_CERT` (the name Envoy Gateway sets):
+    /// when present, clients must present a certificate signed by one of these CAs.
+    pub client_ca: Option<PathBuf>,
+    /// `GRPC_CLIENT_TLS_SAN`: a client certificate must also name this DNS name or IP.
+    pub client_san: Option<String>,
+}
+
+/// `USE_PROMETHEUS`: a listener of its own serving the exposition at one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusSettings {
+    pub addr: SocketAddr,
+    pub path: String,
+}
+
+/// Everything the server needs besides the limits themselves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config_path: PathBuf,
+    /// Keys held in memory in all (`TURNSTILE_MAX_KEYS`); a key flood evicts past it.
+    pub max_keys: usize,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come over ADS, not from files.
+    pub xds: Option<XdsSettings>,
+    /// `TURNSTILE_RESP_ADDR`: the Redis-protocol THROTTLE transport (off when unset).
+    pub resp: Option<RespSettings>,
+    /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
+    pub throttle: ThrottleLimits,
+    /// `BACKEND_TYPE=redis`: counters shared by replicas in Redis; `None` keeps them in memory.
+    pub redis: Option<RedisSettings>,
+    pub load: LoadOptions,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    /// Threads serving gRPC, each a current-thread runtime that also hosts shard actors.
+    pub workers: usize,
+    /// Shard actors; keys are spread over them by FNV-1a.
+    pub shards: usize,
+    /// Messages a shard may have waiting before callers are shed with RESOURCE_EXHAUSTED.
+    pub shard_queue_capacity: usize,
+    pub response_headers: Option<HeaderNames>,
+    /// `SHADOW_MODE`: statuses are reported as they are, but the overall code is always OK.
+    pub global_shadow_mode: bool,
+    pub near_limit_ratio: f64,
+    pub request_limits: RequestLimits,
+    /// How long in-flight calls get to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Queued requests in the whole process, across all keys; more are refused at once.
+    pub max_waiters: usize,
+    /// At shutdown, queued requests are admitted (true) or refused (false, the default).
+    pub admit_waiters_on_shutdown: bool,
+    /// `RUNTIME_ROOT`, watched for a swapped symlink when `watch_root` is set.
+    pub runtime_root: PathBuf,
+    /// `RUNTIME_WATCH_ROOT` (default true): also reload when the root symlink points elsewhere.
+    pub watch_root: bool,
+    /// `TURNSTILE_RELOAD_INTERVAL_MS` (default 1000): how often the config location and the TLS
+    /// files are compared with what was loaded. Zero turns polling off; SIGHUP still reloads.
+    pub reload_interval: Duration,
+    /// `DEBUG_HOST:DEBUG_PORT` (0.0.0.0:6070): `/rlconfig` and `/metrics`.
+    pub debug_addr: Option<SocketAddr>,
+    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics).
+    pub prometheus: Option<PrometheusSettings>,
+    /// `GRPC_UDS`: serve gRPC on this unix socket instead of `grpc_addr`.
+    pub grpc_uds: Option<PathBuf>,
+    pub tls: Option<TlsSettings>,
+    pub log: LogSettings,
+    /// `TRACING_ENABLED=true`.
+    pub tracing: Option<TracingSettings>,
+    /// `TURNSTILE_MAX_DETAILED_SERIES` (default 10000): per-value series that `detailed_metric`
+    /// may create; values beyond it are counted together, so memory stays bounded.
+    pub max_detailed_series: usize,
+    /// `GRPC_MAX_CONNECTION_AGE` (24h): a gRPC connection older than this is sent a GOAWAY, so
+    /// Envoy reconnects and load spreads over new replicas.
+    pub grpc_max_connection_age: Duration,
+    /// `GRPC_MAX_CONNECTION_AGE_GRACE` (1h): then it is closed, calls in flight or not.
+    pub grpc_max_connection_age_grace: Duration,
+    /// envoyproxy/ratelimit settings that are set but have no effect here, with why; logged as
+    /// warnings at start so a manifest's intent is never dropped silently.
+    pub ignored: Vec<String>,
+}
+
+/// CLI flags of `turnstile serve`; each replaces what the environment says.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub grpc_addr: Option<String>,
+    pub http_addr: Option<String>,
+    pub workers: Option<usize>,
+    pub shards: Option<usize>,
+}
+
+impl Overrides {
+    /// Only the config location (`turnstile check --config`).
+    pub fn config(path: PathBuf) -> Overrides {
+        Overrides {
+            config: Some(path),
+            ..Overrides::default()
+        }
+    }
+}
+
+impl Settings {
+    /// Reads envoyproxy/ratelimit's environment variables through `lookup` (a parameter so
+    /// tests need not touch the process environment). Unset variables take the reference's
+    /// defaults.
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let env = Env::new(&lookup);
+        let root = env.string("RUNTIME_ROOT", "/srv/runtime_data/current");
+        let mut config_path = PathBuf::from(&root);
+        if let Some(sub) = env.get("RUNTIME_SUBDIRECTORY") {
+            config_path.push(sub);
+        }
+        config_path.push(env.string("RUNTIME_APPDIRECTORY", "config"));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // One worker per core, less one left to the rest of the pod (Envoy, the kernel's network
+        // stack, a load generator): a call whose key lives on another worker's shard pays two
+        // cross-thread wake-ups. Measured on 2 cores (BENCHMARKS.md): one worker serves 104k
+        // calls/s at 9.2 µs CPU each, two serve 63k at 17.7 µs.
+        let workers = env.number("TURNSTILE_WORKERS", cores.saturating_sub(1).max(1))?;
+        let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
+        Ok(Settings {
+            xds: sections::xds(&env)?,
+            resp: sections::resp(&env)?,
+            throttle: sections::throttle(&env)?,
+            redis: sections::redis(&env)?,
+            max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
+            config_path,
+            load: LoadOptions {
+                merge_domains: env.flag("MERGE_DOMAIN_CONFIG", false)?,
+                include_dotfiles: !env.flag("RUNTIME_IGNOREDOTFILES", true)?,
+            },
+            grpc_addr: env.host_and_port("GRPC_HOST", "GRPC_PORT", 8081)?,
+            http_addr: env.host_and_port("HOST", "PORT", 8080)?,
+            workers: workers.max(1),
+            shards: shards.max(1),
+            shard_queue_capacity: env.number("TURNSTILE_SHARD_QUEUE", 4096usize)?.max(1),
+            response_headers: response_headers(&env)?,
+            global_shadow_mode: env.flag("SHADOW_MODE", false)?,
+            near_limit_ratio: env.fraction("NEAR_LIMIT_RATIO", 0.8)?,
+            request_limits: RequestLimits::default(),
+            shutdown_grace: Duration::from_secs(
+                env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?,
+            ),
+            max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
+            admit_waiters_on_shutdown: env.choice(
+                "TURNSTILE_SHUTDOWN_WAITERS",
+                false,
+                &[("reject", false), ("admit", true)],
+            )?,
+            runtime_root: PathBuf::from(root),
+            watch_root: env.flag("RUNTIME_WATCH_ROOT", true)?,
+            reload_interval: env.millis("TURNSTILE_RELOAD_INTERVAL_MS", 1000)?,
+            debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
+            prometheus: prometheus(&env)?,
+            grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
+            tls: tls(&env)?,
+            log: sections::log(&env),
+            tracing: sections::tracing(&env)?,
+            max_detailed_series: env.number("TURNSTILE_MAX_DETAILED_SERIES", 10_000usize)?,
+            grpc_max_connection_age: env
+                .duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
+            grpc_max_connection_age_grace: env
+                .duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3600))?,
+            ignored: sections::ignored(&env),
+        })
+    }
+
+    /// Defaults with no environment at all: what tests and embedders start from.
+    pub fn defaults() -> Settings {
+        Settings::from_env(|_| None).expect("defaults are valid")
+    }
+
+    /// The process environment, then the CLI flags over it.
+    pub fn from_process(flags: Overrides) -> Result<Settings, String> {
+        let mut s = Settings::from_env(|k| std::env::var(k).ok())?;
+        s.apply(flags)?;
+        Ok(s)
+    }
+
+    /// `LOG_LEVEL` and `LOG_FORMAT` alone, for reporting when the rest cannot be read.
+    pub fn log_from_process() -> LogSettings {
+        let lookup = |k: &str| std::env::var(k).ok();
+        sections::log(&Env::new(&lookup))
+    }
+
+    /// Applies CLI flags over what the environment said.
+    pub fn apply(&mut self, flags: Overrides) -> Result<(), String> {
+        if let Some(c) = flags.config {
+            self.config_path = c;
+        }
+        if let Some(g) = flags.grpc_addr {
+            self.grpc_addr = host_port(&g).map_err(|e| format!("--grpc-addr {g}: {e}"))?;
+        }
+        if let Some(h) = flags.http_addr {
+            self.http_addr = host_port(&h).map_err(|e| format!("--http-addr {h}: {e}"))?;
+        }
+        if let Some(w) = flags.workers {
+            self.workers = w.max(1);
+            if flags.shards.is_none() {
+                self.shards = self.workers;
+            }
+        }
+        if let Some(n) = flags.shards {
+            self.shards = n.max(1);
+        }
+        Ok(())
+    }
+}
+
+fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {
+    if !env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)? {
+        return Ok(None);
+    }
+    Ok(Some(HeaderNames {
+        limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+        remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+        reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+    }))
+}
+
+fn prometheus(env: &Env<'_>) -> Result<Option<PrometheusSettings>, String> {
+    if !env.flag("USE_PROMETHEUS", true)? {
+        return Ok(None);
+    }
+    let path = env.string("PROMETHEUS_PATH", "/metrics");
+    if !path.starts_with('/') {
+        return Err(format!("PROMETHEUS_PATH={path} must start with /"));
+    }
+    Ok(Some(PrometheusSettings {
+        addr: env.address("PROMETHEUS_ADDR", ":9090")?,
+        path,
+    }))
+}
+
+fn tls(env: &Env<'_>) -> Result<Option<TlsSettings>, String> {
+    if !env.flag("GRPC_SERVER_USE_TLS", false)? {
+        return Ok(None);
+    }
+    let file = |k: &str| {
+        env.get(k)
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("GRPC_SERVER_USE_TLS=true needs {k}"))
+    };
+    Ok(Some(TlsSettings {
+        cert: file("GRPC_SERVER_TLS_CERT")?,
+        key: file("GRPC_SERVER_TLS_KEY")?,
+        client_ca: env
+            .get("GRPC_CLIENT_TLS_CACERT")
+            .or_else(|| env.get("GRPC_SERVER_TLS_CA_CERT"))
+            .map(PathBuf::from),
+        client_san: env.get("GRPC_CLIENT_TLS_SAN"),
+    }))
+}
+
+#[cfg(test)]
+mod tests;

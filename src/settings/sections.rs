@@ -1,0 +1,359 @@
+//! The settings of each subsystem, read from their variables: Redis, xDS, the direct
+//! transports, logs and traces, and the reference's variables that change nothing here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
+
+use super::env::{resolve, Env, Result};
+use crate::backend::redis::{FailureMode, RedisSettings, RedisTarget, RedisType};
+use crate::config::xds::{XdsSettings, XdsTls};
+use crate::config::LoadOptions;
+use crate::service::ThrottleLimits;
+use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
+use crate::transport::resp::RespSettings;
+
+/// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
+/// when the backend is memory.
+pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
+    // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample) set
+    // only REDIS_URL: honour them; with no Redis configured, stay in memory.
+    let default = env.get("REDIS_URL").is_some();
+    let on = env
+        .choice(
+            "BACKEND_TYPE",
+            Some(default),
+            &[
+                ("memory", Some(false)),
+                ("redis", Some(true)),
+                ("memcache", None),
+            ],
+        )?
+        .ok_or(
+            "BACKEND_TYPE=memcache is not supported (memory or redis; memcache is not offered)",
+        )?;
+    if !on {
+        return Ok(None);
+    }
+    let failure_mode = env.choice(
+        "TURNSTILE_REDIS_FAILURE_MODE",
+        FailureMode::Fallback,
+        &[
+            ("fallback", FailureMode::Fallback),
+            ("fail_open", FailureMode::FailOpen),
+            ("fail_closed", FailureMode::FailClosed),
+        ],
+    )?;
+    let deadline = env
+        .millis("TURNSTILE_REDIS_DEADLINE_MS", 50)?
+        .max(Duration::from_millis(1));
+    Ok(Some(RedisSettings {
+        main: redis_target(env, "REDIS")?,
+        per_second: if env.flag("REDIS_PERSECOND", false)? {
+            Some(redis_target(env, "REDIS_PERSECOND")?)
+        } else {
+            None
+        },
+        prefix: env.get("CACHE_KEY_PREFIX").unwrap_or_default(),
+        jitter_max_secs: env.number("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
+        local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
+        deadline,
+        failure_mode,
+        breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
+        slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
+        cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
+    }))
+}
+
+fn redis_target(env: &Env<'_>, p: &str) -> Result<RedisTarget> {
+    let var = |s: &str| format!("{p}_{s}");
+    let url = env
+        .get(&var("URL"))
+        .ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))?;
+    let tls_client = match (
+        env.get(&var("TLS_CLIENT_CERT")),
+        env.get(&var("TLS_CLIENT_KEY")),
+    ) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            return Err(format!(
+                "{p}_TLS_CLIENT_CERT and {p}_TLS_CLIENT_KEY go together"
+            ))
+        }
+    };
+    Ok(RedisTarget {
+        url,
+        socket_unix: env.choice(
+            &var("SOCKET_TYPE"),
+            false,
+            &[("tcp", false), ("unix", true)],
+        )?,
+        kind: env.choice(
+            &var("TYPE"),
+            RedisType::Single,
+            &[
+                ("single", RedisType::Single),
+                ("sentinel", RedisType::Sentinel),
+                ("cluster", RedisType::Cluster),
+            ],
+        )?,
+        auth: env.get(&var("AUTH")),
+        tls: env.flag(&var("TLS"), false)?,
+        tls_ca: env.get(&var("TLS_CACERT")),
+        tls_client,
+        pool_size: env.number(&var("POOL_SIZE"), 10usize)?.max(1),
+    })
+}
+
+/// `None` when `CONFIG_TYPE` is `FILE` (the default), the xDS settings when it is
+/// `GRPC_XDS_SOTW`; unset variables take the reference's defaults.
+pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
+    let on = env.choice(
+        "CONFIG_TYPE",
+        false,
+        &[("FILE", false), ("GRPC_XDS_SOTW", true)],
+    )?;
+    if !on {
+        return Ok(None);
+    }
+    let headers = env.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")?;
+    for (k, v) in &headers {
+        if MetadataKey::<Ascii>::from_bytes(k.as_bytes()).is_err()
+            || MetadataValue::<Ascii>::try_from(v.as_str()).is_err()
+        {
+            return Err(format!(
+                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: \"{k}: {v}\" is not a valid header"
+            ));
+        }
+    }
+    let backoff_initial = env.duration(
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        Duration::from_secs(10),
+    )?;
+    let backoff_max = env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?;
+    if backoff_initial.is_zero() || backoff_max < backoff_initial {
+        return Err(format!(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({backoff_initial:?}) must be more than 0 and \
+             at most XDS_CLIENT_BACKOFF_MAX_INTERVAL ({backoff_max:?})"
+        ));
+    }
+    let backoff_jitter = if env.flag("XDS_CLIENT_BACKOFF_JITTER", true)? {
+        env.fraction("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)?
+    } else {
+        0.0
+    };
+    let max_message_bytes = match env.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0usize)? {
+        0 if env.get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES").is_some() => {
+            return Err("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0 is not a positive number".into())
+        }
+        0 => None,
+        n => Some(n),
+    };
+    Ok(Some(XdsSettings {
+        server: XdsSettings::dial_target(
+            &env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+        ),
+        node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
+        node_metadata: env.pairs("CONFIG_GRPC_XDS_NODE_METADATA")?,
+        headers,
+        tls: xds_tls(env)?,
+        backoff_initial,
+        backoff_max,
+        backoff_jitter,
+        max_message_bytes,
+        force_start_without_initial_config: env
+            .flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+        healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+        load: LoadOptions {
+            merge_domains: env.flag("MERGE_DOMAIN_CONFIG", false)?,
+            include_dotfiles: false,
+        },
+    }))
+}
+
+fn xds_tls(env: &Env<'_>) -> Result<Option<XdsTls>> {
+    if !env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
+        return Ok(None);
+    }
+    let ca_cert = env.get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").ok_or(
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS=true needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
+         (turnstile does not read the system's CA store)",
+    )?;
+    let client_identity = match (
+        env.get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+        env.get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+    ) {
+        (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+        (None, None) => None,
+        _ => {
+            return Err(
+                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY \
+                        go together: set both or neither"
+                    .into(),
+            )
+        }
+    };
+    Ok(Some(XdsTls {
+        ca_cert: PathBuf::from(ca_cert),
+        client_identity,
+        server_name: env.get("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+    }))
+}
+
+/// `TURNSTILE_THROTTLE_ALLOW_REMOTE` and the caps `TURNSTILE_THROTTLE_MAX_BURST`,
+/// `_MAX_PERIOD_SECS`, `_MAX_COUNT`, `_MAX_KEY_LEN`.
+pub(super) fn throttle(env: &Env<'_>) -> Result<ThrottleLimits> {
+    let d = ThrottleLimits::default();
+    let u32max = u64::from(u32::MAX);
+    Ok(ThrottleLimits {
+        allow_remote: env.flag("TURNSTILE_THROTTLE_ALLOW_REMOTE", false)?,
+        max_burst: env.number_in(
+            "TURNSTILE_THROTTLE_MAX_BURST",
+            d.max_burst.into(),
+            1,
+            u32max,
+        )? as u32,
+        max_period_secs: env.number_in(
+            "TURNSTILE_THROTTLE_MAX_PERIOD_SECS",
+            d.max_period_secs,
+            1,
+            ThrottleLimits::PERIOD_CEILING_SECS,
+        )?,
+        max_count: env.number_in(
+            "TURNSTILE_THROTTLE_MAX_COUNT",
+            d.max_count.into(),
+            1,
+            u32max,
+        )? as u32,
+        max_key_len: env.number_in(
+            "TURNSTILE_THROTTLE_MAX_KEY_LEN",
+            d.max_key_len as u64,
+            1,
+            65_536,
+        )? as usize,
+    })
+}
+
+/// `None` when `TURNSTILE_RESP_ADDR` is unset (the transport is off). It takes `HOST:PORT`, a
+/// bare `PORT` (on 127.0.0.1), or `true` for 127.0.0.1:6380.
+pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
+    let Some(text) = env.get("TURNSTILE_RESP_ADDR") else {
+        return Ok(None);
+    };
+    let d = RespSettings::default();
+    let addr = resp_addr(&text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?;
+    let s = RespSettings {
+        addr,
+        allow_remote: env.flag("TURNSTILE_RESP_ALLOW_REMOTE", false)?,
+        max_connections: env.number_in(
+            "TURNSTILE_RESP_MAX_CONNECTIONS",
+            d.max_connections as u64,
+            1,
+            1_000_000,
+        )? as usize,
+        idle_timeout: Duration::from_secs(env.number_in(
+            "TURNSTILE_RESP_IDLE_TIMEOUT_SECS",
+            d.idle_timeout.as_secs(),
+            1,
+            7 * 86_400,
+        )?),
+        limits: throttle(env)?,
+    };
+    s.check_addr()?;
+    Ok(Some(s))
+}
+
+fn resp_addr(text: &str, default: SocketAddr) -> std::result::Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::new(default.ip(), port));
+    }
+    if crate::config::grammar::parse_bool(text) == Some(true) {
+        return Ok(default);
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or("expected HOST:PORT, PORT or true")?;
+    let port = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+    resolve(host, port)
+}
+
+/// `LOG_LEVEL` and `LOG_FORMAT` (json, or else text, as in envoyproxy/ratelimit).
+pub(super) fn log(env: &Env<'_>) -> LogSettings {
+    LogSettings {
+        level: env.string("LOG_LEVEL", "info"),
+        json: env
+            .get("LOG_FORMAT")
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("json")),
+    }
+}
+
+/// `TRACING_ENABLED=true`, the `TRACING_*` variables and the OTLP endpoint variables.
+pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
+    if !env.flag("TRACING_ENABLED", false)? {
+        return Ok(None);
+    }
+    let protocol = env.choice(
+        "TRACING_EXPORTER_PROTOCOL",
+        OtlpProtocol::Http,
+        &[
+            ("http", OtlpProtocol::Http),
+            ("http/protobuf", OtlpProtocol::Http),
+            ("grpc", OtlpProtocol::Grpc),
+        ],
+    )?;
+    let endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(|e| match protocol {
+                OtlpProtocol::Http => format!("{}/v1/traces", e.trim_end_matches('/')),
+                OtlpProtocol::Grpc => e,
+            })
+    });
+    Ok(Some(TracingSettings {
+        service_name: env.string("TRACING_SERVICE_NAME", "RateLimit"),
+        service_namespace: env.get("TRACING_SERVICE_NAMESPACE"),
+        service_instance_id: env.get("TRACING_SERVICE_INSTANCE_ID"),
+        sampling_rate: env.fraction("TRACING_SAMPLING_RATE", 1.0)?,
+        protocol,
+        endpoint,
+    }))
+}
+
+/// Settings of envoyproxy/ratelimit that are set but change nothing here, each with the reason.
+pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in ["USE_STATSD", "USE_DOG_STATSD"] {
+        if env.flag(k, false).unwrap_or(false) {
+            out.push(format!(
+                "{k}=true: statsd is not offered; metrics are Prometheus (USE_PROMETHEUS)"
+            ));
+        }
+    }
+    let statsd = "statsd is not offered";
+    let unused: [(&str, &str); 7] = [
+        ("STATSD_HOST", statsd),
+        ("STATSD_PORT", statsd),
+        ("USE_DOG_STATSD_MOGRIFIERS", statsd),
+        ("EXTRA_TAGS", statsd),
+        (
+            "STATS_FLUSH_INTERVAL",
+            "Prometheus is scraped, nothing is flushed",
+        ),
+        (
+            "PROMETHEUS_MAPPER_YAML",
+            "metrics are native Prometheus series, no statsd mapping is applied",
+        ),
+        (
+            "DISABLE_STATS",
+            "stats are atomics that cost nothing to keep",
+        ),
+    ];
+    for (k, why) in unused {
+        if env.get(k).is_some() {
+            out.push(format!("{k} is ignored: {why}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,86 @@
+//! Per-limit stats, bound to the limits of a config by their stat key: a limit that keeps its
+//! stat key across a reload keeps its counters, without copying them from tree to tree.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fnv::FnvHashMap;
+
+use crate::config::{Config, Node};
+
+/// envoyproxy/ratelimit's per-limit stats of one limit (one config node, by its stat key).
+#[derive(Debug, Default)]
+pub struct LimitStats {
+    pub total_hits: AtomicU64,
+    pub over_limit: AtomicU64,
+    pub near_limit: AtomicU64,
+    pub within_limit: AtomicU64,
+    pub shadow_mode: AtomicU64,
+}
+
+impl LimitStats {
+    pub(crate) fn add(&self, hits: u64, over: bool, near: u64, shadow: bool) {
+        self.total_hits.fetch_add(hits, Ordering::Relaxed);
+        if over {
+            self.over_limit.fetch_add(hits, Ordering::Relaxed);
+        } else {
+            self.within_limit.fetch_add(hits, Ordering::Relaxed);
+        }
+        if near > 0 {
+            self.near_limit.fetch_add(near, Ordering::Relaxed);
+        }
+        if shadow {
+            self.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn fields(&self) -> [&AtomicU64; 5] {
+        [
+            &self.total_hits,
+            &self.over_limit,
+            &self.near_limit,
+            &self.within_limit,
+            &self.shadow_mode,
+        ]
+    }
+}
+
+/// The stats of one config's nodes, by [`Node::index`]: what the hot path counts into.
+#[derive(Debug, Default)]
+pub struct BoundStats {
+    by_node: Box<[Arc<LimitStats>]>,
+}
+
+impl BoundStats {
+    /// The stats of `node` (a node of the config these were bound to).
+    pub fn of(&self, node: &Node) -> &LimitStats {
+        &self.by_node[node.index]
+    }
+}
+
+/// Every stat key's counters. Bounded by the configs: binding a new config keeps the counters of
+/// the stat keys it still has and drops the others.
+#[derive(Debug, Default)]
+pub struct LimitStatsTable {
+    by_key: Mutex<FnvHashMap<String, Arc<LimitStats>>>,
+}
+
+impl LimitStatsTable {
+    /// The stats of every node of `config`: a stat key seen before keeps its counters.
+    pub fn bind(&self, config: &Config) -> BoundStats {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept: FnvHashMap<String, Arc<LimitStats>> = FnvHashMap::default();
+        let mut by_node: Vec<Option<Arc<LimitStats>>> = vec![None; config.node_count()];
+        config.for_each_node(&mut |n| {
+            let stats = kept
+                .entry(n.stat_key.clone())
+                .or_insert_with(|| by_key.remove(&n.stat_key).unwrap_or_default())
+                .clone();
+            by_node[n.index] = Some(stats);
+        });
+        *by_key = kept;
+        BoundStats {
+            by_node: by_node.into_iter().map(Option::unwrap_or_default).collect(),
+        }
+    }
+}
