@@ -1,0 +1,150 @@
+//! The admin thread: one small current-thread runtime for everything besides gRPC: HTTP, the
+//! debug and Prometheus ports, the RESP transport, the xDS client, and the config and
+//! certificate pollers.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::reload::{self, Reloader};
+use super::tls::TlsState;
+use super::worker::Stopping;
+use super::{runtime, Health, StartError};
+use crate::config::watch::{poll, Watched};
+use crate::config::xds::XdsSettings;
+use crate::service::RateLimiter;
+use crate::transport::resp::RespSettings;
+
+/// What the admin thread serves and watches.
+pub(super) struct Admin {
+    pub(super) limiter: RateLimiter,
+    /// The HTTP port, then the optional ones (`debug`, `Prometheus`), each with its router.
+    pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
+    pub(super) resp: Option<(StdListener, RespSettings)>,
+    /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
+    pub(super) xds: Option<(XdsSettings, Option<Health>)>,
+    /// The config location to poll (none over xDS), from the fingerprint taken before loading.
+    pub(super) config_poll: Option<(Watched, u64, Arc<Reloader>)>,
+    pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
+    pub(super) interval: Duration,
+}
+
+/// Starts the admin thread; it ends once every server on it has drained after the stop.
+pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, StartError> {
+    let rt = runtime()?;
+    std::thread::Builder::new()
+        .name("turnstile-admin".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let stop = stopping.stop;
+                let mut tasks = Vec::new();
+                if let Some((l, settings)) = admin.resp {
+                    tasks.push(tokio::spawn(serve_resp(
+                        l,
+                        admin.limiter.clone(),
+                        settings,
+                        stop.clone(),
+                    )));
+                }
+                if let Some((settings, gate)) = admin.xds {
+                    tasks.extend(run_xds(settings, gate, &admin.limiter, &stop));
+                }
+                for (what, listener, router) in admin.http {
+                    tasks.push(tokio::spawn(serve_http(
+                        what,
+                        listener,
+                        router,
+                        stop.clone(),
+                    )));
+                }
+                if let Some((watched, baseline, reloader)) = admin.config_poll {
+                    let reload = move || {
+                        let _ = reloader.reload();
+                    };
+                    let p = poll(watched, baseline, admin.interval, reload, stop.clone());
+                    tasks.push(tokio::spawn(p));
+                }
+                if let Some((watched, baseline, tls)) = admin.tls_poll {
+                    let reload = move || tls.reload();
+                    let p = poll(watched, baseline, admin.interval, reload, stop.clone());
+                    tasks.push(tokio::spawn(p));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+                stopping.barrier.wait().await;
+            })
+        })
+        .map_err(StartError::Runtime)
+}
+
+async fn serve_resp(
+    listener: StdListener,
+    limiter: RateLimiter,
+    settings: RespSettings,
+    mut stop: watch::Receiver<bool>,
+) {
+    let l =
+        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = crate::transport::resp::serve(l, limiter, settings, shutdown).await {
+        tracing::error!(error = %e, "RESP transport failed");
+    }
+}
+
+/// The xDS client, applying every config through the one reload path, and the health gate
+/// that turns SERVING once the first config is live.
+fn run_xds(
+    settings: XdsSettings,
+    gate: Option<Health>,
+    limiter: &RateLimiter,
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (ready_tx, mut ready_rx) = watch::channel(false);
+    let limiter = limiter.clone();
+    let mut stopped = stop.clone();
+    let mut tasks = vec![tokio::spawn(async move {
+        let apply = move |r| {
+            let _ = reload::apply(&limiter, "xDS", r);
+        };
+        tokio::select! {
+            _ = crate::config::xds::run(settings, apply, ready_tx) => {}
+            _ = stopped.wait_for(|s| *s) => {}
+        }
+    })];
+    if let Some(health) = gate {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            if ready_rx.wait_for(|r| *r).await.is_ok() && !*stop.borrow() {
+                health.set(true).await;
+            }
+        }));
+    }
+    tasks
+}
+
+async fn serve_http(
+    what: &'static str,
+    listener: StdListener,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    // The peer address lets `/throttle` answer loopback callers only.
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(server = what, error = %e, "HTTP server failed");
+    }
+}

@@ -1,0 +1,135 @@
+//! Every socket the server serves, bound before anything starts, so a taken port fails the start
+//! (except the debug and Prometheus ports, which are optional as in envoyproxy/ratelimit).
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener as StdUnixListener;
+use std::path::Path;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::StartError;
+use crate::settings::Settings;
+
+/// What one worker accepts gRPC connections from.
+pub(super) enum GrpcListener {
+    Tcp(StdListener),
+    Unix(StdUnixListener),
+}
+
+/// The bound sockets, ready for the runtimes that will serve them.
+pub(super) struct Listeners {
+    /// One handle per worker to the same gRPC socket.
+    pub(super) grpc: Vec<GrpcListener>,
+    /// The TCP address gRPC listens on; unspecified (`0.0.0.0:0`) when serving on a unix socket.
+    pub(super) grpc_addr: SocketAddr,
+    pub(super) http: StdListener,
+    pub(super) debug: Option<StdListener>,
+    pub(super) prometheus: Option<StdListener>,
+    pub(super) resp: Option<StdListener>,
+}
+
+impl Listeners {
+    pub(super) fn bind(settings: &Settings) -> Result<Listeners, StartError> {
+        let workers = settings.workers.max(1);
+        let (grpc, grpc_addr) = match &settings.grpc_uds {
+            Some(path) => (
+                bind_uds(path, workers)?
+                    .into_iter()
+                    .map(GrpcListener::Unix)
+                    .collect(),
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+            ),
+            None => {
+                let l = bind_shared(settings.grpc_addr, workers)?;
+                let addr = local_addr(&l[0], settings.grpc_addr)?;
+                (l.into_iter().map(GrpcListener::Tcp).collect(), addr)
+            }
+        };
+        let resp = match &settings.resp {
+            Some(r) => Some(r.bind().map_err(|source| StartError::Bind {
+                addr: r.addr,
+                source,
+            })?),
+            None => None,
+        };
+        let http = bind_shared(settings.http_addr, 1)?.remove(0);
+        // The debug and Prometheus ports are not needed to answer Envoy: a port already taken is
+        // logged and the service runs without it, as envoyproxy/ratelimit does with its debug port.
+        let debug = settings.debug_addr.and_then(|a| bind_optional(a, "debug"));
+        let prometheus = settings
+            .prometheus
+            .as_ref()
+            .and_then(|p| bind_optional(p.addr, "Prometheus"));
+        Ok(Listeners {
+            grpc,
+            grpc_addr,
+            http,
+            debug,
+            prometheus,
+            resp,
+        })
+    }
+}
+
+/// The address a listener got (the port the OS chose for port 0).
+pub(super) fn local_addr(l: &StdListener, asked: SocketAddr) -> Result<SocketAddr, StartError> {
+    l.local_addr().map_err(|source| StartError::Bind {
+        addr: asked,
+        source,
+    })
+}
+
+fn bind_optional(addr: SocketAddr, what: &str) -> Option<StdListener> {
+    match bind_shared(addr, 1) {
+        Ok(mut l) => Some(l.remove(0)),
+        Err(e) => {
+            tracing::error!(port = what, error = %e, "port not served");
+            None
+        }
+    }
+}
+
+/// `GRPC_UDS`: one unix socket, `n` handles to it. A socket left behind by a previous run is
+/// removed first; any other file at the path is an error.
+fn bind_uds(path: &Path, n: usize) -> Result<Vec<StdUnixListener>, StartError> {
+    let err = |source| StartError::BindUnix {
+        path: path.to_path_buf(),
+        source,
+    };
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+    let first = StdUnixListener::bind(path).map_err(err)?;
+    first.set_nonblocking(true).map_err(err)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 1..n {
+        out.push(first.try_clone().map_err(err)?);
+    }
+    out.insert(0, first);
+    Ok(out)
+}
+
+/// One listening socket, and `n` handles to it: each worker's runtime polls its own handle and
+/// whichever worker is free accepts the next connection. (Unlike `SO_REUSEPORT`, a second process
+/// cannot silently bind the same port.)
+fn bind_shared(addr: SocketAddr, n: usize) -> Result<Vec<StdListener>, StartError> {
+    let err = |source| StartError::Bind { addr, source };
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
+    socket.set_reuse_address(true).map_err(err)?;
+    if addr.is_ipv6() {
+        // `::` serves IPv4 too, as HOST=:: does for envoyproxy/ratelimit.
+        let _ = socket.set_only_v6(false);
+    }
+    socket.set_nonblocking(true).map_err(err)?;
+    socket.bind(&addr.into()).map_err(err)?;
+    socket.listen(1024).map_err(err)?;
+    let first: StdListener = socket.into();
+    let mut out = Vec::with_capacity(n);
+    for _ in 1..n {
+        out.push(first.try_clone().map_err(err)?);
+    }
+    out.insert(0, first);
+    Ok(out)
+}

@@ -1,0 +1,133 @@
+//! One worker thread: a tokio current-thread runtime serving gRPC on its handle to the shared
+//! socket, with its share of the shard actors in its `LocalSet`, so a call whose key lives here
+//! decides synchronously.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::sync::{watch, Barrier};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::StreamExt;
+use tonic_health::pb::health_server::{Health, HealthServer};
+
+use super::listeners::GrpcListener;
+use super::tls::{self, TlsState};
+use super::{runtime, StartError};
+use crate::limiter::ShardTask;
+use crate::service::RateLimiter;
+use crate::transport::grpc::RlsService;
+use crate::transport::layer::RequestLayer;
+
+/// The encoded descriptors of the Envoy rate-limit protos, for server reflection.
+const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
+
+/// What every worker serves, the same way.
+pub(super) struct Grpc<H> {
+    pub(super) limiter: RateLimiter,
+    pub(super) health: HealthServer<H>,
+    pub(super) max_message_bytes: usize,
+    pub(super) max_age: Duration,
+    pub(super) max_age_grace: Duration,
+    pub(super) tls: Option<Arc<TlsState>>,
+}
+
+/// How a worker stops: when `stop` turns true its server drains, then it waits at `barrier`
+/// for every other server, since a call on one worker may be waiting on a shard of another.
+pub(super) struct Stopping {
+    pub(super) stop: watch::Receiver<bool>,
+    pub(super) barrier: Arc<Barrier>,
+}
+
+/// Starts worker `w` on its own thread.
+pub(super) fn spawn<H: Health>(
+    w: usize,
+    listener: GrpcListener,
+    shards: Vec<ShardTask>,
+    grpc: &Grpc<H>,
+    mut stopping: Stopping,
+) -> Result<JoinHandle<()>, StartError> {
+    let rls = RateLimitServiceServer::new(RlsService::new(grpc.limiter.clone()))
+        .max_decoding_message_size(grpc.max_message_bytes);
+    let reflection = |b: tonic_reflection::server::Builder<'static>| {
+        b.register_encoded_file_descriptor_set(RLS_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
+        .build_v1()
+        .expect("descriptor sets built at compile time are valid");
+    let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+        .build_v1alpha()
+        .expect("descriptor sets built at compile time are valid");
+    let router = tonic::transport::Server::builder()
+        .max_connection_age(grpc.max_age)
+        .max_connection_age_grace(grpc.max_age_grace)
+        .layer(RequestLayer {
+            metrics: grpc.limiter.metrics().clone(),
+        })
+        .add_service(grpc.health.clone())
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(rls);
+    let tls = grpc.tls.clone();
+    let rt = runtime()?;
+    std::thread::Builder::new()
+        .name(format!("turnstile-worker-{w}"))
+        .spawn(move || {
+            // Shard tasks stay on this thread, so calls handled here decide synchronously.
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                for t in shards {
+                    tokio::task::spawn_local(t.run());
+                }
+                let shutdown = async move {
+                    let _ = stopping.stop.wait_for(|s| *s).await;
+                };
+                let result = match (listener, tls) {
+                    (GrpcListener::Tcp(l), None) => {
+                        let l = tokio::net::TcpListener::from_std(l)
+                            .expect("listener registers with the runtime");
+                        let incoming = TcpListenerStream::new(l).map(|s| {
+                            if let Ok(s) = &s {
+                                let _ = s.set_nodelay(true);
+                            }
+                            s
+                        });
+                        router
+                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .await
+                    }
+                    (GrpcListener::Tcp(l), Some(tls)) => {
+                        let l = tokio::net::TcpListener::from_std(l)
+                            .expect("listener registers with the runtime");
+                        let incoming = tls::incoming(l, tls);
+                        router
+                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .await
+                    }
+                    (GrpcListener::Unix(l), None) => {
+                        let l = tokio::net::UnixListener::from_std(l)
+                            .expect("listener registers with the runtime");
+                        let incoming = UnixListenerStream::new(l);
+                        router
+                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .await
+                    }
+                    (GrpcListener::Unix(l), Some(tls)) => {
+                        let l = tokio::net::UnixListener::from_std(l)
+                            .expect("listener registers with the runtime");
+                        let incoming = tls::incoming(l, tls);
+                        router
+                            .serve_with_incoming_shutdown(incoming, shutdown)
+                            .await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::error!(worker = w, error = %e, "gRPC server failed");
+                }
+                stopping.barrier.wait().await;
+            })
+        })
+        .map_err(StartError::Runtime)
+}
