@@ -139,88 +139,107 @@ fn add_level(
 ) -> Result<(), ConfigError> {
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{path}[{i}]");
-        let key = raw.key.clone().unwrap_or_default();
-        if key.is_empty() {
-            return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
-        }
-        let value = raw.value.clone().filter(|v| !v.is_empty());
-        let composite = match &value {
-            Some(v) => format!("{key}_{v}"),
-            None => key.clone(),
-        };
-        let stat_key = format!("{parent_stat}.{composite}");
-        let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
-        if raw.share_threshold && !is_wildcard {
-            return Err(ctx.err(
-                &format!("{here}.share_threshold"),
-                "share_threshold needs a value with a '*' wildcard",
-            ));
-        }
-        let limits = build_limits(ctx, &raw, &here)?;
-        let metadata = match raw.metadata {
-            None => None,
-            Some(m) => match serde_json::to_value(&m) {
-                Ok(serde_json::Value::Object(o)) => Some(o),
-                _ => {
-                    return Err(ctx.err(
-                        &format!("{here}.metadata"),
-                        "metadata must be a map with string keys",
-                    ))
-                }
-            },
-        };
-        let mut node = Node {
-            key: key.clone(),
-            value: value.clone(),
-            limits,
-            children: Level::default(),
-            shadow_mode: raw.shadow_mode,
-            quota_mode: raw.quota_mode,
-            detailed_metric: raw.detailed_metric,
-            value_to_metric: raw.value_to_metric,
-            share_threshold: raw.share_threshold,
-            metadata,
-            stat_key: stat_key.clone(),
-            origin: format!("{}: {here}", ctx.file),
-            index: 0,
-        };
-        if let Some(children) = raw.descriptors {
-            add_level(
-                ctx,
-                &mut node.children,
-                children,
-                &format!("{here}.descriptors"),
-                &stat_key,
-            )?;
-        }
-        let dup = || {
-            ctx.err(
-                &here,
-                format!("duplicate composite key \"{}.{composite}\"", ctx.domain),
-            )
-        };
-        // The reference compares `key_value` strings, so "a_b"+"c" and "a"+"b_c" collide too.
-        let collides = level.nodes().any(|n| {
-            let c = match &n.value {
-                Some(v) => format!("{}_{v}", n.key),
-                None => n.key.clone(),
-            };
-            c == composite
-        });
-        if collides {
-            return Err(dup());
-        }
-        let group = level.groups.entry(key).or_default();
-        match value {
-            None => group.default = Some(Box::new(node)),
-            Some(_) if is_wildcard => group.wildcards.push(node),
-            Some(v) => match group.exact.entry(v) {
-                Entry::Occupied(_) => return Err(dup()),
-                Entry::Vacant(e) => {
-                    e.insert(node);
-                }
-            },
-        }
+        let node = build_node(ctx, raw, &here, parent_stat)?;
+        insert_node(ctx, level, node, &here)?;
+    }
+    Ok(())
+}
+
+/// `key_value` (or `key`), as envoyproxy/ratelimit names a node in keys and stats.
+fn composite(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("{key}_{v}"),
+        None => key.to_owned(),
+    }
+}
+
+/// One descriptor and, below it, its children.
+fn build_node(
+    ctx: &Ctx<'_>,
+    raw: RawDescriptor,
+    here: &str,
+    parent_stat: &str,
+) -> Result<Node, ConfigError> {
+    let key = raw.key.clone().unwrap_or_default();
+    if key.is_empty() {
+        return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
+    }
+    let value = raw.value.clone().filter(|v| !v.is_empty());
+    let stat_key = format!("{parent_stat}.{}", composite(&key, value.as_deref()));
+    let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
+    if raw.share_threshold && !is_wildcard {
+        return Err(ctx.err(
+            &format!("{here}.share_threshold"),
+            "share_threshold needs a value with a '*' wildcard",
+        ));
+    }
+    let limits = build_limits(ctx, &raw, here)?;
+    let metadata = match raw.metadata {
+        None => None,
+        Some(m) => match serde_json::to_value(&m) {
+            Ok(serde_json::Value::Object(o)) => Some(o),
+            _ => {
+                return Err(ctx.err(
+                    &format!("{here}.metadata"),
+                    "metadata must be a map with string keys",
+                ))
+            }
+        },
+    };
+    let mut node = Node {
+        key,
+        value,
+        limits,
+        children: Level::default(),
+        shadow_mode: raw.shadow_mode,
+        quota_mode: raw.quota_mode,
+        detailed_metric: raw.detailed_metric,
+        value_to_metric: raw.value_to_metric,
+        share_threshold: raw.share_threshold,
+        metadata,
+        stat_key,
+        origin: format!("{}: {here}", ctx.file),
+        index: 0,
+    };
+    if let Some(children) = raw.descriptors {
+        let path = format!("{here}.descriptors");
+        let stat = node.stat_key.clone();
+        add_level(ctx, &mut node.children, children, &path, &stat)?;
+    }
+    Ok(node)
+}
+
+/// Files `node` into its level: exact, wildcard (in file order) or key-only.
+fn insert_node(
+    ctx: &Ctx<'_>,
+    level: &mut Level,
+    node: Node,
+    here: &str,
+) -> Result<(), ConfigError> {
+    let name = composite(&node.key, node.value.as_deref());
+    let dup = || {
+        ctx.err(
+            here,
+            format!("duplicate composite key \"{}.{name}\"", ctx.domain),
+        )
+    };
+    // The reference compares `key_value` strings, so "a_b"+"c" and "a"+"b_c" collide too.
+    if level
+        .nodes()
+        .any(|n| composite(&n.key, n.value.as_deref()) == name)
+    {
+        return Err(dup());
+    }
+    let group = level.groups.entry(node.key.clone()).or_default();
+    match node.value.clone() {
+        None => group.default = Some(Box::new(node)),
+        Some(v) if v.contains('*') => group.wildcards.push(node),
+        Some(v) => match group.exact.entry(v) {
+            Entry::Occupied(_) => return Err(dup()),
+            Entry::Vacant(e) => {
+                e.insert(node);
+            }
+        },
     }
     Ok(())
 }
@@ -269,6 +288,31 @@ fn build_limits(
 
 fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit, ConfigError> {
     let name = r.name.clone().filter(|n| !n.is_empty());
+    let replaces = build_replaces(ctx, r, name.as_deref(), path)?;
+    let unit = build_unit(ctx, r, path)?;
+    let requests_per_unit = r.requests_per_unit.unwrap_or(0);
+    let algorithm = build_algorithm(ctx, r, requests_per_unit, path)?;
+    let queue = match &r.queue {
+        None => None,
+        Some(q) => Some(build_queue(ctx, q, requests_per_unit, path)?),
+    };
+    Ok(RateLimit {
+        name: name.map(Arc::from),
+        unit,
+        requests_per_unit,
+        unlimited: r.unlimited,
+        replaces,
+        algorithm,
+        queue,
+    })
+}
+
+fn build_replaces(
+    ctx: &Ctx<'_>,
+    r: &RawRateLimit,
+    name: Option<&str>,
+    path: &str,
+) -> Result<Vec<String>, ConfigError> {
     let mut replaces = Vec::new();
     for (i, rep) in r.replaces.iter().flatten().enumerate() {
         let n = rep.name.clone().unwrap_or_default();
@@ -278,7 +322,7 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
                 "replaces entry must name a limit",
             ));
         }
-        if name.as_deref() == Some(n.as_str()) {
+        if name == Some(n.as_str()) {
             return Err(ctx.err(
                 &format!("{path}.replaces[{i}]"),
                 format!("limit \"{n}\" replaces itself"),
@@ -286,38 +330,49 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         }
         replaces.push(n);
     }
-    let unit = if r.unlimited {
-        if r.unit.is_some() {
-            return Err(ctx.err(
-                &format!("{path}.unit"),
-                "unit must not be set when unlimited is true",
-            ));
-        }
-        for (field, set) in [
-            ("algorithm", r.algorithm.is_some()),
-            ("burst", r.burst.is_some()),
-            ("queue", r.queue.is_some()),
-        ] {
-            if set {
-                return Err(ctx.err(
-                    &format!("{path}.{field}"),
-                    format!("{field} makes no sense when unlimited is true"),
-                ));
-            }
-        }
-        Unit::Second
-    } else {
+    Ok(replaces)
+}
+
+/// The window unit; an unlimited limit has none (and no algorithm, burst or queue either).
+fn build_unit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<Unit, ConfigError> {
+    if !r.unlimited {
         let u = r.unit.clone().unwrap_or_default();
-        Unit::parse(&u).ok_or_else(|| {
+        return Unit::parse(&u).ok_or_else(|| {
             ctx.err(
                 &format!("{path}.unit"),
                 format!(
                     "invalid unit \"{u}\" (expected second, minute, hour, day, week, month or year)"
                 ),
             )
-        })?
-    };
-    let requests_per_unit = r.requests_per_unit.unwrap_or(0);
+        });
+    }
+    if r.unit.is_some() {
+        return Err(ctx.err(
+            &format!("{path}.unit"),
+            "unit must not be set when unlimited is true",
+        ));
+    }
+    for (field, set) in [
+        ("algorithm", r.algorithm.is_some()),
+        ("burst", r.burst.is_some()),
+        ("queue", r.queue.is_some()),
+    ] {
+        if set {
+            return Err(ctx.err(
+                &format!("{path}.{field}"),
+                format!("{field} makes no sense when unlimited is true"),
+            ));
+        }
+    }
+    Ok(Unit::Second)
+}
+
+fn build_algorithm(
+    ctx: &Ctx<'_>,
+    r: &RawRateLimit,
+    requests_per_unit: u32,
+    path: &str,
+) -> Result<Algorithm, ConfigError> {
     let algorithm = match r.algorithm.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("fixed_window") => Algorithm::FixedWindow,
         Some("sliding_window") => Algorithm::SlidingWindow,
@@ -343,55 +398,42 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
             "burst applies only to algorithm: token_bucket",
         ));
     }
-    let queue = match &r.queue {
-        None => None,
-        Some(q) => {
-            let max_waiting = q.max_waiting.ok_or_else(|| {
-                ctx.err(
-                    &format!("{path}.queue.max_waiting"),
-                    "max_waiting is required",
-                )
-            })?;
-            if max_waiting == 0 {
-                return Err(ctx.err(
-                    &format!("{path}.queue.max_waiting"),
-                    "max_waiting must be at least 1 (leave queue out to refuse at once)",
-                ));
-            }
-            let text = q.max_wait.clone().ok_or_else(|| {
-                ctx.err(
-                    &format!("{path}.queue.max_wait"),
-                    "max_wait is required (e.g. 800ms)",
-                )
-            })?;
-            let max_wait = parse_bounded_duration(&text)
-                .map_err(|m| ctx.err(&format!("{path}.queue.max_wait"), m))?;
-            if max_wait.is_zero() {
-                return Err(ctx.err(
-                    &format!("{path}.queue.max_wait"),
-                    "max_wait must be more than 0",
-                ));
-            }
-            if requests_per_unit == 0 {
-                return Err(ctx.err(
-                    &format!("{path}.queue"),
-                    "a queue on requests_per_unit: 0 would never admit anyone",
-                ));
-            }
-            Some(QueueSpec {
-                max_waiting,
-                max_wait,
-            })
-        }
-    };
-    Ok(RateLimit {
-        name: name.map(Arc::from),
-        unit,
-        requests_per_unit,
-        unlimited: r.unlimited,
-        replaces,
-        algorithm,
-        queue,
+    Ok(algorithm)
+}
+
+fn build_queue(
+    ctx: &Ctx<'_>,
+    q: &raw::RawQueue,
+    requests_per_unit: u32,
+    path: &str,
+) -> Result<QueueSpec, ConfigError> {
+    let at = |field: &str| format!("{path}.queue.{field}");
+    let max_waiting = q
+        .max_waiting
+        .ok_or_else(|| ctx.err(&at("max_waiting"), "max_waiting is required"))?;
+    if max_waiting == 0 {
+        return Err(ctx.err(
+            &at("max_waiting"),
+            "max_waiting must be at least 1 (leave queue out to refuse at once)",
+        ));
+    }
+    let text = q
+        .max_wait
+        .clone()
+        .ok_or_else(|| ctx.err(&at("max_wait"), "max_wait is required (e.g. 800ms)"))?;
+    let max_wait = parse_bounded_duration(&text).map_err(|m| ctx.err(&at("max_wait"), m))?;
+    if max_wait.is_zero() {
+        return Err(ctx.err(&at("max_wait"), "max_wait must be more than 0"));
+    }
+    if requests_per_unit == 0 {
+        return Err(ctx.err(
+            &format!("{path}.queue"),
+            "a queue on requests_per_unit: 0 would never admit anyone",
+        ));
+    }
+    Ok(QueueSpec {
+        max_waiting,
+        max_wait,
     })
 }
 

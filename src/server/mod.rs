@@ -16,7 +16,7 @@ mod run;
 mod tls;
 mod worker;
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -127,7 +127,14 @@ pub async fn start(
         let w = tls::watched(t);
         (fingerprint(&w), w)
     });
-    let listeners = Listeners::bind(settings)?;
+    let Listeners {
+        grpc: grpc_listeners,
+        grpc_addr,
+        http,
+        debug,
+        prometheus,
+        resp,
+    } = Listeners::bind(settings)?;
     let (limiter, shard_tasks) = limiter(settings, config, clock).await?;
     let tls = match &settings.tls {
         None => None,
@@ -151,9 +158,9 @@ pub async fn start(
     // the xDS client starts, so its SERVING on the first config is never undone.
     let gate_health = (settings.xds.as_ref()).is_some_and(|x| !x.healthy_before_first_config());
     health.set(!gate_health).await;
+    let (stop, stop_rx) = watch::channel(false);
 
     let workers = settings.workers.max(1);
-    let (stop, stop_rx) = watch::channel(false);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
     let barrier = Arc::new(Barrier::new(workers + 1));
@@ -171,38 +178,19 @@ pub async fn start(
     };
     let mut shards = deal(shard_tasks, workers).into_iter();
     let mut threads = Vec::with_capacity(workers + 1);
-    let grpc_addr = listeners.grpc_addr;
-    for (w, listener) in listeners.grpc.into_iter().enumerate() {
+    for (w, listener) in grpc_listeners.into_iter().enumerate() {
         let mine = shards.next().unwrap_or_default();
         threads.push(worker::spawn(w, listener, mine, &grpc, stopping())?);
     }
-    let addr = |l: &Option<std::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
-    let (debug_addr, prometheus_addr, resp_addr) = (
-        addr(&listeners.debug),
-        addr(&listeners.prometheus),
-        addr(&listeners.resp),
-    );
-    let http_addr = local_addr(&listeners.http, settings.http_addr)?;
-    let mut http = vec![(
-        "HTTP",
-        listeners.http,
-        http::router(HttpState {
-            limiter: limiter.clone(),
-            serving: health.serving.clone(),
-            throttle: settings.throttle,
-        }),
-    )];
-    if let Some(l) = listeners.debug {
-        http.push(("debug", l, http::debug_router(limiter.clone())));
-    }
-    if let (Some(l), Some(p)) = (listeners.prometheus, &settings.prometheus) {
-        let router = http::prometheus_router(limiter.clone(), &p.path);
-        http.push(("Prometheus", l, router));
-    }
+    let bound = |l: &Option<StdListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (debug_addr, prometheus_addr, resp_addr) =
+        (bound(&debug), bound(&prometheus), bound(&resp));
+    let http_addr = local_addr(&http, settings.http_addr)?;
+    let http = http_servers(settings, &limiter, &health, (http, debug, prometheus));
     let admin = Admin {
         limiter: limiter.clone(),
         http,
-        resp: listeners.resp.zip(settings.resp.clone()),
+        resp: resp.zip(settings.resp.clone()),
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         tls_poll: tls_watched
@@ -227,6 +215,32 @@ pub async fn start(
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
     })
+}
+
+/// The HTTP port and, when bound, the debug and Prometheus ports, each with its router.
+fn http_servers(
+    settings: &Settings,
+    limiter: &RateLimiter,
+    health: &Health,
+    (port, debug, prometheus): (StdListener, Option<StdListener>, Option<StdListener>),
+) -> Vec<(&'static str, StdListener, axum::Router)> {
+    let state = HttpState {
+        limiter: limiter.clone(),
+        serving: health.serving.clone(),
+        throttle: settings.throttle,
+    };
+    let mut out = vec![("HTTP", port, http::router(state))];
+    if let Some(l) = debug {
+        out.push(("debug", l, http::debug_router(limiter.clone())));
+    }
+    if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
+        out.push((
+            "Prometheus",
+            l,
+            http::prometheus_router(limiter.clone(), &p.path),
+        ));
+    }
+    out
 }
 
 /// The engine (with its store, when Redis is set) and the service on top of it.

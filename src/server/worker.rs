@@ -86,9 +86,7 @@ pub(super) fn spawn<H: Health>(
                 };
                 let result = match (listener, tls) {
                     (GrpcListener::Tcp(l), None) => {
-                        let l = tokio::net::TcpListener::from_std(l)
-                            .expect("listener registers with the runtime");
-                        let incoming = TcpListenerStream::new(l).map(|s| {
+                        let incoming = TcpListenerStream::new(tcp(l)).map(|s| {
                             if let Ok(s) = &s {
                                 let _ = s.set_nodelay(true);
                             }
@@ -98,26 +96,20 @@ pub(super) fn spawn<H: Health>(
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
-                    (GrpcListener::Tcp(l), Some(tls)) => {
-                        let l = tokio::net::TcpListener::from_std(l)
-                            .expect("listener registers with the runtime");
-                        let incoming = tls::incoming(l, tls);
+                    (GrpcListener::Tcp(l), Some(t)) => {
+                        let incoming = tls::incoming(tcp(l), t);
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
                     (GrpcListener::Unix(l), None) => {
-                        let l = tokio::net::UnixListener::from_std(l)
-                            .expect("listener registers with the runtime");
-                        let incoming = UnixListenerStream::new(l);
+                        let incoming = UnixListenerStream::new(unix(l));
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
-                    (GrpcListener::Unix(l), Some(tls)) => {
-                        let l = tokio::net::UnixListener::from_std(l)
-                            .expect("listener registers with the runtime");
-                        let incoming = tls::incoming(l, tls);
+                    (GrpcListener::Unix(l), Some(t)) => {
+                        let incoming = tls::incoming(unix(l), t);
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
@@ -130,4 +122,12 @@ pub(super) fn spawn<H: Health>(
             })
         })
         .map_err(StartError::Runtime)
+}
+
+fn tcp(l: std::net::TcpListener) -> tokio::net::TcpListener {
+    tokio::net::TcpListener::from_std(l).expect("listener registers with the runtime")
+}
+
+fn unix(l: std::os::unix::net::UnixListener) -> tokio::net::UnixListener {
+    tokio::net::UnixListener::from_std(l).expect("listener registers with the runtime")
 }

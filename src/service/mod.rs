@@ -5,6 +5,7 @@
 mod answer;
 mod error;
 mod plan;
+pub mod rate;
 pub mod throttle;
 mod validate;
 

@@ -1,0 +1,285 @@
+//! The Prometheus text exposition of [`Metrics`]: service counters, the latency histogram,
+//! per-shard gauges, the direct transports, and envoyproxy/ratelimit's per-limit series.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{BoundStats, Metrics};
+use crate::config::{Config, Domain};
+use crate::limiter::ShardStats;
+
+/// One unlabelled series with its HELP and TYPE lines.
+fn single(out: &mut String, name: &str, help: &str, kind: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+    );
+}
+
+type ShardField = fn(&ShardStats) -> &AtomicU64;
+
+/// The per-shard families: name, type, help, and the counter each reads.
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 12] = [
+    (
+        "ratelimit_service_shard_keys",
+        "gauge",
+        "Counter keys held in memory.",
+        |s| &s.keys,
+    ),
+    (
+        "ratelimit_service_queue_waiting",
+        "gauge",
+        "Requests waiting in a queue now.",
+        |s| &s.waiting,
+    ),
+    (
+        "ratelimit_service_queue_queued_total",
+        "counter",
+        "Requests that went into a queue.",
+        |s| &s.queued,
+    ),
+    (
+        "ratelimit_service_queue_admitted_after_wait_total",
+        "counter",
+        "Queued requests admitted.",
+        |s| &s.admitted_after_wait,
+    ),
+    (
+        "ratelimit_service_queue_timed_out_total",
+        "counter",
+        "Queued requests refused at their max_wait.",
+        |s| &s.timed_out,
+    ),
+    (
+        "ratelimit_service_queue_cancelled_total",
+        "counter",
+        "Queued requests whose caller went away.",
+        |s| &s.cancelled,
+    ),
+    (
+        "ratelimit_service_queue_full_total",
+        "counter",
+        "Requests refused at once because their queue was full.",
+        |s| &s.queue_full,
+    ),
+    (
+        "ratelimit_service_shard_evictions_total",
+        "counter",
+        "Keys evicted before their window ended because the shard held its key cap.",
+        |s| &s.evictions,
+    ),
+    (
+        "ratelimit_service_redis_breaker_state",
+        "gauge",
+        "Redis circuit breaker: 0 closed, 1 open, 2 half-open.",
+        |s| &s.breaker,
+    ),
+    (
+        "ratelimit_service_redis_errors_total",
+        "counter",
+        "Redis round trips that failed or were too slow.",
+        |s| &s.redis_errors,
+    ),
+    (
+        "ratelimit_service_redis_fallback_decisions_total",
+        "counter",
+        "Decisions made without Redis while its breaker was open.",
+        |s| &s.fallback_decisions,
+    ),
+    (
+        "ratelimit_service_rate_limit_over_limit_with_local_cache_total",
+        "counter",
+        "Refusals answered from the local over-limit cache without a Redis round trip.",
+        |s| &s.local_cache_hits,
+    ),
+];
+
+/// envoyproxy/ratelimit's per-limit stat names, in `LimitStats::fields` order.
+const LIMIT_FIELDS: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
+
+impl Metrics {
+    /// Prometheus text exposition, with the per-limit series of `config`'s limits.
+    pub fn render(&self, config: &Config, stats: &BoundStats) -> String {
+        let mut out = String::with_capacity(8192);
+        self.render_service(&mut out);
+        self.render_shards(&mut out);
+        self.throttle.render(&mut out);
+        self.render_limits(&mut out, config, stats);
+        out
+    }
+
+    fn render_service(&self, out: &mut String) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        single(
+            out,
+            "ratelimit_service_requests_total",
+            "ShouldRateLimit calls answered or failed.",
+            "counter",
+            load(&self.requests),
+        );
+        let _ = writeln!(out, "# HELP ratelimit_service_errors_total Calls that got no decision, by kind.\n# TYPE ratelimit_service_errors_total counter");
+        for (kind, c) in [
+            ("invalid_argument", &self.invalid_argument),
+            ("overloaded", &self.overloaded),
+            ("unavailable", &self.unavailable),
+        ] {
+            let _ = writeln!(
+                out,
+                "ratelimit_service_errors_total{{kind=\"{kind}\"}} {}",
+                load(c)
+            );
+        }
+        self.latency.render(
+            out,
+            "ratelimit_service_request_duration_seconds",
+            "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
+        );
+        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
+            (
+                "ratelimit_service_config_load_success_total",
+                "Config loads that succeeded.",
+                "counter",
+                &self.config_load_success,
+            ),
+            (
+                "ratelimit_service_config_load_error_total",
+                "Config loads that failed (the old config stayed live).",
+                "counter",
+                &self.config_load_error,
+            ),
+            (
+                "ratelimit_service_config_last_load_success_timestamp_seconds",
+                "When the live config was loaded.",
+                "gauge",
+                &self.config_loaded_at,
+            ),
+            (
+                "ratelimit_service_tls_handshake_errors_total",
+                "gRPC connections dropped because their TLS handshake failed.",
+                "counter",
+                &self.tls_handshake_errors,
+            ),
+            (
+                "ratelimit_service_tls_reload_success_total",
+                "Certificate reloads that succeeded.",
+                "counter",
+                &self.tls_reload_success,
+            ),
+            (
+                "ratelimit_service_tls_reload_error_total",
+                "Certificate reloads that failed (the old certificate stayed live).",
+                "counter",
+                &self.tls_reload_error,
+            ),
+        ];
+        for (name, help, kind, c) in plain {
+            single(out, name, help, kind, load(c));
+        }
+    }
+
+    fn render_shards(&self, out: &mut String) {
+        let Some(shards) = self.shards.get() else {
+            return;
+        };
+        for (name, kind, help, field) in SHARD_FAMILIES {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, s) in shards.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{shard=\"{i}\"}} {}",
+                    field(s).load(Ordering::Relaxed)
+                );
+            }
+        }
+        let name = "ratelimit_service_queue_wait_seconds_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time queued requests spent waiting.\n# TYPE {name} counter"
+        );
+        for (i, s) in shards.iter().enumerate() {
+            let secs = s.wait_ns_total.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {secs}");
+        }
+    }
+
+    /// Per-limit series: the totals, every config node, and the capped `detailed_metric`
+    /// series. A detailed node's own series makes way for a per-value series of the same name,
+    /// and a name never appears twice.
+    fn render_limits(&self, out: &mut String, config: &Config, stats: &BoundStats) {
+        let detailed = self.detailed.snapshot();
+        let is_detailed = |domain: &str, path: &str| {
+            detailed
+                .binary_search_by(|(d, p, _)| (d.as_str(), p.as_str()).cmp(&(domain, path)))
+                .is_ok()
+        };
+        let mut domains: Vec<&Domain> = config.domains.values().collect();
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        // Names of the node series, sorted, when a detailed series might repeat one.
+        let mut plain: Vec<(&str, &str)> = Vec::new();
+        if !detailed.is_empty() {
+            for d in &domains {
+                d.root.walk(&mut |n| {
+                    if !n.detailed_metric {
+                        plain.push((d.name.as_str(), descriptor_path(&n.stat_key)));
+                    }
+                });
+            }
+            plain.sort_unstable();
+        }
+        for (i, name) in LIMIT_FIELDS.iter().enumerate() {
+            let metric = format!("ratelimit_service_rate_limit_{name}");
+            let _ = writeln!(out, "# HELP {metric} Hits by limit (envoyproxy/ratelimit's {name}).\n# TYPE {metric} counter");
+            let mut series = |domain: &str, path: &str, c: &AtomicU64| {
+                let v = c.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "{metric}{{domain=\"{}\",descriptor=\"{}\"}} {v}",
+                    escape(domain),
+                    escape(path)
+                );
+            };
+            series("", "all", &self.all.fields()[i]);
+            for d in &domains {
+                d.root.walk(&mut |n| {
+                    let path = descriptor_path(&n.stat_key);
+                    if !(n.detailed_metric && is_detailed(&d.name, path)) {
+                        series(&d.name, path, stats.of(n).fields()[i]);
+                    }
+                });
+            }
+            for (domain, path, s) in &detailed {
+                if plain
+                    .binary_search(&(domain.as_str(), path.as_str()))
+                    .is_err()
+                {
+                    series(domain, path, s.fields()[i]);
+                }
+            }
+        }
+        single(out, "ratelimit_service_detailed_metric_overflow_total", "detailed_metric observations counted in their domain's _other series because the series cap was reached.", "counter", self.detailed.overflow.load(Ordering::Relaxed));
+        single(
+            out,
+            "ratelimit_service_detailed_metric_series",
+            "detailed_metric series in memory.",
+            "gauge",
+            detailed.len() as u64,
+        );
+    }
+}
+
+/// A stat key without its domain: `domain.key_value.key2` → `key_value.key2`.
+fn descriptor_path(stat_key: &str) -> &str {
+    stat_key.split_once('.').map_or("", |(_, p)| p)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
