@@ -244,7 +244,7 @@ impl Metrics {
                     escape(path)
                 );
             };
-            series("", "all", &self.all.fields()[i]);
+            series("", "all", self.all.fields()[i]);
             for d in &domains {
                 d.root.walk(&mut |n| {
                     let path = descriptor_path(&n.stat_key);
