@@ -1,6 +1,8 @@
-//! Starts the real server on port 0 with a manual clock, and gives tests real clients.
+//! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
+//! (here), Envoy in front of the binary (`envoy`), Redis (`redis`), a temp dir (`tempdir`).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod envoy;
 pub mod redis;
 pub mod tempdir;
 
