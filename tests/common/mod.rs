@@ -1,7 +1,9 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
-//! (here), Envoy in front of the binary (`envoy`), Redis (`redis`), a temp dir (`tempdir`).
+//! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
+//! Redis (`redis`), a temp dir (`tempdir`).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod backend;
 pub mod envoy;
 pub mod redis;
 pub mod tempdir;
@@ -18,6 +20,10 @@ use turnstile::config::settings::Settings;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+
+/// The envoyproxy/ratelimit-style config of the gRPC answers (tests/grpc.rs) and of the counting
+/// scenarios run on every backend (tests/backends.rs).
+pub const EDGE: &str = include_str!("edge.yaml");
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.
 pub const T0: u64 = 1_700_000_000 * 1_000_000_000;
