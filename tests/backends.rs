@@ -9,7 +9,6 @@ use std::time::Duration;
 use common::backend::{test_with_all_backends, Backend};
 use common::*;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use turnstile::service::WAITED_HEADER;
 
 test_with_all_backends!(
     counts_to_the_limit_then_over_limit_with_full_status,

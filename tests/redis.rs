@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use common::redis::{cli, env, free_port, Redis};
 use common::tempdir::TempDir;
 use common::*;
-use turnstile::limiter::{BREAKER_CLOSED, BREAKER_OPEN};
 
 const CONFIG: &str = r#"
 domain: edge
@@ -413,17 +412,11 @@ async fn failure_modes_fail_open_and_fail_closed() {
 #[tokio::test]
 async fn a_wrong_password_stops_the_start() {
     let redis = Redis::start_with(&["--requirepass", "right"]);
-    let mut settings = turnstile::config::settings::Settings::from_env(|k| {
-        with(env(&redis, ""), &[("REDIS_AUTH", "wrong")])
-            .into_iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v)
-    })
-    .unwrap();
-    settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
-    settings.http_addr = "127.0.0.1:0".parse().unwrap();
-    let config = load("domain: d\ndescriptors: []\n");
-    let r = turnstile::server::start(&settings, config, turnstile::limiter::Clock::System).await;
+    let r = TestServer::try_start_env(
+        "domain: d\ndescriptors: []\n",
+        with(env(&redis, ""), &[("REDIS_AUTH", "wrong")]),
+    )
+    .await;
     let e = r.err().expect("refused to start").to_string();
     assert!(
         e.contains("PING") || e.contains("auth") || e.contains("AUTH"),
@@ -541,18 +534,7 @@ async fn redis_over_mutual_tls() {
         "counted over TLS"
     );
     // Without the client certificate the server refuses the handshake: the start fails.
-    let mut settings = turnstile::config::settings::Settings::from_env(|k| {
-        base.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    })
-    .unwrap();
-    settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
-    settings.http_addr = "127.0.0.1:0".parse().unwrap();
-    let r = turnstile::server::start(
-        &settings,
-        load("domain: d\ndescriptors: []\n"),
-        turnstile::limiter::Clock::System,
-    )
-    .await;
+    let r = TestServer::try_start_env("domain: d\ndescriptors: []\n", base).await;
     assert!(
         r.is_err(),
         "mutual TLS without a client certificate must not connect"
