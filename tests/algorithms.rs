@@ -7,7 +7,6 @@ use std::time::Duration;
 use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use turnstile::service::WAITED_HEADER;
 
 fn reset(r: &RateLimitResponse) -> i64 {
     r.statuses[0].duration_until_reset.as_ref().unwrap().seconds

@@ -12,14 +12,12 @@
 //! Limits use hour windows so a window boundary does not fall inside a test; before counting,
 //! a test also waits out the last seconds of a window if it happens to start there.
 
-#[path = "common/envoy.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod envoy;
+mod common;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use envoy::*;
+use common::envoy::*;
 use serde_json::json;
 
 // ------------------------------------------------------------------------------------------
@@ -27,27 +25,21 @@ use serde_json::json;
 
 #[tokio::test]
 async fn limits_each_api_key_value_separately() {
-    let _slot = take_slot();
-    let dir = TempDir::new("api_key");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let stack = Stack::start(
+        "api_key",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
         )],
         &[],
-    );
-    let opts = EnvoyOpts::new(
-        "edge",
-        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
-    );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let (envoy, upstream) = (&stack.envoy, &stack.upstream);
     let c = client();
     let url = format!("{}/anything", envoy.base);
     clear_of_window_edge(HOUR, 120).await;
@@ -86,24 +78,18 @@ async fn limits_each_api_key_value_separately() {
 
 #[tokio::test]
 async fn limits_each_client_address_separately() {
-    let _slot = take_slot();
-    let dir = TempDir::new("remote_address");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new("edge", json!([{"actions": [{"remote_address": {}}]}]));
+    let stack = Stack::start(
+        "remote_address",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
         )],
         &[],
-    );
-    let opts = EnvoyOpts::new("edge", json!([{"actions": [{"remote_address": {}}]}]));
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let (envoy, upstream) = (&stack.envoy, &stack.upstream);
     let url = format!("{}/", envoy.base);
     clear_of_window_edge(HOUR, 120).await;
 
@@ -126,17 +112,6 @@ async fn limits_each_client_address_separately() {
 
 #[tokio::test]
 async fn x_ratelimit_headers_carry_limit_remaining_and_reset() {
-    let _slot = take_slot();
-    let dir = TempDir::new("x_headers");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
-        &[(
-            "edge.yaml",
-            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 4}\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
-        )],
-        &[],
-    );
     // Two descriptors per request: Envoy reports the one closest to its limit (api_key).
     let opts = EnvoyOpts::new(
         "edge",
@@ -145,12 +120,17 @@ async fn x_ratelimit_headers_carry_limit_remaining_and_reset() {
             {"actions": [{"remote_address": {}}]}
         ]),
     );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+    let stack = Stack::start(
+        "x_headers",
+        &[(
+            "edge.yaml",
+            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 4}\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+        )],
+        &[],
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let c = client();
     let url = format!("{}/", envoy.base);
     // The minute limit is only there to be reported alongside; keep both windows whole.
@@ -200,27 +180,21 @@ async fn x_ratelimit_headers_carry_limit_remaining_and_reset() {
 
 #[tokio::test]
 async fn ratelimit_headers_from_turnstile_reach_the_client() {
-    let _slot = take_slot();
-    let dir = TempDir::new("ratelimit_headers");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let stack = Stack::start(
+        "ratelimit_headers",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
         )],
         &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
-    );
-    let opts = EnvoyOpts::new(
-        "edge",
-        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
-    );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let c = client();
     let url = format!("{}/", envoy.base);
     clear_of_window_edge(HOUR, 120).await;
@@ -241,27 +215,21 @@ async fn ratelimit_headers_from_turnstile_reach_the_client() {
 
 #[tokio::test]
 async fn ratelimit_headers_are_off_by_default() {
-    let _slot = take_slot();
-    let dir = TempDir::new("ratelimit_headers_off");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let stack = Stack::start(
+        "ratelimit_headers_off",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
         )],
         &[],
-    );
-    let opts = EnvoyOpts::new(
-        "edge",
-        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
-    );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let r = get(
         &client(),
         &format!("{}/", envoy.base),
@@ -276,17 +244,6 @@ async fn ratelimit_headers_are_off_by_default() {
 
 #[tokio::test]
 async fn route_hits_addend_is_counted_per_descriptor() {
-    let _slot = take_slot();
-    let dir = TempDir::new("hits_addend");
-    let upstream = Upstream::start();
-    let turnstile = Turnstile::start(
-        dir.path(),
-        &[(
-            "edge.yaml",
-            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
-        )],
-        &[],
-    );
     // /heavy costs 3 hits (RateLimitPerRoute is where Envoy honours hits_addend); every other
     // path costs 1 through the virtual host's rate_limits. Same descriptor, same counter.
     let mut opts = EnvoyOpts::new(
@@ -304,12 +261,17 @@ async fn route_hits_addend_is_counted_per_descriptor() {
         ),
         route_to_upstream("/")
     ]));
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+    let stack = Stack::start(
+        "hits_addend",
+        &[(
+            "edge.yaml",
+            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+        )],
+        &[],
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let c = client();
     let heavy = format!("{}/heavy", envoy.base);
     let light = format!("{}/light", envoy.base);
@@ -347,27 +309,21 @@ async fn route_hits_addend_is_counted_per_descriptor() {
 
 #[tokio::test]
 async fn turnstile_down_with_failure_mode_allow_lets_traffic_through() {
-    let _slot = take_slot();
-    let dir = TempDir::new("fail_open");
-    let upstream = Upstream::start();
-    let mut turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let mut stack = Stack::start(
+        "fail_open",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
         )],
         &[],
-    );
-    let opts = EnvoyOpts::new(
-        "edge",
-        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
-    );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let (envoy, upstream) = (&stack.envoy, &stack.upstream);
     let c = client();
     let url = format!("{}/", envoy.base);
     clear_of_window_edge(HOUR, 120).await;
@@ -381,7 +337,7 @@ async fn turnstile_down_with_failure_mode_allow_lets_traffic_through() {
         "second request while turnstile is up",
     );
 
-    turnstile.kill();
+    stack.turnstile.kill();
     for i in 1..=3 {
         let r = get(&c, &url, &[("x-api-key", "k")]).await;
         assert_status(
@@ -396,17 +352,6 @@ async fn turnstile_down_with_failure_mode_allow_lets_traffic_through() {
 
 #[tokio::test]
 async fn turnstile_down_with_failure_mode_deny_returns_error_status() {
-    let _slot = take_slot();
-    let dir = TempDir::new("fail_closed");
-    let upstream = Upstream::start();
-    let mut turnstile = Turnstile::start(
-        dir.path(),
-        &[(
-            "edge.yaml",
-            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 100}\n",
-        )],
-        &[],
-    );
     let rate_limits = json!([{"actions": [header_action("x-api-key", "api_key")]}]);
     // One Envoy with the default status_on_error (500), one with 503.
     let mut deny_default = EnvoyOpts::new("edge", rate_limits.clone());
@@ -414,25 +359,25 @@ async fn turnstile_down_with_failure_mode_deny_returns_error_status() {
     let mut deny_503 = EnvoyOpts::new("edge", rate_limits);
     deny_503.failure_mode_deny = true;
     deny_503.status_on_error = Some(503);
-    let envoy_500 = Envoy::start(
-        dir.path(),
-        "envoy-500",
-        &envoy_config(upstream.addr, turnstile.grpc, &deny_default),
+    let mut stack = Stack::start(
+        "fail_closed",
+        &[(
+            "edge.yaml",
+            "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 100}\n",
+        )],
+        &[],
+        &deny_default,
     )
     .await;
-    let envoy_503 = Envoy::start(
-        dir.path(),
-        "envoy-503",
-        &envoy_config(upstream.addr, turnstile.grpc, &deny_503),
-    )
-    .await;
+    let (envoy_500, upstream) = (&stack.envoy, &stack.upstream);
+    let envoy_503 = &stack.another_envoy("envoy-503", &deny_503).await;
     let c = client();
 
     for envoy in [&envoy_500, &envoy_503] {
         let r = get(&c, &format!("{}/", envoy.base), &[("x-api-key", "k")]).await;
         assert_status(&r, 200, "request while turnstile is up");
     }
-    turnstile.kill();
+    stack.turnstile.kill();
     for (envoy, expected) in [(&envoy_500, 500), (&envoy_503, 503)] {
         for i in 1..=3 {
             let r = get(&c, &format!("{}/", envoy.base), &[("x-api-key", "k")]).await;
@@ -451,12 +396,16 @@ async fn turnstile_down_with_failure_mode_deny_returns_error_status() {
 
 #[tokio::test]
 async fn two_domains_on_two_routes() {
-    let _slot = take_slot();
-    let dir = TempDir::new("two_domains");
-    let upstream = Upstream::start();
+    // The filter's domain is alpha; route /b overrides it with beta (RateLimitPerRoute.domain).
+    let rate_limits = json!([{"actions": [header_action("x-api-key", "api_key")]}]);
+    let mut opts = EnvoyOpts::new("alpha", rate_limits.clone());
+    opts.routes = Some(json!([
+        route_with_own_limits("/b", Some("beta"), rate_limits),
+        route_to_upstream("/a"),
+    ]));
     // A directory of two files, one domain each, with the same descriptor key.
-    let turnstile = Turnstile::start(
-        dir.path(),
+    let stack = Stack::start(
+        "two_domains",
         &[
             (
                 "alpha.yaml",
@@ -468,20 +417,10 @@ async fn two_domains_on_two_routes() {
             ),
         ],
         &[],
-    );
-    // The filter's domain is alpha; route /b overrides it with beta (RateLimitPerRoute.domain).
-    let rate_limits = json!([{"actions": [header_action("x-api-key", "api_key")]}]);
-    let mut opts = EnvoyOpts::new("alpha", rate_limits.clone());
-    opts.routes = Some(json!([
-        route_with_own_limits("/b", Some("beta"), rate_limits),
-        route_to_upstream("/a"),
-    ]));
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let c = client();
     let a = format!("{}/a", envoy.base);
     let b = format!("{}/b", envoy.base);
@@ -510,10 +449,8 @@ async fn two_domains_on_two_routes() {
 
 #[tokio::test]
 async fn shipped_example_behaves_as_its_readme_says() {
-    let _slot = take_slot();
-    let dir = TempDir::new("example");
-    let upstream = Upstream::start();
-    let (_turnstile, envoy) = start_shipped_example(dir.path(), &upstream).await;
+    let stack = Stack::shipped_example("example").await;
+    let envoy = &stack.envoy;
     let c = client();
     // The limits counted here are per minute.
     clear_of_window_edge(MINUTE, 20).await;
@@ -564,27 +501,21 @@ async fn shipped_example_behaves_as_its_readme_says() {
 
 #[tokio::test]
 async fn turnstile_exits_zero_on_sigterm_while_envoy_is_connected() {
-    let _slot = take_slot();
-    let dir = TempDir::new("sigterm");
-    let upstream = Upstream::start();
-    let mut turnstile = Turnstile::start(
-        dir.path(),
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let mut stack = Stack::start(
+        "sigterm",
         &[(
             "edge.yaml",
             "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 100}\n",
         )],
         &[],
-    );
-    let opts = EnvoyOpts::new(
-        "edge",
-        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
-    );
-    let envoy = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(upstream.addr, turnstile.grpc, &opts),
+        &opts,
     )
     .await;
+    let envoy = &stack.envoy;
     let r = get(
         &client(),
         &format!("{}/", envoy.base),
@@ -597,8 +528,8 @@ async fn turnstile_exits_zero_on_sigterm_while_envoy_is_connected() {
         "request through Envoy (opens Envoy's HTTP/2 connection)",
     );
 
-    send_signal(turnstile.child.id(), "TERM");
-    let status = wait_with_deadline(&mut turnstile.child, Duration::from_secs(15));
+    send_signal(stack.turnstile.child.id(), "TERM");
+    let status = wait_with_deadline(&mut stack.turnstile.child, Duration::from_secs(15));
     let status = status.unwrap_or_else(|| {
         panic!(
             "turnstile still running 15s after SIGTERM, with Envoy's idle HTTP/2 connection open"

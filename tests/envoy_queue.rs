@@ -2,8 +2,8 @@
 //! own timeout giving up on a waiter, FIFO, the shipped example's /batch), the X-RateLimit-*
 //! headers of the sliding window and the token bucket, and the Redis backend.
 //!
-//! The helpers (turnstile as a binary, an upstream, Envoy with a generated config) are in
-//! tests/common/envoy.rs. Queues only make sense in real time, so these tests use one-second
+//! The fixture (turnstile as a binary, an upstream, Envoy with a generated config) is `Stack`
+//! in tests/common/envoy.rs. Queues only make sense in real time, so these tests use one-second
 //! windows and wait for real; each test first moves to the start of a second, so that what it
 //! counts happens inside one window. When the machine is so slow that a step meant to happen
 //! inside one second did not, the test says why and starts over with a fresh key (at most three
@@ -12,22 +12,16 @@
 //! "Pending" is checked from the outside: Envoy's admin reports how many calls to turnstile are
 //! in flight (`cluster.turnstile.upstream_rq_active`), and the client's task has not completed.
 
-// tests/common/mod.rs is not used: only these two helpers.
-#[path = "common/envoy.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod envoy;
-#[path = "common/redis.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod redis;
+mod common;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use envoy::*;
-use redis::Redis;
-use serde_json::{json, Value};
+use common::envoy::*;
+use common::redis::Redis;
+use serde_json::json;
 use tokio::task::JoinHandle;
 
 const WAITED: &str = "x-ratelimit-waited-ms";
@@ -68,71 +62,12 @@ async fn early_in_second(max_ms: u64) -> u64 {
     second_now()
 }
 
-/// One turnstile, one upstream and one Envoy, for one test.
-struct Stack {
-    envoy: Envoy,
-    turnstile: Turnstile,
-    upstream: Upstream,
-    dir: TempDir,
-    _slot: Slot,
-}
-
-impl Stack {
-    async fn start(
-        test: &str,
-        yaml: &str,
-        env: &[(&str, &str)],
-        opts: impl FnOnce(&mut EnvoyOpts),
-    ) -> Stack {
-        let slot = take_slot();
-        let dir = TempDir::new(test);
-        let upstream = Upstream::start();
-        let turnstile = Turnstile::start(dir.path(), &[("limits.yaml", yaml)], env);
-        let mut o = EnvoyOpts::new("q", json!([{"actions": [header_action("x-job", "job")]}]));
-        opts(&mut o);
-        let envoy = Envoy::start(
-            dir.path(),
-            "envoy",
-            &envoy_config(upstream.addr, turnstile.grpc, &o),
-        )
-        .await;
-        Stack {
-            envoy,
-            turnstile,
-            upstream,
-            dir,
-            _slot: slot,
-        }
-    }
-
-    /// A second Envoy in front of the same turnstile.
-    async fn another_envoy(&self, name: &str, opts: impl FnOnce(&mut EnvoyOpts)) -> Envoy {
-        let mut o = EnvoyOpts::new("q", json!([{"actions": [header_action("x-job", "job")]}]));
-        opts(&mut o);
-        Envoy::start(
-            self.dir.path(),
-            name,
-            &envoy_config(self.upstream.addr, self.turnstile.grpc, &o),
-        )
-        .await
-    }
-
-    fn url(&self) -> String {
-        format!("{}/", self.envoy.base)
-    }
-
-    /// POST /json straight to turnstile (not through Envoy).
-    async fn json(&self, body: Value) -> Value {
-        client()
-            .post(format!("http://{}/json", self.turnstile.http))
-            .json(&body)
-            .send()
-            .await
-            .expect("POST /json")
-            .json()
-            .await
-            .expect("JSON answer")
-    }
+/// Envoy asks turnstile about domain `q`, with one descriptor `job` from the `x-job` header;
+/// `tweak` changes the rest.
+fn by_job(tweak: impl FnOnce(&mut EnvoyOpts)) -> EnvoyOpts {
+    let mut o = EnvoyOpts::new("q", json!([{"actions": [header_action("x-job", "job")]}]));
+    tweak(&mut o);
+    o
 }
 
 /// GET through Envoy with `x-job: key` in a task of its own.
@@ -224,7 +159,13 @@ const ONE_PER_SECOND_Q5: &str = "domain: q\ndescriptors:\n  - key: job\n    rate
 
 #[tokio::test]
 async fn an_over_limit_request_is_held_then_admitted_in_the_next_window() {
-    let stack = Stack::start("held", ONE_PER_SECOND_Q5, &[], |o| o.timeout = "3s").await;
+    let stack = Stack::start(
+        "held",
+        &[("limits.yaml", ONE_PER_SECOND_Q5)],
+        &[],
+        &by_job(|o| o.timeout = "3s"),
+    )
+    .await;
     let url = stack.url();
     with_retries(|key| {
         let (stack, url) = (&stack, &url);
@@ -265,7 +206,13 @@ async fn an_over_limit_request_is_held_then_admitted_in_the_next_window() {
 #[tokio::test]
 async fn a_full_queue_refuses_at_once() {
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      queue: {max_waiting: 1, max_wait: 2s}\n";
-    let stack = Stack::start("queue_full", yaml, &[], |o| o.timeout = "3s").await;
+    let stack = Stack::start(
+        "queue_full",
+        &[("limits.yaml", yaml)],
+        &[],
+        &by_job(|o| o.timeout = "3s"),
+    )
+    .await;
     let url = stack.url();
     with_retries(|key| {
         let (stack, url) = (&stack, &url);
@@ -318,12 +265,21 @@ async fn envoy_timeout_below_max_wait_abandons_the_waiter_which_consumes_nothing
     // max_waiting 1: a waiter Envoy gave up on must free its place, or the next over-limit
     // request would be refused as "queue full" (429) instead of being held.
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      queue: {max_waiting: 1, max_wait: 2s}\n";
-    let stack = Stack::start("envoy_timeout", yaml, &[], |o| o.timeout = "0.1s").await;
+    let stack = Stack::start(
+        "envoy_timeout",
+        &[("limits.yaml", yaml)],
+        &[],
+        &by_job(|o| o.timeout = "0.1s"),
+    )
+    .await;
     let deny = stack
-        .another_envoy("envoy-deny", |o| {
-            o.timeout = "0.1s";
-            o.failure_mode_deny = true;
-        })
+        .another_envoy(
+            "envoy-deny",
+            &by_job(|o| {
+                o.timeout = "0.1s";
+                o.failure_mode_deny = true;
+            }),
+        )
         .await;
     let allow_url = stack.url();
     let deny_url = format!("{}/", deny.base);
@@ -398,7 +354,13 @@ async fn envoy_timeout_below_max_wait_abandons_the_waiter_which_consumes_nothing
 #[tokio::test]
 async fn waiters_are_admitted_first_come_first_served_one_per_window() {
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      queue: {max_waiting: 5, max_wait: 5s}\n";
-    let stack = Stack::start("fifo", yaml, &[], |o| o.timeout = "6s").await;
+    let stack = Stack::start(
+        "fifo",
+        &[("limits.yaml", yaml)],
+        &[],
+        &by_job(|o| o.timeout = "6s"),
+    )
+    .await;
     let url = stack.url();
     with_retries(|key| {
         let (stack, url) = (&stack, &url);
@@ -458,10 +420,8 @@ async fn waiters_are_admitted_first_come_first_served_one_per_window() {
 
 #[tokio::test]
 async fn shipped_example_batch_path_queues_instead_of_refusing() {
-    let _slot = take_slot();
-    let dir = TempDir::new("example_batch");
-    let upstream = Upstream::start();
-    let (_turnstile, envoy) = start_shipped_example(dir.path(), &upstream).await;
+    let stack = Stack::shipped_example("example_batch").await;
+    let (envoy, upstream) = (&stack.envoy, &stack.upstream);
     let url = format!("{}/batch/", envoy.base);
     // examples/envoy/turnstile.yaml: 5 a second, burst 1, queued up to 800 ms. Four at once:
     // the one token lets one through, the other three get the tokens of the next 200, 400 and
@@ -504,12 +464,17 @@ async fn shipped_example_batch_path_queues_instead_of_refusing() {
 #[tokio::test]
 async fn sliding_window_headers_and_the_previous_window_weighing_in() {
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: sliding_window}\n  - key: minute\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}\n";
-    let stack = Stack::start("sliding", yaml, &[], |o| {
-        o.vhost_rate_limits = json!([
-            {"actions": [header_action("x-job", "job")]},
-            {"actions": [header_action("x-minute", "minute")]}
-        ]);
-    })
+    let stack = Stack::start(
+        "sliding",
+        &[("limits.yaml", yaml)],
+        &[],
+        &by_job(|o| {
+            o.vhost_rate_limits = json!([
+                {"actions": [header_action("x-job", "job")]},
+                {"actions": [header_action("x-minute", "minute")]}
+            ]);
+        }),
+    )
     .await;
     let url = stack.url();
     let c = client();
@@ -572,7 +537,7 @@ async fn sliding_window_headers_and_the_previous_window_weighing_in() {
 async fn token_bucket_headers_count_whole_tokens_and_time_to_full() {
     // One token a second, a bucket of 3.
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit: {unit: minute, requests_per_unit: 60, burst: 3, algorithm: token_bucket}\n";
-    let stack = Stack::start("bucket", yaml, &[], |_| {}).await;
+    let stack = Stack::start("bucket", &[("limits.yaml", yaml)], &[], &by_job(|_| {})).await;
     let url = stack.url();
     let c = client();
 
@@ -622,7 +587,7 @@ async fn redis_backend_behind_envoy_counts_in_envoyproxy_ratelimit_keys() {
         ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
         ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
     ];
-    let stack = Stack::start("redis", yaml, &env, |_| {}).await;
+    let stack = Stack::start("redis", &[("limits.yaml", yaml)], &env, &by_job(|_| {})).await;
     let c = client();
     clear_of_window_edge(HOUR, 120).await;
     let window_start = unix_now() / HOUR * HOUR;
@@ -649,15 +614,8 @@ async fn redis_backend_behind_envoy_counts_in_envoyproxy_ratelimit_keys() {
     assert!((1..=3600).contains(&ttl), "TTL {ttl}");
 
     // The count lives in Redis: another turnstile behind another Envoy, same Redis, refuses.
-    let dir = TempDir::new("redis-2");
-    let other = Turnstile::start(dir.path(), &[("limits.yaml", yaml)], &env);
-    let o = EnvoyOpts::new("q", json!([{"actions": [header_action("x-job", "job")]}]));
-    let envoy2 = Envoy::start(
-        dir.path(),
-        "envoy",
-        &envoy_config(stack.upstream.addr, other.grpc, &o),
-    )
-    .await;
+    let other = Stack::start("redis-2", &[("limits.yaml", yaml)], &env, &by_job(|_| {})).await;
+    let envoy2 = &other.envoy;
     let r = get(&c, &format!("{}/", envoy2.base), &[("x-job", "alice")]).await;
     assert_status(&r, 429, "the second replica sees the count in Redis");
     let r = get(&c, &format!("{}/", envoy2.base), &[("x-job", "bob")]).await;

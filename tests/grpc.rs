@@ -2,127 +2,13 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use envoy_types::pb::google::protobuf::UInt64Value;
 use tonic::Code;
-
-const CONFIG: &str = r#"
-domain: edge
-descriptors:
-  - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: api_key
-    value: vip
-    rate_limit: {unit: Hour, requests_per_unit: 100}
-  - key: path
-    value: "/api/*/users/*"
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: path
-    value: "/api/*"
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: tenant
-    value: "t-*"
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: remote_address
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 1}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: allowlisted
-  - key: blocked
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota_a
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota_b
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: general
-    rate_limit: {unit: minute, requests_per_unit: 1, name: general}
-  - key: special
-    rate_limit:
-      unit: minute
-      requests_per_unit: 10
-      name: special
-      replaces: [{name: general}]
-  - key: weekly
-    rate_limit: {unit: WEEK, requests_per_unit: 1}
-  - key: meta
-    metadata: {team: payments}
-    rate_limit: {unit: minute, requests_per_unit: 5}
----
-"#;
-
-fn config() -> String {
-    CONFIG.trim_end_matches("---\n").to_owned()
-}
-
-#[tokio::test]
-async fn counts_to_the_limit_then_over_limit_with_full_status() {
-    let s = TestServer::start(&config()).await;
-    let mut got = Vec::new();
-    for _ in 0..4 {
-        got.push(s.call(one("edge", &[("api_key", "alice")])).await);
-    }
-    let seen: Vec<_> = got.iter().map(|r| (r.overall_code, codes(r)[0])).collect();
-    assert_eq!(
-        seen,
-        vec![
-            (OK, (OK, 2)),
-            (OK, (OK, 1)),
-            (OK, (OK, 0)),
-            (OVER, (OVER, 0))
-        ]
-    );
-    let st = &got[0].statuses[0];
-    let limit = st.current_limit.as_ref().expect("current_limit set");
-    assert_eq!((limit.requests_per_unit, limit.unit), (3, 2 /* MINUTE */));
-    // T0 is 20 s past the minute: the aligned window ends in 40 s.
-    assert_eq!(st.duration_until_reset.as_ref().unwrap().seconds, 40);
-    // Another value of the key-only descriptor has its own counter.
-    assert_eq!(
-        codes(&s.call(one("edge", &[("api_key", "bob")])).await),
-        vec![(OK, 2)]
-    );
-}
-
-#[tokio::test]
-async fn window_rolls_over_on_the_aligned_boundary() {
-    let s = TestServer::start(&config()).await;
-    for _ in 0..3 {
-        s.call(one("edge", &[("api_key", "a")])).await;
-    }
-    assert_eq!(
-        s.call(one("edge", &[("api_key", "a")])).await.overall_code,
-        OVER
-    );
-    s.advance(Duration::from_secs(39));
-    let r = s.call(one("edge", &[("api_key", "a")])).await;
-    assert_eq!(r.overall_code, OVER);
-    assert_eq!(
-        r.statuses[0].duration_until_reset.as_ref().unwrap().seconds,
-        1
-    );
-    s.advance(Duration::from_secs(1));
-    let r = s.call(one("edge", &[("api_key", "a")])).await;
-    assert_eq!(codes(&r), vec![(OK, 2)]);
-    assert_eq!(
-        r.statuses[0].duration_until_reset.as_ref().unwrap().seconds,
-        60
-    );
-}
 
 #[tokio::test]
 async fn exact_beats_wildcard_beats_key_only_and_first_wildcard_wins() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let rpu = |r: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse| {
         r.statuses[0]
             .current_limit
@@ -159,7 +45,7 @@ async fn exact_beats_wildcard_beats_key_only_and_first_wildcard_wins() {
 
 #[tokio::test]
 async fn nested_descriptors_follow_the_depth_rule() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let nested = s
         .call(one(
             "edge",
@@ -193,7 +79,7 @@ async fn nested_descriptors_follow_the_depth_rule() {
 
 #[tokio::test]
 async fn unlimited_whitelisted_blocked_and_unknown_domain() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let r = s.call(one("edge", &[("free", "x")])).await;
     assert_eq!(codes(&r), vec![(OK, u32::MAX)]);
     assert!(r.statuses[0].current_limit.is_none());
@@ -212,7 +98,7 @@ async fn unlimited_whitelisted_blocked_and_unknown_domain() {
 
 #[tokio::test]
 async fn share_threshold_gives_all_matching_values_one_counter() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     assert_eq!(
         s.call(one("edge", &[("tenant", "t-1")])).await.overall_code,
         OK
@@ -229,7 +115,7 @@ async fn share_threshold_gives_all_matching_values_one_counter() {
 
 #[tokio::test]
 async fn wildcard_without_share_threshold_counts_each_value() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     for v in [
         "/api/a/users/1",
         "/api/a/users/1",
@@ -252,7 +138,7 @@ async fn wildcard_without_share_threshold_counts_each_value() {
 
 #[tokio::test]
 async fn shadow_mode_reports_ok_and_global_shadow_keeps_statuses() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     s.call(one("edge", &[("shadow", "x")])).await;
     let r = s.call(one("edge", &[("shadow", "x")])).await;
     assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OK, 0)]));
@@ -269,7 +155,7 @@ async fn shadow_mode_reports_ok_and_global_shadow_keeps_statuses() {
         "{metrics}"
     );
 
-    let g = TestServer::start_with(&config(), &[("SHADOW_MODE", "true")]).await;
+    let g = TestServer::start_with(EDGE, &[("SHADOW_MODE", "true")]).await;
     g.call(one("edge", &[("general", "x")])).await;
     let r = g.call(one("edge", &[("general", "x")])).await;
     assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OVER, 0)]));
@@ -277,7 +163,7 @@ async fn shadow_mode_reports_ok_and_global_shadow_keeps_statuses() {
 
 #[tokio::test]
 async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let both = || {
         req(
             "edge",
@@ -302,7 +188,7 @@ async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
 
 #[tokio::test]
 async fn replaces_drops_the_named_limit() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     for _ in 0..3 {
         let r = s
             .call(req(
@@ -332,51 +218,8 @@ async fn replaces_drops_the_named_limit() {
 }
 
 #[tokio::test]
-async fn hits_addend_request_level_and_descriptor_level() {
-    let s = TestServer::start(&config()).await;
-    let mut r = one("edge", &[("api_key", "h")]);
-    r.hits_addend = 2;
-    assert_eq!(codes(&s.call(r.clone()).await), vec![(OK, 1)]);
-    // Request-level 0 means 1.
-    r.hits_addend = 0;
-    assert_eq!(codes(&s.call(r).await), vec![(OK, 0)]);
-
-    // Descriptor-level hits_addend wins, and 0 there checks without consuming.
-    let mut d = desc(&[("api_key", "d")]);
-    d.hits_addend = Some(UInt64Value { value: 0 });
-    let mut rq = req("edge", vec![d.clone()]);
-    rq.hits_addend = 5;
-    assert_eq!(codes(&s.call(rq.clone()).await), vec![(OK, 3)]);
-    d.hits_addend = Some(UInt64Value { value: 3 });
-    rq.descriptors = vec![d.clone()];
-    assert_eq!(codes(&s.call(rq.clone()).await), vec![(OK, 0)]);
-    // Over by the addend: refused, and (turnstile) the refused hits are not counted.
-    assert_eq!(s.call(rq.clone()).await.overall_code, OVER);
-    d.hits_addend = Some(UInt64Value { value: 0 });
-    rq.descriptors = vec![d];
-    assert_eq!(codes(&s.call(rq).await), vec![(OK, 0)]);
-}
-
-#[tokio::test]
-async fn negative_hits_refund() {
-    let s = TestServer::start(&config()).await;
-    for _ in 0..3 {
-        s.call(one("edge", &[("api_key", "r")])).await;
-    }
-    let mut d = desc(&[("api_key", "r")]);
-    d.is_negative_hits = true;
-    d.hits_addend = Some(UInt64Value { value: 2 });
-    let r = s.call(req("edge", vec![d])).await;
-    assert_eq!(codes(&r), vec![(OK, 2)]);
-    assert_eq!(
-        codes(&s.call(one("edge", &[("api_key", "r")])).await),
-        vec![(OK, 1)]
-    );
-}
-
-#[tokio::test]
 async fn envoy_limit_override_applies_without_shadow_mode() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let mut d = desc(&[("shadow", "o")]);
     d.limit = Some(RateLimitOverride {
         requests_per_unit: 1,
@@ -399,7 +242,7 @@ async fn envoy_limit_override_applies_without_shadow_mode() {
 
 #[tokio::test]
 async fn ratelimit_headers_with_default_and_custom_names() {
-    let s = TestServer::start_with(&config(), &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]).await;
+    let s = TestServer::start_with(EDGE, &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]).await;
     // Two descriptors: the one with least remaining is reported.
     let r = s
         .call(req(
@@ -412,7 +255,7 @@ async fn ratelimit_headers_with_default_and_custom_names() {
     assert_eq!(header(&r, "RateLimit-Reset"), Some("40"));
 
     let c = TestServer::start_with(
-        &config(),
+        EDGE,
         &[
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
             ("LIMIT_LIMIT_HEADER", "X-Lim"),
@@ -431,7 +274,7 @@ async fn ratelimit_headers_with_default_and_custom_names() {
         (Some("0"), Some("0"), Some("40"))
     );
     // Off by default.
-    let d = TestServer::start(&config()).await;
+    let d = TestServer::start(EDGE).await;
     assert!(d
         .call(one("edge", &[("api_key", "a")]))
         .await
@@ -441,7 +284,7 @@ async fn ratelimit_headers_with_default_and_custom_names() {
 
 #[tokio::test]
 async fn metadata_is_returned_as_dynamic_metadata() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let r = s.call(one("edge", &[("meta", "m")])).await;
     let md = r.dynamic_metadata.expect("dynamic metadata");
     assert!(md.fields.contains_key("team"));
@@ -449,7 +292,7 @@ async fn metadata_is_returned_as_dynamic_metadata() {
 
 #[tokio::test]
 async fn bad_requests_get_invalid_argument_naming_the_problem() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let cases = vec![
         (one("", &[("k", "v")]), "domain"),
         (req("edge", vec![]), "descriptors"),
@@ -487,56 +330,10 @@ async fn bad_requests_get_invalid_argument_naming_the_problem() {
 }
 
 #[tokio::test]
-async fn a_refused_request_consumes_nothing_across_shards() {
-    let s = TestServer::start(&config()).await;
-    // `blocked` always refuses; the api_key counters of the same requests must stay untouched,
-    // wherever their shards are.
-    for i in 0..20 {
-        let k = format!("u{i}");
-        let r = s
-            .call(req(
-                "edge",
-                vec![desc(&[("api_key", &k)]), desc(&[("blocked", "b")])],
-            ))
-            .await;
-        assert_eq!(r.overall_code, OVER);
-        assert_eq!(
-            codes(&s.call(one("edge", &[("api_key", &k)])).await),
-            vec![(OK, 2)],
-            "{k}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn concurrent_callers_never_get_more_than_the_limit() {
-    let s = TestServer::start(&config()).await;
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        let c = s.client.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = c;
-            c.should_rate_limit(one("edge", &[("api_key", "vip")]))
-                .await
-                .unwrap()
-                .into_inner()
-                .overall_code
-        }));
-    }
-    let mut ok = 0;
-    for t in tasks {
-        if t.await.unwrap() == OK {
-            ok += 1;
-        }
-    }
-    assert_eq!(ok, 100, "exactly the limit of 100 per hour admitted");
-}
-
-#[tokio::test]
 async fn health_service_answers_for_both_names_and_goes_not_serving_on_shutdown() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
-    let mut s = TestServer::start(&config()).await;
+    let mut s = TestServer::start(EDGE).await;
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", s.running().grpc_addr))
         .unwrap()
         .connect()
@@ -591,7 +388,7 @@ async fn health_service_answers_for_both_names_and_goes_not_serving_on_shutdown(
 
 #[tokio::test]
 async fn json_endpoint_answers_200_429_and_400() {
-    let s = TestServer::start(&config()).await;
+    let s = TestServer::start(EDGE).await;
     let http = reqwest::Client::new();
     let post = |body: String| http.post(format!("{}/json", s.http)).body(body).send();
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"general","value":"j"}]}]}"#;

@@ -18,13 +18,15 @@
 //! Anything else (UNKNOWN, INTERNAL, CANCELLED, a reset stream, or no answer within the liveness
 //! bound) is a call lost by the shutdown, and fails the test.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::tempdir::TempDir;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -82,14 +84,6 @@ struct Server {
     _dir: TempDir,
 }
 
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
         // Only if the test failed before the process exited.
@@ -99,11 +93,8 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
-    let dir =
-        std::env::temp_dir().join(format!("turnstile-hostile-shutdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("config.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
+    let dir = TempDir::new("hostile-shutdown");
+    let config = dir.write("config.yaml", CONFIG);
     let mut child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&config)
@@ -128,7 +119,7 @@ fn start() -> Server {
     Server {
         child,
         grpc: format!("http://{grpc}"),
-        _dir: TempDir(dir),
+        _dir: dir,
     }
 }
 

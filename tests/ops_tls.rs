@@ -1,11 +1,13 @@
 //! gRPC over TLS and mTLS with certificates made here (rcgen), certificate rotation picked up
 //! without a restart, `GRPC_CLIENT_TLS_SAN`, and gRPC on a unix socket (`GRPC_UDS`).
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::tempdir::TempDir;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -22,37 +24,6 @@ use turnstile::settings::Settings;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const CONFIG: &str = "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "turnstile-ops-tls-{}-{tag}-{}",
-            std::process::id(),
-            DIRS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn file(&self, name: &str, text: &str) -> String {
-        let p = self.0.join(name);
-        // Write then rename, as a Secret volume or cert-manager would: never half a file.
-        let tmp = self.0.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &p).unwrap();
-        p.display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
@@ -230,8 +201,8 @@ async fn tls_serves_and_refuses_plaintext() {
     let t = TempDir::new("tls");
     let ca = Ca::new("ca");
     let server = ca.server();
-    let cert = t.file("tls.crt", &server.cert);
-    let key = t.file("tls.key", &server.key);
+    let cert = t.write("tls.crt", &server.cert).display().to_string();
+    let key = t.write("tls.key", &server.key).display().to_string();
     let s = settings(&[
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", &cert),
@@ -253,9 +224,9 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     let t = TempDir::new("mtls");
     let ca = Ca::new("ca");
     let server = ca.server();
-    let cert = t.file("tls.crt", &server.cert);
-    let key = t.file("tls.key", &server.key);
-    let ca_file = t.file("ca.crt", &ca.pem());
+    let cert = t.write("tls.crt", &server.cert).display().to_string();
+    let key = t.write("tls.key", &server.key).display().to_string();
+    let ca_file = t.write("ca.crt", &ca.pem()).display().to_string();
     // Envoy Gateway's name for the client CA.
     let s = settings(&[
         ("GRPC_SERVER_USE_TLS", "true"),
@@ -284,9 +255,9 @@ async fn mtls_client_san_is_checked() {
     let t = TempDir::new("san");
     let ca = Ca::new("ca");
     let server = ca.server();
-    let cert = t.file("tls.crt", &server.cert);
-    let key = t.file("tls.key", &server.key);
-    let ca_file = t.file("ca.crt", &ca.pem());
+    let cert = t.write("tls.crt", &server.cert).display().to_string();
+    let key = t.write("tls.key", &server.key).display().to_string();
+    let ca_file = t.write("ca.crt", &ca.pem()).display().to_string();
     let s = settings(&[
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", &cert),
@@ -309,8 +280,8 @@ async fn rotated_certificate_is_served_to_new_connections() {
     let t = TempDir::new("rotate");
     let ca = Ca::new("ca");
     let first = ca.server();
-    let cert = t.file("tls.crt", &first.cert);
-    let key = t.file("tls.key", &first.key);
+    let cert = t.write("tls.crt", &first.cert).display().to_string();
+    let key = t.write("tls.key", &first.key).display().to_string();
     let s = settings(&[
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", &cert),
@@ -322,8 +293,8 @@ async fn rotated_certificate_is_served_to_new_connections() {
     // Rotate to a certificate of a new CA (as a CA rollover would), key first.
     let ca2 = Ca::new("ca2");
     let second = ca2.server();
-    t.file("tls.key", &second.key);
-    t.file("tls.crt", &second.cert);
+    t.write("tls.key", &second.key);
+    t.write("tls.crt", &second.cert);
     let end = Instant::now() + DEADLINE;
     while served_cert(&r, &[&ca, &ca2]).await != second.der {
         assert!(Instant::now() < end, "rotated certificate never served");
@@ -336,7 +307,7 @@ async fn rotated_certificate_is_served_to_new_connections() {
 
     // A broken certificate is refused; the rotated one stays live.
     let errors = debug_metric(&r, "ratelimit_service_tls_reload_error_total").await;
-    t.file("tls.crt", "not a certificate");
+    t.write("tls.crt", "not a certificate");
     let end = Instant::now() + DEADLINE;
     while debug_metric(&r, "ratelimit_service_tls_reload_error_total").await <= errors {
         assert!(Instant::now() < end, "broken certificate never noticed");
@@ -351,8 +322,14 @@ async fn bad_tls_files_stop_the_start() {
     let t = TempDir::new("bad");
     let s = settings(&[
         ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", &t.file("tls.crt", "junk")),
-        ("GRPC_SERVER_TLS_KEY", &t.file("tls.key", "junk")),
+        (
+            "GRPC_SERVER_TLS_CERT",
+            &t.write("tls.crt", "junk").display().to_string(),
+        ),
+        (
+            "GRPC_SERVER_TLS_KEY",
+            &t.write("tls.key", "junk").display().to_string(),
+        ),
     ]);
     let config = Config::from_sources(&[("t.yaml".into(), CONFIG.into())], s.load).unwrap();
     let e = match server::start(&s, config, Clock::System).await {
@@ -369,7 +346,7 @@ async fn bad_tls_files_stop_the_start() {
 #[tokio::test]
 async fn grpc_on_a_unix_socket() {
     let t = TempDir::new("uds");
-    let sock = t.0.join("rls.sock");
+    let sock = t.path().join("rls.sock");
     let sock_s = sock.display().to_string();
     let s = settings(&[("GRPC_UDS", &sock_s)]);
     let r = start(&s).await;

@@ -10,7 +10,6 @@ use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tokio::task::JoinHandle;
-use turnstile::service::WAITED_HEADER;
 
 const CONFIG: &str = r#"
 domain: q

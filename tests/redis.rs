@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::redis::{cli, env, free_port, Redis};
+use common::tempdir::TempDir;
 use common::*;
-use turnstile::limiter::{BREAKER_CLOSED, BREAKER_OPEN};
 
 const CONFIG: &str = r#"
 domain: edge
@@ -111,9 +111,8 @@ async fn two_replicas_sharing_redis_admit_exactly_the_limit() {
 
 #[tokio::test]
 async fn unix_socket_and_auth() {
-    let dir = std::env::temp_dir().join(format!("turnstile-sock-{}", free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let sock = dir.join("redis.sock");
+    let dir = TempDir::new("redis-unix-socket");
+    let sock = dir.path().join("redis.sock");
     let sock_s = sock.to_string_lossy().to_string();
     let redis = Redis::start_with(&[
         "--unixsocket",
@@ -137,7 +136,6 @@ async fn unix_socket_and_auth() {
         vec![(OK, 2)]
     );
     assert_eq!(redis.cli(&["GET", "edge_api_key_u_1699999980"]), "1");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 struct Cluster {
@@ -228,12 +226,12 @@ impl Drop for Sentinel {
 async fn redis_sentinel() {
     let master = Redis::start();
     let port = free_port();
-    let conf = master.dir.join("sentinel.conf");
+    let conf = master.dir.path().join("sentinel.conf");
     std::fs::write(
         &conf,
         format!(
             "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {} 1\nsentinel down-after-milliseconds mymaster 2000\n",
-            master.dir.display(),
+            master.dir.path().display(),
             master.port
         ),
     )
@@ -414,17 +412,11 @@ async fn failure_modes_fail_open_and_fail_closed() {
 #[tokio::test]
 async fn a_wrong_password_stops_the_start() {
     let redis = Redis::start_with(&["--requirepass", "right"]);
-    let mut settings = turnstile::settings::Settings::from_env(|k| {
-        with(env(&redis, ""), &[("REDIS_AUTH", "wrong")])
-            .into_iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v)
-    })
-    .unwrap();
-    settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
-    settings.http_addr = "127.0.0.1:0".parse().unwrap();
-    let config = load("domain: d\ndescriptors: []\n");
-    let r = turnstile::server::start(&settings, config, turnstile::limiter::Clock::System).await;
+    let r = TestServer::try_start_env(
+        "domain: d\ndescriptors: []\n",
+        with(env(&redis, ""), &[("REDIS_AUTH", "wrong")]),
+    )
+    .await;
     let e = r.err().expect("refused to start").to_string();
     assert!(
         e.contains("PING") || e.contains("auth") || e.contains("AUTH"),
@@ -497,10 +489,9 @@ fn certs(dir: &std::path::Path) {
 
 #[tokio::test]
 async fn redis_over_mutual_tls() {
-    let dir = std::env::temp_dir().join(format!("turnstile-tls-{}", free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    certs(&dir);
-    let p = |f: &str| dir.join(f).to_string_lossy().to_string();
+    let dir = TempDir::new("redis-tls");
+    certs(dir.path());
+    let p = |f: &str| dir.path().join(f).to_string_lossy().to_string();
     let tls_port = free_port();
     let redis = Redis::start_with(&[
         "--tls-port",
@@ -543,23 +534,11 @@ async fn redis_over_mutual_tls() {
         "counted over TLS"
     );
     // Without the client certificate the server refuses the handshake: the start fails.
-    let mut settings = turnstile::settings::Settings::from_env(|k| {
-        base.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    })
-    .unwrap();
-    settings.grpc_addr = "127.0.0.1:0".parse().unwrap();
-    settings.http_addr = "127.0.0.1:0".parse().unwrap();
-    let r = turnstile::server::start(
-        &settings,
-        load("domain: d\ndescriptors: []\n"),
-        turnstile::limiter::Clock::System,
-    )
-    .await;
+    let r = TestServer::try_start_env("domain: d\ndescriptors: []\n", base).await;
     assert!(
         r.is_err(),
         "mutual TLS without a client certificate must not connect"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::tempdir::TempDir;
 use common::*;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -537,7 +538,7 @@ async fn duplicate_domains_are_nacked_unless_merging() {
 
 /// A CA, a server certificate for `xds.test` and a client certificate, as PEM files on disk.
 struct Pki {
-    dir: std::path::PathBuf,
+    dir: TempDir,
     ca: String,
     server_cert: String,
     server_key: String,
@@ -563,14 +564,13 @@ impl Pki {
         };
         let (server_cert, server_key) = leaf("xds.test", ExtendedKeyUsagePurpose::ServerAuth);
         let (client_cert, client_key) = leaf("ratelimit", ExtendedKeyUsagePurpose::ClientAuth);
-        let dir = std::env::temp_dir().join(format!("turnstile-xds-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("xds-tls");
         for (name, pem) in [
             ("ca.crt", ca.pem()),
             ("tls.crt", client_cert),
             ("tls.key", client_key),
         ] {
-            std::fs::write(dir.join(name), pem).unwrap();
+            dir.write(name, &pem);
         }
         Pki {
             dir,
@@ -581,13 +581,7 @@ impl Pki {
     }
 
     fn path(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.dir.path().join(name).display().to_string()
     }
 }
 

@@ -1,7 +1,7 @@
-//! Envoy end to end helpers, shared by tests/envoy_e2e.rs and tests/envoy_queue.rs (each
-//! includes this file with `#[path]`):
-//! turnstile as a binary (port 0, its own config), a tiny upstream, and a real Envoy with a
-//! generated config (listener and admin on port 0, found again through the admin interface).
+//! The Envoy fixture, used by every Envoy test: a [`Stack`] is turnstile as a binary (port 0,
+//! its own config), a tiny upstream, and a real Envoy in front of them with a generated config
+//! (listener and admin on port 0, found again through the admin interface), in a [`TempDir`]
+//! that keeps the configs and logs when the test fails.
 //!
 //! Needs `envoy` on PATH (or ENVOY_BIN=/path/to/envoy): run scripts/install-test-deps.sh.
 //! Without it the tests fail; they do not skip.
@@ -19,6 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use super::tempdir::TempDir;
+
 /// How long anything may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 pub const HOUR: u64 = 3600;
@@ -32,10 +34,10 @@ static SLOTS: Mutex<usize> = Mutex::new(0);
 static SLOT_FREED: Condvar = Condvar::new();
 const MAX_PARALLEL_STACKS: usize = 3;
 
-pub struct Slot;
+struct Slot;
 
 /// Waits for a free slot; fails at once (before starting anything) when Envoy is missing.
-pub fn take_slot() -> Slot {
+fn take_slot() -> Slot {
     envoy_bin();
     let mut used = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
     while *used >= MAX_PARALLEL_STACKS {
@@ -74,41 +76,6 @@ pub async fn clear_of_window_edge(unit: u64, needed: u64) {
     let left = secs_to_window_end(unit);
     if left < needed {
         tokio::time::sleep(Duration::from_secs(left) + Duration::from_millis(1100)).await;
-    }
-}
-
-/// A fresh directory under cargo's per-target temp dir. Removed on drop unless the test failed,
-/// in which case its path (holding the configs and logs) is printed.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(test: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "envoy-{test}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!("envoy tests: configs and logs kept in {}", self.0.display());
-        } else {
-            let _ = fs::remove_dir_all(&self.0);
-        }
     }
 }
 
@@ -612,40 +579,6 @@ impl Envoy {
     }
 }
 
-/// examples/envoy/turnstile.yaml and examples/envoy/envoy.yaml as shipped, with the example's
-/// fixed ports swapped for free ones and `upstream` as the upstream.
-pub async fn start_shipped_example(dir: &Path, upstream: &Upstream) -> (Turnstile, Envoy) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let turnstile =
-        Turnstile::start_with_config(dir, &root.join("examples/envoy/turnstile.yaml"), &[]);
-    let example = fs::read_to_string(root.join("examples/envoy/envoy.yaml")).unwrap();
-    let replacements = [
-        ("port_value: 10000", "port_value: 0".to_string()),
-        ("port_value: 9901", "port_value: 0".to_string()),
-        (
-            "port_value: 5678",
-            format!("port_value: {}", upstream.addr.port()),
-        ),
-        (
-            "port_value: 8081",
-            format!("port_value: {}", turnstile.grpc.port()),
-        ),
-        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
-    ];
-    let mut yaml = example;
-    for (from, to) in &replacements {
-        assert!(
-            yaml.contains(from),
-            "examples/envoy/envoy.yaml no longer has `{from}`"
-        );
-        yaml = yaml.replace(from, to);
-    }
-    let config_path = dir.join("envoy.yaml");
-    fs::write(&config_path, yaml).unwrap();
-    let envoy = Envoy::start_file(dir, "envoy", &config_path).await;
-    (turnstile, envoy)
-}
-
 /// The listener's port once admin `/ready` says LIVE, read from `/listeners?format=json`.
 pub async fn ready_listener_port(client: &reqwest::Client, admin: &str) -> Option<u16> {
     let ready = client
@@ -679,6 +612,122 @@ impl Drop for Envoy {
                 tail(&self.log_path, 30)
             );
         }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The fixture: one turnstile, one upstream and one Envoy, for one test.
+
+/// Each test starts its own, so tests share no counters and can run in parallel (at most
+/// `MAX_PARALLEL_STACKS` at once: starting one waits for a slot).
+pub struct Stack {
+    // Fields drop in this order: the processes first, then their directory, then the slot.
+    pub envoy: Envoy,
+    pub turnstile: Turnstile,
+    pub upstream: Upstream,
+    pub dir: TempDir,
+    _slot: Slot,
+}
+
+impl Stack {
+    /// turnstile serving `files` (see [`Turnstile::start`]) with `env`, behind an Envoy
+    /// configured by `opts`; `test` names the directory.
+    pub async fn start(
+        test: &str,
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+        opts: &EnvoyOpts,
+    ) -> Stack {
+        let slot = take_slot();
+        let dir = TempDir::new(&format!("envoy-{test}"));
+        let upstream = Upstream::start();
+        let turnstile = Turnstile::start(dir.path(), files, env);
+        let envoy = Envoy::start(
+            dir.path(),
+            "envoy",
+            &envoy_config(upstream.addr, turnstile.grpc, opts),
+        )
+        .await;
+        Stack {
+            envoy,
+            turnstile,
+            upstream,
+            dir,
+            _slot: slot,
+        }
+    }
+
+    /// examples/envoy/turnstile.yaml and examples/envoy/envoy.yaml as shipped, with the
+    /// example's fixed ports swapped for free ones and the stack's upstream as the upstream.
+    pub async fn shipped_example(test: &str) -> Stack {
+        let slot = take_slot();
+        let dir = TempDir::new(&format!("envoy-{test}"));
+        let upstream = Upstream::start();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let turnstile = Turnstile::start_with_config(
+            dir.path(),
+            &root.join("examples/envoy/turnstile.yaml"),
+            &[],
+        );
+        let example = fs::read_to_string(root.join("examples/envoy/envoy.yaml")).unwrap();
+        let replacements = [
+            ("port_value: 10000", "port_value: 0".to_string()),
+            ("port_value: 9901", "port_value: 0".to_string()),
+            (
+                "port_value: 5678",
+                format!("port_value: {}", upstream.addr.port()),
+            ),
+            (
+                "port_value: 8081",
+                format!("port_value: {}", turnstile.grpc.port()),
+            ),
+            ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
+        ];
+        let mut yaml = example;
+        for (from, to) in &replacements {
+            assert!(
+                yaml.contains(from),
+                "examples/envoy/envoy.yaml no longer has `{from}`"
+            );
+            yaml = yaml.replace(from, to);
+        }
+        let config_path = dir.write("envoy.yaml", &yaml);
+        let envoy = Envoy::start_file(dir.path(), "envoy", &config_path).await;
+        Stack {
+            envoy,
+            turnstile,
+            upstream,
+            dir,
+            _slot: slot,
+        }
+    }
+
+    /// Another Envoy, configured by `opts`, in front of the same turnstile and upstream.
+    pub async fn another_envoy(&self, name: &str, opts: &EnvoyOpts) -> Envoy {
+        Envoy::start(
+            self.dir.path(),
+            name,
+            &envoy_config(self.upstream.addr, self.turnstile.grpc, opts),
+        )
+        .await
+    }
+
+    /// The Envoy listener's root, `http://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("{}/", self.envoy.base)
+    }
+
+    /// POST /json straight to turnstile (not through Envoy).
+    pub async fn json(&self, body: Value) -> Value {
+        client()
+            .post(format!("http://{}/json", self.turnstile.http))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /json")
+            .json()
+            .await
+            .expect("JSON answer")
     }
 }
 

@@ -1,6 +1,10 @@
-//! Starts the real server on port 0 with a manual clock, and gives tests real clients.
+//! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
+//! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
+//! Redis (`redis`), a temp dir (`tempdir`).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod backend;
+pub mod envoy;
 pub mod redis;
 pub mod tempdir;
 
@@ -16,6 +20,18 @@ use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
 use turnstile::settings::Settings;
+
+// What tests read of the crate besides the server, named here so that a move in src/ touches
+// this file only.
+#[allow(unused_imports)] // by the test files that do not read them
+pub use turnstile::{
+    limiter::{BREAKER_CLOSED, BREAKER_OPEN},
+    service::WAITED_HEADER,
+};
+
+/// The envoyproxy/ratelimit-style config of the gRPC answers (tests/grpc.rs) and of the counting
+/// scenarios run on every backend (tests/backends.rs).
+pub const EDGE: &str = include_str!("edge.yaml");
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.
 pub const T0: u64 = 1_700_000_000 * 1_000_000_000;
@@ -43,6 +59,14 @@ impl TestServer {
 
     /// Starts with owned environment pairs (see [`TestServer::start_with`]).
     pub async fn start_env(yaml: &str, env: Vec<(String, String)>) -> TestServer {
+        Self::try_start_env(yaml, env).await.expect("server starts")
+    }
+
+    /// As [`TestServer::start_env`], for tests of a start that must fail: the server's error.
+    pub async fn try_start_env(
+        yaml: &str,
+        env: Vec<(String, String)>,
+    ) -> Result<TestServer, String> {
         let mut settings =
             Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
                 .expect("valid test settings");
@@ -65,17 +89,17 @@ impl TestServer {
         let (clock, manual) = Clock::manual(T0);
         let running = server::start(&settings, config, clock)
             .await
-            .expect("server starts");
+            .map_err(|e| e.to_string())?;
         let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
             .await
             .expect("client connects");
         let http = format!("http://{}", running.http_addr);
-        TestServer {
+        Ok(TestServer {
             running: Some(running),
             clock: manual,
             client,
             http,
-        }
+        })
     }
 
     pub fn running(&self) -> &Running {

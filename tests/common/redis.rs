@@ -1,9 +1,10 @@
 //! Real Redis servers for tests: started on free ports, stopped on drop.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::tempdir::TempDir;
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -34,7 +35,8 @@ pub fn cli_auth(port: u16, auth: Option<&str>, args: &[&str]) -> String {
 pub struct Redis {
     pub port: u16,
     child: Option<Child>,
-    pub dir: PathBuf,
+    /// Its working directory (and room for files a test puts beside it).
+    pub dir: TempDir,
     extra: Vec<String>,
     auth: Option<String>,
 }
@@ -45,12 +47,7 @@ impl Redis {
     }
 
     pub fn start_with(extra: &[&str]) -> Redis {
-        let dir = std::env::temp_dir().join(format!(
-            "turnstile-redis-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("redis");
         let mut r = Redis {
             port: free_port(),
             child: None,
@@ -83,7 +80,7 @@ impl Redis {
                     "no",
                 ])
                 .arg("--dir")
-                .arg(&self.dir)
+                .arg(self.dir.path())
                 .args(&self.extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -139,7 +136,6 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

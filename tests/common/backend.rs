@@ -1,0 +1,75 @@
+//! One scenario, every backend: `test_with_all_backends!` makes each scenario function (async,
+//! taking a `&Backend`) one test per backend, each under its own name (`scenario::memory`,
+//! `scenario::redis`), so a failure names both the scenario and the backend.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::redis::{self, Redis};
+use super::TestServer;
+
+/// Where the servers a scenario starts keep their counters.
+pub enum Backend {
+    Memory,
+    /// A redis-server of the test's own, on a free port; stopped when the backend is dropped.
+    Redis(Redis),
+}
+
+static PREFIXES: AtomicUsize = AtomicUsize::new(0);
+
+impl Backend {
+    pub fn memory() -> Backend {
+        Backend::Memory
+    }
+
+    pub fn redis() -> Backend {
+        Backend::Redis(Redis::start())
+    }
+
+    /// The real server on port 0 with a manual clock, counting on this backend.
+    pub async fn start(&self, yaml: &str) -> TestServer {
+        self.start_with(yaml, &[]).await
+    }
+
+    /// As [`Backend::start`], with `env` as the process environment would be. On Redis each
+    /// server gets a key prefix of its own, so two servers of one scenario count apart, as two
+    /// in-memory servers do.
+    pub async fn start_with(&self, yaml: &str, env: &[(&str, &str)]) -> TestServer {
+        // The first of two equal names wins: the scenario's own settings come first.
+        let mut all: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Backend::Redis(r) = self {
+            let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
+            all.extend(redis::env(r, &format!("s{n}_")));
+        }
+        TestServer::start_env(yaml, all).await
+    }
+}
+
+/// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
+/// gives the tests `a::memory`, `a::redis`, `b::memory` and `b::redis`. (A module and a function
+/// may share a name: they live in different namespaces.) `#[redis_ignore = "why"]` before a
+/// scenario marks its Redis test ignored, for a known difference between the backends: it still
+/// builds, is listed, and runs with `--ignored`.
+#[allow(unused_macros)] // by the test files that have no scenarios
+macro_rules! test_with_all_backends {
+    ($($(#[redis_ignore = $why:literal])? $scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            use $crate::common::backend::Backend;
+
+            #[tokio::test]
+            async fn memory() {
+                super::$scenario(&Backend::memory()).await;
+            }
+
+            #[tokio::test]
+            $(#[ignore = $why])?
+            async fn redis() {
+                super::$scenario(&Backend::redis()).await;
+            }
+        }
+    )+};
+}
+#[allow(unused_imports)]
+pub(crate) use test_with_all_backends;
