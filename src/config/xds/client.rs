@@ -1,0 +1,251 @@
+//! The ADS client: subscribe, apply and ACK (or NACK) each response, reconnect with backoff.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Struct, Value as PbValue};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataKey;
+
+use super::{config_from_resources, XdsSettings, INVALID_ARGUMENT, TYPE_URL};
+use crate::config::{Config, ConfigError};
+
+/// Runs the ADS client until the task is dropped: every config the management server sends is
+/// validated and handed to `on_update` (`Ok` to apply, `Err` when it was NACKed); `ready` turns
+/// true once a config has been applied and stays true, since the last good config stays live
+/// across disconnects.
+pub async fn run(
+    settings: XdsSettings,
+    on_update: impl Fn(Result<Config, ConfigError>) + Send + Sync + 'static,
+    ready: watch::Sender<bool>,
+) {
+    let mut client = Client {
+        node: node(&settings),
+        settings,
+        on_update,
+        ready,
+        acked_version: String::new(),
+        applied: None,
+        received: false,
+    };
+    let mut failures: u32 = 0;
+    loop {
+        client.received = false;
+        match client.session().await {
+            Ok(()) => {
+                tracing::warn!(server = %client.settings.server, "xDS stream closed by the server")
+            }
+            Err(e) => {
+                tracing::warn!(server = %client.settings.server, error = %e, "xDS stream failed")
+            }
+        }
+        // A stream that delivered something was healthy: start the backoff over.
+        if client.received {
+            failures = 0;
+        }
+        let delay = backoff(&client.settings, failures);
+        failures = failures.saturating_add(1);
+        tracing::info!(delay = ?delay, "reconnecting to the xDS server");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+struct Client<F> {
+    settings: XdsSettings,
+    node: Node,
+    on_update: F,
+    ready: watch::Sender<bool>,
+    /// The version of the last config applied: sent on every NACK and when resubscribing.
+    acked_version: String,
+    /// The resources of the config applied last; the same resources again (after a reconnect)
+    /// are ACKed without rebuilding.
+    applied: Option<Vec<Any>>,
+    /// Whether the current stream has delivered a response.
+    received: bool,
+}
+
+impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
+    /// One stream: subscribe, then answer every response with an ACK or a NACK until it ends.
+    async fn session(&mut self) -> Result<(), String> {
+        let channel = self
+            .settings
+            .endpoint()?
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect: {}", error_chain(&e)))?;
+        let mut grpc = AggregatedDiscoveryServiceClient::new(channel);
+        if let Some(n) = self.settings.max_message_bytes {
+            grpc = grpc.max_decoding_message_size(n);
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let subscribe = self.request(self.acked_version.clone(), String::new(), None);
+        tx.try_send(subscribe)
+            .expect("a new channel has room for the first request");
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        for (k, v) in &self.settings.headers {
+            // Checked when the settings were read.
+            if let (Ok(k), Ok(v)) = (MetadataKey::from_bytes(k.as_bytes()), v.parse()) {
+                request.metadata_mut().insert(k, v);
+            }
+        }
+        let mut inbound = grpc
+            .stream_aggregated_resources(request)
+            .await
+            .map_err(|s| format!("cannot subscribe: {}", status_text(&s)))?
+            .into_inner();
+        tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "subscribed to RateLimitConfig over xDS");
+        while let Some(response) = inbound.message().await.map_err(|s| status_text(&s))? {
+            self.received = true;
+            let reply = self.handle(response);
+            if tx.send(reply).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a response if it is valid; returns its ACK or NACK.
+    fn handle(&mut self, response: DiscoveryResponse) -> DiscoveryRequest {
+        let DiscoveryResponse {
+            version_info,
+            resources,
+            type_url,
+            nonce,
+            ..
+        } = response;
+        if type_url != TYPE_URL {
+            let message =
+                format!("unexpected type {type_url}: this client only subscribes to {TYPE_URL}");
+            tracing::warn!(version = %version_info, "{message}");
+            return self.request(self.acked_version.clone(), nonce, Some(message));
+        }
+        if self.applied.as_ref() == Some(&resources) {
+            tracing::debug!(version = %version_info, "xDS config unchanged");
+            self.acked_version = version_info.clone();
+            return self.request(version_info, nonce, None);
+        }
+        match config_from_resources(&resources, self.settings.load) {
+            Ok(config) => {
+                tracing::info!(
+                    version = %version_info,
+                    domains = config.domains.len(),
+                    "xDS config applied"
+                );
+                (self.on_update)(Ok(config));
+                self.ready.send_replace(true);
+                self.applied = Some(resources);
+                self.acked_version = version_info.clone();
+                self.request(version_info, nonce, None)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    version = %version_info,
+                    kept = %self.acked_version,
+                    error = %e,
+                    "xDS config rejected; the last good config stays live"
+                );
+                let message = e.to_string();
+                (self.on_update)(Err(e));
+                self.request(self.acked_version.clone(), nonce, Some(message))
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        version_info: String,
+        response_nonce: String,
+        error: Option<String>,
+    ) -> DiscoveryRequest {
+        DiscoveryRequest {
+            version_info,
+            node: Some(self.node.clone()),
+            type_url: TYPE_URL.to_owned(),
+            response_nonce,
+            error_detail: error.map(|message| RpcStatus {
+                code: INVALID_ARGUMENT,
+                message,
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+pub(super) fn node(settings: &XdsSettings) -> Node {
+    let metadata = (!settings.node_metadata.is_empty()).then(|| Struct {
+        fields: settings
+            .node_metadata
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    PbValue {
+                        kind: Some(PbKind::StringValue(v.clone())),
+                    },
+                )
+            })
+            .collect(),
+    });
+    Node {
+        id: settings.node_id.clone(),
+        metadata,
+        user_agent_name: "turnstile".into(),
+        ..Default::default()
+    }
+}
+
+/// The delay before reconnect attempt `failures + 1`: doubling from the initial interval up to
+/// the maximum, then spread by the jitter factor (never past the maximum).
+pub(super) fn backoff(settings: &XdsSettings, failures: u32) -> Duration {
+    let base = settings
+        .backoff_initial
+        .saturating_mul(1u32.checked_shl(failures.min(31)).unwrap_or(u32::MAX))
+        .min(settings.backoff_max);
+    if settings.backoff_jitter == 0.0 {
+        return base;
+    }
+    // A random number in [0, 1) without a dependency: std's hasher keys are random per process
+    // and per `RandomState`.
+    let r = (RandomState::new().build_hasher().finish() >> 11) as f64 / (1u64 << 53) as f64;
+    let spread = 1.0 + settings.backoff_jitter * (2.0 * r - 1.0);
+    base.mul_f64(spread).min(settings.backoff_max)
+}
+
+fn status_text(s: &tonic::Status) -> String {
+    if s.message().is_empty() {
+        format!("{:?}", s.code())
+    } else {
+        format!("{:?}: {}", s.code(), s.message())
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A Go dial target as envoyproxy/ratelimit takes it (`host:port`, maybe `dns:///host:port`); an
+/// `http://` or `https://` prefix is tolerated, TLS being decided by `CONFIG_GRPC_XDS_SERVER_USE_TLS`.
+pub(super) fn strip_scheme(url: &str) -> String {
+    let url = url.trim();
+    ["dns:///", "http://", "https://"]
+        .iter()
+        .find_map(|p| url.strip_prefix(p))
+        .unwrap_or(url)
+        .trim_end_matches('/')
+        .to_owned()
+}

@@ -1,0 +1,147 @@
+//! `RateLimitConfig` resources → the same parsed form as YAML files, validated the same way.
+
+use envoy_types::pb::envoy::service::discovery::v3::Resource;
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+
+use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
+use crate::config::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use crate::config::{Config, ConfigError, LoadOptions};
+
+/// Builds the config that a set of `RateLimitConfig` resources describes, through the same
+/// validation as YAML files. Errors name the resource: `RateLimitConfig "name": path: message`.
+pub fn config_from_resources(resources: &[Any], opts: LoadOptions) -> Result<Config, ConfigError> {
+    let mut files = Vec::with_capacity(resources.len());
+    for (i, any) in resources.iter().enumerate() {
+        let c = decode_resource(any).map_err(|message| ConfigError {
+            file: format!("resources[{i}]"),
+            path: String::new(),
+            message,
+        })?;
+        files.push(c);
+    }
+    config_from_protos(files, opts)
+}
+
+/// As [`config_from_resources`], from decoded messages.
+pub fn config_from_protos(
+    configs: Vec<pb::RateLimitConfig>,
+    opts: LoadOptions,
+) -> Result<Config, ConfigError> {
+    let files = configs
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let label = if c.name.is_empty() {
+                format!("RateLimitConfig resources[{i}]")
+            } else {
+                format!("RateLimitConfig \"{}\"", c.name)
+            };
+            (label, raw_file(c))
+        })
+        .collect();
+    Config::from_raw(files, opts)
+}
+
+pub(super) fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
+    if any.type_url == WRAPPED_TYPE_URL {
+        let wrapped = Resource::decode(any.value.as_slice())
+            .map_err(|e| format!("cannot decode {WRAPPED_TYPE_URL}: {e}"))?;
+        let inner = wrapped
+            .resource
+            .ok_or_else(|| format!("wrapped resource \"{}\" has no body", wrapped.name))?;
+        if inner.type_url != TYPE_URL {
+            return Err(format!(
+                "unexpected resource type {} (expected {TYPE_URL})",
+                inner.type_url
+            ));
+        }
+        return pb::RateLimitConfig::decode(inner.value.as_slice())
+            .map_err(|e| format!("cannot decode RateLimitConfig: {e}"));
+    }
+    if any.type_url != TYPE_URL {
+        return Err(format!(
+            "unexpected resource type {} (expected {TYPE_URL})",
+            any.type_url
+        ));
+    }
+    pb::RateLimitConfig::decode(any.value.as_slice())
+        .map_err(|e| format!("cannot decode RateLimitConfig: {e}"))
+}
+
+fn raw_file(c: pb::RateLimitConfig) -> RawFile {
+    RawFile {
+        domain: Some(c.domain),
+        descriptors: Some(c.descriptors.into_iter().map(raw_descriptor).collect()),
+        rate_api: None,
+    }
+}
+
+fn raw_descriptor(d: pb::RateLimitDescriptor) -> RawDescriptor {
+    RawDescriptor {
+        key: Some(d.key),
+        value: Some(d.value),
+        rate_limit: d.rate_limit.map(raw_limit),
+        rate_limits: None,
+        descriptors: if d.descriptors.is_empty() {
+            None
+        } else {
+            Some(d.descriptors.into_iter().map(raw_descriptor).collect())
+        },
+        shadow_mode: d.shadow_mode,
+        quota_mode: d.quota_mode,
+        detailed_metric: d.detailed_metric,
+        value_to_metric: false,
+        share_threshold: false,
+        metadata: d.metadata.map(|s| struct_to_yaml(&s)),
+    }
+}
+
+fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
+    // UNKNOWN is what an unset unit reads as, and an unlimited policy sets none.
+    let unit = match pb::RateLimitUnit::try_from(p.unit) {
+        Ok(pb::RateLimitUnit::Unknown) if p.unlimited => None,
+        Ok(u) => Some(u.as_str_name().to_ascii_lowercase()),
+        Err(_) => Some(p.unit.to_string()),
+    };
+    RawRateLimit {
+        unit,
+        requests_per_unit: Some(p.requests_per_unit),
+        unlimited: p.unlimited,
+        name: Some(p.name).filter(|n| !n.is_empty()),
+        replaces: if p.replaces.is_empty() {
+            None
+        } else {
+            Some(
+                p.replaces
+                    .into_iter()
+                    .map(|r| RawReplaces { name: Some(r.name) })
+                    .collect(),
+            )
+        },
+        algorithm: None,
+        burst: None,
+        queue: None,
+    }
+}
+
+fn struct_to_yaml(s: &prost_types::Struct) -> serde_yaml::Mapping {
+    s.fields
+        .iter()
+        .map(|(k, v)| (serde_yaml::Value::String(k.clone()), value_to_yaml(v)))
+        .collect()
+}
+
+fn value_to_yaml(v: &prost_types::Value) -> serde_yaml::Value {
+    use prost_types::value::Kind;
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => serde_yaml::Value::Null,
+        Some(Kind::NumberValue(n)) => serde_yaml::Value::Number((*n).into()),
+        Some(Kind::StringValue(s)) => serde_yaml::Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => serde_yaml::Value::Bool(*b),
+        Some(Kind::StructValue(s)) => serde_yaml::Value::Mapping(struct_to_yaml(s)),
+        Some(Kind::ListValue(l)) => {
+            serde_yaml::Value::Sequence(l.values.iter().map(value_to_yaml).collect())
+        }
+    }
+}
