@@ -26,7 +26,10 @@ use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
 use crate::config::Algorithm;
-use crate::limiter::{Op, Params};
+use crate::limiter::{
+    FailureMode, Op, Params, State, Store, StoreError, StoreFuture, StoreOp, StorePolicy,
+    StoreReply,
+};
 
 /// Sliding window: adds `hits` to the current window if the weighted estimate allows it.
 ///
@@ -101,17 +104,6 @@ redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
 return tat
 ";
 
-/// How decisions are made while Redis cannot be reached (the breaker is open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureMode {
-    /// Decide on this replica's own in-memory counters (limits become per replica).
-    Fallback,
-    /// Admit everything.
-    FailOpen,
-    /// Answer UNAVAILABLE, so Envoy's `failure_mode_deny` decides.
-    FailClosed,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisType {
     Single,
@@ -142,16 +134,9 @@ pub struct RedisSettings {
     pub per_second: Option<RedisTarget>,
     pub prefix: String,
     pub jitter_max_secs: u64,
-    /// `LOCAL_CACHE_SIZE_IN_BYTES`: memory for keys known to be over until their window ends.
-    pub local_cache_bytes: usize,
-    /// Every Redis round trip is abandoned after this; the breaker counts it as a failure.
-    pub deadline: Duration,
-    pub failure_mode: FailureMode,
-    /// Consecutive failures (errors, or round trips slower than `slow`) that open the breaker.
-    pub breaker_failures: u32,
-    pub slow: Duration,
-    /// How long the breaker stays open before a half-open probe.
-    pub cooldown: Duration,
+    /// How the shards use Redis: `TURNSTILE_REDIS_DEADLINE_MS`, `_SLOW_MS`, `_BREAKER_FAILURES`,
+    /// `_COOLDOWN_MS`, `_FAILURE_MODE`, and `LOCAL_CACHE_SIZE_IN_BYTES`.
+    pub policy: StorePolicy,
 }
 
 impl RedisSettings {
@@ -246,15 +231,17 @@ impl RedisSettings {
             },
             prefix: get("CACHE_KEY_PREFIX").unwrap_or_default(),
             jitter_max_secs: num("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
-            local_cache_bytes: num("LOCAL_CACHE_SIZE_IN_BYTES", 1 << 20)? as usize,
-            deadline,
-            failure_mode,
-            breaker_failures: num("TURNSTILE_REDIS_BREAKER_FAILURES", 3)?.max(1) as u32,
-            slow: Duration::from_millis(num(
-                "TURNSTILE_REDIS_SLOW_MS",
-                deadline.as_millis() as u64,
-            )?),
-            cooldown: Duration::from_millis(num("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?),
+            policy: StorePolicy {
+                local_cache_bytes: num("LOCAL_CACHE_SIZE_IN_BYTES", 1 << 20)? as usize,
+                deadline,
+                failure_mode,
+                breaker_failures: num("TURNSTILE_REDIS_BREAKER_FAILURES", 3)?.max(1) as u32,
+                slow: Duration::from_millis(num(
+                    "TURNSTILE_REDIS_SLOW_MS",
+                    deadline.as_millis() as u64,
+                )?),
+                cooldown: Duration::from_millis(num("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?),
+            },
         }))
     }
 }
@@ -286,7 +273,7 @@ type Numbered = Vec<(usize, Cmd)>;
 
 /// One op as sent to Redis, with what its answer means.
 #[derive(Debug, Clone)]
-pub(crate) enum Cmd {
+enum Cmd {
     /// `INCRBY key hits` + `PEXPIRE key ttl`: answers the count after.
     Fixed {
         key: String,
@@ -448,12 +435,13 @@ impl RedisStore {
     /// Connects and checks every deployment with a PING, so a wrong address or password stops
     /// the start instead of sending every decision to the fallback.
     pub async fn connect(s: &RedisSettings) -> Result<RedisStore, String> {
-        let main = connect(&s.main, s.deadline).await?;
+        let deadline = s.policy.deadline;
+        let main = connect(&s.main, deadline).await?;
         let per_second = match &s.per_second {
-            Some(t) => Some(connect(t, s.deadline).await?),
+            Some(t) => Some(connect(t, deadline).await?),
             None => None,
         };
-        let check = Duration::from_secs(5).max(s.deadline);
+        let check = Duration::from_secs(5).max(deadline);
         for (name, dep) in [
             ("REDIS_URL", Some(&main)),
             ("REDIS_PERSECOND_URL", per_second.as_ref()),
@@ -483,7 +471,7 @@ impl RedisStore {
     }
 
     /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
-    pub(crate) fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
+    fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
         let p = &op.params;
         let w = p.window_ms.max(1);
         let now_ms = now / 1_000_000;
@@ -563,176 +551,275 @@ impl RedisStore {
             }
         }
     }
+}
 
-    /// Runs `cmds` (with the params that route them) as one pipeline per deployment, within
-    /// `deadline`; answers one reply per command, in order.
-    pub(crate) async fn run(
-        self: Arc<Self>,
-        conn: usize,
-        cmds: Vec<(Cmd, Params)>,
-        deadline: Duration,
-    ) -> Result<Vec<Vec<i64>>, String> {
-        let fut = async {
-            let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
-            for (i, (c, p)) in cmds.into_iter().enumerate() {
-                if self.per_second.is_some() && c.per_second(&p) {
-                    second.push((i, c));
-                } else {
-                    main.push((i, c));
-                }
+impl Store for RedisStore {
+    /// One pipeline per deployment (per-second limits go to their own Redis when one is set).
+    fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture {
+        let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
+        let mut asked = Vec::with_capacity(batch.len());
+        for (i, b) in batch.iter().enumerate() {
+            let c = self.cmd(b.op, now, b.give_back);
+            if self.per_second.is_some() && c.per_second(&b.op.params) {
+                second.push((i, c));
+            } else {
+                main.push((i, c));
             }
-            let n = main.len() + second.len();
-            let mut out = vec![Vec::new(); n];
-            for (dep, list) in [(Some(&self.main), main), (self.per_second.as_ref(), second)] {
-                let (Some(dep), false) = (dep, list.is_empty()) else {
-                    continue;
-                };
-                let c = dep.conns[conn % dep.conns.len()].clone();
-                let replies = self.exec(c, list.iter().map(|(_, c)| c)).await?;
-                for ((i, _), r) in list.into_iter().zip(replies) {
-                    out[i] = r;
-                }
-            }
-            Ok(out)
+            asked.push(Asked {
+                params: b.op.params,
+                hits: b.op.hits,
+                give_back: b.give_back,
+            });
+        }
+        let pick = |dep: Option<&Deployment>, list: Numbered| {
+            let dep = dep.filter(|_| !list.is_empty())?;
+            Some((dep.conns[lane % dep.conns.len()].clone(), list))
         };
-        match tokio::time::timeout(deadline, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("Redis did not answer within {deadline:?}")),
-        }
-    }
-
-    fn add(&self, pipe: &mut Pipeline, c: &Cmd) {
-        let _ = self;
-        match c {
-            Cmd::Fixed { key, hits, ttl_ms } => {
-                pipe.cmd("INCRBY").arg(key).arg(*hits);
-                pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms).ignore();
-            }
-            // EVAL with the script text: Redis caches scripts by their hash, and a restarted
-            // Redis needs no reload (EVALSHA would answer NOSCRIPT there).
-            Cmd::Sliding {
-                cur,
-                prev,
-                limit,
-                hits,
-                left_ms,
-                window_ms,
-            } => {
-                pipe.cmd("EVAL")
-                    .arg(SLIDING)
-                    .arg(2)
-                    .arg(cur)
-                    .arg(prev)
-                    .arg(*limit)
-                    .arg(*hits)
-                    .arg(*left_ms)
-                    .arg(*window_ms)
-                    .arg(2 * *window_ms);
-            }
-            Cmd::Gcra {
-                key,
-                now_us,
-                interval_us,
-                burst,
-                hits,
-            } => {
-                pipe.cmd("EVAL")
-                    .arg(GCRA)
-                    .arg(1)
-                    .arg(key)
-                    .arg(*now_us)
-                    .arg(*interval_us)
-                    .arg(*burst)
-                    .arg(*hits);
-            }
-            Cmd::RefundCount { key, hits } => {
-                pipe.cmd("EVAL")
-                    .arg(REFUND_COUNT)
-                    .arg(1)
-                    .arg(key)
-                    .arg(*hits);
-            }
-            Cmd::RefundGcra {
-                key,
-                now_us,
-                interval_us,
-                hits,
-            } => {
-                pipe.cmd("EVAL")
-                    .arg(REFUND_GCRA)
-                    .arg(1)
-                    .arg(key)
-                    .arg(*now_us)
-                    .arg(*interval_us)
-                    .arg(*hits);
-            }
-        }
-    }
-
-    async fn exec<'a>(
-        &self,
-        conn: Conn,
-        cmds: impl Iterator<Item = &'a Cmd>,
-    ) -> Result<Vec<Vec<i64>>, String> {
-        let cmds: Vec<&Cmd> = cmds.collect();
-        let values: Vec<Value> = match conn {
-            Conn::Single(mut m) => {
-                let mut pipe = redis::pipe();
-                for c in &cmds {
-                    self.add(&mut pipe, c);
-                }
-                pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
-            }
-            Conn::Sentinel(s) => {
-                let mut guard = s.lock().await;
-                if guard.1.is_none() {
-                    let c = guard
-                        .0
-                        .get_async_connection()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    guard.1 = Some(c);
-                }
-                let mut c = guard.1.clone().expect("connected");
-                drop(guard);
-                let mut pipe = redis::pipe();
-                for cmd in &cmds {
-                    self.add(&mut pipe, cmd);
-                }
-                match pipe.query_async(&mut c).await {
-                    Ok(v) => v,
-                    Err(e) => {
-                        // The master may have moved: ask the sentinels again next time.
-                        s.lock().await.1 = None;
-                        return Err(e.to_string());
+        let lists = [
+            pick(Some(&self.main), main),
+            pick(self.per_second.as_ref(), second),
+        ];
+        Box::pin(async move {
+            let fut = async {
+                let mut out = vec![Vec::new(); asked.len()];
+                for (conn, list) in lists.into_iter().flatten() {
+                    let (at, cmds): (Vec<usize>, Vec<Cmd>) = list.into_iter().unzip();
+                    let replies = exec(conn, &cmds).await?;
+                    for (i, r) in at.into_iter().zip(replies) {
+                        out[i] = r;
                     }
                 }
-            }
-            Conn::Cluster(c) => {
-                // A pipeline must stay within one slot: each command (its keys share a hash tag
-                // or are one key) goes on its own, all at once.
-                let futs = cmds.iter().map(|cmd| {
-                    let mut c = c.clone();
-                    let mut pipe = redis::pipe();
-                    self.add(&mut pipe, cmd);
-                    async move { pipe.query_async::<Vec<Value>>(&mut c).await }
-                });
-                let mut out = Vec::with_capacity(cmds.len());
-                for r in futures_util::future::join_all(futs).await {
-                    let mut v = r.map_err(|e| e.to_string())?;
-                    out.push(v.pop().unwrap_or(Value::Nil));
+                Ok(out)
+            };
+            let raw = match tokio::time::timeout(deadline, fut).await {
+                Ok(r) => r.map_err(StoreError)?,
+                Err(_) => {
+                    return Err(StoreError(format!(
+                        "Redis did not answer within {deadline:?}"
+                    )))
                 }
-                out
-            }
-        };
-        if values.len() != cmds.len() {
-            return Err(format!(
-                "Redis answered {} replies to {} commands",
-                values.len(),
-                cmds.len()
-            ));
+            };
+            Ok(asked
+                .iter()
+                .zip(&raw)
+                .map(|(a, r)| a.decode(r, now))
+                .collect())
+        })
+    }
+}
+
+fn add(pipe: &mut Pipeline, c: &Cmd) {
+    match c {
+        Cmd::Fixed { key, hits, ttl_ms } => {
+            pipe.cmd("INCRBY").arg(key).arg(*hits);
+            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms).ignore();
         }
-        Ok(values.into_iter().map(ints).collect())
+        // EVAL with the script text: Redis caches scripts by their hash, and a restarted
+        // Redis needs no reload (EVALSHA would answer NOSCRIPT there).
+        Cmd::Sliding {
+            cur,
+            prev,
+            limit,
+            hits,
+            left_ms,
+            window_ms,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(SLIDING)
+                .arg(2)
+                .arg(cur)
+                .arg(prev)
+                .arg(*limit)
+                .arg(*hits)
+                .arg(*left_ms)
+                .arg(*window_ms)
+                .arg(2 * *window_ms);
+        }
+        Cmd::Gcra {
+            key,
+            now_us,
+            interval_us,
+            burst,
+            hits,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(GCRA)
+                .arg(1)
+                .arg(key)
+                .arg(*now_us)
+                .arg(*interval_us)
+                .arg(*burst)
+                .arg(*hits);
+        }
+        Cmd::RefundCount { key, hits } => {
+            pipe.cmd("EVAL")
+                .arg(REFUND_COUNT)
+                .arg(1)
+                .arg(key)
+                .arg(*hits);
+        }
+        Cmd::RefundGcra {
+            key,
+            now_us,
+            interval_us,
+            hits,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(REFUND_GCRA)
+                .arg(1)
+                .arg(key)
+                .arg(*now_us)
+                .arg(*interval_us)
+                .arg(*hits);
+        }
+    }
+}
+
+/// Sends `cmds` over `conn`; answers each command's reply as integers, in order.
+async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, String> {
+    let values: Vec<Value> = match conn {
+        Conn::Single(mut m) => {
+            let mut pipe = redis::pipe();
+            for c in cmds {
+                add(&mut pipe, c);
+            }
+            pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
+        }
+        Conn::Sentinel(s) => {
+            let mut guard = s.lock().await;
+            if guard.1.is_none() {
+                let c = guard
+                    .0
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                guard.1 = Some(c);
+            }
+            let mut c = guard.1.clone().expect("connected");
+            drop(guard);
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                add(&mut pipe, cmd);
+            }
+            match pipe.query_async(&mut c).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // The master may have moved: ask the sentinels again next time.
+                    s.lock().await.1 = None;
+                    return Err(e.to_string());
+                }
+            }
+        }
+        Conn::Cluster(c) => {
+            // A pipeline must stay within one slot: each command (its keys share a hash tag
+            // or are one key) goes on its own, all at once.
+            let futs = cmds.iter().map(|cmd| {
+                let mut c = c.clone();
+                let mut pipe = redis::pipe();
+                add(&mut pipe, cmd);
+                async move { pipe.query_async::<Vec<Value>>(&mut c).await }
+            });
+            let mut out = Vec::with_capacity(cmds.len());
+            for r in futures_util::future::join_all(futs).await {
+                let mut v = r.map_err(|e| e.to_string())?;
+                out.push(v.pop().unwrap_or(Value::Nil));
+            }
+            out
+        }
+    };
+    if values.len() != cmds.len() {
+        return Err(format!(
+            "Redis answered {} replies to {} commands",
+            values.len(),
+            cmds.len()
+        ));
+    }
+    Ok(values.into_iter().map(ints).collect())
+}
+
+/// What an op asked of Redis, kept to read its reply.
+struct Asked {
+    params: Params,
+    hits: u64,
+    give_back: bool,
+}
+
+impl Asked {
+    /// Turns the reply to this op (the integers of a script's array, or INCRBY's count) into
+    /// the key's state before the op's hits and the script's verdict.
+    fn decode(&self, reply: &[i64], now: u64) -> StoreReply {
+        let p = &self.params;
+        let w = p.window_ms.max(1) * 1_000_000;
+        // States keep the window index modulo 2^32 (see `State`).
+        let idx = (now / w) as u32;
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let first = reply.first().copied().unwrap_or(0);
+        if self.give_back {
+            // REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
+            let before = match p.algorithm {
+                Algorithm::FixedWindow => State::Fixed {
+                    window: idx,
+                    count: clamp(first.max(0) as u64),
+                },
+                Algorithm::SlidingWindow => State::Sliding {
+                    window: idx,
+                    prev: 0,
+                    cur: first.max(0) as u32,
+                },
+                Algorithm::TokenBucket { .. } => State::Gcra {
+                    tat: if first < 0 { now } else { first as u64 * 1000 },
+                },
+            };
+            return StoreReply {
+                before,
+                allowed: None,
+            };
+        }
+        let hits = self.hits;
+        match p.algorithm {
+            // INCRBY answers the count after the hits.
+            Algorithm::FixedWindow => StoreReply {
+                before: State::Fixed {
+                    window: idx,
+                    count: clamp((first.max(0) as u64).saturating_sub(hits)),
+                },
+                allowed: None,
+            },
+            // SLIDING answers {allowed, current count after, previous count}.
+            Algorithm::SlidingWindow => {
+                let allowed = first == 1;
+                let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
+                let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
+                let cur = if allowed {
+                    cur.saturating_sub(hits)
+                } else {
+                    cur
+                };
+                StoreReply {
+                    before: State::Sliding {
+                        window: idx,
+                        prev: clamp(prev),
+                        cur: clamp(cur),
+                    },
+                    allowed: Some(allowed),
+                }
+            }
+            // GCRA answers {allowed, TAT after (µs)}.
+            Algorithm::TokenBucket { .. } => {
+                let allowed = first == 1;
+                let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
+                let interval = w / u64::from(p.requests_per_unit.max(1));
+                let tat = if allowed {
+                    tat.saturating_sub(interval.saturating_mul(hits))
+                } else {
+                    tat
+                };
+                StoreReply {
+                    before: State::Gcra { tat },
+                    allowed: Some(allowed),
+                }
+            }
+        }
     }
 }
 
@@ -815,7 +902,7 @@ mod tests {
         let ps = s.per_second.unwrap();
         assert_eq!((ps.url.as_str(), ps.kind), ("b:2", RedisType::Cluster));
         assert_eq!(
-            (s.prefix.as_str(), s.failure_mode),
+            (s.prefix.as_str(), s.policy.failure_mode),
             ("p_", FailureMode::FailClosed)
         );
     }

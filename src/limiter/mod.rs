@@ -4,6 +4,7 @@
 mod algorithm;
 mod clock;
 mod shard;
+mod store;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -17,6 +18,7 @@ pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
 use shard::{Answer, Decide, Local, Msg, ReplyTo, Shard};
 pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub use store::{FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply};
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
@@ -186,17 +188,15 @@ impl Engine {
         Self::with_backend(shards, capacity, max_waiters, clock, None, usize::MAX)
     }
 
-    /// Like [`Engine::new`], deciding through Redis when `redis` is given, and holding at most
-    /// `max_keys` keys in memory (spread over the shards; a key flood evicts past it).
+    /// Like [`Engine::new`], deciding through a shared store (Redis) when `store` is given, used
+    /// as its policy says, and holding at most `max_keys` keys in memory (spread over the
+    /// shards; a key flood evicts past it).
     pub fn with_backend(
         shards: usize,
         capacity: usize,
         max_waiters: usize,
         clock: Clock,
-        redis: Option<(
-            Arc<crate::backend::redis::RedisStore>,
-            Arc<crate::backend::redis::RedisSettings>,
-        )>,
+        store: Option<(Arc<dyn Store>, StorePolicy)>,
         max_keys: usize,
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
@@ -209,9 +209,9 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let remote = redis
-                .as_ref()
-                .map(|(store, s)| shard::Remote::new(store.clone(), s.clone(), i, shards));
+            let remote = store.as_ref().map(|(store, policy)| {
+                shard::Remote::new(store.clone(), policy.clone(), i, shards)
+            });
             tasks.push(ShardTask {
                 engine: id,
                 index: i,

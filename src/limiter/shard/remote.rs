@@ -17,13 +17,12 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use super::{judge, Commit, Decide, Shard, Verdict, Waiter};
-use crate::backend::redis::{FailureMode, RedisSettings, RedisStore};
-use crate::config::Algorithm;
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
 use crate::limiter::{Op, Outcome, Reply, Role};
 
 /// What a finished round trip reports to its shard.
-pub(crate) type Done = (Result<Vec<Vec<i64>>, String>, Duration);
+pub(crate) type Done = (Result<Vec<StoreReply>, StoreError>, Duration);
 
 /// Breaker states as the shard's stats show them.
 pub const BREAKER_CLOSED: u64 = 0;
@@ -68,9 +67,10 @@ struct InFlight {
 }
 
 pub(crate) struct Remote {
-    store: Arc<RedisStore>,
-    settings: Arc<RedisSettings>,
-    conn: usize,
+    store: Arc<dyn Store>,
+    policy: StorePolicy,
+    /// The store connection this shard uses (its index).
+    lane: usize,
     breaker: Breaker,
     batch: Vec<Pending>,
     undo: Vec<Op>,
@@ -87,18 +87,18 @@ pub(crate) struct Remote {
 
 impl Remote {
     pub(crate) fn new(
-        store: Arc<RedisStore>,
-        settings: Arc<RedisSettings>,
-        conn: usize,
+        store: Arc<dyn Store>,
+        policy: StorePolicy,
+        lane: usize,
         shards: usize,
     ) -> Remote {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         // About 64 bytes a cached key, the budget split between shards.
-        let over_cap = settings.local_cache_bytes / 64 / shards.max(1);
+        let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
         Remote {
             store,
-            settings,
-            conn,
+            policy,
+            lane,
             breaker: Breaker {
                 failures: 0,
                 open_until: None,
@@ -179,7 +179,7 @@ impl Shard {
         let mode = self
             .remote
             .as_ref()
-            .map_or(FailureMode::Fallback, |r| r.settings.failure_mode);
+            .map_or(FailureMode::Fallback, |r| r.policy.failure_mode);
         match mode {
             FailureMode::Fallback => self.decide(d),
             FailureMode::FailOpen => {
@@ -259,27 +259,31 @@ impl Shard {
         }
         let pendings = std::mem::take(&mut r.batch);
         let undo = std::mem::take(&mut r.undo);
-        let mut cmds = Vec::new();
+        let mut batch = Vec::new();
         for p in &pendings {
             let d = match p {
                 Pending::New(d) => d,
                 Pending::Head(w, ..) => &w.msg,
             };
             for op in &d.ops {
-                cmds.push((r.store.cmd(op, now, op.refund), op.params));
+                batch.push(StoreOp {
+                    op,
+                    give_back: op.refund,
+                });
             }
         }
         for op in &undo {
-            cmds.push((r.store.cmd(op, now, true), op.params));
+            batch.push(StoreOp {
+                op,
+                give_back: true,
+            });
         }
+        let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
         r.in_flight = Some(InFlight { pendings, now });
-        let store = r.store.clone();
         let tx = r.done_tx.clone();
-        let conn = r.conn;
-        let deadline = r.settings.deadline;
         tokio::spawn(async move {
             let started = Instant::now();
-            let result = store.run(conn, cmds, deadline).await;
+            let result = round_trip.await;
             let _ = tx.send((result, started.elapsed()));
         });
         self.stats.breaker.store(
@@ -294,7 +298,7 @@ impl Shard {
         let Some(flight) = r.in_flight.take() else {
             return;
         };
-        let ok = result.as_ref().is_ok_and(|_| latency <= r.settings.slow);
+        let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
         let b = &mut r.breaker;
         if ok {
             b.failures = 0;
@@ -303,8 +307,8 @@ impl Shard {
         } else {
             b.probing = false;
             b.failures += 1;
-            if b.failures >= r.settings.breaker_failures || b.open_until.is_some() {
-                b.open_until = Some(Instant::now() + r.settings.cooldown);
+            if b.failures >= r.policy.breaker_failures || b.open_until.is_some() {
+                b.open_until = Some(Instant::now() + r.policy.cooldown);
             }
             self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
             let log = r
@@ -346,7 +350,7 @@ impl Shard {
         self.flush();
     }
 
-    fn apply(&mut self, flight: InFlight, replies: Vec<Vec<i64>>) {
+    fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let now = flight.now;
         let mut at = 0;
         for p in flight.pendings {
@@ -432,74 +436,15 @@ impl Shard {
         self.events.push(std::cmp::Reverse((at, key.into())));
     }
 
-    /// Turns Redis's answer to one op into the same evaluation the memory engine makes, and
-    /// whether Redis counted its hits.
-    fn remote_eval(&mut self, op: &Op, reply: &[i64], now: u64) -> (Eval, bool) {
+    /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
+    /// whether the store counted its hits.
+    fn remote_eval(&mut self, op: &Op, reply: &StoreReply, now: u64) -> (Eval, bool) {
         let p = &op.params;
-        let w = p.window_ms.max(1) * 1_000_000;
-        // States keep the window index modulo 2^32 (see `State`).
-        let idx = (now / w) as u32;
-        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-        let first = reply.first().copied().unwrap_or(0);
         if op.refund {
-            let state = match p.algorithm {
-                Algorithm::FixedWindow => State::Fixed {
-                    window: idx,
-                    count: clamp(first.max(0) as u64),
-                },
-                Algorithm::SlidingWindow => State::Sliding {
-                    window: idx,
-                    prev: 0,
-                    cur: first.max(0) as u32,
-                },
-                Algorithm::TokenBucket { .. } => State::Gcra {
-                    tat: if first < 0 { now } else { first as u64 * 1000 },
-                },
-            };
-            return (state.eval(p, now, 0), false);
+            return (reply.before.eval(p, now, 0), false);
         }
         let hits = op.hits;
-        let (before, allowed) = match p.algorithm {
-            Algorithm::FixedWindow => {
-                let after = first.max(0) as u64;
-                (
-                    State::Fixed {
-                        window: idx,
-                        count: clamp(after.saturating_sub(hits)),
-                    },
-                    None,
-                )
-            }
-            Algorithm::SlidingWindow => {
-                let allowed = first == 1;
-                let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
-                let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
-                let cur = if allowed {
-                    cur.saturating_sub(hits)
-                } else {
-                    cur
-                };
-                (
-                    State::Sliding {
-                        window: idx,
-                        prev: clamp(prev),
-                        cur: clamp(cur),
-                    },
-                    Some(allowed),
-                )
-            }
-            Algorithm::TokenBucket { .. } => {
-                let allowed = first == 1;
-                let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
-                let interval = w / u64::from(p.requests_per_unit.max(1));
-                let tat = if allowed {
-                    tat.saturating_sub(interval.saturating_mul(hits))
-                } else {
-                    tat
-                };
-                (State::Gcra { tat }, Some(allowed))
-            }
-        };
+        let (before, allowed) = (reply.before, reply.allowed);
         let mut e = before.eval(p, now, hits);
         // The script's verdict stands (its arithmetic is in milliseconds or microseconds).
         if let Some(allowed) = allowed {
