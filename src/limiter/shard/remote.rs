@@ -16,7 +16,8 @@ use fnv::{FnvHashMap, FnvHashSet};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
-use super::{judge, Commit, Decide, Shard, Verdict, Waiter};
+use super::decide::{judge, Commit, Verdict};
+use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
 use crate::limiter::{Op, Outcome, Reply, Role};
