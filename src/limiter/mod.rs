@@ -68,16 +68,26 @@ pub type Outcomes = SmallVec<[Outcome; 1]>;
 
 /// A shard's answer to one message.
 #[derive(Debug)]
-pub struct Reply {
-    pub outcomes: Outcomes,
-    /// Whether the shard consumed the hits of the ops that fit.
-    pub committed: bool,
-    pub waited_ns: u64,
-    pub timed_out: bool,
-    /// The backend could not decide (Redis down, failure mode `fail_closed`).
-    pub failed: bool,
-    /// The hits were counted in Redis (so an undo goes there).
-    pub remote: bool,
+pub(crate) struct Reply {
+    pub(crate) outcomes: Outcomes,
+    pub(crate) hits: Hits,
+    pub(crate) waited_ns: u64,
+}
+
+/// What became of the hits of a message's ops that fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hits {
+    /// Not counted: the message was refused, or answered without counting (fail-open, a part
+    /// cancelled or undone).
+    NotCounted,
+    /// Not counted: the message waited in a queue until its deadline.
+    TimedOut,
+    /// Counted in the shard's table (so an undo goes there).
+    InMemory,
+    /// Counted in the store (so an undo goes there).
+    InStore,
+    /// Not counted: the store could not decide (failure mode `fail_closed`), so the request fails.
+    StoreFailed,
 }
 
 impl Reply {
@@ -85,12 +95,22 @@ impl Reply {
     pub(crate) fn refused(outcomes: Outcomes, waited_ns: u64) -> Reply {
         Reply {
             outcomes,
-            committed: false,
+            hits: Hits::NotCounted,
             waited_ns,
-            timed_out: false,
-            failed: false,
-            remote: false,
         }
+    }
+
+    /// Whether the shard consumed the hits of the ops that fit.
+    pub(crate) fn committed(&self) -> bool {
+        matches!(self.hits, Hits::InMemory | Hits::InStore)
+    }
+
+    pub(crate) fn timed_out(&self) -> bool {
+        self.hits == Hits::TimedOut
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.hits == Hits::StoreFailed
     }
 }
 
@@ -246,7 +266,7 @@ impl Engine {
                     whole: true,
                     global_shadow,
                     may_wait: true,
-                    reply: ReplyTo::Here,
+                    reply: ReplyTo::InPlace,
                 },
             )?;
             let reply = match answer {
@@ -262,13 +282,13 @@ impl Engine {
                     reply
                 }
             };
-            if reply.failed {
+            if reply.failed() {
                 return Err(EngineError::Unavailable);
             }
             return Ok(Decision {
+                timed_out: reply.timed_out(),
                 outcomes: reply.outcomes,
                 waited_ns: reply.waited_ns,
-                timed_out: reply.timed_out,
             });
         }
         // Boxed: its state is large, and a future holds the state of every branch, so inlining
@@ -320,20 +340,20 @@ impl Engine {
     /// not busy, otherwise through its mailbox.
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
         if let Some(cell) = find_on_this_thread(self.inner.id, shard) {
-            if let Ok(mut local) = cell.try_borrow_mut() {
-                local.handle_here(msg);
+            if let Ok(mut shard_here) = cell.try_borrow_mut() {
+                shard_here.handle_in_place(msg);
                 return Ok(());
             }
         }
         self.mail(shard, msg)
     }
 
-    /// Sends a decide (made with [`ReplyTo::Here`]): decided now when the shard lives on this
+    /// Sends a decide (made with [`ReplyTo::InPlace`]): decided now when the shard lives on this
     /// thread and is not busy, otherwise answered later through a channel.
     fn submit(&self, shard: usize, mut d: Decide) -> Result<Answer, EngineError> {
         if let Some(cell) = find_on_this_thread(self.inner.id, shard) {
-            if let Ok(mut local) = cell.try_borrow_mut() {
-                return Ok(local.decide_here(d));
+            if let Ok(mut shard_here) = cell.try_borrow_mut() {
+                return Ok(shard_here.decide_in_place(d));
             }
         }
         let (tx, rx) = oneshot::channel();

@@ -5,7 +5,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::shard::{Answer, Decide, Msg, ReplyTo};
-use super::{Decision, Engine, EngineError, Op, Outcome, Reply, Role};
+use super::{Decision, Engine, EngineError, Hits, Op, Outcome, Reply, Role};
 use crate::descriptor::shard_of;
 
 /// Where each op of the request went: (part, index in the part).
@@ -31,7 +31,7 @@ impl Engine {
             let reply = request.parts[p].reply.as_ref().expect("collected");
             decision.outcomes.push(reply.outcomes[i]);
             decision.waited_ns = decision.waited_ns.max(reply.waited_ns);
-            decision.timed_out |= reply.timed_out;
+            decision.timed_out |= reply.timed_out();
         }
         // The overall verdict also counts quota-mode ops, which no single shard can judge.
         let quota_refused = !global_shadow && {
@@ -151,10 +151,10 @@ impl SpreadRequest<'_> {
                 whole: false,
                 global_shadow,
                 may_wait,
-                reply: ReplyTo::Here,
+                reply: ReplyTo::InPlace,
             };
             match self.engine.submit(part.shard, d)? {
-                Answer::Now(reply) if reply.failed => return Err(EngineError::Unavailable),
+                Answer::Now(reply) if reply.failed() => return Err(EngineError::Unavailable),
                 Answer::Now(reply) => part.reply = Some(reply),
                 Answer::Later(rx) => part.rx = Some(rx),
             }
@@ -185,7 +185,7 @@ impl SpreadRequest<'_> {
         // Parts decided synchronously have answered already.
         let mut refused = which
             .iter()
-            .any(|&i| self.parts[i].reply.as_ref().is_some_and(|r| !r.committed));
+            .any(|&i| self.parts[i].reply.as_ref().is_some_and(|r| !r.committed()));
         while !refused {
             let (i, reply) = {
                 let futs: Vec<_> = self
@@ -204,10 +204,10 @@ impl SpreadRequest<'_> {
                 futures_util::future::select_all(futs).await.0
             };
             let reply = reply.map_err(|_| EngineError::Stopped)?;
-            if reply.failed {
+            if reply.failed() {
                 return Err(EngineError::Unavailable);
             }
-            refused = !reply.committed;
+            refused = !reply.committed();
             self.parts[i].rx = None;
             self.parts[i].reply = Some(reply);
         }
@@ -262,7 +262,7 @@ impl SpreadRequest<'_> {
 
     fn undo(&mut self) {
         for p in self.parts.iter_mut() {
-            if p.reply.as_ref().is_some_and(|r| r.committed) {
+            if p.reply.as_ref().is_some_and(|r| r.committed()) {
                 let ops: Vec<Op> = p
                     .ops
                     .iter()
@@ -271,12 +271,12 @@ impl SpreadRequest<'_> {
                     .map(|(o, _)| o.clone())
                     .collect();
                 if !ops.is_empty() {
-                    let remote = p.reply.as_ref().is_some_and(|r| r.remote);
+                    let in_store = p.reply.as_ref().is_some_and(|r| r.hits == Hits::InStore);
                     // Best effort when the shard's queue is full: the window ends anyway.
-                    let _ = self.engine.send(p.shard, Msg::Undo(ops, remote));
+                    let _ = self.engine.send(p.shard, Msg::Undo { ops, in_store });
                 }
                 if let Some(r) = p.reply.as_mut() {
-                    r.committed = false;
+                    r.hits = Hits::NotCounted;
                 }
             }
         }

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use super::table::to_secs_ceil;
 use super::{Decide, Shard};
 use crate::limiter::algorithm::{Eval, State};
-use crate::limiter::{Op, Outcome, Outcomes, Reply, Role};
+use crate::limiter::{Hits, Op, Outcome, Outcomes, Reply, Role};
 
 /// (op index, next state, the key's position in the table if it has one) of the ops of a
 /// message that fit, to store if the message is admitted.
@@ -175,11 +175,11 @@ impl Shard {
         let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
         let reply = Reply {
             outcomes,
-            committed: true,
+            hits: match commit {
+                Commit::Memory(_) => Hits::InMemory,
+                Commit::Remote(_) => Hits::InStore,
+            },
             waited_ns: waited,
-            timed_out: false,
-            failed: false,
-            remote: matches!(commit, Commit::Remote(_)),
         };
         if since.is_some() {
             self.stats

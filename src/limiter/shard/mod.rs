@@ -39,9 +39,12 @@ use table::Table;
 #[derive(Debug)]
 pub(crate) enum Msg {
     Decide(Decide),
-    /// Gives back what a request consumed here when another shard refused it; `true` when it
-    /// was counted in Redis.
-    Undo(Vec<Op>, bool),
+    /// Gives back what a request consumed here when another shard refused it.
+    Undo {
+        ops: Vec<Op>,
+        /// Counted in the store rather than in the shard's table.
+        in_store: bool,
+    },
     /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
     Inspect {
         prefix: Option<String>,
@@ -83,7 +86,7 @@ pub(crate) enum ReplyTo {
     Caller(oneshot::Sender<Reply>),
     /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
     /// A message that must be held (in a queue, or for Redis) gets a channel first.
-    Here,
+    InPlace,
 }
 
 impl ReplyTo {
@@ -91,7 +94,7 @@ impl ReplyTo {
     pub(crate) fn is_closed(&self) -> bool {
         match self {
             ReplyTo::Caller(tx) => tx.is_closed(),
-            ReplyTo::Here => false,
+            ReplyTo::InPlace => false,
         }
     }
 }
@@ -158,7 +161,7 @@ pub(crate) struct Shard {
     /// Keys refused in their current window (by hash, until the window ends): never evicted, so
     /// an attacker flooding new keys cannot make the shard forget who is over the limit.
     refused: fnv::FnvHashMap<u64, u64>,
-    /// The answer to a synchronous caller's message ([`ReplyTo::Here`]).
+    /// The answer to a synchronous caller's message ([`ReplyTo::InPlace`]).
     answered: Option<Reply>,
     /// Where a synchronous caller whose message was held waits for its answer.
     held: Option<oneshot::Receiver<Reply>>,
@@ -214,8 +217,14 @@ impl Shard {
     pub(crate) fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Decide(d) => self.decide_any(d),
-            Msg::Undo(ops, true) => self.undo_remote_ops(&ops),
-            Msg::Undo(ops, false) => {
+            Msg::Undo {
+                ops,
+                in_store: true,
+            } => self.undo_remote_ops(&ops),
+            Msg::Undo {
+                ops,
+                in_store: false,
+            } => {
                 let now = self.clock.now();
                 for op in &ops {
                     self.give_back(op, now);
@@ -242,7 +251,7 @@ impl Shard {
     pub(super) fn answer(&mut self, to: ReplyTo, reply: Reply) -> bool {
         match to {
             ReplyTo::Caller(tx) => tx.send(reply).is_ok(),
-            ReplyTo::Here => {
+            ReplyTo::InPlace => {
                 self.answered = Some(reply);
                 true
             }
@@ -252,7 +261,7 @@ impl Shard {
     /// A message about to be held (in a queue, or for Redis): a synchronous caller gets a
     /// channel to wait on.
     pub(super) fn hold(&mut self, d: &mut Decide) {
-        if matches!(d.reply, ReplyTo::Here) {
+        if matches!(d.reply, ReplyTo::InPlace) {
             let (tx, rx) = oneshot::channel();
             d.reply = ReplyTo::Caller(tx);
             self.held = Some(rx);

@@ -7,7 +7,7 @@ use super::decide::{Evaluated, Verdict};
 use super::{Decide, Shard, Waiter};
 use crate::descriptor::key_hash;
 use crate::limiter::algorithm::State;
-use crate::limiter::{Op, Outcomes, Reply};
+use crate::limiter::{Hits, Op, Outcomes, Reply};
 
 impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.
@@ -129,11 +129,8 @@ impl Shard {
             w.msg.reply,
             Reply {
                 outcomes,
-                committed: false,
+                hits: Hits::TimedOut,
                 waited_ns: now.saturating_sub(w.enqueued),
-                timed_out: true,
-                failed: false,
-                remote: false,
             },
         );
     }
@@ -158,11 +155,12 @@ impl Shard {
             w.msg.reply,
             Reply {
                 outcomes,
-                committed: admit,
+                hits: if admit {
+                    Hits::InMemory
+                } else {
+                    Hits::NotCounted
+                },
                 waited_ns: now.saturating_sub(w.enqueued),
-                timed_out: false,
-                failed: false,
-                remote: false,
             },
         );
     }

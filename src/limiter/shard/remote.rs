@@ -20,7 +20,7 @@ use super::decide::{judge, Commit, Verdict};
 use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
-use crate::limiter::{Op, Outcome, Reply, Role};
+use crate::limiter::{Hits, Op, Outcome, Reply, Role};
 
 /// What a finished round trip reports to its shard.
 pub(crate) type Done = (Result<Vec<StoreReply>, StoreError>, Duration);
@@ -56,14 +56,14 @@ impl Breaker {
 }
 
 /// A message being decided through Redis.
-enum Pending {
+enum StoreBound {
     New(Decide),
     /// The head of `key`'s queue, taken off it while Redis decides.
     Head(Waiter, Box<str>, u64),
 }
 
 struct InFlight {
-    pendings: Vec<Pending>,
+    messages: Vec<StoreBound>,
     now: u64,
 }
 
@@ -73,7 +73,7 @@ pub(crate) struct Remote {
     /// The store connection this shard uses (its index).
     lane: usize,
     breaker: Breaker,
-    batch: Vec<Pending>,
+    batch: Vec<StoreBound>,
     undo: Vec<Op>,
     in_flight: Option<InFlight>,
     done_tx: mpsc::UnboundedSender<Done>,
@@ -168,7 +168,7 @@ impl Shard {
             .as_mut()
             .expect("remote mode")
             .batch
-            .push(Pending::New(d));
+            .push(StoreBound::New(d));
         self.flush();
     }
 
@@ -206,11 +206,8 @@ impl Shard {
                     d.reply,
                     Reply {
                         outcomes: SmallVec::new(),
-                        committed: false,
+                        hits: Hits::StoreFailed,
                         waited_ns: 0,
-                        timed_out: false,
-                        failed: true,
-                        remote: false,
                     },
                 );
             }
@@ -221,7 +218,7 @@ impl Shard {
     pub(super) fn remote_head(&mut self, w: Waiter, key: &str, hash: u64) {
         let r = self.remote.as_mut().expect("remote mode");
         r.heads.insert(key.into());
-        r.batch.push(Pending::Head(w, key.into(), hash));
+        r.batch.push(StoreBound::Head(w, key.into(), hash));
         self.flush();
     }
 
@@ -258,13 +255,13 @@ impl Shard {
             // Half-open: this batch is the probe.
             r.breaker.probing = true;
         }
-        let pendings = std::mem::take(&mut r.batch);
+        let messages = std::mem::take(&mut r.batch);
         let undo = std::mem::take(&mut r.undo);
         let mut batch = Vec::new();
-        for p in &pendings {
+        for p in &messages {
             let d = match p {
-                Pending::New(d) => d,
-                Pending::Head(w, ..) => &w.msg,
+                StoreBound::New(d) => d,
+                StoreBound::Head(w, ..) => &w.msg,
             };
             for op in &d.ops {
                 batch.push(StoreOp {
@@ -280,7 +277,7 @@ impl Shard {
             });
         }
         let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
-        r.in_flight = Some(InFlight { pendings, now });
+        r.in_flight = Some(InFlight { messages, now });
         let tx = r.done_tx.clone();
         tokio::spawn(async move {
             let started = Instant::now();
@@ -336,10 +333,10 @@ impl Shard {
             Ok(replies) => self.apply(flight, replies),
             Err(_) => {
                 // Nothing is known of this batch: decide it as the failure mode says.
-                for p in flight.pendings {
+                for p in flight.messages {
                     match p {
-                        Pending::New(d) => self.decide_without_redis(d),
-                        Pending::Head(w, key, hash) => {
+                        StoreBound::New(d) => self.decide_without_redis(d),
+                        StoreBound::Head(w, key, hash) => {
                             self.remote.as_mut().expect("remote").heads.remove(&key);
                             self.requeue_head(w, &key, flight.now);
                             self.service_queue(&key, hash, self.clock.now());
@@ -354,10 +351,10 @@ impl Shard {
     fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let now = flight.now;
         let mut at = 0;
-        for p in flight.pendings {
+        for p in flight.messages {
             let (d, head) = match p {
-                Pending::New(d) => (d, None),
-                Pending::Head(w, key, hash) => {
+                StoreBound::New(d) => (d, None),
+                StoreBound::Head(w, key, hash) => {
                     let Waiter {
                         msg,
                         op,
@@ -374,7 +371,7 @@ impl Shard {
             let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(n);
             let mut counted: SmallVec<[usize; 2]> = SmallVec::new();
             for (i, (op, reply)) in d.ops.iter().zip(mine).enumerate() {
-                let (e, did_count) = self.remote_eval(op, reply, now);
+                let (e, did_count) = self.eval_stored(op, reply, now);
                 if did_count {
                     counted.push(i);
                 }
@@ -439,7 +436,7 @@ impl Shard {
 
     /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
     /// whether the store counted its hits.
-    fn remote_eval(&mut self, op: &Op, reply: &StoreReply, now: u64) -> (Eval, bool) {
+    fn eval_stored(&mut self, op: &Op, reply: &StoreReply, now: u64) -> (Eval, bool) {
         let p = &op.params;
         if op.refund {
             return (reply.before.eval(p, now, 0), false);

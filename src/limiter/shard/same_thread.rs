@@ -33,14 +33,14 @@ impl SameThreadShard {
     }
 
     /// Handles `msg` now, on the caller's thread, after whatever the mailbox already holds.
-    pub(crate) fn handle_here(&mut self, msg: Msg) {
-        self.here(|shard| shard.handle(msg));
+    pub(crate) fn handle_in_place(&mut self, msg: Msg) {
+        self.after_mailbox(|shard| shard.handle(msg));
     }
 
-    /// Decides `d` (sent with [`ReplyTo::Here`]) now, on the caller's thread, after whatever the
+    /// Decides `d` (sent with [`ReplyTo::InPlace`]) now, on the caller's thread, after whatever the
     /// mailbox already holds; returns its answer, or the channel it will come on if it is held.
-    pub(crate) fn decide_here(&mut self, d: Decide) -> Answer {
-        self.here(|shard| shard.decide_any(d));
+    pub(crate) fn decide_in_place(&mut self, d: Decide) -> Answer {
+        self.after_mailbox(|shard| shard.decide_any(d));
         match (self.shard.answered.take(), self.shard.held.take()) {
             (Some(reply), _) => Answer::Now(reply),
             (None, Some(rx)) => Answer::Later(rx),
@@ -50,7 +50,7 @@ impl SameThreadShard {
         }
     }
 
-    fn here(&mut self, f: impl FnOnce(&mut Shard)) {
+    fn after_mailbox(&mut self, f: impl FnOnce(&mut Shard)) {
         let before = self.shard.next_wake();
         while let Ok(m) = self.rx.try_recv() {
             self.shard.handle(m);

@@ -63,7 +63,7 @@ fn a_synchronous_decide_follows_the_mailbox_and_is_answered_in_place() {
     )))
     .expect("room in the mailbox");
 
-    let first = now(l.decide_here(decide(2, 60_000, None, ReplyTo::Here)));
+    let first = now(l.decide_in_place(decide(2, 60_000, None, ReplyTo::InPlace)));
     let earlier = reply_rx.try_recv().expect("the mailbox was handled first");
     assert_eq!(
         (earlier.outcomes[0].over, earlier.outcomes[0].remaining),
@@ -73,10 +73,10 @@ fn a_synchronous_decide_follows_the_mailbox_and_is_answered_in_place() {
         (first.outcomes[0].over, first.outcomes[0].remaining),
         (false, 0)
     );
-    assert!(first.committed);
+    assert!(first.committed());
 
-    let refused = now(l.decide_here(decide(2, 60_000, None, ReplyTo::Here)));
-    assert!(refused.outcomes[0].over && !refused.committed);
+    let refused = now(l.decide_in_place(decide(2, 60_000, None, ReplyTo::InPlace)));
+    assert!(refused.outcomes[0].over && !refused.committed());
 }
 
 /// A synchronous caller that must wait gets a channel, and the shard's task is told to arm
@@ -90,8 +90,8 @@ fn a_synchronous_decide_that_waits_gets_a_channel() {
         max_waiting: 4,
         max_wait: Duration::from_secs(10),
     });
-    assert!(now(l.decide_here(decide(1, 500, queue, ReplyTo::Here))).committed);
-    let Answer::Later(mut rx) = l.decide_here(decide(1, 500, queue, ReplyTo::Here)) else {
+    assert!(now(l.decide_in_place(decide(1, 500, queue, ReplyTo::InPlace))).committed());
+    let Answer::Later(mut rx) = l.decide_in_place(decide(1, 500, queue, ReplyTo::InPlace)) else {
         panic!("over the limit with a queue: held");
     };
     assert!(l.poked, "the task must re-arm its timer for the new waiter");
@@ -100,6 +100,6 @@ fn a_synchronous_decide_that_waits_gets_a_channel() {
     manual.advance(Duration::from_millis(500));
     l.shard.tick();
     let admitted = rx.try_recv().expect("admitted when the window turned");
-    assert!(admitted.committed && !admitted.outcomes[0].over);
+    assert!(admitted.committed() && !admitted.outcomes[0].over);
     assert!(admitted.waited_ns > 0);
 }
