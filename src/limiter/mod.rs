@@ -6,6 +6,7 @@ mod clock;
 mod shard;
 mod spread;
 mod store;
+pub mod verdict;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -22,6 +23,7 @@ use shard::{
 };
 pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 pub use store::{FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply};
+pub use verdict::refuses;
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;

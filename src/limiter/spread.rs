@@ -5,7 +5,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::shard::{Answer, Decide, Msg, ReplyTo};
-use super::{Decision, Engine, EngineError, Hits, Op, Outcome, Reply, Role};
+use super::{verdict, Decision, Engine, EngineError, Hits, Op, Outcome, Reply, Role};
 use crate::descriptor::shard_of;
 
 /// Where each op of the request went: (part, index in the part).
@@ -34,22 +34,14 @@ impl Engine {
             decision.timed_out |= reply.timed_out();
         }
         // The overall verdict also counts quota-mode ops, which no single shard can judge.
-        let quota_refused = !global_shadow && {
-            let quota: SmallVec<[bool; 4]> = request
-                .parts
+        let judged = request.parts.iter().flat_map(|p| {
+            let r = p.reply.as_ref().expect("collected");
+            p.ops
                 .iter()
-                .flat_map(|p| {
-                    let r = p.reply.as_ref().expect("collected");
-                    p.ops
-                        .iter()
-                        .zip(r.outcomes.iter())
-                        .filter(|(o, _)| o.role == Role::Quota)
-                        .map(|(_, out)| out.over)
-                })
-                .collect();
-            !quota.is_empty() && quota.iter().all(|o| *o)
-        };
-        if refused || quota_refused {
+                .zip(r.outcomes.iter())
+                .map(|(o, out)| (o.role, out.over))
+        });
+        if refused || verdict::refuses(judged, global_shadow) {
             request.undo();
         }
         request.done = true;

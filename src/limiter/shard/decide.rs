@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 use super::table::to_secs_ceil;
 use super::{Decide, Shard};
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::verdict;
 use crate::limiter::{Hits, Op, Outcome, Outcomes, Reply, Role};
 
 /// (op index, next state, the key's position in the table if it has one) of the ops of a
@@ -39,12 +40,10 @@ pub(super) enum Commit {
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
 pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
     let mut outcomes: Outcomes = SmallVec::with_capacity(evals.len());
-    let mut refuse = false;
     let mut wait: Option<usize> = None;
-    let mut quota_any = false;
-    let mut quota_all_over = true;
+    // (role, over) of the ops that count towards the verdict.
+    let mut counted: SmallVec<[(Role, bool); 4]> = SmallVec::with_capacity(evals.len());
     for (i, (op, (e, blocked))) in d.ops.iter().zip(evals).enumerate() {
-        let over = e.over || *blocked;
         outcomes.push(Outcome {
             over: e.over,
             remaining: e.remaining,
@@ -52,24 +51,26 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
             retry_ns: e.retry_ns,
             blocked: *blocked,
         });
-        match op.role {
-            Role::Binding if over && !d.global_shadow => {
-                if d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX {
+        let over = match op.role {
+            Role::Binding => {
+                let over = e.over || *blocked;
+                let may_wait = d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX;
+                if over && may_wait && !d.global_shadow {
+                    // Over, but it waits for room instead of refusing.
                     wait.get_or_insert(i);
+                    false
                 } else {
-                    refuse = true;
+                    over
                 }
             }
-            Role::Quota => {
-                quota_any = true;
-                quota_all_over &= e.over;
-            }
-            _ => {}
-        }
+            // Only a message holding the whole request can judge its quota ops; the engine
+            // judges them across the parts otherwise.
+            Role::Quota if !d.whole => continue,
+            Role::Quota | Role::Shadow => e.over,
+        };
+        counted.push((op.role, over));
     }
-    if d.whole && quota_any && quota_all_over && !d.global_shadow {
-        refuse = true;
-    }
+    let refuse = verdict::refuses(counted, d.global_shadow);
     let verdict = if refuse {
         Verdict::Refuse
     } else if let Some(i) = wait {
