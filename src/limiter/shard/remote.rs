@@ -1,4 +1,4 @@
-//! The shard's Redis mode: batching, the breaker, the local over-limit cache, and fallback.
+//! The shard's store mode (Redis): batching, the breaker, the local over-limit cache, and fallback.
 //!
 //! Messages that arrive while a round trip is in flight wait in `batch` and go together in the
 //! next pipeline, so one connection carries many decisions per round trip. Redis counts first
@@ -130,7 +130,7 @@ impl Shard {
     pub(super) fn decide_remote(&mut self, d: Decide) {
         let now = self.clock.now();
         if !self.remote_ready() {
-            return self.decide_without_redis(d);
+            return self.decide_without_store(d);
         }
         let r = self.remote.as_mut().expect("remote mode");
         // A key known to be full refuses at once, without a round trip.
@@ -173,7 +173,7 @@ impl Shard {
     }
 
     /// The breaker is open: decide as the failure mode says.
-    fn decide_without_redis(&mut self, d: Decide) {
+    fn decide_without_store(&mut self, d: Decide) {
         self.stats
             .fallback_decisions
             .fetch_add(1, Ordering::Relaxed);
@@ -335,7 +335,7 @@ impl Shard {
                 // Nothing is known of this batch: decide it as the failure mode says.
                 for p in flight.messages {
                     match p {
-                        StoreBound::New(d) => self.decide_without_redis(d),
+                        StoreBound::New(d) => self.decide_without_store(d),
                         StoreBound::Head(w, key, hash) => {
                             self.remote.as_mut().expect("remote").heads.remove(&key);
                             self.requeue_head(w, &key, flight.now);
