@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use turnstile::backend::redis::RedisStore;
 use turnstile::config::Algorithm;
 use turnstile::descriptor::key_hash;
-use turnstile::limiter::{Clock, Engine, Op, Params, Role};
+use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
 use turnstile::settings::Settings;
 
 fn env_num(k: &str, d: u64) -> u64 {
@@ -128,11 +128,11 @@ fn main() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let store = Arc::new(RedisStore::connect(&settings).await.unwrap());
+        let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&settings).await.unwrap());
         let mut rows = Vec::new();
         for (name, redis) in [
             ("memory", None),
-            ("redis", Some((store, Arc::new(settings.clone())))),
+            ("redis", Some((store, settings.policy.clone()))),
         ] {
             let (engine, tasks) =
                 Engine::with_backend(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);

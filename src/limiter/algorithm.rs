@@ -127,92 +127,10 @@ impl State {
 
     /// Evaluates `hits` at `now`. `hits == 0` checks without consuming.
     pub fn eval(&self, p: &Params, now: u64, hits: u64) -> Eval {
-        let w = p.window_ns();
-        let limit = u64::from(p.requests_per_unit);
         match *self {
-            State::Fixed { window, count } => {
-                let idx = now / w;
-                let count = if age(window, idx) == 0 {
-                    u64::from(count)
-                } else {
-                    0
-                };
-                let after = count.saturating_add(hits);
-                let over = after > limit;
-                Eval {
-                    over,
-                    remaining: if over { 0 } else { clamp32(limit - after) },
-                    reset_ns: (idx + 1) * w - now,
-                    next: State::Fixed {
-                        window: index32(idx),
-                        count: clamp32(after),
-                    },
-                    // The next window admits up to `limit`; more than that never fits.
-                    retry_ns: if hits > limit {
-                        u64::MAX
-                    } else {
-                        (idx + 1) * w - now
-                    },
-                }
-            }
-            State::Sliding { window, prev, cur } => {
-                let idx = now / w;
-                let (prev, cur) = match age(window, idx) {
-                    0 => (u64::from(prev), u64::from(cur)),
-                    1 => (u64::from(cur), 0),
-                    _ => (0, 0),
-                };
-                let elapsed = now - idx * w;
-                // prev × (share of the sliding window still overlapping the previous window),
-                // rounded up so the estimate never undercounts.
-                let weighted =
-                    ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
-                let estimate = weighted + cur;
-                let after = estimate.saturating_add(hits);
-                let over = after > limit;
-                let retry_ns = if hits > limit {
-                    u64::MAX
-                } else {
-                    sliding_retry(prev, cur, hits, limit, w, elapsed)
-                };
-                Eval {
-                    over,
-                    remaining: if over { 0 } else { clamp32(limit - after) },
-                    reset_ns: (idx + 1) * w - now,
-                    next: State::Sliding {
-                        window: index32(idx),
-                        prev: clamp32(prev),
-                        cur: clamp32(cur.saturating_add(hits)),
-                    },
-                    retry_ns,
-                }
-            }
-            State::Gcra { tat } => {
-                let t = p.interval_ns();
-                let burst = p.burst();
-                let capacity = t.saturating_mul(burst);
-                let base = tat.max(now);
-                let next_tat = base.saturating_add(t.saturating_mul(hits));
-                let over = limit == 0 || next_tat - now > capacity;
-                let (remaining, reset, next) = if over {
-                    (0, base - now, tat)
-                } else {
-                    let left = (capacity - (next_tat - now)) / t.max(1);
-                    (clamp32(left), next_tat - now, next_tat)
-                };
-                let retry_ns = if limit == 0 || hits > burst {
-                    u64::MAX
-                } else {
-                    next_tat.saturating_sub(capacity).saturating_sub(now)
-                };
-                Eval {
-                    over,
-                    remaining,
-                    reset_ns: reset,
-                    next: State::Gcra { tat: next },
-                    retry_ns,
-                }
-            }
+            State::Fixed { window, count } => eval_fixed(window, count, p, now, hits),
+            State::Sliding { window, prev, cur } => eval_sliding(window, prev, cur, p, now, hits),
+            State::Gcra { tat } => eval_gcra(tat, p, now, hits),
         }
     }
 
@@ -313,6 +231,96 @@ fn sliding_retry(prev: u64, cur: u64, hits: u64, limit: u64, w: u64, elapsed: u6
 
 fn clamp32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn eval_fixed(window: u32, count: u32, p: &Params, now: u64, hits: u64) -> Eval {
+    let w = p.window_ns();
+    let limit = u64::from(p.requests_per_unit);
+    let idx = now / w;
+    let count = if age(window, idx) == 0 {
+        u64::from(count)
+    } else {
+        0
+    };
+    let after = count.saturating_add(hits);
+    let over = after > limit;
+    Eval {
+        over,
+        remaining: if over { 0 } else { clamp32(limit - after) },
+        reset_ns: (idx + 1) * w - now,
+        next: State::Fixed {
+            window: index32(idx),
+            count: clamp32(after),
+        },
+        // The next window admits up to `limit`; more than that never fits.
+        retry_ns: if hits > limit {
+            u64::MAX
+        } else {
+            (idx + 1) * w - now
+        },
+    }
+}
+
+fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u64) -> Eval {
+    let w = p.window_ns();
+    let limit = u64::from(p.requests_per_unit);
+    let idx = now / w;
+    let (prev, cur) = match age(window, idx) {
+        0 => (u64::from(prev), u64::from(cur)),
+        1 => (u64::from(cur), 0),
+        _ => (0, 0),
+    };
+    let elapsed = now - idx * w;
+    // prev × (share of the sliding window still overlapping the previous window),
+    // rounded up so the estimate never undercounts.
+    let weighted = ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
+    let estimate = weighted + cur;
+    let after = estimate.saturating_add(hits);
+    let over = after > limit;
+    let retry_ns = if hits > limit {
+        u64::MAX
+    } else {
+        sliding_retry(prev, cur, hits, limit, w, elapsed)
+    };
+    Eval {
+        over,
+        remaining: if over { 0 } else { clamp32(limit - after) },
+        reset_ns: (idx + 1) * w - now,
+        next: State::Sliding {
+            window: index32(idx),
+            prev: clamp32(prev),
+            cur: clamp32(cur.saturating_add(hits)),
+        },
+        retry_ns,
+    }
+}
+
+fn eval_gcra(tat: u64, p: &Params, now: u64, hits: u64) -> Eval {
+    let limit = u64::from(p.requests_per_unit);
+    let t = p.interval_ns();
+    let burst = p.burst();
+    let capacity = t.saturating_mul(burst);
+    let base = tat.max(now);
+    let next_tat = base.saturating_add(t.saturating_mul(hits));
+    let over = limit == 0 || next_tat - now > capacity;
+    let (remaining, reset, next) = if over {
+        (0, base - now, tat)
+    } else {
+        let left = (capacity - (next_tat - now)) / t.max(1);
+        (clamp32(left), next_tat - now, next_tat)
+    };
+    let retry_ns = if limit == 0 || hits > burst {
+        u64::MAX
+    } else {
+        next_tat.saturating_sub(capacity).saturating_sub(now)
+    };
+    Eval {
+        over,
+        remaining,
+        reset_ns: reset,
+        next: State::Gcra { tat: next },
+        retry_ns,
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,9 @@
 mod algorithm;
 mod clock;
 mod shard;
+mod spread;
+mod store;
+pub mod verdict;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -15,8 +18,12 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-use shard::{Answer, Decide, Local, Msg, ReplyTo, Shard};
+use shard::{
+    find_on_this_thread, Answer, Decide, Msg, OnThisThread, ReplyTo, SameThreadShard, Shard,
+};
 pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub use store::{FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply};
+pub use verdict::refuses;
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
@@ -63,16 +70,26 @@ pub type Outcomes = SmallVec<[Outcome; 1]>;
 
 /// A shard's answer to one message.
 #[derive(Debug)]
-pub struct Reply {
-    pub outcomes: Outcomes,
-    /// Whether the shard consumed the hits of the ops that fit.
-    pub committed: bool,
-    pub waited_ns: u64,
-    pub timed_out: bool,
-    /// The backend could not decide (Redis down, failure mode `fail_closed`).
-    pub failed: bool,
-    /// The hits were counted in Redis (so an undo goes there).
-    pub remote: bool,
+pub(crate) struct Reply {
+    pub(crate) outcomes: Outcomes,
+    pub(crate) hits: Hits,
+    pub(crate) waited_ns: u64,
+}
+
+/// What became of the hits of a message's ops that fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hits {
+    /// Not counted: the message was refused, or answered without counting (fail-open, a part
+    /// cancelled or undone).
+    NotCounted,
+    /// Not counted: the message waited in a queue until its deadline.
+    TimedOut,
+    /// Counted in the shard's table (so an undo goes there).
+    InMemory,
+    /// Counted in the store (so an undo goes there).
+    InStore,
+    /// Not counted: the store could not decide (failure mode `fail_closed`), so the request fails.
+    StoreFailed,
 }
 
 impl Reply {
@@ -80,12 +97,22 @@ impl Reply {
     pub(crate) fn refused(outcomes: Outcomes, waited_ns: u64) -> Reply {
         Reply {
             outcomes,
-            committed: false,
+            hits: Hits::NotCounted,
             waited_ns,
-            timed_out: false,
-            failed: false,
-            remote: false,
         }
+    }
+
+    /// Whether the shard consumed the hits of the ops that fit.
+    pub(crate) fn committed(&self) -> bool {
+        matches!(self.hits, Hits::InMemory | Hits::InStore)
+    }
+
+    pub(crate) fn timed_out(&self) -> bool {
+        self.hits == Hits::TimedOut
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.hits == Hits::StoreFailed
     }
 }
 
@@ -135,44 +162,13 @@ impl ShardTask {
     /// The shard's task. It stays on the thread it starts on (the future is not `Send`: spawn it
     /// with `tokio::task::spawn_local`), and callers on that thread decide synchronously.
     pub async fn run(self) {
-        let cell = Rc::new(RefCell::new(Local::new(self.shard, self.rx)));
-        let _here = Registered::new(self.engine, self.index, cell.clone());
+        let cell = Rc::new(RefCell::new(SameThreadShard::new(self.shard, self.rx)));
+        let _listed = OnThisThread::new(self.engine, self.index, cell.clone());
         shard::run(cell).await
     }
 }
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A shard whose task runs on this thread: (engine id, shard index, the shard).
-type HereShard = (u64, usize, Rc<RefCell<Local>>);
-
-thread_local! {
-    /// The shards whose tasks run on this thread, so callers here can decide synchronously.
-    static HERE: RefCell<Vec<HereShard>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A shard listed in `HERE` while its task lives.
-struct Registered {
-    engine: u64,
-    index: usize,
-}
-
-impl Registered {
-    fn new(engine: u64, index: usize, cell: Rc<RefCell<Local>>) -> Registered {
-        HERE.with(|h| h.borrow_mut().push((engine, index, cell)));
-        Registered { engine, index }
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        // The thread may be exiting, with its locals gone already.
-        let _ = HERE.try_with(|h| {
-            h.borrow_mut()
-                .retain(|(e, i, _)| (*e, *i) != (self.engine, self.index))
-        });
-    }
-}
 
 impl Engine {
     /// `shards` actors with `capacity` queued messages each and at most `max_waiters` queued
@@ -186,17 +182,15 @@ impl Engine {
         Self::with_backend(shards, capacity, max_waiters, clock, None, usize::MAX)
     }
 
-    /// Like [`Engine::new`], deciding through Redis when `redis` is given, and holding at most
-    /// `max_keys` keys in memory (spread over the shards; a key flood evicts past it).
+    /// Like [`Engine::new`], deciding through a shared store (Redis) when `store` is given, used
+    /// as its policy says, and holding at most `max_keys` keys in memory (spread over the
+    /// shards; a key flood evicts past it).
     pub fn with_backend(
         shards: usize,
         capacity: usize,
         max_waiters: usize,
         clock: Clock,
-        redis: Option<(
-            Arc<crate::backend::redis::RedisStore>,
-            Arc<crate::backend::redis::RedisSettings>,
-        )>,
+        store: Option<(Arc<dyn Store>, StorePolicy)>,
         max_keys: usize,
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
@@ -209,9 +203,9 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let remote = redis
-                .as_ref()
-                .map(|(store, s)| shard::Remote::new(store.clone(), s.clone(), i, shards));
+            let remote = store.as_ref().map(|(store, policy)| {
+                shard::Remote::new(store.clone(), policy.clone(), i, shards)
+            });
             tasks.push(ShardTask {
                 engine: id,
                 index: i,
@@ -274,7 +268,7 @@ impl Engine {
                     whole: true,
                     global_shadow,
                     may_wait: true,
-                    reply: ReplyTo::Here,
+                    reply: ReplyTo::InPlace,
                 },
             )?;
             let reply = match answer {
@@ -290,101 +284,18 @@ impl Engine {
                     reply
                 }
             };
-            if reply.failed {
+            if reply.failed() {
                 return Err(EngineError::Unavailable);
             }
             return Ok(Decision {
+                timed_out: reply.timed_out(),
                 outcomes: reply.outcomes,
                 waited_ns: reply.waited_ns,
-                timed_out: reply.timed_out,
             });
         }
         // Boxed: its state is large, and a future holds the state of every branch, so inlining
         // it would make every call (most touch one shard) allocate and copy kilobytes.
         Box::pin(self.decide_spread(ops, global_shadow)).await
-    }
-
-    /// Ops spread over several shards: each decides its part; a part that is refused refuses
-    /// the request, and the parts that consumed are given back.
-    async fn decide_spread(
-        &self,
-        ops: Vec<Op>,
-        global_shadow: bool,
-    ) -> Result<Decision, EngineError> {
-        let n = self.inner.senders.len();
-        let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
-        let mut placed: SmallVec<[(usize, usize); 4]> = SmallVec::new(); // op → (part, index in part)
-        for op in ops {
-            let s = shard_of(op.hash, n);
-            let p = match parts.iter().position(|p| p.shard == s) {
-                Some(p) => p,
-                None => {
-                    parts.push(Part {
-                        shard: s,
-                        ops: Vec::with_capacity(2),
-                        rx: None,
-                        reply: None,
-                    });
-                    parts.len() - 1
-                }
-            };
-            placed.push((p, parts[p].ops.len()));
-            parts[p].ops.push(op);
-        }
-        // Phase one: nothing waits, so descriptors that cannot wait decide first. Only when the
-        // request is refused for queued limits alone does phase two let those parts wait.
-        let mut pending = Pending {
-            engine: self,
-            parts,
-            done: false,
-        };
-        let all: SmallVec<[usize; 4]> = (0..pending.parts.len()).collect();
-        let mut refused = pending.round(&all, global_shadow, false).await?;
-        if refused && !global_shadow && pending.only_queued_refused() {
-            // Phase two: the parts over a queued limit wait (each shard admits its part in FIFO
-            // order and consumes only then); phase three decides the rest once they are in, so
-            // nothing is held elsewhere while a part waits.
-            pending.undo();
-            let (waiting, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = all
-                .iter()
-                .copied()
-                .partition(|&i| pending.parts[i].queued_over());
-            for &i in &waiting {
-                pending.parts[i].reply = None;
-            }
-            refused = pending.round(&waiting, global_shadow, true).await?;
-            if !refused {
-                refused = pending.round(&rest, global_shadow, false).await?;
-            }
-        }
-        let mut decision = Decision::default();
-        for (p, i) in placed {
-            let reply = pending.parts[p].reply.as_ref().expect("collected");
-            decision.outcomes.push(reply.outcomes[i]);
-            decision.waited_ns = decision.waited_ns.max(reply.waited_ns);
-            decision.timed_out |= reply.timed_out;
-        }
-        // The overall verdict also counts quota-mode ops, which no single shard can judge.
-        let quota_refused = !global_shadow && {
-            let quota: SmallVec<[bool; 4]> = pending
-                .parts
-                .iter()
-                .flat_map(|p| {
-                    let r = p.reply.as_ref().expect("collected");
-                    p.ops
-                        .iter()
-                        .zip(r.outcomes.iter())
-                        .filter(|(o, _)| o.role == Role::Quota)
-                        .map(|(_, out)| out.over)
-                })
-                .collect();
-            !quota.is_empty() && quota.iter().all(|o| *o)
-        };
-        if refused || quota_refused {
-            pending.undo();
-        }
-        pending.done = true;
-        Ok(decision)
     }
 
     /// Lists keys (all, or those starting with `prefix`) with their state, for `/debug`.
@@ -430,21 +341,21 @@ impl Engine {
     /// Delivers `msg` to `shard`: handled at once when the shard lives on this thread and is
     /// not busy, otherwise through its mailbox.
     fn send(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {
-        if let Some(cell) = self.here(shard) {
-            if let Ok(mut local) = cell.try_borrow_mut() {
-                local.handle_here(msg);
+        if let Some(cell) = find_on_this_thread(self.inner.id, shard) {
+            if let Ok(mut shard_here) = cell.try_borrow_mut() {
+                shard_here.handle_in_place(msg);
                 return Ok(());
             }
         }
         self.mail(shard, msg)
     }
 
-    /// Sends a decide (made with [`ReplyTo::Here`]): decided now when the shard lives on this
+    /// Sends a decide (made with [`ReplyTo::InPlace`]): decided now when the shard lives on this
     /// thread and is not busy, otherwise answered later through a channel.
     fn submit(&self, shard: usize, mut d: Decide) -> Result<Answer, EngineError> {
-        if let Some(cell) = self.here(shard) {
-            if let Ok(mut local) = cell.try_borrow_mut() {
-                return Ok(local.decide_here(d));
+        if let Some(cell) = find_on_this_thread(self.inner.id, shard) {
+            if let Ok(mut shard_here) = cell.try_borrow_mut() {
+                return Ok(shard_here.decide_in_place(d));
             }
         }
         let (tx, rx) = oneshot::channel();
@@ -460,22 +371,6 @@ impl Engine {
                 mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
                 mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
             })
-    }
-}
-
-impl Engine {
-    /// The shard, if its task runs on this thread (a caller inside the shard's own code, which
-    /// cannot happen today, would find it borrowed and use the mailbox).
-    fn here(&self, shard: usize) -> Option<Rc<RefCell<Local>>> {
-        let id = self.inner.id;
-        HERE.try_with(|h| {
-            h.borrow()
-                .iter()
-                .find(|(e, i, _)| *e == id && *i == shard)
-                .map(|(_, _, cell)| cell.clone())
-        })
-        .ok()
-        .flatten()
     }
 }
 
@@ -496,190 +391,6 @@ impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some((key, hash)) = self.key.take() {
             let _ = self.engine.send(self.shard, Msg::Cancelled { key, hash });
-        }
-    }
-}
-
-struct Part {
-    shard: usize,
-    ops: Vec<Op>,
-    rx: Option<oneshot::Receiver<Reply>>,
-    reply: Option<Reply>,
-}
-
-impl Part {
-    /// Whether the last answer refused a queued op of this part (so the part should wait).
-    fn queued_over(&self) -> bool {
-        self.reply.as_ref().is_some_and(|r| {
-            self.ops
-                .iter()
-                .zip(r.outcomes.iter())
-                .any(|(o, out)| o.queue.is_some() && (out.over || out.blocked))
-        })
-    }
-}
-
-/// The parts of a multi-shard request in flight. If it is dropped before it is done (the
-/// caller went away, or a send failed), whatever any part consumed is given back.
-struct Pending<'e> {
-    engine: &'e Engine,
-    parts: SmallVec<[Part; 4]>,
-    done: bool,
-}
-
-impl Pending<'_> {
-    /// Sends every part in `which` and collects the answers. Returns whether a part refused.
-    async fn round(
-        &mut self,
-        which: &[usize],
-        global_shadow: bool,
-        may_wait: bool,
-    ) -> Result<bool, EngineError> {
-        for &i in which {
-            let part = &mut self.parts[i];
-            part.reply = None;
-            let d = Decide {
-                ops: part.ops.clone(),
-                whole: false,
-                global_shadow,
-                may_wait,
-                reply: ReplyTo::Here,
-            };
-            match self.engine.submit(part.shard, d)? {
-                Answer::Now(reply) if reply.failed => return Err(EngineError::Unavailable),
-                Answer::Now(reply) => part.reply = Some(reply),
-                Answer::Later(rx) => part.rx = Some(rx),
-            }
-        }
-        self.collect(which).await
-    }
-
-    /// Whether every op that refused the request is a queued one (so waiting could help).
-    fn only_queued_refused(&self) -> bool {
-        let mut any_queued = false;
-        for p in &self.parts {
-            let Some(r) = &p.reply else { return false };
-            for (op, out) in p.ops.iter().zip(r.outcomes.iter()) {
-                if op.role == Role::Binding && (out.over || out.blocked) {
-                    if op.queue.is_none() {
-                        return false;
-                    }
-                    any_queued = true;
-                }
-            }
-        }
-        any_queued
-    }
-
-    /// Waits for every part of `which`; stops waiting as soon as one part refuses (the others
-    /// are then cancelled: a queued part leaves its queue). Returns whether a part refused.
-    async fn collect(&mut self, which: &[usize]) -> Result<bool, EngineError> {
-        // Parts decided synchronously have answered already.
-        let mut refused = which
-            .iter()
-            .any(|&i| self.parts[i].reply.as_ref().is_some_and(|r| !r.committed));
-        while !refused {
-            let (i, reply) = {
-                let futs: Vec<_> = self
-                    .parts
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(_, p)| p.rx.is_some())
-                    .map(|(i, p)| {
-                        let rx = p.rx.as_mut().expect("sent");
-                        Box::pin(async move { (i, rx.await) })
-                    })
-                    .collect();
-                if futs.is_empty() {
-                    return Ok(false);
-                }
-                futures_util::future::select_all(futs).await.0
-            };
-            let reply = reply.map_err(|_| EngineError::Stopped)?;
-            if reply.failed {
-                return Err(EngineError::Unavailable);
-            }
-            refused = !reply.committed;
-            self.parts[i].rx = None;
-            self.parts[i].reply = Some(reply);
-        }
-        // Parts with no queued op answer without waiting: take their answers.
-        for p in self.parts.iter_mut() {
-            if p.rx.is_some() && p.ops.iter().all(|o| o.queue.is_none()) {
-                let rx = p.rx.take().expect("sent");
-                p.reply = Some(rx.await.map_err(|_| EngineError::Stopped)?);
-            }
-        }
-        self.cancel_rest();
-        Ok(true)
-    }
-
-    /// After a refusal: parts that may be waiting in a queue are cancelled (they leave it and
-    /// consume nothing); an answer already sent is taken, so it can be undone. A cancelled part
-    /// reports its queued ops as over (it was waiting because they were) and the rest as within.
-    fn cancel_rest(&mut self) {
-        for p in self.parts.iter_mut() {
-            if let Some(mut rx) = p.rx.take() {
-                rx.close();
-                let answered = rx.try_recv().ok();
-                if answered.is_none() {
-                    for o in p.ops.iter().filter(|o| o.queue.is_some()) {
-                        let _ = self.engine.send(
-                            p.shard,
-                            Msg::Cancelled {
-                                key: o.key.clone(),
-                                hash: o.hash,
-                            },
-                        );
-                    }
-                }
-                p.reply = Some(answered.unwrap_or_else(|| {
-                    Reply::refused(
-                        p.ops
-                            .iter()
-                            .map(|o| Outcome {
-                                over: o.queue.is_some(),
-                                remaining: 0,
-                                reset_ns: 0,
-                                retry_ns: 0,
-                                blocked: false,
-                            })
-                            .collect(),
-                        0,
-                    )
-                }));
-            }
-        }
-    }
-
-    fn undo(&mut self) {
-        for p in self.parts.iter_mut() {
-            if p.reply.as_ref().is_some_and(|r| r.committed) {
-                let ops: Vec<Op> = p
-                    .ops
-                    .iter()
-                    .zip(p.reply.as_ref().expect("checked").outcomes.iter())
-                    .filter(|(o, out)| !o.refund && !out.over && !out.blocked)
-                    .map(|(o, _)| o.clone())
-                    .collect();
-                if !ops.is_empty() {
-                    let remote = p.reply.as_ref().is_some_and(|r| r.remote);
-                    // Best effort when the shard's queue is full: the window ends anyway.
-                    let _ = self.engine.send(p.shard, Msg::Undo(ops, remote));
-                }
-                if let Some(r) = p.reply.as_mut() {
-                    r.committed = false;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.cancel_rest();
-            self.undo();
         }
     }
 }

@@ -255,7 +255,8 @@ async fn limiter(
             let store = crate::backend::redis::RedisStore::connect(r)
                 .await
                 .map_err(StartError::Redis)?;
-            Some((Arc::new(store), Arc::new(r.clone())))
+            let store: Arc<dyn crate::limiter::Store> = Arc::new(store);
+            Some((store, r.policy.clone()))
         }
     };
     let (engine, shard_tasks) = Engine::with_backend(

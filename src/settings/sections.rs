@@ -8,9 +8,10 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
-use crate::backend::redis::{FailureMode, RedisSettings, RedisTarget, RedisType};
+use crate::backend::redis::{RedisSettings, RedisTarget, RedisType};
 use crate::config::xds::{XdsSettings, XdsTls};
 use crate::config::LoadOptions;
+use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::ThrottleLimits;
 use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::resp::RespSettings;
@@ -58,12 +59,14 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
         },
         prefix: env.get("CACHE_KEY_PREFIX").unwrap_or_default(),
         jitter_max_secs: env.number("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
-        local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
-        deadline,
-        failure_mode,
-        breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
-        slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
-        cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
+        policy: StorePolicy {
+            local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
+            deadline,
+            failure_mode,
+            breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
+            slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
+            cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
+        },
     }))
 }
 

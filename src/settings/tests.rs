@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::backend::redis::{FailureMode, RedisType};
+use crate::backend::redis::RedisType;
+use crate::limiter::FailureMode;
 
 fn resp_env(f: impl Fn(&str) -> Option<String>) -> Result<Option<RespSettings>, String> {
     Settings::from_env(f).map(|s| s.resp)
@@ -58,7 +59,7 @@ fn backend_choice_follows_envoyproxy_ratelimit_manifests() {
     let ps = s.per_second.unwrap();
     assert_eq!((ps.url.as_str(), ps.kind), ("b:2", RedisType::Cluster));
     assert_eq!(
-        (s.prefix.as_str(), s.failure_mode),
+        (s.prefix.as_str(), s.policy.failure_mode),
         ("p_", FailureMode::FailClosed)
     );
 }

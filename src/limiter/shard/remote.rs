@@ -1,4 +1,4 @@
-//! The shard's Redis mode: batching, the breaker, the local over-limit cache, and fallback.
+//! The shard's store mode (Redis): batching, the breaker, the local over-limit cache, and fallback.
 //!
 //! Messages that arrive while a round trip is in flight wait in `batch` and go together in the
 //! next pipeline, so one connection carries many decisions per round trip. Redis counts first
@@ -16,14 +16,14 @@ use fnv::{FnvHashMap, FnvHashSet};
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
-use super::{judge, Commit, Decide, Shard, Verdict, Waiter};
-use crate::backend::redis::{FailureMode, RedisSettings, RedisStore};
-use crate::config::Algorithm;
+use super::decide::{judge, Commit, Verdict};
+use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
-use crate::limiter::{Op, Outcome, Reply, Role};
+use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
+use crate::limiter::{Hits, Op, Outcome, Reply, Role};
 
 /// What a finished round trip reports to its shard.
-pub(crate) type Done = (Result<Vec<Vec<i64>>, String>, Duration);
+pub(crate) type Done = (Result<Vec<StoreReply>, StoreError>, Duration);
 
 /// Breaker states as the shard's stats show them.
 pub const BREAKER_CLOSED: u64 = 0;
@@ -56,23 +56,24 @@ impl Breaker {
 }
 
 /// A message being decided through Redis.
-enum Pending {
+enum StoreBound {
     New(Decide),
     /// The head of `key`'s queue, taken off it while Redis decides.
     Head(Waiter, Box<str>, u64),
 }
 
 struct InFlight {
-    pendings: Vec<Pending>,
+    messages: Vec<StoreBound>,
     now: u64,
 }
 
 pub(crate) struct Remote {
-    store: Arc<RedisStore>,
-    settings: Arc<RedisSettings>,
-    conn: usize,
+    store: Arc<dyn Store>,
+    policy: StorePolicy,
+    /// The store connection this shard uses (its index).
+    lane: usize,
     breaker: Breaker,
-    batch: Vec<Pending>,
+    batch: Vec<StoreBound>,
     undo: Vec<Op>,
     in_flight: Option<InFlight>,
     done_tx: mpsc::UnboundedSender<Done>,
@@ -87,18 +88,18 @@ pub(crate) struct Remote {
 
 impl Remote {
     pub(crate) fn new(
-        store: Arc<RedisStore>,
-        settings: Arc<RedisSettings>,
-        conn: usize,
+        store: Arc<dyn Store>,
+        policy: StorePolicy,
+        lane: usize,
         shards: usize,
     ) -> Remote {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         // About 64 bytes a cached key, the budget split between shards.
-        let over_cap = settings.local_cache_bytes / 64 / shards.max(1);
+        let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
         Remote {
             store,
-            settings,
-            conn,
+            policy,
+            lane,
             breaker: Breaker {
                 failures: 0,
                 open_until: None,
@@ -129,7 +130,7 @@ impl Shard {
     pub(super) fn decide_remote(&mut self, d: Decide) {
         let now = self.clock.now();
         if !self.remote_ready() {
-            return self.decide_without_redis(d);
+            return self.decide_without_store(d);
         }
         let r = self.remote.as_mut().expect("remote mode");
         // A key known to be full refuses at once, without a round trip.
@@ -167,19 +168,19 @@ impl Shard {
             .as_mut()
             .expect("remote mode")
             .batch
-            .push(Pending::New(d));
+            .push(StoreBound::New(d));
         self.flush();
     }
 
     /// The breaker is open: decide as the failure mode says.
-    fn decide_without_redis(&mut self, d: Decide) {
+    fn decide_without_store(&mut self, d: Decide) {
         self.stats
             .fallback_decisions
             .fetch_add(1, Ordering::Relaxed);
         let mode = self
             .remote
             .as_ref()
-            .map_or(FailureMode::Fallback, |r| r.settings.failure_mode);
+            .map_or(FailureMode::Fallback, |r| r.policy.failure_mode);
         match mode {
             FailureMode::Fallback => self.decide(d),
             FailureMode::FailOpen => {
@@ -205,11 +206,8 @@ impl Shard {
                     d.reply,
                     Reply {
                         outcomes: SmallVec::new(),
-                        committed: false,
+                        hits: Hits::StoreFailed,
                         waited_ns: 0,
-                        timed_out: false,
-                        failed: true,
-                        remote: false,
                     },
                 );
             }
@@ -220,7 +218,7 @@ impl Shard {
     pub(super) fn remote_head(&mut self, w: Waiter, key: &str, hash: u64) {
         let r = self.remote.as_mut().expect("remote mode");
         r.heads.insert(key.into());
-        r.batch.push(Pending::Head(w, key.into(), hash));
+        r.batch.push(StoreBound::Head(w, key.into(), hash));
         self.flush();
     }
 
@@ -257,29 +255,33 @@ impl Shard {
             // Half-open: this batch is the probe.
             r.breaker.probing = true;
         }
-        let pendings = std::mem::take(&mut r.batch);
+        let messages = std::mem::take(&mut r.batch);
         let undo = std::mem::take(&mut r.undo);
-        let mut cmds = Vec::new();
-        for p in &pendings {
+        let mut batch = Vec::new();
+        for p in &messages {
             let d = match p {
-                Pending::New(d) => d,
-                Pending::Head(w, ..) => &w.msg,
+                StoreBound::New(d) => d,
+                StoreBound::Head(w, ..) => &w.msg,
             };
             for op in &d.ops {
-                cmds.push((r.store.cmd(op, now, op.refund), op.params));
+                batch.push(StoreOp {
+                    op,
+                    give_back: op.refund,
+                });
             }
         }
         for op in &undo {
-            cmds.push((r.store.cmd(op, now, true), op.params));
+            batch.push(StoreOp {
+                op,
+                give_back: true,
+            });
         }
-        r.in_flight = Some(InFlight { pendings, now });
-        let store = r.store.clone();
+        let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
+        r.in_flight = Some(InFlight { messages, now });
         let tx = r.done_tx.clone();
-        let conn = r.conn;
-        let deadline = r.settings.deadline;
         tokio::spawn(async move {
             let started = Instant::now();
-            let result = store.run(conn, cmds, deadline).await;
+            let result = round_trip.await;
             let _ = tx.send((result, started.elapsed()));
         });
         self.stats.breaker.store(
@@ -294,7 +296,7 @@ impl Shard {
         let Some(flight) = r.in_flight.take() else {
             return;
         };
-        let ok = result.as_ref().is_ok_and(|_| latency <= r.settings.slow);
+        let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
         let b = &mut r.breaker;
         if ok {
             b.failures = 0;
@@ -303,8 +305,8 @@ impl Shard {
         } else {
             b.probing = false;
             b.failures += 1;
-            if b.failures >= r.settings.breaker_failures || b.open_until.is_some() {
-                b.open_until = Some(Instant::now() + r.settings.cooldown);
+            if b.failures >= r.policy.breaker_failures || b.open_until.is_some() {
+                b.open_until = Some(Instant::now() + r.policy.cooldown);
             }
             self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
             let log = r
@@ -331,10 +333,10 @@ impl Shard {
             Ok(replies) => self.apply(flight, replies),
             Err(_) => {
                 // Nothing is known of this batch: decide it as the failure mode says.
-                for p in flight.pendings {
+                for p in flight.messages {
                     match p {
-                        Pending::New(d) => self.decide_without_redis(d),
-                        Pending::Head(w, key, hash) => {
+                        StoreBound::New(d) => self.decide_without_store(d),
+                        StoreBound::Head(w, key, hash) => {
                             self.remote.as_mut().expect("remote").heads.remove(&key);
                             self.requeue_head(w, &key, flight.now);
                             self.service_queue(&key, hash, self.clock.now());
@@ -346,13 +348,13 @@ impl Shard {
         self.flush();
     }
 
-    fn apply(&mut self, flight: InFlight, replies: Vec<Vec<i64>>) {
+    fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let now = flight.now;
         let mut at = 0;
-        for p in flight.pendings {
+        for p in flight.messages {
             let (d, head) = match p {
-                Pending::New(d) => (d, None),
-                Pending::Head(w, key, hash) => {
+                StoreBound::New(d) => (d, None),
+                StoreBound::Head(w, key, hash) => {
                     let Waiter {
                         msg,
                         op,
@@ -369,7 +371,7 @@ impl Shard {
             let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(n);
             let mut counted: SmallVec<[usize; 2]> = SmallVec::new();
             for (i, (op, reply)) in d.ops.iter().zip(mine).enumerate() {
-                let (e, did_count) = self.remote_eval(op, reply, now);
+                let (e, did_count) = self.eval_stored(op, reply, now);
                 if did_count {
                     counted.push(i);
                 }
@@ -432,74 +434,15 @@ impl Shard {
         self.events.push(std::cmp::Reverse((at, key.into())));
     }
 
-    /// Turns Redis's answer to one op into the same evaluation the memory engine makes, and
-    /// whether Redis counted its hits.
-    fn remote_eval(&mut self, op: &Op, reply: &[i64], now: u64) -> (Eval, bool) {
+    /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
+    /// whether the store counted its hits.
+    fn eval_stored(&mut self, op: &Op, reply: &StoreReply, now: u64) -> (Eval, bool) {
         let p = &op.params;
-        let w = p.window_ms.max(1) * 1_000_000;
-        // States keep the window index modulo 2^32 (see `State`).
-        let idx = (now / w) as u32;
-        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-        let first = reply.first().copied().unwrap_or(0);
         if op.refund {
-            let state = match p.algorithm {
-                Algorithm::FixedWindow => State::Fixed {
-                    window: idx,
-                    count: clamp(first.max(0) as u64),
-                },
-                Algorithm::SlidingWindow => State::Sliding {
-                    window: idx,
-                    prev: 0,
-                    cur: first.max(0) as u32,
-                },
-                Algorithm::TokenBucket { .. } => State::Gcra {
-                    tat: if first < 0 { now } else { first as u64 * 1000 },
-                },
-            };
-            return (state.eval(p, now, 0), false);
+            return (reply.before.eval(p, now, 0), false);
         }
         let hits = op.hits;
-        let (before, allowed) = match p.algorithm {
-            Algorithm::FixedWindow => {
-                let after = first.max(0) as u64;
-                (
-                    State::Fixed {
-                        window: idx,
-                        count: clamp(after.saturating_sub(hits)),
-                    },
-                    None,
-                )
-            }
-            Algorithm::SlidingWindow => {
-                let allowed = first == 1;
-                let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
-                let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
-                let cur = if allowed {
-                    cur.saturating_sub(hits)
-                } else {
-                    cur
-                };
-                (
-                    State::Sliding {
-                        window: idx,
-                        prev: clamp(prev),
-                        cur: clamp(cur),
-                    },
-                    Some(allowed),
-                )
-            }
-            Algorithm::TokenBucket { .. } => {
-                let allowed = first == 1;
-                let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
-                let interval = w / u64::from(p.requests_per_unit.max(1));
-                let tat = if allowed {
-                    tat.saturating_sub(interval.saturating_mul(hits))
-                } else {
-                    tat
-                };
-                (State::Gcra { tat }, Some(allowed))
-            }
-        };
+        let (before, allowed) = (reply.before, reply.allowed);
         let mut e = before.eval(p, now, hits);
         // The script's verdict stands (its arithmetic is in milliseconds or microseconds).
         if let Some(allowed) = allowed {

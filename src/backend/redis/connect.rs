@@ -1,0 +1,293 @@
+//! Connections to a deployment (single, Sentinel, Cluster; TCP, TLS or a unix socket) and the
+//! pipelines sent over them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Pipeline, Value};
+use tokio::sync::Mutex;
+
+use super::decode::ints;
+use super::scripts::{add, Cmd};
+use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
+
+/// A connection to one deployment, reconnecting by itself.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    /// Sentinel: asks the sentinels for the master again after a failure.
+    Sentinel(Arc<Mutex<(SentinelClient, Option<MultiplexedConnection>)>>),
+}
+
+/// The connections of one deployment.
+pub(super) struct Deployment {
+    pub(super) conns: Vec<Conn>,
+}
+
+fn url_of(t: &RedisTarget, host: &str) -> String {
+    if t.socket_unix {
+        // Unix socket URLs carry credentials as query parameters.
+        let auth = match &t.auth {
+            None => String::new(),
+            Some(a) => match a.split_once(':') {
+                Some((u, p)) => format!("?user={u}&pass={p}"),
+                None => format!("?pass={a}"),
+            },
+        };
+        return format!("unix://{host}{auth}");
+    }
+    let scheme = if t.tls { "rediss" } else { "redis" };
+    let auth = match &t.auth {
+        None => String::new(),
+        // `user:password` for ACL users, a bare password otherwise.
+        Some(a) if a.contains(':') => format!("{a}@"),
+        Some(a) => format!(":{a}@"),
+    };
+    format!("{scheme}://{auth}{host}")
+}
+
+/// The CA and client certificate files, read now so a wrong path stops the start.
+fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, String> {
+    if !t.tls || (t.tls_ca.is_none() && t.tls_client.is_none()) {
+        return Ok(None);
+    }
+    let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
+    Ok(Some(redis::TlsCertificates {
+        client_tls: match &t.tls_client {
+            Some((c, k)) => Some(redis::ClientTlsConfig {
+                client_cert: read(c)?,
+                client_key: read(k)?,
+            }),
+            None => None,
+        },
+        root_cert: t.tls_ca.as_deref().map(read).transpose()?,
+    }))
+}
+
+async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, String> {
+    let mut conns = Vec::with_capacity(t.pool_size);
+    let certs = certificates(t)?;
+    match t.kind {
+        RedisType::Single => {
+            let url = url_of(t, &t.url);
+            let client = match certs {
+                Some(c) => redis::Client::build_with_tls(url, c),
+                None => redis::Client::open(url),
+            }
+            .map_err(|e| format!("REDIS_URL: {e}"))?;
+            for _ in 0..t.pool_size {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
+                    .set_response_timeout(Some(deadline))
+                    .set_number_of_retries(1);
+                let m = ConnectionManager::new_with_config(client.clone(), cfg)
+                    .await
+                    .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+                conns.push(Conn::Single(m));
+            }
+        }
+        RedisType::Cluster => {
+            let nodes: Vec<String> = t.url.split(',').map(|h| url_of(t, h.trim())).collect();
+            let mut builder = redis::cluster::ClusterClient::builder(nodes)
+                .connection_timeout(deadline.max(Duration::from_millis(500)))
+                .response_timeout(deadline);
+            if let Some(c) = certs {
+                builder = builder.certs(c);
+            }
+            let client = builder
+                .build()
+                .map_err(|e| format!("REDIS_URL (cluster): {e}"))?;
+            let c = client
+                .get_async_connection()
+                .await
+                .map_err(|e| format!("cannot connect to the Redis Cluster at {}: {e}", t.url))?;
+            // One cluster connection multiplexes over a connection per node.
+            conns.push(Conn::Cluster(c));
+        }
+        RedisType::Sentinel => {
+            // envoyproxy/ratelimit's form: `master-name,sentinel1:26379,sentinel2:26379`.
+            let mut parts = t.url.split(',').map(str::trim);
+            let master = parts.next().unwrap_or_default().to_owned();
+            let sentinels: Vec<String> = parts.map(|h| format!("redis://{h}")).collect();
+            if master.is_empty() || sentinels.is_empty() {
+                return Err(
+                    "REDIS_URL for sentinel must be master-name,host:port[,host:port...]".into(),
+                );
+            }
+            let mut node = redis::sentinel::SentinelNodeConnectionInfo::default();
+            if let Some(a) = &t.auth {
+                let (user, pass) = match a.split_once(':') {
+                    Some((u, p)) => (Some(u.to_owned()), p.to_owned()),
+                    None => (None, a.clone()),
+                };
+                let mut info = redis::RedisConnectionInfo::default().set_password(pass);
+                if let Some(u) = user {
+                    info = info.set_username(u);
+                }
+                node = node.set_redis_connection_info(info);
+            }
+            for _ in 0..t.pool_size {
+                let client = SentinelClient::build(
+                    sentinels.clone(),
+                    master.clone(),
+                    Some(node.clone()),
+                    SentinelServerType::Master,
+                )
+                .map_err(|e| format!("REDIS_URL (sentinel): {e}"))?;
+                conns.push(Conn::Sentinel(Arc::new(Mutex::new((client, None)))));
+            }
+        }
+    }
+    Ok(Deployment { conns })
+}
+
+impl RedisStore {
+    /// Connects and checks every deployment with a PING, so a wrong address or password stops
+    /// the start instead of sending every decision to the fallback.
+    pub async fn connect(s: &RedisSettings) -> Result<RedisStore, String> {
+        let deadline = s.policy.deadline;
+        let main = connect(&s.main, deadline).await?;
+        let per_second = match &s.per_second {
+            Some(t) => Some(connect(t, deadline).await?),
+            None => None,
+        };
+        let check = Duration::from_secs(5).max(deadline);
+        for (name, dep) in [
+            ("REDIS_URL", Some(&main)),
+            ("REDIS_PERSECOND_URL", per_second.as_ref()),
+        ] {
+            let Some(dep) = dep else { continue };
+            for c in &dep.conns {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PING");
+                let ping = ping(c.clone(), pipe);
+                match tokio::time::timeout(check, ping).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(format!("Redis at {name} does not answer PING: {e}")),
+                    Err(_) => {
+                        return Err(format!(
+                            "Redis at {name} does not answer PING within {check:?}"
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(RedisStore {
+            main,
+            per_second,
+            prefix: s.prefix.clone(),
+            jitter_max_secs: s.jitter_max_secs,
+        })
+    }
+}
+
+/// Sends `cmds` over `conn`; answers each command's reply as integers, in order.
+pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, String> {
+    let values: Vec<Value> = match conn {
+        Conn::Single(mut m) => {
+            let mut pipe = redis::pipe();
+            for c in cmds {
+                add(&mut pipe, c);
+            }
+            pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
+        }
+        Conn::Sentinel(s) => {
+            let mut guard = s.lock().await;
+            if guard.1.is_none() {
+                let c = guard
+                    .0
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                guard.1 = Some(c);
+            }
+            let mut c = guard.1.clone().expect("connected");
+            drop(guard);
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                add(&mut pipe, cmd);
+            }
+            match pipe.query_async(&mut c).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // The master may have moved: ask the sentinels again next time.
+                    s.lock().await.1 = None;
+                    return Err(e.to_string());
+                }
+            }
+        }
+        Conn::Cluster(c) => {
+            // A pipeline must stay within one slot: each command (its keys share a hash tag
+            // or are one key) goes on its own, all at once.
+            let futs = cmds.iter().map(|cmd| {
+                let mut c = c.clone();
+                let mut pipe = redis::pipe();
+                add(&mut pipe, cmd);
+                async move { pipe.query_async::<Vec<Value>>(&mut c).await }
+            });
+            let mut out = Vec::with_capacity(cmds.len());
+            for r in futures_util::future::join_all(futs).await {
+                let mut v = r.map_err(|e| e.to_string())?;
+                out.push(v.pop().unwrap_or(Value::Nil));
+            }
+            out
+        }
+    };
+    if values.len() != cmds.len() {
+        return Err(format!(
+            "Redis answered {} replies to {} commands",
+            values.len(),
+            cmds.len()
+        ));
+    }
+    Ok(values.into_iter().map(ints).collect())
+}
+
+async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {
+    let r: Result<Vec<Value>, redis::RedisError> = match conn {
+        Conn::Single(mut m) => pipe.query_async(&mut m).await,
+        Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
+        Conn::Sentinel(s) => {
+            let mut g = s.lock().await;
+            let mut c =
+                g.0.get_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let r = pipe.query_async(&mut c).await;
+            g.1 = Some(c);
+            r
+        }
+    };
+    r.map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_and_auth_urls() {
+        let t = RedisTarget {
+            url: "/run/redis.sock".into(),
+            socket_unix: true,
+            kind: RedisType::Single,
+            auth: Some("pw".into()),
+            tls: false,
+            tls_ca: None,
+            tls_client: None,
+            pool_size: 1,
+        };
+        assert_eq!(url_of(&t, &t.url), "unix:///run/redis.sock?pass=pw");
+        let tcp = RedisTarget {
+            socket_unix: false,
+            tls: true,
+            auth: Some("u:pw".into()),
+            ..t
+        };
+        assert_eq!(url_of(&tcp, "h:6379"), "rediss://u:pw@h:6379");
+    }
+}

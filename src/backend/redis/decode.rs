@@ -1,0 +1,106 @@
+//! Redis's replies read back: integers, then the key's state and the script's verdict per op.
+
+use redis::Value;
+
+use crate::config::Algorithm;
+use crate::limiter::{Params, State, StoreReply};
+
+/// What an op asked of Redis, kept to read its reply.
+pub(super) struct Asked {
+    pub(super) params: Params,
+    pub(super) hits: u64,
+    pub(super) give_back: bool,
+}
+
+impl Asked {
+    /// Turns the reply to this op (the integers of a script's array, or INCRBY's count) into
+    /// the key's state before the op's hits and the script's verdict.
+    pub(super) fn decode(&self, reply: &[i64], now: u64) -> StoreReply {
+        let p = &self.params;
+        let w = p.window_ms.max(1) * 1_000_000;
+        // States keep the window index modulo 2^32 (see `State`).
+        let idx = (now / w) as u32;
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let first = reply.first().copied().unwrap_or(0);
+        if self.give_back {
+            // REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
+            let before = match p.algorithm {
+                Algorithm::FixedWindow => State::Fixed {
+                    window: idx,
+                    count: clamp(first.max(0) as u64),
+                },
+                Algorithm::SlidingWindow => State::Sliding {
+                    window: idx,
+                    prev: 0,
+                    cur: first.max(0) as u32,
+                },
+                Algorithm::TokenBucket { .. } => State::Gcra {
+                    tat: if first < 0 { now } else { first as u64 * 1000 },
+                },
+            };
+            return StoreReply {
+                before,
+                allowed: None,
+            };
+        }
+        let hits = self.hits;
+        match p.algorithm {
+            // INCRBY answers the count after the hits.
+            Algorithm::FixedWindow => StoreReply {
+                before: State::Fixed {
+                    window: idx,
+                    count: clamp((first.max(0) as u64).saturating_sub(hits)),
+                },
+                allowed: None,
+            },
+            // SLIDING answers {allowed, current count after, previous count}.
+            Algorithm::SlidingWindow => {
+                let allowed = first == 1;
+                let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
+                let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
+                let cur = if allowed {
+                    cur.saturating_sub(hits)
+                } else {
+                    cur
+                };
+                StoreReply {
+                    before: State::Sliding {
+                        window: idx,
+                        prev: clamp(prev),
+                        cur: clamp(cur),
+                    },
+                    allowed: Some(allowed),
+                }
+            }
+            // GCRA answers {allowed, TAT after (µs)}.
+            Algorithm::TokenBucket { .. } => {
+                let allowed = first == 1;
+                let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
+                let interval = w / u64::from(p.requests_per_unit.max(1));
+                let tat = if allowed {
+                    tat.saturating_sub(interval.saturating_mul(hits))
+                } else {
+                    tat
+                };
+                StoreReply {
+                    before: State::Gcra { tat },
+                    allowed: Some(allowed),
+                }
+            }
+        }
+    }
+}
+
+/// A reply's integers: a number, or the numbers of an array (nested arrays flattened).
+pub(super) fn ints(v: Value) -> Vec<i64> {
+    match v {
+        Value::Int(i) => vec![i],
+        Value::Array(items) => items.into_iter().flat_map(ints).collect(),
+        Value::BulkString(b) => std::str::from_utf8(&b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or_else(Vec::new, |i| vec![i]),
+        Value::SimpleString(s) => s.parse().map_or_else(|_| Vec::new(), |i| vec![i]),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,81 @@
+//! Redis as the shared store of many replicas: the limiter's store contract over Redis.
+
+mod connect;
+mod decode;
+mod scripts;
+mod settings;
+
+use std::time::Duration;
+
+use connect::{exec, Deployment};
+use decode::Asked;
+use scripts::Cmd;
+pub use settings::{RedisSettings, RedisTarget, RedisType};
+
+use crate::limiter::{Store, StoreError, StoreFuture, StoreOp};
+
+/// Shared by the shards: connections and key layout.
+pub struct RedisStore {
+    main: Deployment,
+    per_second: Option<Deployment>,
+    prefix: String,
+    jitter_max_secs: u64,
+}
+
+/// Commands with their place in the batch.
+type Numbered = Vec<(usize, Cmd)>;
+
+impl Store for RedisStore {
+    /// One pipeline per deployment (per-second limits go to their own Redis when one is set).
+    fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture {
+        let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
+        let mut asked = Vec::with_capacity(batch.len());
+        for (i, b) in batch.iter().enumerate() {
+            let c = self.cmd(b.op, now, b.give_back);
+            if self.per_second.is_some() && c.per_second(&b.op.params) {
+                second.push((i, c));
+            } else {
+                main.push((i, c));
+            }
+            asked.push(Asked {
+                params: b.op.params,
+                hits: b.op.hits,
+                give_back: b.give_back,
+            });
+        }
+        let pick = |dep: Option<&Deployment>, list: Numbered| {
+            let dep = dep.filter(|_| !list.is_empty())?;
+            Some((dep.conns[lane % dep.conns.len()].clone(), list))
+        };
+        let lists = [
+            pick(Some(&self.main), main),
+            pick(self.per_second.as_ref(), second),
+        ];
+        Box::pin(async move {
+            let fut = async {
+                let mut out = vec![Vec::new(); asked.len()];
+                for (conn, list) in lists.into_iter().flatten() {
+                    let (at, cmds): (Vec<usize>, Vec<Cmd>) = list.into_iter().unzip();
+                    let replies = exec(conn, &cmds).await?;
+                    for (i, r) in at.into_iter().zip(replies) {
+                        out[i] = r;
+                    }
+                }
+                Ok(out)
+            };
+            let raw = match tokio::time::timeout(deadline, fut).await {
+                Ok(r) => r.map_err(StoreError)?,
+                Err(_) => {
+                    return Err(StoreError(format!(
+                        "Redis did not answer within {deadline:?}"
+                    )))
+                }
+            };
+            Ok(asked
+                .iter()
+                .zip(&raw)
+                .map(|(a, r)| a.decode(r, now))
+                .collect())
+        })
+    }
+}

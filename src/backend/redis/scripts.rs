@@ -1,0 +1,292 @@
+//! Redis's side of the counting: key layout, the Lua scripts (each `KEYS[i]`/`ARGV[i]`), and
+//! the commands an op becomes.
+//!
+//! # Keys
+//!
+//! Every key starts with `CACHE_KEY_PREFIX`. Then:
+//!
+//! - fixed window: envoyproxy/ratelimit's layout, `domain_key1_value1_key2_value2_<window start>`,
+//!   the start in epoch seconds (milliseconds for sub-second windows of the direct API), counted
+//!   with `INCRBY` + `EXPIRE` in one pipeline, so both services can share one Redis while a fleet
+//!   migrates;
+//! - sliding window: `{domain_key1_value1_}_<window start>`, one key per aligned window; the
+//!   braces are a Cluster hash tag, so the current and the previous window (both read by one
+//!   script) live in one slot;
+//! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time.
+//!
+//! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
+//! every replica and every test decides with the same notion of "now" it reports.
+
+use redis::Pipeline;
+
+use super::RedisStore;
+use crate::config::Algorithm;
+use crate::limiter::{Op, Params};
+
+/// Sliding window: adds `hits` to the current window if the weighted estimate allows it.
+///
+/// - `KEYS[1]`: the current window's counter; `KEYS[2]`: the previous window's counter.
+/// - `ARGV[1]`: limit; `ARGV[2]`: hits (0 checks only); `ARGV[3]`: milliseconds left in the
+///   current window; `ARGV[4]`: window length in milliseconds; `ARGV[5]`: TTL of the current
+///   window's key in milliseconds (two windows: it weighs on the next one).
+/// - Returns `{allowed (0/1), current count after, previous count}`.
+///
+/// The estimate is `ceil(previous × left / length) + current`, as in `limiter::State::eval`;
+/// exact while `previous × length` stays below 2^53.
+const SLIDING: &str = r"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local prev = tonumber(redis.call('GET', KEYS[2]) or '0')
+local limit = tonumber(ARGV[1])
+local hits = tonumber(ARGV[2])
+local weighted = math.ceil(prev * tonumber(ARGV[3]) / tonumber(ARGV[4]))
+if weighted + cur + hits > limit then
+  return {0, cur, prev}
+end
+if hits > 0 then
+  cur = redis.call('INCRBY', KEYS[1], hits)
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+return {1, cur, prev}
+";
+
+/// Token bucket (GCRA): moves the theoretical arrival time on if `hits` tokens are there.
+///
+/// - `KEYS[1]`: the key holding the TAT in microseconds.
+/// - `ARGV[1]`: now (µs); `ARGV[2]`: emission interval (µs per token); `ARGV[3]`: burst;
+///   `ARGV[4]`: hits (0 checks only).
+/// - Returns `{allowed (0/1), TAT after (µs)}`; the key expires when the bucket is full again.
+const GCRA: &str = r"
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local hits = tonumber(ARGV[4])
+local base = math.max(tat, now)
+local after = base + interval * hits
+if interval == 0 or after - now > interval * burst then
+  return {0, tat}
+end
+if hits > 0 then
+  redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + 1000)
+end
+return {1, after}
+";
+
+/// Gives hits back to a counter (fixed or sliding window), never below zero, keeping its TTL.
+///
+/// - `KEYS[1]`: the counter; `ARGV[1]`: hits. Returns the count after (or -1 if the key is gone).
+const REFUND_COUNT: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return -1 end
+local n = math.max(0, tonumber(v) - tonumber(ARGV[1]))
+redis.call('SET', KEYS[1], n, 'KEEPTTL')
+return n
+";
+
+/// Gives tokens back to a token bucket.
+///
+/// - `KEYS[1]`: the TAT key; `ARGV[1]`: now (µs); `ARGV[2]`: interval (µs); `ARGV[3]`: hits.
+/// - Returns the TAT after (or -1 if the key is gone, i.e. the bucket is full).
+const REFUND_GCRA: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return -1 end
+local now = tonumber(ARGV[1])
+local tat = math.max(now, tonumber(v) - tonumber(ARGV[2]) * tonumber(ARGV[3]))
+redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
+return tat
+";
+
+/// One op as sent to Redis, with what its answer means.
+#[derive(Debug, Clone)]
+pub(super) enum Cmd {
+    /// `INCRBY key hits` + `PEXPIRE key ttl`: answers the count after.
+    Fixed {
+        key: String,
+        hits: u64,
+        ttl_ms: u64,
+    },
+    Sliding {
+        cur: String,
+        prev: String,
+        limit: u32,
+        hits: u64,
+        left_ms: u64,
+        window_ms: u64,
+    },
+    Gcra {
+        key: String,
+        now_us: u64,
+        interval_us: u64,
+        burst: u32,
+        hits: u64,
+    },
+    RefundCount {
+        key: String,
+        hits: u64,
+    },
+    RefundGcra {
+        key: String,
+        now_us: u64,
+        interval_us: u64,
+        hits: u64,
+    },
+}
+
+impl Cmd {
+    pub(super) fn per_second(&self, p: &Params) -> bool {
+        let _ = self;
+        p.window_ms == 1000
+    }
+}
+
+impl RedisStore {
+    /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
+    pub(super) fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
+        let p = &op.params;
+        let w = p.window_ms.max(1);
+        let now_ms = now / 1_000_000;
+        let idx = now_ms / w;
+        let start = |i: u64| {
+            if w.is_multiple_of(1000) {
+                (i * w / 1000).to_string()
+            } else {
+                format!("{}ms", i * w)
+            }
+        };
+        match p.algorithm {
+            Algorithm::FixedWindow => {
+                let key = format!("{}{}{}", self.prefix, op.key, start(idx));
+                if refund {
+                    Cmd::RefundCount { key, hits: op.hits }
+                } else {
+                    let jitter = if self.jitter_max_secs > 0 {
+                        rand::random_range(0..=self.jitter_max_secs) * 1000
+                    } else {
+                        0
+                    };
+                    Cmd::Fixed {
+                        key,
+                        hits: op.hits,
+                        ttl_ms: w + jitter,
+                    }
+                }
+            }
+            Algorithm::SlidingWindow => {
+                let cur = format!("{}{{{}}}_{}", self.prefix, op.key, start(idx));
+                if refund {
+                    Cmd::RefundCount {
+                        key: cur,
+                        hits: op.hits,
+                    }
+                } else {
+                    Cmd::Sliding {
+                        prev: format!(
+                            "{}{{{}}}_{}",
+                            self.prefix,
+                            op.key,
+                            start(idx.saturating_sub(1))
+                        ),
+                        cur,
+                        limit: p.requests_per_unit,
+                        hits: op.hits,
+                        left_ms: (idx + 1) * w - now_ms,
+                        window_ms: w,
+                    }
+                }
+            }
+            Algorithm::TokenBucket { burst } => {
+                let key = format!("{}{{{}}}_tat", self.prefix, op.key);
+                let interval_us = w * 1000 / u64::from(p.requests_per_unit.max(1));
+                let interval_us = if p.requests_per_unit == 0 {
+                    0
+                } else {
+                    interval_us
+                };
+                if refund {
+                    Cmd::RefundGcra {
+                        key,
+                        now_us: now / 1000,
+                        interval_us,
+                        hits: op.hits,
+                    }
+                } else {
+                    Cmd::Gcra {
+                        key,
+                        now_us: now / 1000,
+                        interval_us,
+                        burst,
+                        hits: op.hits,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the command(s) of `c` to `pipe`; each adds one reply.
+pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
+    match c {
+        Cmd::Fixed { key, hits, ttl_ms } => {
+            pipe.cmd("INCRBY").arg(key).arg(*hits);
+            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms).ignore();
+        }
+        // EVAL with the script text: Redis caches scripts by their hash, and a restarted
+        // Redis needs no reload (EVALSHA would answer NOSCRIPT there).
+        Cmd::Sliding {
+            cur,
+            prev,
+            limit,
+            hits,
+            left_ms,
+            window_ms,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(SLIDING)
+                .arg(2)
+                .arg(cur)
+                .arg(prev)
+                .arg(*limit)
+                .arg(*hits)
+                .arg(*left_ms)
+                .arg(*window_ms)
+                .arg(2 * *window_ms);
+        }
+        Cmd::Gcra {
+            key,
+            now_us,
+            interval_us,
+            burst,
+            hits,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(GCRA)
+                .arg(1)
+                .arg(key)
+                .arg(*now_us)
+                .arg(*interval_us)
+                .arg(*burst)
+                .arg(*hits);
+        }
+        Cmd::RefundCount { key, hits } => {
+            pipe.cmd("EVAL")
+                .arg(REFUND_COUNT)
+                .arg(1)
+                .arg(key)
+                .arg(*hits);
+        }
+        Cmd::RefundGcra {
+            key,
+            now_us,
+            interval_us,
+            hits,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(REFUND_GCRA)
+                .arg(1)
+                .arg(key)
+                .arg(*now_us)
+                .arg(*interval_us)
+                .arg(*hits);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Deciding a message: each op evaluated against the table, the message judged as a whole, then
+//! admitted (committed), refused, or parked in a queue.
+
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+
+use super::table::to_secs_ceil;
+use super::{Decide, Shard};
+use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::verdict;
+use crate::limiter::{Hits, Op, Outcome, Outcomes, Reply, Role};
+
+/// (op index, next state, the key's position in the table if it has one) of the ops of a
+/// message that fit, to store if the message is admitted.
+pub(super) type Scratch = SmallVec<[(usize, State, Option<usize>); 2]>;
+
+/// A message evaluated against the table, nothing committed yet.
+pub(super) struct Evaluated {
+    pub(super) outcomes: Outcomes,
+    pub(super) scratch: Scratch,
+    pub(super) verdict: Verdict,
+}
+
+pub(super) enum Verdict {
+    Admit,
+    Refuse,
+    /// Wait in the queue of op `n`'s key.
+    Wait(usize),
+}
+
+/// Where the hits of an admitted message are counted.
+pub(super) enum Commit {
+    /// In the shard's table: these next states, stored when the message is admitted.
+    Memory(Scratch),
+    /// Already in Redis: these ops (by index) were counted, and are given back unless admitted.
+    Remote(SmallVec<[usize; 2]>),
+}
+
+/// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
+pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
+    let mut outcomes: Outcomes = SmallVec::with_capacity(evals.len());
+    let mut wait: Option<usize> = None;
+    // (role, over) of the ops that count towards the verdict.
+    let mut counted: SmallVec<[(Role, bool); 4]> = SmallVec::with_capacity(evals.len());
+    for (i, (op, (e, blocked))) in d.ops.iter().zip(evals).enumerate() {
+        outcomes.push(Outcome {
+            over: e.over,
+            remaining: e.remaining,
+            reset_ns: e.reset_ns,
+            retry_ns: e.retry_ns,
+            blocked: *blocked,
+        });
+        let over = match op.role {
+            Role::Binding => {
+                let over = e.over || *blocked;
+                let may_wait = d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX;
+                if over && may_wait && !d.global_shadow {
+                    // Over, but it waits for room instead of refusing.
+                    wait.get_or_insert(i);
+                    false
+                } else {
+                    over
+                }
+            }
+            // Only a message holding the whole request can judge its quota ops; the engine
+            // judges them across the parts otherwise.
+            Role::Quota if !d.whole => continue,
+            Role::Quota | Role::Shadow => e.over,
+        };
+        counted.push((op.role, over));
+    }
+    let refuse = verdict::refuses(counted, d.global_shadow);
+    let verdict = if refuse {
+        Verdict::Refuse
+    } else if let Some(i) = wait {
+        Verdict::Wait(i)
+    } else {
+        Verdict::Admit
+    };
+    (outcomes, verdict)
+}
+
+impl Shard {
+    pub(super) fn decide_any(&mut self, d: Decide) {
+        if self.remote.is_some() {
+            self.decide_remote(d)
+        } else {
+            self.decide(d)
+        }
+    }
+
+    pub(super) fn decide(&mut self, d: Decide) {
+        let now = self.clock.now();
+        // Refunds first: capacity given back goes to the head of the queue before anyone else.
+        for op in d.ops.iter().filter(|o| o.refund) {
+            self.give_back(op, now);
+        }
+        // Waiters of these keys go before this newcomer.
+        for i in 0..d.ops.len() {
+            if d.ops[i].queue.is_some() && self.has_waiters(&d.ops[i]) {
+                let key = d.ops[i].key.clone();
+                self.service_queue(&key, d.ops[i].hash, now);
+            }
+        }
+        self.settle(d, now, None, None);
+    }
+
+    /// Evaluates a message (a newcomer, or a waiter taken off the head of `head_of`'s queue) and
+    /// answers it, commits it, or parks it.
+    pub(super) fn settle(
+        &mut self,
+        d: Decide,
+        now: u64,
+        head_of: Option<usize>,
+        since: Option<(u64, u64)>,
+    ) {
+        let Evaluated {
+            outcomes,
+            scratch,
+            verdict,
+        } = self.evaluate(&d, now, head_of);
+        self.conclude(d, outcomes, verdict, Commit::Memory(scratch), now, since);
+    }
+
+    /// Acts on a verdict: commits and answers, answers a refusal, or parks the message in a
+    /// queue. What was already counted (in Redis) is given back unless the message is admitted.
+    pub(super) fn conclude(
+        &mut self,
+        d: Decide,
+        outcomes: Outcomes,
+        verdict: Verdict,
+        commit: Commit,
+        now: u64,
+        since: Option<(u64, u64)>,
+    ) {
+        let verdict = match verdict {
+            Verdict::Wait(_) if self.draining.is_some() => Verdict::Refuse,
+            v => v,
+        };
+        if !matches!(verdict, Verdict::Admit) {
+            if let Commit::Remote(done) = &commit {
+                self.remote_undo(&d.ops, done);
+            }
+        }
+        match verdict {
+            Verdict::Admit => self.admit(d, outcomes, &commit, now, since),
+            Verdict::Refuse => {
+                self.count_denied(&d.ops, now);
+                self.protect(&d.ops, &outcomes, now);
+                self.answer(
+                    d.reply,
+                    Reply::refused(
+                        outcomes,
+                        since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                    ),
+                );
+            }
+            Verdict::Wait(i) => self.park(d, outcomes, i, now, since),
+        }
+    }
+
+    /// Commits an admitted message (unless counted already in the store) and answers it; if its
+    /// caller went away meanwhile, gives back what it counted.
+    fn admit(
+        &mut self,
+        d: Decide,
+        outcomes: Outcomes,
+        commit: &Commit,
+        now: u64,
+        since: Option<(u64, u64)>,
+    ) {
+        if let Commit::Memory(scratch) = commit {
+            self.commit(&d.ops, scratch, now);
+        }
+        let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
+        let reply = Reply {
+            outcomes,
+            hits: match commit {
+                Commit::Memory(_) => Hits::InMemory,
+                Commit::Remote(_) => Hits::InStore,
+            },
+            waited_ns: waited,
+        };
+        if since.is_some() {
+            self.stats
+                .admitted_after_wait
+                .fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .wait_ns_total
+                .fetch_add(waited, Ordering::Relaxed);
+        }
+        if !self.answer(d.reply, reply) {
+            // The caller left between our decision and the answer: consume nothing.
+            match commit {
+                Commit::Memory(_) => {
+                    for op in d.ops.iter().filter(|o| !o.refund) {
+                        self.give_back(op, now);
+                    }
+                }
+                Commit::Remote(done) => self.remote_undo(&d.ops, done),
+            }
+        }
+    }
+
+    /// Evaluates every op against the table (and against earlier ops of the same message on the
+    /// same key), and decides what the message as a whole should do.
+    pub(super) fn evaluate(&mut self, d: &Decide, now: u64, head_of: Option<usize>) -> Evaluated {
+        let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(d.ops.len());
+        // Ops that fit, in order; later ops on one key see earlier ones.
+        let mut scratch = Scratch::new();
+        for (i, op) in d.ops.iter().enumerate() {
+            let earlier = scratch
+                .iter()
+                .rev()
+                .find(|(j, ..)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
+                .map(|&(_, s, at)| (Some(s), at));
+            let (base, at) = earlier.unwrap_or_else(|| {
+                let at = self.table.find(&op.key, op.hash);
+                let state = at
+                    .map(|at| self.table.get(at).state)
+                    .filter(|s| s.fits(&op.params));
+                (state, at)
+            });
+            let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
+            let hits = if op.refund { 0 } else { op.hits };
+            let e: Eval = base.eval(&op.params, now, hits);
+            let blocked = self.is_blocked(op, i, head_of);
+            if !(e.over || blocked || op.refund) {
+                scratch.push((i, e.next, at));
+            }
+            evals.push((e, blocked));
+        }
+        let (outcomes, verdict) = judge(d, &evals);
+        Evaluated {
+            outcomes,
+            scratch,
+            verdict,
+        }
+    }
+
+    /// A newcomer does not pass the waiters of a queued key, even if capacity is free.
+    pub(super) fn is_blocked(&self, op: &Op, i: usize, head_of: Option<usize>) -> bool {
+        op.queue.is_some() && head_of != Some(i) && !op.refund && self.has_waiters(op)
+    }
+
+    /// Stores the next states of an admitted message: first into the entries found when it was
+    /// evaluated, then new keys (whose insertion may evict others and move entries).
+    pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
+        for &(i, state, at) in scratch {
+            let op = &ops[i];
+            if let Some(at) = at {
+                let e = self.table.get_mut(at);
+                e.state = state;
+                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+            }
+            if let Some(id) = op.grant {
+                self.remember_grant(id, op, now);
+            }
+        }
+        for &(i, state, _) in scratch.iter().filter(|(.., at)| at.is_none()) {
+            let op = &ops[i];
+            if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
+                let e = self.table.get_mut(at);
+                e.state = state;
+                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+            }
+        }
+    }
+}

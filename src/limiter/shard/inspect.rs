@@ -1,0 +1,49 @@
+//! What `/debug` shows of a shard's keys, and the direct API refusals counted for it.
+
+use super::Shard;
+use crate::limiter::{Op, State};
+
+/// A key's state as `/debug` shows it; the caller knows the limit, so it interprets the state.
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    pub key: String,
+    pub state: State,
+    /// Direct API refusals: (window index, count in that window).
+    pub denied: (u64, u64),
+    pub waiting: usize,
+    /// The shard's time when it answered.
+    pub now: u64,
+}
+
+impl Shard {
+    /// Every key (or those starting with `prefix`) with its state, sorted by key.
+    pub(super) fn inspect(&self, prefix: Option<&str>) -> Vec<KeyInfo> {
+        let now = self.clock.now();
+        let mut out: Vec<KeyInfo> = self
+            .table
+            .iter()
+            .filter(|(k, _)| prefix.is_none_or(|p| k.starts_with(p)))
+            .map(|(k, e)| KeyInfo {
+                key: k.to_string(),
+                state: e.state,
+                denied: self.denied.get(k).copied().unwrap_or((0, 0)),
+                waiting: self.queues.get(k).map_or(0, |q| q.len()),
+                now,
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    /// Counts direct API refusals, for `/debug`.
+    pub(super) fn count_denied(&mut self, ops: &[Op], now: u64) {
+        for op in ops.iter().filter(|o| o.grant.is_some()) {
+            let w = now / op.params.window_ns();
+            let e = self.denied.entry(op.key.as_str().into()).or_insert((w, 0));
+            if e.0 != w {
+                *e = (w, 0);
+            }
+            e.1 += 1;
+        }
+    }
+}

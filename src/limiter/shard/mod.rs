@@ -1,0 +1,284 @@
+//! One shard actor: owns the state and the wait queues of the keys that hash to it.
+//!
+//! The shard lives on one thread and is used by one caller at a time (its task, or a caller on
+//! the same thread deciding synchronously, see [`SameThreadShard`]), so the table needs no lock. A request
+//! reaches the shard as one message holding all of its ops for this shard; the shard decides them
+//! together, so a request whose ops all live here is decided atomically. A message that must wait
+//! parks in the FIFO of the key it waits for and is answered later through its reply channel.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::{Clock, Op, Reply};
+
+mod actor;
+mod decide;
+mod evict;
+mod grants;
+mod inspect;
+mod queue;
+mod remote;
+mod same_thread;
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use actor::run;
+use grants::Grant;
+pub use inspect::KeyInfo;
+pub(crate) use remote::Remote;
+pub use remote::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
+use table::Table;
+
+/// What callers send a shard.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Decide(Decide),
+    /// Gives back what a request consumed here when another shard refused it.
+    Undo {
+        ops: Vec<Op>,
+        /// Counted in the store rather than in the shard's table.
+        in_store: bool,
+    },
+    /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
+    Inspect {
+        prefix: Option<String>,
+        reply: oneshot::Sender<Vec<KeyInfo>>,
+    },
+    /// Shutdown: answer every waiter now (admitting them or not) and stop queueing newcomers.
+    Drain {
+        admit: bool,
+    },
+    /// A caller waiting on this key went away: drop it from the queue now.
+    Cancelled {
+        key: String,
+        hash: u64,
+    },
+    /// Direct API: give back the hit admitted under `id`; answers whether it was found.
+    Release {
+        key: String,
+        hash: u64,
+        id: u64,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Decide {
+    pub(crate) ops: Vec<Op>,
+    /// All ops of the request are in this message, so the shard can decide the request alone.
+    pub(crate) whole: bool,
+    pub(crate) global_shadow: bool,
+    /// Whether an over-limit queued op may wait; when false it is refused like any other.
+    pub(crate) may_wait: bool,
+    pub(crate) reply: ReplyTo,
+}
+
+/// Where a message's answer goes.
+#[derive(Debug)]
+pub(crate) enum ReplyTo {
+    /// A caller on another thread, or one that is waiting.
+    Caller(oneshot::Sender<Reply>),
+    /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
+    /// A message that must be held (in a queue, or for Redis) gets a channel first.
+    InPlace,
+}
+
+impl ReplyTo {
+    /// Whether the caller went away.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            ReplyTo::Caller(tx) => tx.is_closed(),
+            ReplyTo::InPlace => false,
+        }
+    }
+}
+
+/// A synchronous caller's answer: now, or on a channel when its message was held.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Now(Reply),
+    Later(oneshot::Receiver<Reply>),
+}
+
+/// Counters the shard keeps for metrics; read without locks.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    pub keys: AtomicU64,
+    pub waiting: AtomicU64,
+    pub queued: AtomicU64,
+    pub admitted_after_wait: AtomicU64,
+    pub timed_out: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub queue_full: AtomicU64,
+    pub wait_ns_total: AtomicU64,
+    /// Keys dropped before their window ended because the shard held its cap.
+    pub evictions: AtomicU64,
+    /// Redis mode: the breaker (`BREAKER_CLOSED`, `BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
+    pub breaker: AtomicU64,
+    pub redis_errors: AtomicU64,
+    /// Decisions made without Redis while its breaker was open.
+    pub fallback_decisions: AtomicU64,
+    /// Refusals answered from the local over-limit cache, without a round trip.
+    pub local_cache_hits: AtomicU64,
+}
+
+/// A message parked in a key's queue.
+pub(super) struct Waiter {
+    pub(super) msg: Decide,
+    /// Which op of `msg` waits for this key.
+    pub(super) op: usize,
+    pub(super) enqueued: u64,
+    pub(super) deadline: u64,
+}
+
+pub(crate) struct Shard {
+    table: Table,
+    /// FIFO wait queues, by key. A key with waiters keeps its entry in `table`: the sweep and
+    /// evictions pass it by.
+    queues: fnv::FnvHashMap<Box<str>, VecDeque<Waiter>>,
+    clock: Clock,
+    /// Times at which some key's queue must be looked at again (head's deadline or retry time).
+    events: BinaryHeap<Reverse<(u64, Box<str>)>>,
+    waiters: usize,
+    max_waiters: usize,
+    next_sweep: u64,
+    sweep_every: u64,
+    draining: Option<bool>,
+    stats: Arc<ShardStats>,
+    grants: fnv::FnvHashMap<u64, Grant>,
+    /// Direct API refusals per key in the current window: (window index, count).
+    denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
+    /// Redis mode; `None` keeps every counter in `table`.
+    remote: Option<Remote>,
+    /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
+    max_keys: usize,
+    /// Keys refused in their current window (by hash, until the window ends): never evicted, so
+    /// an attacker flooding new keys cannot make the shard forget who is over the limit.
+    refused: fnv::FnvHashMap<u64, u64>,
+    /// The answer to a synchronous caller's message ([`ReplyTo::InPlace`]).
+    answered: Option<Reply>,
+    /// Where a synchronous caller whose message was held waits for its answer.
+    held: Option<oneshot::Receiver<Reply>>,
+}
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+impl Shard {
+    pub(crate) fn new(
+        clock: Clock,
+        max_waiters: usize,
+        stats: Arc<ShardStats>,
+        remote: Option<Remote>,
+        max_keys: usize,
+    ) -> Shard {
+        let now = clock.now();
+        Shard {
+            table: Table::default(),
+            queues: Default::default(),
+            clock,
+            events: BinaryHeap::new(),
+            waiters: 0,
+            max_waiters,
+            next_sweep: now + NS_PER_SEC,
+            sweep_every: NS_PER_SEC,
+            draining: None,
+            stats,
+            grants: Default::default(),
+            denied: Default::default(),
+            remote,
+            max_keys: max_keys.max(16),
+            refused: Default::default(),
+            answered: None,
+            held: None,
+        }
+    }
+
+    /// When the shard must next look at its queues or sweep.
+    pub(crate) fn next_wake(&self) -> u64 {
+        let ev = self.events.peek().map(|Reverse((t, _))| *t);
+        ev.unwrap_or(u64::MAX).min(self.next_sweep)
+    }
+
+    /// After messages: due queue events and, once a second, the expiry sweep.
+    pub(super) fn tick(&mut self) {
+        let now = self.clock.now();
+        self.run_events(now);
+        if now >= self.next_sweep {
+            self.sweep(now);
+        }
+    }
+
+    pub(crate) fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Decide(d) => self.decide_any(d),
+            Msg::Undo {
+                ops,
+                in_store: true,
+            } => self.undo_remote_ops(&ops),
+            Msg::Undo {
+                ops,
+                in_store: false,
+            } => {
+                let now = self.clock.now();
+                for op in &ops {
+                    self.give_back(op, now);
+                }
+            }
+            Msg::Inspect { prefix, reply } => {
+                let _ = reply.send(self.inspect(prefix.as_deref()));
+            }
+            Msg::Drain { admit } => self.drain(admit),
+            Msg::Cancelled { key, hash } => self.purge_cancelled(&key, hash),
+            Msg::Release {
+                key,
+                hash,
+                id,
+                reply,
+            } => {
+                let found = self.release(key, hash, id);
+                let _ = reply.send(found);
+            }
+        }
+    }
+
+    /// Delivers a message's answer; false when its caller went away.
+    pub(super) fn answer(&mut self, to: ReplyTo, reply: Reply) -> bool {
+        match to {
+            ReplyTo::Caller(tx) => tx.send(reply).is_ok(),
+            ReplyTo::InPlace => {
+                self.answered = Some(reply);
+                true
+            }
+        }
+    }
+
+    /// A message about to be held (in a queue, or for Redis): a synchronous caller gets a
+    /// channel to wait on.
+    pub(super) fn hold(&mut self, d: &mut Decide) {
+        if matches!(d.reply, ReplyTo::InPlace) {
+            let (tx, rx) = oneshot::channel();
+            d.reply = ReplyTo::Caller(tx);
+            self.held = Some(rx);
+        }
+    }
+
+    pub(super) fn has_waiters(&self, op: &Op) -> bool {
+        self.queues
+            .get(op.key.as_str())
+            .is_some_and(|q| !q.is_empty())
+            || self
+                .remote
+                .as_ref()
+                .is_some_and(|r| r.heads.contains(op.key.as_str()))
+    }
+
+    fn find(&self, key: &str, hash: u64) -> Option<&table::Entry> {
+        self.table.find(key, hash).map(|at| self.table.get(at))
+    }
+}

@@ -1,0 +1,282 @@
+//! Wait queues: FIFO per key, served as capacity comes back, timed out, cancelled or drained.
+
+use std::cmp::Reverse;
+use std::sync::atomic::Ordering;
+
+use super::decide::{Evaluated, Verdict};
+use super::{Decide, Shard, Waiter};
+use crate::descriptor::key_hash;
+use crate::limiter::algorithm::State;
+use crate::limiter::{Hits, Op, Outcomes, Reply};
+
+impl Shard {
+    /// Returns `op.hits` to its key and lets the queue head take them.
+    pub(super) fn give_back(&mut self, op: &Op, now: u64) {
+        let hash = op.hash;
+        let Some(at) = self.table.find(&op.key, hash) else {
+            return;
+        };
+        let e = self.table.get_mut(at);
+        if e.state.fits(&op.params) {
+            e.state.refund(&op.params, now, op.hits);
+        }
+        if !self.queues.is_empty() && self.queues.contains_key(op.key.as_str()) {
+            let key = op.key.clone();
+            self.service_queue(&key, hash, now);
+        }
+    }
+
+    /// Answers what can be answered at the head of `key`'s queue: cancelled and timed-out
+    /// waiters leave, waiters that fit are admitted in arrival order.
+    pub(super) fn service_queue(&mut self, key: &str, hash: u64, now: u64) {
+        loop {
+            let Some(q) = self.queues.get_mut(key) else {
+                return;
+            };
+            let Some(w) = q.pop_front() else {
+                self.queues.remove(key);
+                return;
+            };
+            if w.msg.reply.is_closed() {
+                self.left_queue();
+                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if let Some(admit) = self.draining {
+                self.left_queue();
+                self.answer_drained(w, admit, now);
+                continue;
+            }
+            if now >= w.deadline {
+                self.left_queue();
+                self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.time_out(w, now);
+                continue;
+            }
+            if self.remote_ready() {
+                // Redis decides the head; newcomers queue behind it meanwhile.
+                self.remote_head(w, key, hash);
+                return;
+            }
+            let Evaluated {
+                outcomes, verdict, ..
+            } = self.evaluate(&w.msg, now, Some(w.op));
+            match verdict {
+                Verdict::Wait(i) if i == w.op => {
+                    // Still the head, still waiting: look again when it may fit or must give up.
+                    let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
+                    self.queues.entry(key.into()).or_default().push_front(w);
+                    self.events.push(Reverse((at, key.into())));
+                    return;
+                }
+                Verdict::Wait(_) => {
+                    // Its own key has room now, but another queued key of the request has not:
+                    // it moves on to wait there.
+                    let since = Some((w.enqueued, w.deadline));
+                    self.settle(w.msg, now, None, since);
+                }
+                Verdict::Admit | Verdict::Refuse => {
+                    self.left_queue();
+                    let since = Some((w.enqueued, w.deadline));
+                    self.settle(w.msg, now, Some(w.op), since);
+                }
+            }
+        }
+    }
+
+    /// Removes waiters whose callers went away, wherever they are in the queue.
+    pub(super) fn purge_cancelled(&mut self, key: &str, hash: u64) {
+        let Some(q) = self.queues.get_mut(key) else {
+            return;
+        };
+        let before = q.len();
+        q.retain(|w| !w.msg.reply.is_closed());
+        let gone = before - q.len();
+        if q.is_empty() {
+            self.queues.remove(key);
+        }
+        for _ in 0..gone {
+            self.left_queue();
+        }
+        self.stats
+            .cancelled
+            .fetch_add(gone as u64, Ordering::Relaxed);
+        // The new head may fit now.
+        let now = self.clock.now();
+        self.service_queue(key, hash, now);
+    }
+
+    pub(super) fn left_queue(&mut self) {
+        self.waiters = self.waiters.saturating_sub(1);
+        self.stats
+            .waiting
+            .store(self.waiters as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn time_out(&mut self, w: Waiter, now: u64) {
+        self.count_denied(&w.msg.ops, now);
+        let mut outcomes = self.evaluate(&w.msg, now, Some(w.op)).outcomes;
+        for o in outcomes.iter_mut() {
+            if o.blocked || o.over {
+                o.over = true;
+                o.remaining = 0;
+            }
+        }
+        // The op it waited for is reported over, whatever its count says now.
+        outcomes[w.op].over = true;
+        outcomes[w.op].remaining = 0;
+        self.answer(
+            w.msg.reply,
+            Reply {
+                outcomes,
+                hits: Hits::TimedOut,
+                waited_ns: now.saturating_sub(w.enqueued),
+            },
+        );
+    }
+
+    pub(super) fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
+        let Evaluated {
+            mut outcomes,
+            scratch,
+            ..
+        } = self.evaluate(&w.msg, now, Some(w.op));
+        if admit {
+            self.commit(&w.msg.ops, &scratch, now);
+            for o in outcomes.iter_mut() {
+                o.over = false;
+                o.blocked = false;
+            }
+        } else {
+            outcomes[w.op].over = true;
+            outcomes[w.op].remaining = 0;
+        }
+        self.answer(
+            w.msg.reply,
+            Reply {
+                outcomes,
+                hits: if admit {
+                    Hits::InMemory
+                } else {
+                    Hits::NotCounted
+                },
+                waited_ns: now.saturating_sub(w.enqueued),
+            },
+        );
+    }
+
+    pub(super) fn run_events(&mut self, now: u64) {
+        while let Some(Reverse((t, _))) = self.events.peek() {
+            if *t > now {
+                break;
+            }
+            let Reverse((_, key)) = self.events.pop().expect("peeked");
+            let hash = key_hash(&key);
+            self.service_queue(&key, hash, now);
+        }
+    }
+
+    pub(super) fn drain(&mut self, admit: bool) {
+        self.draining = Some(admit);
+        let now = self.clock.now();
+        let keys: Vec<(Box<str>, u64)> = self
+            .queues
+            .keys()
+            .map(|k| (k.clone(), key_hash(k)))
+            .collect();
+        for (k, h) in keys {
+            self.service_queue(&k, h, now);
+        }
+    }
+
+    /// Parks a message in the queue of op `i`'s key, or refuses it when there is no room to wait.
+    pub(super) fn park(
+        &mut self,
+        d: Decide,
+        mut outcomes: Outcomes,
+        i: usize,
+        now: u64,
+        since: Option<(u64, u64)>,
+    ) {
+        let op = &d.ops[i];
+        let spec = op.queue.expect("waiting op has a queue");
+        let (enqueued, deadline) =
+            since.unwrap_or((now, now.saturating_add(spec.max_wait.as_nanos() as u64)));
+        let is_new = since.is_none();
+        if is_new && !self.room_to_wait(op, now, deadline) {
+            self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            self.count_denied(&d.ops, now);
+            self.protect(&d.ops, &outcomes, now);
+            for o in outcomes.iter_mut() {
+                if o.blocked {
+                    o.over = true;
+                    o.remaining = 0;
+                }
+            }
+            self.answer(d.reply, Reply::refused(outcomes, 0));
+            return;
+        }
+        let key: Box<str> = op.key.as_str().into();
+        let hash = op.hash;
+        let params = op.params;
+        let mut d = d;
+        self.hold(&mut d);
+        self.slot(&key, hash, params, now);
+        let q = self.queues.entry(key.clone()).or_default();
+        let was_empty = q.is_empty();
+        q.push_back(Waiter {
+            msg: d,
+            op: i,
+            enqueued,
+            deadline,
+        });
+        if is_new {
+            self.waiters += 1;
+            self.stats
+                .waiting
+                .store(self.waiters as u64, Ordering::Relaxed);
+            self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        }
+        if was_empty {
+            let retry = outcomes[i].retry_ns;
+            self.events
+                .push(Reverse((deadline.min(now.saturating_add(retry)), key)));
+        }
+    }
+
+    /// Whether a newcomer may join the queue of `op`'s key: there is room in it and in the
+    /// shard, and it can be admitted before `deadline` at all (predicted from the window and the
+    /// hits already waiting ahead of it).
+    pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64) -> bool {
+        let spec = op.queue.expect("queued op");
+        if self.waiters >= self.max_waiters {
+            return false;
+        }
+        let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
+            None => (0, 0, State::fresh(&op.params, now)),
+            Some(e) => {
+                let mut len = 0;
+                let mut hits = 0u64;
+                if let Some(q) = self.queues.get(op.key.as_str()) {
+                    for w in q.iter().filter(|w| !w.msg.reply.is_closed()) {
+                        len += 1;
+                        hits += w.msg.ops[w.op].hits;
+                    }
+                }
+                let s = if e.state.fits(&op.params) {
+                    e.state
+                } else {
+                    State::fresh(&op.params, now)
+                };
+                (len, hits, s)
+            }
+        };
+        if ahead_len >= spec.max_waiting as usize {
+            return false;
+        }
+        match state.min_wait(&op.params, now, ahead_hits + op.hits) {
+            Some(w) => now.saturating_add(w) <= deadline,
+            None => false,
+        }
+    }
+}

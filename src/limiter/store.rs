@@ -1,0 +1,78 @@
+//! The store contract: what the shards need from a store shared by replicas, and their policy for it.
+//!
+//! A store counts a batch of ops in one round trip and answers, per op, the key's state as the
+//! shard's own table would hold it, so the shard judges a stored decision with the same rules
+//! as one made in memory. The store decides its own encoding, key layout and scripts; the limiter
+//! never sees them (the Redis backend implements this contract).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::{Op, State};
+
+/// A store shared by replicas (Redis): counts batches of ops.
+pub trait Store: Send + Sync + 'static {
+    /// Counts `batch` at `now` (ns since the epoch) in one round trip, within `deadline`, over
+    /// connection `lane` (the shard's index; the store takes it modulo its pool). The batch is
+    /// turned into commands before this returns; the future only does the round trip. Answers
+    /// one [`StoreReply`] per op, in order.
+    fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture;
+}
+
+/// A round trip in flight.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Vec<StoreReply>, StoreError>> + Send>>;
+
+/// One op of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOp<'a> {
+    pub op: &'a Op,
+    /// Give `op.hits` back instead of taking them: an op with `refund`, or the undo of hits a
+    /// refused request had counted.
+    pub give_back: bool,
+}
+
+/// The store's answer to one op, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreReply {
+    /// The key's state before this op's hits (for an op that gives hits back: after they were
+    /// given back), as the shard's table would hold it.
+    pub before: State,
+    /// The store's own verdict, when it judged the op itself (a script that counts only what
+    /// fits): `true` when it admitted and counted the hits. `None` when it counted them
+    /// unconditionally (fixed windows), leaving the verdict to the shard.
+    pub allowed: Option<bool>,
+}
+
+/// A round trip that failed or took too long: nothing is known of its batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
+
+/// How decisions are made while the store cannot be reached (the breaker is open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Decide on this replica's own in-memory counters (limits become per replica).
+    Fallback,
+    /// Admit everything.
+    FailOpen,
+    /// Answer UNAVAILABLE, so Envoy's `failure_mode_deny` decides.
+    FailClosed,
+}
+
+/// How the shards use a store: deadlines, the breaker, and the local over-limit cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorePolicy {
+    /// Every round trip is abandoned after this; the breaker counts it as a failure.
+    pub deadline: Duration,
+    /// A round trip slower than this counts as a failure too.
+    pub slow: Duration,
+    /// Consecutive failures (errors, or round trips slower than `slow`) that open the breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before a half-open probe.
+    pub cooldown: Duration,
+    pub failure_mode: FailureMode,
+    /// Memory for keys known to be over until their window ends, split between the shards, so
+    /// they are refused without a round trip.
+    pub local_cache_bytes: usize,
+}
