@@ -13,10 +13,6 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 test_with_all_backends!(
     counts_to_the_limit_then_over_limit_with_full_status,
     window_rolls_over_on_the_aligned_boundary,
-    // Found when this scenario first ran on Redis: after a refused request, the Redis mode's
-    // local over-limit cache (src/limiter/shard/remote.rs) answers a check (hits 0) on the full
-    // key OVER_LIMIT without asking Redis, where memory answers OK with 0 remaining.
-    #[redis_ignore = "known: a check (hits 0) on a full key is OVER on Redis, OK in memory"]
     hits_addend_request_level_and_descriptor_level,
     negative_hits_refund,
     a_refused_request_consumes_nothing_across_shards,

@@ -13,7 +13,7 @@ use envoy_types::pb::google::protobuf::{
 use smallvec::SmallVec;
 
 use super::plan::{hits_of, Applied, Plan};
-use crate::limiter::{Decision, Outcome, Role};
+use crate::limiter::{refuses, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, Metrics};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
@@ -177,31 +177,26 @@ fn count(
     }
 }
 
+/// The request's code from its descriptors' statuses, by the one verdict rule
+/// ([`refuses`]): a descriptor of a `quota_mode` node counts as a quota op.
 fn overall_code(
     statuses: &[DescriptorStatus],
     applied: &[Applied<'_>],
     global_shadow: bool,
 ) -> Code {
-    if global_shadow {
-        return Code::Ok;
-    }
-    let is_quota = |i: usize| {
-        applied
+    let role = |i: usize| {
+        let quota = applied
             .iter()
-            .any(|a| a.descriptor == i && a.role == Role::Quota)
-    };
-    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
-    let mut quota_seen = false;
-    let mut quota_all_over = true;
-    for (i, s) in statuses.iter().enumerate() {
-        if is_quota(i) {
-            quota_seen = true;
-            quota_all_over &= over(s);
-        } else if over(s) {
-            return Code::OverLimit;
+            .any(|a| a.descriptor == i && a.role == Role::Quota);
+        if quota {
+            Role::Quota
+        } else {
+            Role::Binding
         }
-    }
-    if quota_seen && quota_all_over {
+    };
+    let ops =
+        (statuses.iter().enumerate()).map(|(i, s)| (role(i), s.code == Code::OverLimit as i32));
+    if refuses(ops, global_shadow) {
         Code::OverLimit
     } else {
         Code::Ok

@@ -133,9 +133,11 @@ impl Shard {
             return self.decide_without_store(d);
         }
         let r = self.remote.as_mut().expect("remote mode");
-        // A key known to be full refuses at once, without a round trip.
+        // A key known to be full refuses at once, without a round trip; a check (hits 0) fits
+        // even a full window, as in memory.
         let cached = d.ops.iter().position(|op| {
             !op.refund
+                && op.hits > 0
                 && op.queue.is_none()
                 && op.role == Role::Binding
                 && !d.global_shadow
