@@ -243,22 +243,17 @@ fn eval_fixed(window: u32, count: u32, p: &Params, now: u64, hits: u64) -> Eval 
         0
     };
     let after = count.saturating_add(hits);
-    let over = after > limit;
-    Eval {
-        over,
-        remaining: if over { 0 } else { clamp32(limit - after) },
-        reset_ns: (idx + 1) * w - now,
-        next: State::Fixed {
-            window: index32(idx),
-            count: clamp32(after),
-        },
-        // The next window admits up to `limit`; more than that never fits.
-        retry_ns: if hits > limit {
-            u64::MAX
-        } else {
-            (idx + 1) * w - now
-        },
-    }
+    let next = State::Fixed {
+        window: index32(idx),
+        count: clamp32(after),
+    };
+    // The next window admits up to `limit`; more than that never fits.
+    let retry_ns = if hits > limit {
+        u64::MAX
+    } else {
+        (idx + 1) * w - now
+    };
+    counted(limit, after, (idx + 1) * w - now, next, retry_ns)
 }
 
 fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u64) -> Eval {
@@ -276,21 +271,28 @@ fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u6
     let weighted = ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
     let estimate = weighted + cur;
     let after = estimate.saturating_add(hits);
-    let over = after > limit;
     let retry_ns = if hits > limit {
         u64::MAX
     } else {
         sliding_retry(prev, cur, hits, limit, w, elapsed)
     };
+    let next = State::Sliding {
+        window: index32(idx),
+        prev: clamp32(prev),
+        cur: clamp32(cur.saturating_add(hits)),
+    };
+    counted(limit, after, (idx + 1) * w - now, next, retry_ns)
+}
+
+/// The verdict of a counting window: over when `after` (the count with this call's hits)
+/// passes `limit`.
+fn counted(limit: u64, after: u64, reset_ns: u64, next: State, retry_ns: u64) -> Eval {
+    let over = after > limit;
     Eval {
         over,
         remaining: if over { 0 } else { clamp32(limit - after) },
-        reset_ns: (idx + 1) * w - now,
-        next: State::Sliding {
-            window: index32(idx),
-            prev: clamp32(prev),
-            cur: clamp32(cur.saturating_add(hits)),
-        },
+        reset_ns,
+        next,
         retry_ns,
     }
 }
