@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs the external programs the tests drive
-# (Envoy, grpcurl, redis-server, h2load) when missing, then checks formatting and lints and runs
-# every test. `.ci/run` calls exactly this.
+# (Envoy, grpcurl, redis-server, h2load) when missing, then checks formatting and lints, runs
+# every test, the black-box suites a second time on a many-worker layout, and a short soak.
+# `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,3 +14,18 @@ hash -r
 cargo fmt --all -- --check
 cargo clippy --all-targets --all-features -- -D warnings
 cargo test --all-features
+
+# The black-box suites again on the default layout of a bigger machine (cores - 1 workers, more
+# shards): cross-worker calls, requests spread over shards and shared budgets are the normal
+# path there, and a 2-core CI machine would otherwise run 1 worker and 1 shard.
+TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features \
+    --test grpc --test queue --test algorithms --test backends --test redis \
+    --test hostile_limits --test hostile_overload --test hostile_regressions \
+    --test hostile_shutdown --test key_flood --test rate_api --test transport
+
+# Shutdown loses nothing, a few rounds more (scripts/shutdown-rounds.sh 30 by hand).
+bash scripts/shutdown-rounds.sh 3
+
+# A short soak on the debug build `cargo test` made: mixed load, a key flood and bad requests,
+# RSS bounded and counts exact (scripts/soak.sh; run it for minutes on a release build by hand).
+SOAK_SECONDS=45 SOAK_PROFILE=debug bash scripts/soak.sh

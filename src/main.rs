@@ -23,7 +23,10 @@ fn main() -> ExitCode {
     let settings = match Settings::from_process(flags) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Reported in the log format asked for (`LOG_FORMAT=json`: one JSON object).
+            let log = Settings::log_from_process();
+            turnstile::telemetry::init_logging(&log.level, log.json);
+            tracing::error!(error = %e, "bad settings");
             return ExitCode::from(EXIT_SETTINGS);
         }
     };

@@ -204,3 +204,88 @@ async fn json_endpoint_applies_the_same_limits() {
     );
     assert_eq!(probe(&s).await, 999, "the refused request consumed nothing");
 }
+
+/// Sends bytes as they are, as a broken or hostile client might.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// Bytes that are not a `RateLimitRequest` are the client's fault: INVALID_ARGUMENT naming
+/// what is wrong, never INTERNAL; nothing is counted and the service keeps answering.
+#[tokio::test]
+async fn bytes_that_do_not_decode_get_invalid_argument() {
+    let s = TestServer::start(CONFIG).await;
+    let before = probe(&s).await;
+    let whole = one("hostile", &[("probe", "p")]).encode_to_vec();
+    let mut not_utf8 = one("hostile", &[("probe", "\u{1}")]).encode_to_vec();
+    let at = not_utf8
+        .iter()
+        .rposition(|b| *b == 1)
+        .expect("the value byte");
+    not_utf8[at] = 0xff;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", s.running().grpc_addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    for (what, bytes, needle) in [
+        ("garbage", vec![0xffu8; 11], "invalid varint"),
+        ("cut in half", whole[..whole.len() / 2].to_vec(), "decode"),
+        ("a value that is not UTF-8", not_utf8, "UTF-8"),
+    ] {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.unwrap();
+        let path = http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        );
+        let e = grpc
+            .unary(tonic::Request::new(bytes), path, RawCodec)
+            .await
+            .expect_err(what);
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+        assert!(e.message().contains(needle), "{what}: {:?}", e.message());
+    }
+    assert_eq!(probe(&s).await, before - 1, "nothing was counted");
+}

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::layout;
 use common::tempdir::TempDir;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -52,6 +53,11 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000}
   - key: tight
     rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: slow
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000
+      queue: {max_waiting: 1000, max_wait: 24h}
 "#;
 
 const ADMITTED: usize = 400;
@@ -81,6 +87,8 @@ fn request(key: &str, value: &str) -> RateLimitRequest {
 struct Server {
     child: Child,
     grpc: String,
+    /// The Prometheus port, when the test asked for one (`PROMETHEUS_ADDR`).
+    metrics: Option<String>,
     _dir: TempDir,
 }
 
@@ -93,6 +101,10 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
+    start_with(&[])
+}
+
+fn start_with(env: &[(&str, &str)]) -> Server {
     let dir = TempDir::new("hostile-shutdown");
     let config = dir.write("config.yaml", CONFIG);
     let mut child = Command::new(BIN)
@@ -100,9 +112,10 @@ fn start() -> Server {
         .arg(&config)
         .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
         .env_clear()
-        .env("TURNSTILE_WORKERS", "2")
-        .env("TURNSTILE_SHARDS", "4")
+        .env("TURNSTILE_WORKERS", layout().0.to_string())
+        .env("TURNSTILE_SHARDS", layout().1.to_string())
         .env("LOG_LEVEL", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -116,9 +129,15 @@ fn start() -> Server {
         .find_map(|w| w.strip_prefix("grpc="))
         .unwrap_or_else(|| panic!("no grpc= in {line:?}"))
         .to_owned();
+    let metrics = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .filter(|m| *m != "off")
+        .map(|m| format!("http://{m}/metrics"));
     Server {
         child,
         grpc: format!("http://{grpc}"),
+        metrics,
         _dir: dir,
     }
 }
@@ -344,5 +363,220 @@ async fn sigterm_under_load_answers_every_call_and_exits_zero() {
             + t.goaway.load(Ordering::Relaxed),
         LANES as u64,
         "each lane ends on exactly one call the server did not take in"
+    );
+}
+
+/// A connection that reads slowly: at most 4 KiB every 5 ms, through a 16 KiB receive buffer
+/// (SO_RCVBUF), as a loaded Envoy might.
+struct SlowReader {
+    io: tokio::net::TcpStream,
+    next: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tokio::io::AsyncRead for SlowReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if let Some(sleep) = self.next.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        let mut small = [0u8; 4096];
+        let want = buf.remaining().min(small.len());
+        let mut limited = tokio::io::ReadBuf::new(&mut small[..want]);
+        match std::pin::Pin::new(&mut self.io).poll_read(cx, &mut limited) {
+            Poll::Ready(Ok(())) => {
+                buf.put_slice(limited.filled());
+                self.next = Some(Box::pin(tokio::time::sleep(Duration::from_millis(5))));
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for SlowReader {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A gRPC frame (no compression) of `r`, as the body of one call.
+fn grpc_body(r: &RateLimitRequest) -> bytes::Bytes {
+    use prost::Message as _;
+    let msg = r.encode_to_vec();
+    let mut b = Vec::with_capacity(5 + msg.len());
+    b.push(0);
+    b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    b.extend_from_slice(&msg);
+    b.into()
+}
+
+/// One call on the raw connection: Ok(grpc-status) once its trailers arrive.
+async fn raw_call(
+    mut send: h2::client::SendRequest<bytes::Bytes>,
+    addr: &str,
+    body: bytes::Bytes,
+) -> Result<String, String> {
+    let req = http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    send = send.ready().await.map_err(|e| format!("ready: {e}"))?;
+    let (response, mut stream) = send
+        .send_request(req, false)
+        .map_err(|e| format!("send: {e}"))?;
+    stream
+        .send_data(body, true)
+        .map_err(|e| format!("data: {e}"))?;
+    let response = response.await.map_err(|e| format!("response: {e}"))?;
+    let (head, mut body) = response.into_parts();
+    if let Some(status) = head.headers.get("grpc-status") {
+        return Ok(status.to_str().unwrap_or("?").to_owned());
+    }
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| format!("body: {e}"))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .map_err(|e| format!("trailers: {e}"))?;
+    trailers
+        .and_then(|t| {
+            t.get("grpc-status")
+                .map(|v| v.to_str().unwrap_or("?").to_owned())
+        })
+        .ok_or_else(|| "no grpc-status".to_owned())
+}
+
+/// SIGTERM while a client that reads slowly holds 1000 queued waiters on one connection: the
+/// server answers them all, keeps the connection open (reading and discarding) until the
+/// client has read every answer and closed, and exits 0 within the grace period.
+#[tokio::test]
+async fn a_slow_reader_gets_every_answer_at_sigterm() {
+    const CALLS: usize = 1000;
+    let mut server = start_with(&[
+        ("TURNSTILE_SHUTDOWN_GRACE_SECONDS", "5"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+    ]);
+    let addr = server.grpc.trim_start_matches("http://").to_owned();
+    // Fill the day: every later call on `slow` queues for the next one.
+    let mut fill = request("slow", "s");
+    fill.hits_addend = 1000;
+    let client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    assert_eq!(call(client.clone(), fill).await.unwrap(), OK);
+
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(16 << 10).unwrap();
+    socket
+        .connect(&addr.parse::<std::net::SocketAddr>().unwrap().into())
+        .unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let tcp = tokio::net::TcpStream::from_std(socket.into()).unwrap();
+    // HTTP/2's default windows (64 KiB): the client acknowledges what it reads with
+    // WINDOW_UPDATEs all along, and the answers the window lets through pile up in the kernel.
+    let (send, connection) = h2::client::Builder::new()
+        .initial_window_size(64 << 10)
+        .initial_connection_window_size(64 << 10)
+        // A thousand answers at once is not a flood here: h2's guard against many small DATA
+        // frames would otherwise close the connection on its own side.
+        .data_frame_budget(1 << 30)
+        .handshake::<_, bytes::Bytes>(SlowReader {
+            io: tcp,
+            next: None,
+        })
+        .await
+        .unwrap();
+    let conn = tokio::spawn(connection);
+    // Answers of about a kilobyte (a status per descriptor), so the last of them are still in
+    // flight, and the client still acknowledging them, when the server is done.
+    let mut big = request("slow", "s");
+    for i in 0..40 {
+        big.descriptors
+            .push(request("plain", &format!("p{i}")).descriptors.remove(0));
+    }
+    let body = grpc_body(&big);
+    let mut calls = JoinSet::new();
+    for _ in 0..CALLS {
+        let addr = addr.clone();
+        let (send, body) = (send.clone(), body.clone());
+        calls.spawn(async move { raw_call(send, &addr, body).await });
+    }
+    // Wait until every call is queued (the waiting gauge of the metrics port).
+    let deadline = Instant::now() + STUCK;
+    let metrics = server.metrics.clone().expect("metrics port");
+    loop {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let waiting: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("ratelimit_service_queue_waiting{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if waiting >= CALLS as u64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {waiting} waiters queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    let killed = Instant::now();
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut answered = 0;
+    let mut lost = Vec::new();
+    while let Some(r) = calls.join_next().await {
+        match r.unwrap() {
+            Ok(status) if status == "0" => answered += 1,
+            Ok(status) => lost.push(format!("grpc-status {status}")),
+            Err(e) => lost.push(e),
+        }
+    }
+    drop(send);
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    let status = server.child.wait().unwrap();
+    assert!(
+        lost.is_empty(),
+        "{} of {CALLS} lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(3)]
+    );
+    assert_eq!(answered, CALLS);
+    assert!(status.success(), "exit: {status:?}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(8),
+        "exited within the grace period"
     );
 }

@@ -44,6 +44,8 @@ struct Server {
     stderr: Arc<Mutex<String>>,
     stderr_reader: Option<thread::JoinHandle<()>>,
     ports: Ports,
+    /// The first line on stdout, which tells the ports.
+    ready: String,
 }
 
 impl Server {
@@ -99,11 +101,19 @@ impl Server {
             let _ = child.kill();
             panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
         });
+        // `turnstile: listening grpc=.. http=..`, or with LOG_FORMAT=json a JSON event whose
+        // fields carry the addresses.
+        let json: Option<serde_json::Value> = serde_json::from_str(&line).ok();
         let addr = |name: &str| -> SocketAddr {
-            line.split_whitespace()
-                .find_map(|p| p.strip_prefix(&format!("{name}=")))
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+            let text = match &json {
+                Some(v) => v["fields"][name].as_str().map(str::to_owned),
+                None => line
+                    .split_whitespace()
+                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                    .map(str::to_owned),
+            };
+            text.and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} address in {line:?}"))
         };
         let ports = Ports {
             grpc: addr("grpc"),
@@ -116,6 +126,7 @@ impl Server {
             stderr,
             stderr_reader: Some(stderr_reader),
             ports,
+            ready: line,
         }
     }
 
@@ -342,6 +353,14 @@ fn json_log_lines_parse_and_carry_the_request_id() {
         Path::new(BIN),
         &["serve", "--config", &cfg],
         &[("LOG_FORMAT", "json"), ("LOG_LEVEL", "debug")],
+    );
+    // Kubernetes merges stdout and stderr: the ready line on stdout is a JSON log event too.
+    let ready: serde_json::Value = serde_json::from_str(&server.ready)
+        .unwrap_or_else(|e| panic!("ready line is not JSON ({e}): {}", server.ready));
+    assert_eq!(ready["fields"]["message"], "listening", "{ready}");
+    assert!(
+        ready["level"].is_string() && ready["timestamp"].is_string(),
+        "{ready}"
     );
     let grpc = server.ports.grpc;
     block_on(async {

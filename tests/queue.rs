@@ -290,3 +290,40 @@ async fn every_waiter_is_answered_at_shutdown() {
         }
     }
 }
+
+/// `TURNSTILE_MAX_WAITERS` holds for the whole process: waiters gather on a hot key, so the cap
+/// is one count shared by every shard, not a share of it per shard.
+#[tokio::test]
+async fn the_waiter_cap_is_process_wide_whatever_the_shard_count() {
+    let s = TestServer::start_with(
+        CONFIG,
+        &[
+            ("TURNSTILE_WORKERS", "2"),
+            ("TURNSTILE_SHARDS", "8"),
+            ("TURNSTILE_MAX_WAITERS", "4"),
+        ],
+    )
+    .await;
+    for key in ["a", "b"] {
+        for _ in 0..2 {
+            assert_eq!(s.call(one("q", &[("job", key)])).await.overall_code, OK);
+        }
+    }
+    // All four places go to one hot key (a per-shard share would have been 1).
+    let waiters = queue_up(&s, &[("job", "a")], 4).await;
+    // The cap is reached: a waiter on any other key is refused at once.
+    let r = s.call(one("q", &[("job", "b")])).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(waiting(&s), 4);
+    // A place freed is a place for anyone: two are admitted in the next window, and a waiter
+    // on another key takes one of their places.
+    s.advance(Duration::from_secs(1));
+    until_waiting(&s, 2).await;
+    for _ in 0..2 {
+        assert_eq!(s.call(one("q", &[("job", "c")])).await.overall_code, OK);
+    }
+    let again = spawn_call(&s, one("q", &[("job", "c")]));
+    until_waiting(&s, 3).await;
+    drop(waiters);
+    drop(again);
+}

@@ -228,3 +228,29 @@ async fn debug_shows_each_keys_window_and_healthz_answers() {
     assert_eq!(code, 404);
     assert!(body["error"].as_str().unwrap().contains("rate_api"));
 }
+
+#[tokio::test]
+async fn a_queue_override_over_its_cap_is_refused_with_or_without_can_wait() {
+    let s = TestServer::start(&CONFIG.replace(
+        "max_requests_cap: 1000",
+        "max_requests_cap: 1000\n  max_in_queue_cap: 10",
+    ))
+    .await;
+    for path in [
+        "/rate/job-a?maxRequestsInQueue=11",
+        "/rate/job-a?maxRequestsInQueue=11&canWait=true",
+        "/rate/job-a?maxRequestsInQueue=11&canWait=false",
+    ] {
+        let (code, body) = post(&s, path).await;
+        assert_eq!(code, 400, "{path}: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("maxRequestsInQueue 11 is over the cap of 10")),
+            "{path}: {body}"
+        );
+    }
+    // At the cap it is fine, and nothing above was counted.
+    let (code, body) = post(&s, "/rate/job-a?maxRequestsInQueue=10").await;
+    assert_eq!((code, body["remaining"].as_u64()), (200, Some(1)), "{body}");
+}

@@ -312,6 +312,77 @@ async fn redis_cli_is_a_client() {
     assert_eq!(out[7], "OK\n");
 }
 
+/// `redis-cli --pipe` ends its input with an `ECHO` of a random marker and waits for it: the
+/// transport answers `ECHO`, so the mass insert ends with every reply counted.
+#[tokio::test]
+async fn redis_cli_pipe_mode_finishes() {
+    let r = Resp::start(RespSettings::default()).await;
+    let port = r.port();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut input = String::new();
+        for i in 0..500 {
+            input.push_str(&format!("THROTTLE pipe{} 3 10 60\r\n", i % 7));
+        }
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &port, "--pipe", "--pipe-timeout", "10"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-cli");
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("errors: 0, replies: 500"), "{text}");
+}
+
+/// What client libraries send when they connect, answered as Redis does.
+#[tokio::test]
+async fn connection_commands_of_common_clients_are_answered() {
+    let r = Resp::start(RespSettings::default()).await;
+    let port = r.port();
+    let out = tokio::task::spawn_blocking(move || {
+        [
+            redis_cli(&port, &["ECHO", "marker"]),
+            redis_cli(&port, &["HELLO"]),
+            redis_cli(&port, &["HELLO", "3"]),
+            redis_cli(&port, &["CLIENT", "SETNAME", "app"]),
+            redis_cli(&port, &["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]),
+            redis_cli(&port, &["SELECT", "0"]),
+            redis_cli(&port, &["SELECT", "1"]),
+            redis_cli(&port, &["INFO"]),
+        ]
+    })
+    .await
+    .unwrap();
+    assert_eq!(out[0], "marker\n");
+    assert!(
+        out[1].contains("turnstile") && out[1].contains("proto"),
+        "{}",
+        out[1]
+    );
+    assert!(out[2].contains("NOPROTO"), "{}", out[2]);
+    assert_eq!(out[3], "OK\n");
+    assert_eq!(out[4], "OK\n");
+    assert_eq!(out[5], "OK\n");
+    assert!(
+        out[6].contains("ERR DB index is out of range"),
+        "{}",
+        out[6]
+    );
+    assert!(out[7].contains("loading:0"), "{}", out[7]);
+}
+
 #[tokio::test]
 async fn pipelined_commands_are_answered_in_order() {
     let r = Resp::start(RespSettings::default()).await;

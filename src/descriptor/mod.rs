@@ -103,20 +103,22 @@ pub fn shard_of(hash: u64, n: usize) -> usize {
     (((hash >> 32) * n as u64) >> 32) as usize
 }
 
+/// Request entries from `(key, value)` pairs, for the tests of the modules that match them.
+#[cfg(test)]
+pub(crate) fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+    pairs
+        .iter()
+        .map(|(k, v)| Entry {
+            key: k.to_string(),
+            value: v.to_string(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{Config, LoadOptions};
-
-    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
-        pairs
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect()
-    }
 
     fn config(yaml: &str) -> Config {
         Config::from_sources(&[("t.yaml".into(), yaml.into())], LoadOptions::default()).unwrap()

@@ -7,6 +7,7 @@ mod shard;
 mod spread;
 mod store;
 pub mod verdict;
+mod waiters;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -27,6 +28,7 @@ pub use verdict::refuses;
 
 use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
+use waiters::WaiterBudget;
 
 /// How an op's verdict weighs on the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +197,7 @@ impl Engine {
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
         let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
-        let per_shard_waiters = max_waiters.div_ceil(shards);
+        let budget = Arc::new(WaiterBudget::new(max_waiters));
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
         let mut stats = Vec::with_capacity(shards);
@@ -211,7 +213,7 @@ impl Engine {
                 index: i,
                 shard: Shard::new(
                     clock.clone(),
-                    per_shard_waiters,
+                    budget.clone(),
                     st.clone(),
                     remote,
                     max_keys / shards,

@@ -10,6 +10,7 @@
 //! (`listeners`); a new config goes live through `reload`; `run` is what the binary calls.
 
 mod admin;
+mod linger;
 mod listeners;
 mod reload;
 mod run;
@@ -175,6 +176,7 @@ pub async fn start(
         max_age: settings.grpc_max_connection_age,
         max_age_grace: settings.grpc_max_connection_age_grace,
         tls: tls.clone(),
+        linger: settings.shutdown_grace,
     };
     let mut shards = deal(shard_tasks, workers).into_iter();
     let mut threads = Vec::with_capacity(workers + 1);

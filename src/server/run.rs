@@ -4,6 +4,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+
 use super::{start, Running, StartError};
 use crate::config::Config;
 use crate::limiter::Clock;
@@ -27,7 +30,8 @@ pub async fn run(
 }
 
 /// The serving log line, and one machine-readable line on stdout, so scripts and tests can find
-/// ports chosen by the OS.
+/// ports chosen by the OS: `turnstile: listening grpc=.. http=..`, or with `LOG_FORMAT=json` a
+/// JSON log event whose fields carry the same addresses.
 fn announce(settings: &Settings, running: &Running) {
     let grpc = match &running.grpc_uds {
         Some(p) => format!("unix:{}", p.display()),
@@ -52,10 +56,30 @@ fn announce(settings: &Settings, running: &Running) {
         "serving"
     );
     let resp = optional(running.resp_addr);
-    println!(
-        "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp}",
-        running.http_addr
-    );
+    if settings.log.json {
+        // Every line the process writes is JSON then, the ready line too: a log event on stdout.
+        let mut timestamp = String::new();
+        let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+        let event = serde_json::json!({
+            "timestamp": timestamp,
+            "level": "INFO",
+            "target": "turnstile",
+            "fields": {
+                "message": "listening",
+                "grpc": grpc,
+                "http": running.http_addr.to_string(),
+                "debug": debug_port,
+                "metrics": metrics_port,
+                "resp": resp,
+            },
+        });
+        println!("{event}");
+    } else {
+        println!(
+            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp}",
+            running.http_addr
+        );
+    }
 }
 
 /// SIGHUP reloads the config and the TLS certificates; never returns unless the handler

@@ -12,6 +12,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
 use super::tls::{self, TlsState};
 use super::{runtime, StartError};
@@ -31,6 +32,8 @@ pub(super) struct Grpc<H> {
     pub(super) max_age: Duration,
     pub(super) max_age_grace: Duration,
     pub(super) tls: Option<Arc<TlsState>>,
+    /// How long a closing connection waits for its peer to close (`Linger`).
+    pub(super) linger: Duration,
 }
 
 /// How a worker stops: when `stop` turns true its server drains, then it waits at `barrier`
@@ -71,6 +74,7 @@ pub(super) fn spawn<H: Health>(
         .add_service(reflection_v1alpha)
         .add_service(rls);
     let tls = grpc.tls.clone();
+    let linger = grpc.linger;
     let rt = runtime()?;
     std::thread::Builder::new()
         .name(format!("turnstile-worker-{w}"))
@@ -87,29 +91,37 @@ pub(super) fn spawn<H: Health>(
                 let result = match (listener, tls) {
                     (GrpcListener::Tcp(l), None) => {
                         let incoming = TcpListenerStream::new(tcp(l)).map(|s| {
-                            if let Ok(s) = &s {
-                                let _ = s.set_nodelay(true);
-                            }
-                            s
+                            let s = s?;
+                            let _ = s.set_nodelay(true);
+                            Ok::<_, std::io::Error>(Linger::new(s, linger))
                         });
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
                     (GrpcListener::Tcp(l), Some(t)) => {
-                        let incoming = tls::incoming(tcp(l), t);
+                        let l = LingeringListener {
+                            inner: tcp(l),
+                            grace: linger,
+                        };
+                        let incoming = tls::incoming(l, t);
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
                     (GrpcListener::Unix(l), None) => {
-                        let incoming = UnixListenerStream::new(unix(l));
+                        let incoming = UnixListenerStream::new(unix(l))
+                            .map(|s| s.map(|s| Linger::new(s, linger)));
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await
                     }
                     (GrpcListener::Unix(l), Some(t)) => {
-                        let incoming = tls::incoming(unix(l), t);
+                        let l = LingeringListener {
+                            inner: unix(l),
+                            grace: linger,
+                        };
+                        let incoming = tls::incoming(l, t);
                         router
                             .serve_with_incoming_shutdown(incoming, shutdown)
                             .await

@@ -72,15 +72,17 @@ fn resolve(api: &RateApi, k: &RateApiKey, ask: &RateAsk) -> Result<Granted, Rate
             api.max_requests_cap
         ));
     }
-    if !ask.can_wait {
-        return Ok((max_requests, None));
-    }
+    // A queue over its cap is refused whatever the other parameters say (an override always;
+    // the key's own size when the call would wait).
     let max_waiting = ask.max_in_queue.unwrap_or(k.max_in_queue);
-    if max_waiting > api.max_in_queue_cap {
+    if max_waiting > api.max_in_queue_cap && (ask.can_wait || ask.max_in_queue.is_some()) {
         return invalid(format!(
             "maxRequestsInQueue {max_waiting} is over the cap of {}",
             api.max_in_queue_cap
         ));
+    }
+    if !ask.can_wait {
+        return Ok((max_requests, None));
     }
     if max_waiting == 0 || max_requests == 0 {
         return invalid(format!(

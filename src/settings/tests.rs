@@ -1,5 +1,7 @@
 //! The environment's grammar and each subsystem's variables, read as the binary reads them.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
@@ -130,4 +132,183 @@ fn limits_from_env() {
             .unwrap_err();
         assert!(e.contains("TURNSTILE_THROTTLE_MAX_COUNT"), "{e}");
     }
+}
+
+fn settings(vars: &[(&str, &str)]) -> Result<Settings, String> {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Settings::from_env(|k| map.get(k).cloned())
+}
+
+fn ok_settings(vars: &[(&str, &str)]) -> Settings {
+    settings(vars).unwrap_or_else(|e| panic!("{vars:?}: {e}"))
+}
+
+#[test]
+fn settings_defaults() {
+    let s = ok_settings(&[]);
+    assert_eq!(
+        s.config_path,
+        PathBuf::from("/srv/runtime_data/current/config")
+    );
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap());
+    assert_eq!(s.response_headers, None);
+    assert!(!s.global_shadow_mode);
+    assert!(!s.load.merge_domains);
+    assert!((s.near_limit_ratio - 0.8).abs() < 1e-9);
+    assert!(s.workers >= 1 && s.shards >= 1);
+    // Empty variables count as unset.
+    let s = ok_settings(&[("PORT", ""), ("RUNTIME_ROOT", ""), ("SHADOW_MODE", "")]);
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(
+        s.config_path,
+        PathBuf::from("/srv/runtime_data/current/config")
+    );
+}
+
+#[test]
+fn settings_runtime_path_composition() {
+    let s = ok_settings(&[
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_APPDIRECTORY", "limits"),
+    ]);
+    assert_eq!(s.config_path, PathBuf::from("/data/ratelimit/limits"));
+    let s = ok_settings(&[
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ]);
+    assert_eq!(s.config_path, PathBuf::from("/data/ratelimit/config"));
+    let s = ok_settings(&[("RUNTIME_ROOT", "/data")]);
+    assert_eq!(s.config_path, PathBuf::from("/data/config"));
+    let s = ok_settings(&[("RUNTIME_SUBDIRECTORY", "rl")]);
+    assert_eq!(
+        s.config_path,
+        PathBuf::from("/srv/runtime_data/current/rl/config")
+    );
+}
+
+#[test]
+fn settings_hosts_and_ports() {
+    let s = ok_settings(&[
+        ("HOST", "127.0.0.1"),
+        ("PORT", "9000"),
+        ("GRPC_HOST", "::"),
+        ("GRPC_PORT", "9001"),
+    ]);
+    assert_eq!(s.http_addr, "127.0.0.1:9000".parse().unwrap());
+    assert_eq!(s.grpc_addr, "[::]:9001".parse().unwrap());
+    let s = ok_settings(&[
+        ("HOST", "::"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "[::1]"),
+        ("GRPC_PORT", "0"),
+    ]);
+    assert_eq!(s.http_addr, "[::]:0".parse().unwrap());
+    assert_eq!(s.grpc_addr, "[::1]:0".parse().unwrap());
+    // Only the port given: host keeps its default.
+    let s = ok_settings(&[("GRPC_PORT", "5000")]);
+    assert_eq!(s.grpc_addr, "0.0.0.0:5000".parse().unwrap());
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+}
+
+#[test]
+fn settings_response_headers() {
+    let s = ok_settings(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")]);
+    assert_eq!(
+        s.response_headers,
+        Some(HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        })
+    );
+    let s = ok_settings(&[
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_LIMIT_HEADER", "X-RL-Limit"),
+        ("LIMIT_REMAINING_HEADER", "X-RL-Remaining"),
+        ("LIMIT_RESET_HEADER", "X-RL-Reset"),
+    ]);
+    assert_eq!(
+        s.response_headers,
+        Some(HeaderNames {
+            limit: "X-RL-Limit".into(),
+            remaining: "X-RL-Remaining".into(),
+            reset: "X-RL-Reset".into(),
+        })
+    );
+    // Names alone do not switch the headers on.
+    let s = ok_settings(&[
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "false"),
+        ("LIMIT_LIMIT_HEADER", "X-RL-Limit"),
+    ]);
+    assert_eq!(s.response_headers, None);
+}
+
+#[test]
+fn settings_boolean_flags() {
+    let s = ok_settings(&[
+        ("SHADOW_MODE", "true"),
+        ("MERGE_DOMAIN_CONFIG", "true"),
+        ("RUNTIME_IGNOREDOTFILES", "false"),
+    ]);
+    assert!(s.global_shadow_mode);
+    assert!(s.load.merge_domains);
+    assert!(s.load.include_dotfiles);
+    let s = ok_settings(&[
+        ("SHADOW_MODE", "false"),
+        ("MERGE_DOMAIN_CONFIG", "false"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+    ]);
+    assert!(!s.global_shadow_mode);
+    assert!(!s.load.merge_domains);
+    assert!(!s.load.include_dotfiles);
+    // Go's strconv.ParseBool spellings.
+    for t in ["1", "t", "T", "TRUE", "True"] {
+        assert!(ok_settings(&[("SHADOW_MODE", t)]).global_shadow_mode, "{t}");
+    }
+    for f in ["0", "f", "F", "FALSE", "False"] {
+        assert!(
+            !ok_settings(&[("SHADOW_MODE", f)]).global_shadow_mode,
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn settings_near_limit_ratio() {
+    let s = ok_settings(&[("NEAR_LIMIT_RATIO", "0.5")]);
+    assert!((s.near_limit_ratio - 0.5).abs() < 1e-9);
+}
+
+fn settings_err(vars: &[(&str, &str)]) -> String {
+    match settings(vars) {
+        Ok(s) => panic!("{vars:?} should be refused, got {s:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn settings_bad_values_name_the_variable() {
+    let e = settings_err(&[("PORT", "abc")]);
+    assert!(e.contains("PORT=abc"), "{e}");
+    let e = settings_err(&[("GRPC_PORT", "x1")]);
+    assert!(e.contains("GRPC_PORT=x1"), "{e}");
+    let e = settings_err(&[("PORT", "70000")]);
+    assert!(e.contains("PORT") && e.contains("70000"), "{e}");
+    let e = settings_err(&[("NEAR_LIMIT_RATIO", "2")]);
+    assert!(e.contains("NEAR_LIMIT_RATIO"), "{e}");
+    let e = settings_err(&[("NEAR_LIMIT_RATIO", "much")]);
+    assert!(e.contains("NEAR_LIMIT_RATIO"), "{e}");
+    let e = settings_err(&[("SHADOW_MODE", "maybe")]);
+    assert!(e.contains("SHADOW_MODE"), "{e}");
+    let e = settings_err(&[("MERGE_DOMAIN_CONFIG", "sometimes")]);
+    assert!(e.contains("MERGE_DOMAIN_CONFIG"), "{e}");
+    let e = settings_err(&[("LIMIT_RESPONSE_HEADERS_ENABLED", "yep")]);
+    assert!(e.contains("LIMIT_RESPONSE_HEADERS_ENABLED"), "{e}");
+    let e = settings_err(&[("RUNTIME_IGNOREDOTFILES", "nah")]);
+    assert!(e.contains("RUNTIME_IGNOREDOTFILES"), "{e}");
 }

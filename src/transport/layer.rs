@@ -92,9 +92,11 @@ const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-messa
 /// in the headers; an answer has its status in the trailers, after this point, so no
 /// `grpc-status` here means OK).
 ///
-/// tonic refuses a message over `max_decoding_message_size` with OUT_OF_RANGE; like every other
-/// request limit, it is bad input and answers INVALID_ARGUMENT, keeping tonic's message (which
-/// names the size and the limit).
+/// Bytes the client sent that are not a request are the client's fault, so they answer
+/// INVALID_ARGUMENT, keeping tonic's message (which names what is wrong): tonic refuses a message
+/// over `max_decoding_message_size` with OUT_OF_RANGE (the message names the size and the
+/// limit), and bytes that do not decode (a bad varint, a message cut short, a string that is
+/// not UTF-8) with INTERNAL (the message names the field).
 fn status_of<RB>(resp: &mut http::Response<RB>) -> i32 {
     let h = resp.headers_mut();
     let Some(status) = h.get(&GRPC_STATUS) else {
@@ -105,15 +107,18 @@ fn status_of<RB>(resp: &mut http::Response<RB>) -> i32 {
         .ok()
         .and_then(|v| v.parse::<i32>().ok())
         .unwrap_or(0);
-    let too_large = || {
+    let message_has = |needle: &str| {
         h.get(&GRPC_MESSAGE).is_some_and(|m| {
-            m.to_str().is_ok_and(|m| {
-                m.contains("message%20length%20too%20large")
-                    || m.contains("message length too large")
-            })
+            m.to_str()
+                .is_ok_and(|m| m.contains(needle) || m.contains(&needle.replace(' ', "%20")))
         })
     };
-    if status == 11 && too_large() {
+    let bad_input = match status {
+        11 => message_has("message length too large"),
+        13 => message_has("failed to decode Protobuf message"),
+        _ => false,
+    };
+    if bad_input {
         h.insert(GRPC_STATUS, http::HeaderValue::from_static("3"));
         return 3;
     }

@@ -419,12 +419,77 @@ async fn execute(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Flow {
             encode(out, &BorrowedFrame::SimpleString(b"OK"));
             return Flow::Quit;
         }
+        _ => connection_command(&name, args, out),
+    }
+    Flow::Continue
+}
+
+/// What Redis clients send around their commands, answered as Redis would, so they work
+/// unmodified: `ECHO` (`redis-cli --pipe` ends its input with one), `HELLO` (RESP2 only: `HELLO 3`
+/// gets Redis's `NOPROTO`, and clients fall back), `CLIENT SETNAME`/`SETINFO`, `SELECT 0`,
+/// `INFO` (ready checks) and `COMMAND` (redis-cli's hints).
+fn connection_command(name: &[u8], args: &[Bytes], out: &mut BytesMut) {
+    let arg = |i: usize| args.get(i).map(|a| a.to_ascii_uppercase());
+    match (name, args.len()) {
+        (b"ECHO", 2) => encode(out, &BorrowedFrame::BulkString(&args[1])),
+        (b"HELLO", _) => match arg(1).as_deref() {
+            None | Some(b"2") => hello(out),
+            Some(b"3") => error(out, "NOPROTO sorry, this protocol version is not supported"),
+            Some(_) => error(
+                out,
+                "ERR Protocol version is not an integer or out of range",
+            ),
+        },
+        (b"CLIENT", 3..) => match arg(1).as_deref() {
+            Some(b"SETNAME") | Some(b"SETINFO") => encode(out, &BorrowedFrame::SimpleString(b"OK")),
+            _ => error(out, "ERR unknown CLIENT subcommand"),
+        },
+        (b"CLIENT", 2) if arg(1).as_deref() == Some(b"GETNAME") => {
+            encode(out, &BorrowedFrame::Null)
+        }
+        (b"SELECT", 2) if args[1].as_ref() == b"0" => {
+            encode(out, &BorrowedFrame::SimpleString(b"OK"))
+        }
+        (b"SELECT", 2) => error(out, "ERR DB index is out of range"),
+        (b"INFO", _) => encode(
+            out,
+            &BorrowedFrame::BulkString(
+                b"# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nloading:0\r\n",
+            ),
+        ),
+        (b"COMMAND", _) => encode(out, &BorrowedFrame::Array(&[])),
+        (b"ECHO" | b"SELECT", _) => error(
+            out,
+            &format!(
+                "ERR wrong number of arguments for '{}' command",
+                printable(&args[0]).to_ascii_lowercase()
+            ),
+        ),
         _ => error(
             out,
             &format!("ERR unknown command '{}'", printable(&args[0])),
         ),
     }
-    Flow::Continue
+}
+
+/// `HELLO`'s answer in RESP2 (a flat array of field, value).
+fn hello(out: &mut BytesMut) {
+    use BorrowedFrame::{Array, BulkString, Integer};
+    let fields = [
+        BulkString(b"server"),
+        BulkString(b"turnstile"),
+        BulkString(b"version"),
+        BulkString(env!("CARGO_PKG_VERSION").as_bytes()),
+        BulkString(b"proto"),
+        Integer(2),
+        BulkString(b"mode"),
+        BulkString(b"standalone"),
+        BulkString(b"role"),
+        BulkString(b"master"),
+        BulkString(b"modules"),
+        Array(&[]),
+    ];
+    encode(out, &Array(&fields));
 }
 
 /// `THROTTLE key max_burst count_per_period period [quantity]`.

@@ -79,10 +79,9 @@ impl TestServer {
         if !env.iter().any(|(k, _)| k == "PROMETHEUS_ADDR") {
             settings.prometheus = None;
         }
-        // Two workers and four shards, so multi-shard requests and cross-worker calls happen.
+        // Several workers and shards, so multi-shard requests and cross-worker calls happen.
         if !env.iter().any(|(k, _)| k == "TURNSTILE_WORKERS") {
-            settings.workers = 2;
-            settings.shards = 4;
+            (settings.workers, settings.shards) = layout();
         }
         let config = Config::from_sources(&[("test.yaml".into(), yaml.into())], settings.load)
             .expect("valid test config");
@@ -182,4 +181,15 @@ pub fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
 
 pub fn load(yaml: &str) -> Config {
     Config::from_sources(&[("t.yaml".into(), yaml.into())], LoadOptions::default()).unwrap()
+}
+
+/// The workers and shards a test server runs with unless the test says otherwise: 2 and 4, or
+/// `TURNSTILE_TEST_LAYOUT=WxS` (scripts/test.sh runs the black-box suites again with `3x8`, the
+/// default layout of a bigger machine).
+pub fn layout() -> (usize, usize) {
+    let parsed = std::env::var("TURNSTILE_TEST_LAYOUT").ok().and_then(|l| {
+        let (w, s) = l.split_once('x')?;
+        Some((w.trim().parse().ok()?, s.trim().parse().ok()?))
+    });
+    parsed.unwrap_or((2, 4))
 }

@@ -23,6 +23,14 @@ fn hit(s: &mut State, p: &Params, now: u64, hits: u64) -> Eval {
     e
 }
 
+/// `n` calls of one hit at `now`: (over, remaining) of each.
+fn hits_at(s: &mut State, p: &Params, now: u64, n: usize) -> Vec<(bool, u32)> {
+    (0..n)
+        .map(|_| hit(s, p, now, 1))
+        .map(|e| (e.over, e.remaining))
+        .collect()
+}
+
 // A time well inside a minute window: 1_700_000_000 s is 20 s past a minute boundary.
 const T0: u64 = 1_700_000_000 * NS;
 
@@ -30,10 +38,7 @@ const T0: u64 = 1_700_000_000 * NS;
 fn fixed_window_counts_to_the_limit_inclusive() {
     let p = p(Algorithm::FixedWindow, 3, 60);
     let mut s = State::fresh(&p, T0);
-    let r: Vec<(bool, u32)> = (0..4)
-        .map(|_| hit(&mut s, &p, T0, 1))
-        .map(|e| (e.over, e.remaining))
-        .collect();
+    let r = hits_at(&mut s, &p, T0, 4);
     assert_eq!(r, vec![(false, 2), (false, 1), (false, 0), (true, 0)]);
 }
 
@@ -110,10 +115,7 @@ fn token_bucket_bursts_then_refills_at_the_rate() {
     // 10 per minute = one token every 6 s, burst 3.
     let p = p(Algorithm::TokenBucket { burst: 3 }, 10, 60);
     let mut s = State::fresh(&p, T0);
-    let r: Vec<(bool, u32)> = (0..4)
-        .map(|_| hit(&mut s, &p, T0, 1))
-        .map(|e| (e.over, e.remaining))
-        .collect();
+    let r = hits_at(&mut s, &p, T0, 4);
     assert_eq!(r, vec![(false, 2), (false, 1), (false, 0), (true, 0)]);
     let e = s.eval(&p, T0, 1);
     assert_eq!(e.reset_ns, 18 * NS, "full again after three intervals");

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::waiters::WaiterBudget;
 use super::{Clock, Op, Reply};
 
 mod actor;
@@ -145,8 +146,10 @@ pub(crate) struct Shard {
     clock: Clock,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
     events: BinaryHeap<Reverse<(u64, Box<str>)>>,
+    /// Waiters queued in this shard (the `waiting` gauge).
     waiters: usize,
-    max_waiters: usize,
+    /// The process-wide cap on waiters, shared by every shard.
+    budget: Arc<WaiterBudget>,
     next_sweep: u64,
     sweep_every: u64,
     draining: Option<bool>,
@@ -172,7 +175,7 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 impl Shard {
     pub(crate) fn new(
         clock: Clock,
-        max_waiters: usize,
+        budget: Arc<WaiterBudget>,
         stats: Arc<ShardStats>,
         remote: Option<Remote>,
         max_keys: usize,
@@ -184,7 +187,7 @@ impl Shard {
             clock,
             events: BinaryHeap::new(),
             waiters: 0,
-            max_waiters,
+            budget,
             next_sweep: now + NS_PER_SEC,
             sweep_every: NS_PER_SEC,
             draining: None,

@@ -107,6 +107,7 @@ impl Shard {
     }
 
     pub(super) fn left_queue(&mut self) {
+        self.budget.give_back();
         self.waiters = self.waiters.saturating_sub(1);
         self.stats
             .waiting
@@ -122,17 +123,7 @@ impl Shard {
                 o.remaining = 0;
             }
         }
-        // The op it waited for is reported over, whatever its count says now.
-        outcomes[w.op].over = true;
-        outcomes[w.op].remaining = 0;
-        self.answer(
-            w.msg.reply,
-            Reply {
-                outcomes,
-                hits: Hits::TimedOut,
-                waited_ns: now.saturating_sub(w.enqueued),
-            },
-        );
+        self.answer_waiter(w, outcomes, Hits::TimedOut, now);
     }
 
     pub(super) fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
@@ -147,22 +138,26 @@ impl Shard {
                 o.over = false;
                 o.blocked = false;
             }
-        } else {
+            let hits = Hits::InMemory;
+            return self.answer_waiter(w, outcomes, hits, now);
+        }
+        self.answer_waiter(w, outcomes, Hits::NotCounted, now);
+    }
+
+    /// Answers a waiter with how long it waited; refused, the op it waited for is reported
+    /// over, whatever its count says now.
+    fn answer_waiter(&mut self, w: Waiter, mut outcomes: Outcomes, hits: Hits, now: u64) {
+        if hits != Hits::InMemory {
             outcomes[w.op].over = true;
             outcomes[w.op].remaining = 0;
         }
-        self.answer(
-            w.msg.reply,
-            Reply {
-                outcomes,
-                hits: if admit {
-                    Hits::InMemory
-                } else {
-                    Hits::NotCounted
-                },
-                waited_ns: now.saturating_sub(w.enqueued),
-            },
-        );
+        let waited_ns = now.saturating_sub(w.enqueued);
+        let reply = Reply {
+            outcomes,
+            hits,
+            waited_ns,
+        };
+        self.answer(w.msg.reply, reply);
     }
 
     pub(super) fn run_events(&mut self, now: u64) {
@@ -245,13 +240,10 @@ impl Shard {
     }
 
     /// Whether a newcomer may join the queue of `op`'s key: there is room in it and in the
-    /// shard, and it can be admitted before `deadline` at all (predicted from the window and the
+    /// process (taking its place there), and it can be admitted before `deadline` at all (predicted from the window and the
     /// hits already waiting ahead of it).
     pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64) -> bool {
         let spec = op.queue.expect("queued op");
-        if self.waiters >= self.max_waiters {
-            return false;
-        }
         let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
             None => (0, 0, State::fresh(&op.params, now)),
             Some(e) => {
@@ -274,9 +266,11 @@ impl Shard {
         if ahead_len >= spec.max_waiting as usize {
             return false;
         }
-        match state.min_wait(&op.params, now, ahead_hits + op.hits) {
+        let in_time = match state.min_wait(&op.params, now, ahead_hits + op.hits) {
             Some(w) => now.saturating_add(w) <= deadline,
             None => false,
-        }
+        };
+        // Last, so a place in the process-wide budget is taken only by a waiter that queues.
+        in_time && self.budget.try_take()
     }
 }

@@ -14,7 +14,8 @@ const T0: u64 = 1_700_000_000 * NS_PER_SEC;
 
 fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
     let (tx, rx) = mpsc::channel(16);
-    let shard = Shard::new(clock, 100, Arc::new(ShardStats::default()), None, 1000);
+    let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+    let shard = Shard::new(clock, budget, Arc::new(ShardStats::default()), None, 1000);
     (SameThreadShard::new(shard, rx), tx)
 }
 
