@@ -15,7 +15,7 @@ use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::Metrics;
+use turnstile::telemetry::{Metrics, Verdict};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -290,6 +290,16 @@ fn prometheus_settings_defaults() {
     );
 }
 
+fn verdict(hits: u64, over: bool, remaining: u32, limit: u32) -> Verdict {
+    Verdict {
+        hits,
+        over,
+        shadow: false,
+        remaining,
+        limit,
+    }
+}
+
 /// The `detailed_metric` API the service calls: one series per value, up to the cap, then
 /// the domain's `_other` series; the node's own series makes way for them.
 #[test]
@@ -305,11 +315,11 @@ fn detailed_series_are_bounded() {
     };
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
-            m.record_detailed("m", &e(v), u64::MAX, 1, false, false, 5, 10);
+            m.record_detailed("m", &e(v), u64::MAX, verdict(1, false, 5, 10));
         }
     }
     // Over the limit once: counted as over, not within.
-    m.record_detailed("m", &e("alice"), u64::MAX, 1, true, false, 0, 10);
+    m.record_detailed("m", &e("alice"), u64::MAX, verdict(1, true, 0, 10));
     let text = m.render(&config, &m.limit_stats.bind(&config));
     assert_valid_exposition(&text);
     assert_eq!(

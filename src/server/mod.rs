@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::{watch, Barrier};
+use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -97,6 +98,26 @@ struct Health {
 }
 
 impl Health {
+    /// Health, and the gRPC service that reports it. With xDS, health waits for the first
+    /// config unless told to start without one (the third value says so); it is set before the
+    /// xDS client starts, so its SERVING on the first config is never undone.
+    async fn start(
+        settings: &Settings,
+    ) -> (
+        Health,
+        HealthServer<impl tonic_health::pb::health_server::Health>,
+        bool,
+    ) {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        let health = Health {
+            reporter,
+            serving: Arc::new(AtomicBool::new(true)),
+        };
+        let gated = (settings.xds.as_ref()).is_some_and(|x| !x.healthy_before_first_config());
+        health.set(!gated).await;
+        (health, service, gated)
+    }
+
     async fn set(&self, serving: bool) {
         self.serving.store(serving, Ordering::Release);
         let status = if serving {
@@ -117,13 +138,7 @@ pub async fn start(
     clock: Clock,
 ) -> Result<Running, StartError> {
     // Taken first, before anything is read: a change made from here on is a change to reload.
-    let config_watched = Watched::Config {
-        path: settings.config_path.clone(),
-        root: Some(settings.runtime_root.clone())
-            .filter(|r| settings.watch_root && settings.config_path.starts_with(r)),
-        include_dotfiles: settings.load.include_dotfiles,
-    };
-    let config_baseline = fingerprint(&config_watched);
+    let (config_watched, config_baseline) = watched_config(settings);
     let tls_watched = settings.tls.as_ref().map(|t| {
         let w = tls::watched(t);
         (fingerprint(&w), w)
@@ -137,12 +152,10 @@ pub async fn start(
         resp,
     } = Listeners::bind(settings)?;
     let (limiter, shard_tasks) = limiter(settings, config, clock).await?;
-    let tls = match &settings.tls {
-        None => None,
-        Some(t) => Some(Arc::new(
-            tls::TlsState::new(t.clone(), limiter.metrics().clone()).map_err(StartError::Tls)?,
-        )),
-    };
+    let tls = (settings.tls.clone())
+        .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
+        .transpose()
+        .map_err(StartError::Tls)?;
     let reloader = settings.xds.is_none().then(|| {
         Arc::new(Reloader::new(
             settings.config_path.clone(),
@@ -150,15 +163,7 @@ pub async fn start(
             limiter.clone(),
         ))
     });
-    let (reporter, health_service) = tonic_health::server::health_reporter();
-    let health = Health {
-        reporter,
-        serving: Arc::new(AtomicBool::new(true)),
-    };
-    // With xDS, health waits for the first config unless told to start without one; set before
-    // the xDS client starts, so its SERVING on the first config is never undone.
-    let gate_health = (settings.xds.as_ref()).is_some_and(|x| !x.healthy_before_first_config());
-    health.set(!gate_health).await;
+    let (health, health_service, gate_health) = Health::start(settings).await;
     let (stop, stop_rx) = watch::channel(false);
 
     let workers = settings.workers.max(1);
@@ -169,19 +174,10 @@ pub async fn start(
         stop: stop_rx.clone(),
         barrier: barrier.clone(),
     };
-    let grpc = Grpc {
-        limiter: limiter.clone(),
-        health: health_service,
-        max_message_bytes: settings.request_limits.max_message_bytes,
-        max_age: settings.grpc_max_connection_age,
-        max_age_grace: settings.grpc_max_connection_age_grace,
-        tls: tls.clone(),
-        linger: settings.shutdown_grace,
-    };
-    let mut shards = deal(shard_tasks, workers).into_iter();
+    let grpc = Grpc::new(settings, &limiter, health_service, tls.clone());
     let mut threads = Vec::with_capacity(workers + 1);
-    for (w, listener) in grpc_listeners.into_iter().enumerate() {
-        let mine = shards.next().unwrap_or_default();
+    let shards = deal(shard_tasks, workers);
+    for (w, (listener, mine)) in grpc_listeners.into_iter().zip(shards).enumerate() {
         threads.push(worker::spawn(w, listener, mine, &grpc, stopping())?);
     }
     let bound = |l: &Option<StdListener>| l.as_ref().and_then(|l| l.local_addr().ok());
@@ -217,6 +213,18 @@ pub async fn start(
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
     })
+}
+
+/// The config location as the poller watches it, and its fingerprint now.
+fn watched_config(settings: &Settings) -> (Watched, u64) {
+    let watched = Watched::Config {
+        path: settings.config_path.clone(),
+        root: Some(settings.runtime_root.clone())
+            .filter(|r| settings.watch_root && settings.config_path.starts_with(r)),
+        include_dotfiles: settings.load.include_dotfiles,
+    };
+    let baseline = fingerprint(&watched);
+    (watched, baseline)
 }
 
 /// The HTTP port and, when bound, the debug and Prometheus ports, each with its router.

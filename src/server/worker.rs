@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::sync::{watch, Barrier};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
+use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
+use tower_layer::{Identity, Stack};
 
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
@@ -18,6 +20,7 @@ use super::tls::{self, TlsState};
 use super::{runtime, StartError};
 use crate::limiter::ShardTask;
 use crate::service::RateLimiter;
+use crate::settings::Settings;
 use crate::transport::grpc::RlsService;
 use crate::transport::layer::RequestLayer;
 
@@ -36,6 +39,25 @@ pub(super) struct Grpc<H> {
     pub(super) linger: Duration,
 }
 
+impl<H> Grpc<H> {
+    pub(super) fn new(
+        settings: &Settings,
+        limiter: &RateLimiter,
+        health: HealthServer<H>,
+        tls: Option<Arc<TlsState>>,
+    ) -> Grpc<H> {
+        Grpc {
+            limiter: limiter.clone(),
+            health,
+            max_message_bytes: settings.request_limits.max_message_bytes,
+            max_age: settings.grpc_max_connection_age,
+            max_age_grace: settings.grpc_max_connection_age_grace,
+            tls,
+            linger: settings.shutdown_grace,
+        }
+    }
+}
+
 /// How a worker stops: when `stop` turns true its server drains, then it waits at `barrier`
 /// for every other server, since a call on one worker may be waiting on a shard of another.
 pub(super) struct Stopping {
@@ -43,14 +65,9 @@ pub(super) struct Stopping {
     pub(super) barrier: Arc<Barrier>,
 }
 
-/// Starts worker `w` on its own thread.
-pub(super) fn spawn<H: Health>(
-    w: usize,
-    listener: GrpcListener,
-    shards: Vec<ShardTask>,
-    grpc: &Grpc<H>,
-    mut stopping: Stopping,
-) -> Result<JoinHandle<()>, StartError> {
+/// The gRPC services every worker serves: the rate-limit service, health, reflection (v1 and
+/// v1alpha, for grpcurl), behind the per-call layer.
+fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer, Identity>> {
     let rls = RateLimitServiceServer::new(RlsService::new(grpc.limiter.clone()))
         .max_decoding_message_size(grpc.max_message_bytes);
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
@@ -63,7 +80,7 @@ pub(super) fn spawn<H: Health>(
     let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
         .build_v1alpha()
         .expect("descriptor sets built at compile time are valid");
-    let router = tonic::transport::Server::builder()
+    tonic::transport::Server::builder()
         .max_connection_age(grpc.max_age)
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
@@ -72,7 +89,18 @@ pub(super) fn spawn<H: Health>(
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(rls);
+        .add_service(rls)
+}
+
+/// Starts worker `w` on its own thread.
+pub(super) fn spawn<H: Health>(
+    w: usize,
+    listener: GrpcListener,
+    shards: Vec<ShardTask>,
+    grpc: &Grpc<H>,
+    mut stopping: Stopping,
+) -> Result<JoinHandle<()>, StartError> {
+    let router = router(grpc);
     let tls = grpc.tls.clone();
     let linger = grpc.linger;
     let rt = runtime()?;

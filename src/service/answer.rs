@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::plan::{hits_of, Applied, Plan};
 use crate::limiter::{refuses, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, Metrics};
+use crate::telemetry::{BoundStats, Metrics, Verdict};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
@@ -156,29 +156,24 @@ fn count(
                 .fold(0, |acc, (j, _)| acc | (1 << j))
         }
     });
-    let limit = a.limit.requests_per_unit();
+    let verdict = Verdict {
+        hits,
+        over: counted_over,
+        shadow,
+        remaining: out.remaining,
+        limit: a.limit.requests_per_unit(),
+    };
     if values == 0 {
-        let stats = matched.map(|m| c.stats.of(m.node()));
         c.metrics
-            .record(stats, hits, counted_over, shadow, out.remaining, limit);
+            .record(matched.map(|m| c.stats.of(m.node())), verdict);
     } else {
+        c.metrics.record(None, verdict);
+        let entries = &req.descriptors[i].entries;
         c.metrics
-            .record(None, hits, counted_over, shadow, out.remaining, limit);
-        c.metrics.record_detailed(
-            &req.domain,
-            &req.descriptors[i].entries,
-            values,
-            hits,
-            counted_over,
-            shadow,
-            out.remaining,
-            limit,
-        );
+            .record_detailed(&req.domain, entries, values, verdict);
     }
 }
 
-/// The request's code from its descriptors' statuses, by the one verdict rule
-/// ([`refuses`]): a descriptor of a `quota_mode` node counts as a quota op.
 fn overall_code(
     statuses: &[DescriptorStatus],
     applied: &[Applied<'_>],

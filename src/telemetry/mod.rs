@@ -107,50 +107,44 @@ impl Metrics {
     }
 
     /// Hits beyond floor(limit × ratio) but within the limit.
-    fn near(&self, hits: u64, over: bool, remaining: u32, limit: u32) -> u64 {
-        if over {
+    fn near(&self, v: &Verdict) -> u64 {
+        if v.over {
             return 0;
         }
-        let threshold = (f64::from(limit) * self.near_limit_ratio).floor() as u64;
-        let used = u64::from(limit.saturating_sub(remaining));
-        used.saturating_sub(threshold).min(hits)
+        let threshold = (f64::from(v.limit) * self.near_limit_ratio).floor() as u64;
+        let used = u64::from(v.limit.saturating_sub(v.remaining));
+        used.saturating_sub(threshold).min(v.hits)
     }
 
     /// Counts one descriptor's verdict in the series of a `detailed_metric` descriptor, named by
     /// the request's own entries (`key_value` where bit i of `values` is set, `u64::MAX` for
     /// all). Call it instead of passing the node to [`Metrics::record`] (pass `None` there, so
     /// the totals still count once): the node's own series is then left out of the exposition.
-    #[allow(clippy::too_many_arguments)]
-    pub fn record_detailed(
-        &self,
-        domain: &str,
-        entries: &[Entry],
-        values: u64,
-        hits: u64,
-        over: bool,
-        shadow: bool,
-        remaining: u32,
-        limit: u32,
-    ) {
-        let near = self.near(hits, over, remaining, limit);
-        self.detailed
-            .with_series(domain, entries, values, |s| s.add(hits, over, near, shadow));
+    pub fn record_detailed(&self, domain: &str, entries: &[Entry], values: u64, v: Verdict) {
+        let near = self.near(&v);
+        self.detailed.with_series(domain, entries, values, |s| {
+            s.add(v.hits, v.over, near, v.shadow)
+        });
     }
 
-    /// Counts one descriptor's verdict against its node's stats and the totals.
-    pub fn record(
-        &self,
-        stats: Option<&LimitStats>,
-        hits: u64,
-        over: bool,
-        shadow: bool,
-        remaining: u32,
-        limit: u32,
-    ) {
-        let near = self.near(hits, over, remaining, limit);
-        self.all.add(hits, over, near, shadow);
+    /// Counts one descriptor's verdict against its limit's stats and the totals.
+    pub fn record(&self, stats: Option<&LimitStats>, v: Verdict) {
+        let near = self.near(&v);
+        self.all.add(v.hits, v.over, near, v.shadow);
         if let Some(s) = stats {
-            s.add(hits, over, near, shadow);
+            s.add(v.hits, v.over, near, v.shadow);
         }
     }
+}
+
+/// One descriptor's verdict, as the stats count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub hits: u64,
+    /// Over its limit, and not in shadow mode.
+    pub over: bool,
+    /// Over its limit in shadow mode (counted, not refused).
+    pub shadow: bool,
+    pub remaining: u32,
+    pub limit: u32,
 }
