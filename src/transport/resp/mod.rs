@@ -10,6 +10,9 @@
 //! complete command in the read buffer is decided, its reply appended, and the replies written
 //! together before the next read.
 
+mod codec;
+mod commands;
+
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,17 +20,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use redis_protocol::resp2::decode::decode_bytes;
-use redis_protocol::resp2::encode::extend_encode_borrowed;
-use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
+use bytes::BytesMut;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::service::throttle::{throttle, ThrottleLimits, ThrottleRequest};
+use crate::service::throttle::ThrottleLimits;
 use crate::service::RateLimiter;
+use codec::next_command;
+use commands::{error, execute, Flow};
 
 /// A command bigger than this (THROTTLE needs a few hundred bytes) is a protocol error and
 /// closes the connection, so a client cannot make the server buffer without bound.
@@ -289,284 +291,11 @@ async fn write(stream: &mut TcpStream, out: &mut BytesMut, timeout: Duration) ->
     matches!(done, Ok(Ok(())))
 }
 
-/// Takes the next complete command off `input`: `Ok(None)` until one has fully arrived. Skips
-/// empty commands, as Redis does. Inline commands (`PING\r\n`, as typed into telnet) work too.
-fn next_command(input: &mut BytesMut) -> Result<Option<Vec<Bytes>>, &'static str> {
-    loop {
-        if input.is_empty() {
-            return Ok(None);
-        }
-        let args = if input[0] == b'*' {
-            let Some(len) = frame_len(input)? else {
-                return Ok(None);
-            };
-            let frame = input.split_to(len).freeze();
-            match decode_bytes(&frame) {
-                Ok(Some((BytesFrame::Array(items), n))) if n == len => items
-                    .into_iter()
-                    .map(|f| match f {
-                        BytesFrame::BulkString(b) => Ok(b),
-                        _ => Err("Protocol error: expected bulk strings"),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                Ok(Some((BytesFrame::Null, n))) if n == len => Vec::new(),
-                _ => return Err("Protocol error: invalid multibulk request"),
-            }
-        } else {
-            let Some(end) = input.iter().position(|&b| b == b'\n') else {
-                return if input.len() > MAX_REQUEST_BYTES {
-                    Err("Protocol error: too big inline request")
-                } else {
-                    Ok(None)
-                };
-            };
-            if end > MAX_REQUEST_BYTES {
-                return Err("Protocol error: too big inline request");
-            }
-            let line = input.split_to(end + 1).freeze();
-            line.split(|b| b.is_ascii_whitespace())
-                .filter(|w| !w.is_empty())
-                .map(|w| line.slice_ref(w))
-                .collect()
-        };
-        if !args.is_empty() {
-            return Ok(Some(args));
-        }
-    }
-}
-
-/// The length of the multibulk command at the start of `input` (`*N\r\n` then N bulk strings),
-/// `Ok(None)` while it is incomplete. Walks headers only, never recursing.
-fn frame_len(input: &[u8]) -> Result<Option<usize>, &'static str> {
-    let Some((n, mut pos)) = header(input, 0, b'*')? else {
-        return Ok(None);
-    };
-    if n > MAX_ARGS {
-        return Err("Protocol error: too many arguments");
-    }
-    for _ in 0..n.max(0) {
-        let Some((len, start)) = header(input, pos, b'$')? else {
-            return Ok(None);
-        };
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|l| *l <= MAX_REQUEST_BYTES)
-            .ok_or("Protocol error: invalid bulk length")?;
-        pos = start + len + 2;
-        if pos > MAX_REQUEST_BYTES {
-            return Err("Protocol error: request too big");
-        }
-        if pos > input.len() {
-            return Ok(None);
-        }
-        // The crate skips the two bytes after a bulk string unchecked; Redis does too, but a
-        // client that gets this wrong is out of step with us for good.
-        if &input[pos - 2..pos] != b"\r\n" {
-            return Err("Protocol error: expected CRLF after a bulk string");
-        }
-    }
-    Ok(Some(pos))
-}
-
-/// Reads `<kind><integer>\r\n` at `at`: the integer and where the next element starts.
-fn header(input: &[u8], at: usize, kind: u8) -> Result<Option<(i64, usize)>, &'static str> {
-    let Some(&first) = input.get(at) else {
-        return Ok(None);
-    };
-    if first != kind {
-        return Err(if kind == b'$' {
-            "Protocol error: expected '$' (arguments are bulk strings)"
-        } else {
-            "Protocol error: expected '*'"
-        });
-    }
-    // An i64 has at most 20 characters.
-    let rest = &input[at + 1..];
-    let Some(cr) = rest.iter().take(21).position(|&b| b == b'\r') else {
-        return if rest.len() >= 21 {
-            Err("Protocol error: invalid length")
-        } else {
-            Ok(None)
-        };
-    };
-    let n = std::str::from_utf8(&rest[..cr])
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or("Protocol error: invalid length")?;
-    match rest.get(cr + 1) {
-        None => Ok(None),
-        Some(b'\n') => Ok(Some((n, at + 1 + cr + 2))),
-        Some(_) => Err("Protocol error: expected CRLF"),
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Flow {
-    Continue,
-    Quit,
-}
-
-async fn execute(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Flow {
-    let name = args[0].to_ascii_uppercase();
-    match name.as_slice() {
-        b"THROTTLE" => throttle_command(&args[1..], ctx, out).await,
-        b"PING" => match args.len() {
-            1 => encode(out, &BorrowedFrame::SimpleString(b"PONG")),
-            2 => encode(out, &BorrowedFrame::BulkString(&args[1])),
-            _ => error(out, "ERR wrong number of arguments for 'ping' command"),
-        },
-        b"QUIT" => {
-            encode(out, &BorrowedFrame::SimpleString(b"OK"));
-            return Flow::Quit;
-        }
-        _ => connection_command(&name, args, out),
-    }
-    Flow::Continue
-}
-
-/// What Redis clients send around their commands, answered as Redis would, so they work
-/// unmodified: `ECHO` (`redis-cli --pipe` ends its input with one), `HELLO` (RESP2 only: `HELLO 3`
-/// gets Redis's `NOPROTO`, and clients fall back), `CLIENT SETNAME`/`SETINFO`, `SELECT 0`,
-/// `INFO` (ready checks) and `COMMAND` (redis-cli's hints).
-fn connection_command(name: &[u8], args: &[Bytes], out: &mut BytesMut) {
-    let arg = |i: usize| args.get(i).map(|a| a.to_ascii_uppercase());
-    match (name, args.len()) {
-        (b"ECHO", 2) => encode(out, &BorrowedFrame::BulkString(&args[1])),
-        (b"HELLO", _) => match arg(1).as_deref() {
-            None | Some(b"2") => hello(out),
-            Some(b"3") => error(out, "NOPROTO sorry, this protocol version is not supported"),
-            Some(_) => error(
-                out,
-                "ERR Protocol version is not an integer or out of range",
-            ),
-        },
-        (b"CLIENT", 3..) => match arg(1).as_deref() {
-            Some(b"SETNAME") | Some(b"SETINFO") => encode(out, &BorrowedFrame::SimpleString(b"OK")),
-            _ => error(out, "ERR unknown CLIENT subcommand"),
-        },
-        (b"CLIENT", 2) if arg(1).as_deref() == Some(b"GETNAME") => {
-            encode(out, &BorrowedFrame::Null)
-        }
-        (b"SELECT", 2) if args[1].as_ref() == b"0" => {
-            encode(out, &BorrowedFrame::SimpleString(b"OK"))
-        }
-        (b"SELECT", 2) => error(out, "ERR DB index is out of range"),
-        (b"INFO", _) => encode(
-            out,
-            &BorrowedFrame::BulkString(
-                b"# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nloading:0\r\n",
-            ),
-        ),
-        (b"COMMAND", _) => encode(out, &BorrowedFrame::Array(&[])),
-        (b"ECHO" | b"SELECT", _) => error(
-            out,
-            &format!(
-                "ERR wrong number of arguments for '{}' command",
-                printable(&args[0]).to_ascii_lowercase()
-            ),
-        ),
-        _ => error(
-            out,
-            &format!("ERR unknown command '{}'", printable(&args[0])),
-        ),
-    }
-}
-
-/// `HELLO`'s answer in RESP2 (a flat array of field, value).
-fn hello(out: &mut BytesMut) {
-    use BorrowedFrame::{Array, BulkString, Integer};
-    let fields = [
-        BulkString(b"server"),
-        BulkString(b"turnstile"),
-        BulkString(b"version"),
-        BulkString(env!("CARGO_PKG_VERSION").as_bytes()),
-        BulkString(b"proto"),
-        Integer(2),
-        BulkString(b"mode"),
-        BulkString(b"standalone"),
-        BulkString(b"role"),
-        BulkString(b"master"),
-        BulkString(b"modules"),
-        Array(&[]),
-    ];
-    encode(out, &Array(&fields));
-}
-
-/// `THROTTLE key max_burst count_per_period period [quantity]`.
-async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
-    if !(4..=5).contains(&args.len()) {
-        return error(out, "ERR wrong number of arguments for 'throttle' command");
-    }
-    let Ok(key) = std::str::from_utf8(&args[0]) else {
-        return error(out, "ERR key must be UTF-8");
-    };
-    let int = |i: usize, name: &str| -> Result<i64, String> {
-        std::str::from_utf8(&args[i])
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("ERR {name} is not an integer"))
-    };
-    let parsed = (|| {
-        Ok::<_, String>(ThrottleRequest {
-            key: key.to_owned(),
-            max_burst: int(1, "max_burst")?,
-            count_per_period: int(2, "count_per_period")?,
-            period: int(3, "period")?,
-            quantity: if args.len() == 5 {
-                int(4, "quantity")?
-            } else {
-                1
-            },
-        })
-    })();
-    let req = match parsed {
-        Ok(r) => r,
-        Err(m) => {
-            ctx.limiter
-                .metrics()
-                .throttle
-                .invalid
-                .fetch_add(1, Ordering::Relaxed);
-            return error(out, &m);
-        }
-    };
-    match throttle(&ctx.limiter, &ctx.limits, &req).await {
-        Ok(a) => {
-            let n = |v: u64| BorrowedFrame::Integer(i64::try_from(v).unwrap_or(i64::MAX));
-            let items = [
-                BorrowedFrame::Integer(a.allowed.into()),
-                n(a.limit.into()),
-                n(a.remaining.into()),
-                n(a.retry_after),
-                n(a.reset_after),
-            ];
-            encode(out, &BorrowedFrame::Array(&items));
-        }
-        Err(e) => error(out, &format!("ERR {e}")),
-    }
-}
-
-fn encode(out: &mut BytesMut, frame: &BorrowedFrame<'_>) {
-    // Cannot fail: the buffer is extended to the frame's length first.
-    let _ = extend_encode_borrowed(out, frame, false);
-}
-
-/// An error reply. `message` must hold no CR or LF: callers never put client bytes in it
-/// except through [`printable`].
-fn error(out: &mut BytesMut, message: &str) {
-    encode(out, &BorrowedFrame::Error(message));
-}
-
-/// A client-sent name, shortened and with control characters replaced, for an error message.
-fn printable(name: &[u8]) -> String {
-    String::from_utf8_lossy(&name[..name.len().min(64)])
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
+    use super::codec::frame_len;
     use super::*;
 
     fn args(input: &[u8]) -> Result<Option<Vec<Bytes>>, &'static str> {

@@ -1,0 +1,174 @@
+//! The commands: `THROTTLE`, `PING`, `QUIT`, and what client libraries send around them.
+
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::encode::extend_encode_borrowed;
+use redis_protocol::resp2::types::BorrowedFrame;
+use std::sync::atomic::Ordering;
+
+use super::Ctx;
+use crate::service::throttle::{throttle, ThrottleRequest};
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    Quit,
+}
+
+pub(super) async fn execute(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Flow {
+    let name = args[0].to_ascii_uppercase();
+    match name.as_slice() {
+        b"THROTTLE" => throttle_command(&args[1..], ctx, out).await,
+        b"PING" => match args.len() {
+            1 => encode(out, &BorrowedFrame::SimpleString(b"PONG")),
+            2 => encode(out, &BorrowedFrame::BulkString(&args[1])),
+            _ => error(out, "ERR wrong number of arguments for 'ping' command"),
+        },
+        b"QUIT" => {
+            encode(out, &BorrowedFrame::SimpleString(b"OK"));
+            return Flow::Quit;
+        }
+        _ => connection_command(&name, args, out),
+    }
+    Flow::Continue
+}
+
+/// What Redis clients send around their commands, answered as Redis would, so they work
+/// unmodified: `ECHO` (`redis-cli --pipe` ends its input with one), `HELLO` (RESP2 only: `HELLO 3`
+/// gets Redis's `NOPROTO`, and clients fall back), `CLIENT SETNAME`/`SETINFO`, `SELECT 0`,
+/// `INFO` (ready checks) and `COMMAND` (redis-cli's hints).
+fn connection_command(name: &[u8], args: &[Bytes], out: &mut BytesMut) {
+    let arg = |i: usize| args.get(i).map(|a| a.to_ascii_uppercase());
+    match (name, args.len()) {
+        (b"ECHO", 2) => encode(out, &BorrowedFrame::BulkString(&args[1])),
+        (b"HELLO", _) => match arg(1).as_deref() {
+            None | Some(b"2") => hello(out),
+            Some(b"3") => error(out, "NOPROTO sorry, this protocol version is not supported"),
+            Some(_) => error(
+                out,
+                "ERR Protocol version is not an integer or out of range",
+            ),
+        },
+        (b"CLIENT", 3..) => match arg(1).as_deref() {
+            Some(b"SETNAME") | Some(b"SETINFO") => encode(out, &BorrowedFrame::SimpleString(b"OK")),
+            _ => error(out, "ERR unknown CLIENT subcommand"),
+        },
+        (b"CLIENT", 2) if arg(1).as_deref() == Some(b"GETNAME") => {
+            encode(out, &BorrowedFrame::Null)
+        }
+        (b"SELECT", 2) if args[1].as_ref() == b"0" => {
+            encode(out, &BorrowedFrame::SimpleString(b"OK"))
+        }
+        (b"SELECT", 2) => error(out, "ERR DB index is out of range"),
+        (b"INFO", _) => encode(
+            out,
+            &BorrowedFrame::BulkString(
+                b"# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nloading:0\r\n",
+            ),
+        ),
+        (b"COMMAND", _) => encode(out, &BorrowedFrame::Array(&[])),
+        (b"ECHO" | b"SELECT", _) => error(
+            out,
+            &format!(
+                "ERR wrong number of arguments for '{}' command",
+                printable(&args[0]).to_ascii_lowercase()
+            ),
+        ),
+        _ => error(
+            out,
+            &format!("ERR unknown command '{}'", printable(&args[0])),
+        ),
+    }
+}
+
+/// `HELLO`'s answer in RESP2 (a flat array of field, value).
+fn hello(out: &mut BytesMut) {
+    use BorrowedFrame::{Array, BulkString, Integer};
+    let fields = [
+        BulkString(b"server"),
+        BulkString(b"turnstile"),
+        BulkString(b"version"),
+        BulkString(env!("CARGO_PKG_VERSION").as_bytes()),
+        BulkString(b"proto"),
+        Integer(2),
+        BulkString(b"mode"),
+        BulkString(b"standalone"),
+        BulkString(b"role"),
+        BulkString(b"master"),
+        BulkString(b"modules"),
+        Array(&[]),
+    ];
+    encode(out, &Array(&fields));
+}
+
+/// `THROTTLE key max_burst count_per_period period [quantity]`.
+async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
+    if !(4..=5).contains(&args.len()) {
+        return error(out, "ERR wrong number of arguments for 'throttle' command");
+    }
+    let Ok(key) = std::str::from_utf8(&args[0]) else {
+        return error(out, "ERR key must be UTF-8");
+    };
+    let int = |i: usize, name: &str| -> Result<i64, String> {
+        std::str::from_utf8(&args[i])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("ERR {name} is not an integer"))
+    };
+    let parsed = (|| {
+        Ok::<_, String>(ThrottleRequest {
+            key: key.to_owned(),
+            max_burst: int(1, "max_burst")?,
+            count_per_period: int(2, "count_per_period")?,
+            period: int(3, "period")?,
+            quantity: if args.len() == 5 {
+                int(4, "quantity")?
+            } else {
+                1
+            },
+        })
+    })();
+    let req = match parsed {
+        Ok(r) => r,
+        Err(m) => {
+            ctx.limiter
+                .metrics()
+                .throttle
+                .invalid
+                .fetch_add(1, Ordering::Relaxed);
+            return error(out, &m);
+        }
+    };
+    match throttle(&ctx.limiter, &ctx.limits, &req).await {
+        Ok(a) => {
+            let n = |v: u64| BorrowedFrame::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+            let items = [
+                BorrowedFrame::Integer(a.allowed.into()),
+                n(a.limit.into()),
+                n(a.remaining.into()),
+                n(a.retry_after),
+                n(a.reset_after),
+            ];
+            encode(out, &BorrowedFrame::Array(&items));
+        }
+        Err(e) => error(out, &format!("ERR {e}")),
+    }
+}
+
+fn encode(out: &mut BytesMut, frame: &BorrowedFrame<'_>) {
+    // Cannot fail: the buffer is extended to the frame's length first.
+    let _ = extend_encode_borrowed(out, frame, false);
+}
+
+/// An error reply. `message` must hold no CR or LF: callers never put client bytes in it
+/// except through [`printable`].
+pub(super) fn error(out: &mut BytesMut, message: &str) {
+    encode(out, &BorrowedFrame::Error(message));
+}
+
+/// A client-sent name, shortened and with control characters replaced, for an error message.
+fn printable(name: &[u8]) -> String {
+    String::from_utf8_lossy(&name[..name.len().min(64)])
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
