@@ -5,6 +5,7 @@ use super::Role;
 /// Whether a request whose ops have these (role, over) pairs is refused: when a
 /// [`Role::Binding`] op is over, or when it has [`Role::Quota`] ops and every one of them is
 /// over. [`Role::Shadow`] ops never refuse, and nothing refuses under `global_shadow`.
+#[inline]
 pub fn refuses(ops: impl IntoIterator<Item = (Role, bool)>, global_shadow: bool) -> bool {
     if global_shadow {
         return false;

@@ -39,10 +39,12 @@ pub(super) enum Commit {
 
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
 pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
+    // A binding op over its limit waits for room instead of refusing, when it may.
+    let waits = |op: &Op, e: &Eval| {
+        d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX && !d.global_shadow
+    };
     let mut outcomes: Outcomes = SmallVec::with_capacity(evals.len());
     let mut wait: Option<usize> = None;
-    // (role, over) of the ops that count towards the verdict.
-    let mut counted: SmallVec<[(Role, bool); 4]> = SmallVec::with_capacity(evals.len());
     for (i, (op, (e, blocked))) in d.ops.iter().zip(evals).enumerate() {
         outcomes.push(Outcome {
             over: e.over,
@@ -51,27 +53,22 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
             retry_ns: e.retry_ns,
             blocked: *blocked,
         });
-        let over = match op.role {
-            Role::Binding => {
-                let over = e.over || *blocked;
-                let may_wait = d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX;
-                if over && may_wait && !d.global_shadow {
-                    // Over, but it waits for room instead of refusing.
-                    wait.get_or_insert(i);
-                    false
-                } else {
-                    over
-                }
-            }
-            // Only a message holding the whole request can judge its quota ops; the engine
-            // judges them across the parts otherwise.
-            Role::Quota if !d.whole => continue,
-            Role::Quota | Role::Shadow => e.over,
-        };
-        counted.push((op.role, over));
+        if op.role == Role::Binding && (e.over || *blocked) && waits(op, e) {
+            wait.get_or_insert(i);
+        }
     }
-    let refuse = verdict::refuses(counted, d.global_shadow);
-    let verdict = if refuse {
+    // (role, over) of the ops that count towards the verdict. Only a message holding the whole
+    // request can judge its quota ops; the engine judges them across the parts otherwise.
+    let counted = d
+        .ops
+        .iter()
+        .zip(evals)
+        .filter_map(|(op, (e, blocked))| match op.role {
+            Role::Binding => Some((Role::Binding, (e.over || *blocked) && !waits(op, e))),
+            Role::Quota if !d.whole => None,
+            Role::Quota | Role::Shadow => Some((op.role, e.over)),
+        });
+    let verdict = if verdict::refuses(counted, d.global_shadow) {
         Verdict::Refuse
     } else if let Some(i) = wait {
         Verdict::Wait(i)
@@ -82,6 +79,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
 }
 
 impl Shard {
+    #[inline]
     pub(super) fn decide_any(&mut self, d: Decide) {
         if self.remote.is_some() {
             self.decide_remote(d)

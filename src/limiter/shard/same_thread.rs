@@ -39,6 +39,7 @@ impl SameThreadShard {
 
     /// Decides `d` (sent with [`ReplyTo::InPlace`]) now, on the caller's thread, after whatever the
     /// mailbox already holds; returns its answer, or the channel it will come on if it is held.
+    #[inline]
     pub(crate) fn decide_in_place(&mut self, d: Decide) -> Answer {
         self.after_mailbox(|shard| shard.decide_any(d));
         match (self.shard.answered.take(), self.shard.held.take()) {
