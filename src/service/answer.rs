@@ -55,7 +55,7 @@ pub(super) fn ok_statuses(n: usize) -> Vec<DescriptorStatus> {
 /// Builds the response from the engine's `decision` on the ops of `plan`, counting the stats.
 pub(super) fn answer(
     req: &RateLimitRequest,
-    plan: Plan<'_>,
+    plan: &mut Plan<'_>,
     decision: &Decision,
     settings: &AnswerSettings,
     counting: Counting<'_>,
@@ -84,7 +84,7 @@ pub(super) fn answer(
         let Some((ai, out)) = b else { continue };
         let a = &plan.applied[*ai];
         set_status(&mut statuses[i], a, out);
-        count(req, &plan, i, a, out, &counting);
+        count(req, plan, i, a, out, &counting);
     }
     let overall = overall_code(&statuses, &plan.applied, settings.global_shadow_mode);
     let mut response = RateLimitResponse {
@@ -102,7 +102,7 @@ pub(super) fn answer(
             ..Default::default()
         });
     }
-    if let Some(md) = plan.metadata {
+    if let Some(md) = plan.metadata.take() {
         response.dynamic_metadata = Some(to_struct(md));
     }
     response

@@ -88,7 +88,8 @@ impl RateLimiter {
                 ..Default::default()
             });
         };
-        let (plan, ops) = plan::plan(domain, &req)?;
+        let mut plan = plan::Plan::default();
+        let ops = plan::plan(&mut plan, domain, &req)?;
         let decision = self
             .engine
             .decide(ops, self.answer.global_shadow_mode)
@@ -99,7 +100,7 @@ impl RateLimiter {
         };
         Ok(answer::answer(
             &req,
-            plan,
+            &mut plan,
             &decision,
             &self.answer,
             counting,

@@ -1,3 +1,5 @@
+//! The counting rules, case by case and as properties: never more than the limit per window.
+
 use proptest::prelude::*;
 
 use super::*;
