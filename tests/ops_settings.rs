@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use turnstile::settings::{parse_go_duration, OtlpProtocol, Settings, TlsSettings};
+use turnstile::config::grammar::parse_duration as parse_go_duration;
+use turnstile::settings::{Settings, TlsSettings};
+use turnstile::telemetry::OtlpProtocol;
 
 fn settings(vars: &[(&str, &str)]) -> Result<Settings, String> {
     Settings::from_env(|k| {

@@ -21,9 +21,6 @@ use crate::service::{HeaderNames, RequestLimits, ThrottleLimits};
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
 
-pub use crate::config::grammar::parse_duration as parse_go_duration;
-pub use crate::telemetry::OtlpProtocol;
-
 /// `GRPC_SERVER_USE_TLS` and its files: TLS, and mTLS when a client CA is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
