@@ -8,6 +8,8 @@
 #   h2load                 apt  nghttp2-client
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
+#   redis-py               pip  redis (tests/clients/redis_py.py)
+#   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
 #
 # Idempotent: anything already on PATH is left alone, and `apt-get update` runs once, only when
 # an apt package has to be installed. Non-interactive (fine under CI=true with no stdin). Runs
@@ -23,11 +25,12 @@ check_only=false
 case "${1:-}" in
   --check) check_only=true ;;
   "") ;;
-  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
 log() { echo "install-test-deps: $*"; }
+root="$(cd "$(dirname "$0")/.." && pwd)"
 ORIG_PATH="$PATH"
 have() { command -v "$1" >/dev/null 2>&1; }
 
@@ -130,9 +133,19 @@ have redis-cli || apt_packages+=("redis-tools")
 have h2load || apt_packages+=("nghttp2-client")
 have protoc || apt_packages+=("protobuf-compiler")
 have openssl || apt_packages+=("openssl")
+# Redis client libraries the RESP transport is tested with (tests/clients/).
+python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
+have node && have npm || apt_packages+=("nodejs" "npm")
+node_clients() {  # tests/clients/node_modules from its lock file
+  [ -d "$root/tests/clients/node_modules/ioredis" ] && [ -d "$root/tests/clients/node_modules/redis" ] && return 0
+  [ "$check_only" = true ] && { log "missing: tests/clients/node_modules"; return 1; }
+  log "npm ci in tests/clients"
+  (cd "$root/tests/clients" && npm ci --no-audit --no-fund --loglevel=error)
+}
 
 if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
-  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc"
+  node_clients
+  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients"
   exit 0
 fi
 
@@ -150,9 +163,10 @@ if [ "${#pip_packages[@]}" -gt 0 ]; then
   installed+=("pip: ${pip_packages[*]}")
 fi
 
-for tool in envoy grpcurl redis-server redis-cli h2load protoc; do
+for tool in envoy grpcurl redis-server redis-cli h2load protoc node npm; do
   have "$tool" || missing_after+=("$tool")
 done
+node_clients || missing_after+=("tests/clients/node_modules")
 
 for line in "${installed[@]}"; do log "installed $line"; done
 if [ "${#missing_after[@]}" -gt 0 ]; then

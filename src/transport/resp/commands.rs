@@ -14,7 +14,20 @@ pub(super) enum Flow {
     Quit,
 }
 
-pub(super) async fn execute(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Flow {
+/// What a connection has said about itself: the protocol it speaks since its `HELLO`.
+#[derive(Debug, Default)]
+pub(super) struct Session {
+    /// RESP3 after `HELLO 3`. Every answer here is the same in both but for null and `HELLO`'s
+    /// own map, so only those look at it.
+    resp3: bool,
+}
+
+pub(super) async fn execute(
+    args: &[Bytes],
+    ctx: &Ctx,
+    session: &mut Session,
+    out: &mut BytesMut,
+) -> Flow {
     let name = args[0].to_ascii_uppercase();
     match name.as_slice() {
         b"THROTTLE" => throttle_command(&args[1..], ctx, out).await,
@@ -27,33 +40,41 @@ pub(super) async fn execute(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Fl
             encode(out, &BorrowedFrame::SimpleString(b"OK"));
             return Flow::Quit;
         }
-        _ => connection_command(&name, args, out),
+        _ => connection_command(&name, args, session, out),
     }
     Flow::Continue
 }
 
 /// What Redis clients send around their commands, answered as Redis would, so they work
-/// unmodified: `ECHO` (`redis-cli --pipe` ends its input with one), `HELLO` (RESP2 only: `HELLO 3`
-/// gets Redis's `NOPROTO`, and clients fall back), `CLIENT SETNAME`/`SETINFO`, `SELECT 0`,
-/// `INFO` (ready checks) and `COMMAND` (redis-cli's hints).
-fn connection_command(name: &[u8], args: &[Bytes], out: &mut BytesMut) {
+/// unmodified: `ECHO` (`redis-cli --pipe` ends its input with one), `HELLO` (2 or 3: redis-py and
+/// node-redis open with `HELLO 3` and do not fall back), `CLIENT SETNAME`/`SETINFO`/`GETNAME`,
+/// `SELECT 0`, `INFO` (ioredis's ready check) and `COMMAND` (redis-cli's hints).
+fn connection_command(name: &[u8], args: &[Bytes], session: &mut Session, out: &mut BytesMut) {
     let arg = |i: usize| args.get(i).map(|a| a.to_ascii_uppercase());
     match (name, args.len()) {
         (b"ECHO", 2) => encode(out, &BorrowedFrame::BulkString(&args[1])),
         (b"HELLO", _) => match arg(1).as_deref() {
-            None | Some(b"2") => hello(out),
-            Some(b"3") => error(out, "NOPROTO sorry, this protocol version is not supported"),
-            Some(_) => error(
-                out,
-                "ERR Protocol version is not an integer or out of range",
-            ),
+            None => hello(out, session.resp3),
+            Some(b"2") => {
+                session.resp3 = false;
+                hello(out, false)
+            }
+            Some(b"3") => {
+                session.resp3 = true;
+                hello(out, true)
+            }
+            Some(_) => error(out, "NOPROTO unsupported protocol version"),
         },
         (b"CLIENT", 3..) => match arg(1).as_deref() {
             Some(b"SETNAME") | Some(b"SETINFO") => encode(out, &BorrowedFrame::SimpleString(b"OK")),
             _ => error(out, "ERR unknown CLIENT subcommand"),
         },
         (b"CLIENT", 2) if arg(1).as_deref() == Some(b"GETNAME") => {
-            encode(out, &BorrowedFrame::Null)
+            if session.resp3 {
+                out.extend_from_slice(b"_\r\n");
+            } else {
+                encode(out, &BorrowedFrame::Null)
+            }
         }
         (b"SELECT", 2) if args[1].as_ref() == b"0" => {
             encode(out, &BorrowedFrame::SimpleString(b"OK"))
@@ -80,8 +101,8 @@ fn connection_command(name: &[u8], args: &[Bytes], out: &mut BytesMut) {
     }
 }
 
-/// `HELLO`'s answer in RESP2 (a flat array of field, value).
-fn hello(out: &mut BytesMut) {
+/// `HELLO`'s answer: a map in RESP3, a flat array of field, value in RESP2.
+fn hello(out: &mut BytesMut, resp3: bool) {
     use BorrowedFrame::{Array, BulkString, Integer};
     let fields = [
         BulkString(b"server"),
@@ -89,7 +110,9 @@ fn hello(out: &mut BytesMut) {
         BulkString(b"version"),
         BulkString(env!("CARGO_PKG_VERSION").as_bytes()),
         BulkString(b"proto"),
-        Integer(2),
+        Integer(if resp3 { 3 } else { 2 }),
+        BulkString(b"id"),
+        Integer(1),
         BulkString(b"mode"),
         BulkString(b"standalone"),
         BulkString(b"role"),
@@ -97,7 +120,15 @@ fn hello(out: &mut BytesMut) {
         BulkString(b"modules"),
         Array(&[]),
     ];
-    encode(out, &Array(&fields));
+    if resp3 {
+        // A RESP3 map header, then the same field/value frames as RESP2's array.
+        out.extend_from_slice(format!("%{}\r\n", fields.len() / 2).as_bytes());
+        for f in &fields {
+            encode(out, f);
+        }
+    } else {
+        encode(out, &Array(&fields));
+    }
 }
 
 /// `THROTTLE key max_burst count_per_period period [quantity]`.

@@ -29,7 +29,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use crate::service::throttle::ThrottleLimits;
 use crate::service::RateLimiter;
 use codec::next_command;
-use commands::{error, execute, Flow};
+use commands::{error, execute, Flow, Session};
 
 /// A command bigger than this (THROTTLE needs a few hundred bytes) is a protocol error and
 /// closes the connection, so a client cannot make the server buffer without bound.
@@ -245,11 +245,12 @@ async fn connection(mut stream: TcpStream, ctx: &Ctx, mut stopped: watch::Receiv
     let _ = stream.set_nodelay(true);
     let mut input = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();
+    let mut session = Session::default();
     loop {
         loop {
             match next_command(&mut input) {
                 Ok(Some(args)) => {
-                    if execute(&args, ctx, &mut out).await == Flow::Quit {
+                    if execute(&args, ctx, &mut session, &mut out).await == Flow::Quit {
                         return close(stream, &out).await;
                     }
                 }
