@@ -49,12 +49,11 @@ impl Backend {
 
 /// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
 /// gives the tests `a::memory`, `a::redis`, `b::memory` and `b::redis`. (A module and a function
-/// may share a name: they live in different namespaces.) `#[redis_ignore = "why"]` before a
-/// scenario marks its Redis test ignored, for a known difference between the backends: it still
-/// builds, is listed, and runs with `--ignored`.
+/// may share a name: they live in different namespaces.) A scenario behaves the same on every
+/// backend; a difference is a bug to fix, not a test to skip.
 #[allow(unused_macros)] // by the test files that have no scenarios
 macro_rules! test_with_all_backends {
-    ($($(#[redis_ignore = $why:literal])? $scenario:ident),+ $(,)?) => {$(
+    ($($scenario:ident),+ $(,)?) => {$(
         mod $scenario {
             use $crate::common::backend::Backend;
 
@@ -64,7 +63,6 @@ macro_rules! test_with_all_backends {
             }
 
             #[tokio::test]
-            $(#[ignore = $why])?
             async fn redis() {
                 super::$scenario(&Backend::redis()).await;
             }
