@@ -70,6 +70,7 @@ fn op(key: &str, params: Params) -> Op {
         role: Role::Binding,
         queue: None,
         grant: None,
+        local_first: None,
     }
 }
 

@@ -55,6 +55,7 @@ async fn drive(
                     role: Role::Binding,
                     queue: None,
                     grant: None,
+                    local_first: None,
                 };
                 let start = Instant::now();
                 engine.decide(vec![op], false).await.expect("decided");

@@ -77,6 +77,7 @@ fn main() {
         role: Role::Binding,
         queue: None,
         grant: None,
+        local_first: None,
     };
 
     // Warm up the runtime, the channel and the allocator before the baseline.

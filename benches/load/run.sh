@@ -17,6 +17,10 @@
 #   WARMUP=           warm-up requests (default REQUESTS/10, at least 5000)
 #   CONNS=10 STREAMS=10   connections, and concurrent streams per connection
 #   SERVERS="noop turnstile-w1 turnstile-w2"
+#                     also: turnstile-redis-wN (counters in a local redis-server
+#                     the harness starts on a free port, the exact path) and
+#                     turnstile-lf-wN (the same Redis, TURNSTILE_LOCAL_FIRST=true: each
+#                     replica decides in memory and syncs every 100 ms)
 #   MIXES="one multi over distinct"
 #   SKIP_BUILD=1      use the binaries already in target/release
 #   BIN_DIR=DIR       take turnstile, noop_rls and loadgen from DIR instead of
@@ -69,6 +73,7 @@ cleanup() {
         kill "$server_pid" 2>/dev/null || true
         wait "$server_pid" 2>/dev/null || true
     fi
+    if [[ -n "$redis_pid" ]]; then kill "$redis_pid" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -96,6 +101,14 @@ start_server() {
             "$TURNSTILE_BIN" serve --config "$CONFIG" \
                 --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
                 --workers "${name#turnstile-w}" >"$out" 2>"$err" & ;;
+        turnstile-redis-w*|turnstile-lf-w*)
+            start_redis || return 1
+            local lf=false
+            if [[ "$name" == turnstile-lf-* ]]; then lf=true; fi
+            BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$redis_port" TURNSTILE_LOCAL_FIRST=$lf \
+                "$TURNSTILE_BIN" serve --config "$CONFIG" \
+                --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+                --workers "${name##*-w}" >"$out" 2>"$err" & ;;
         *) log "unknown server $name"; return 1 ;;
     esac
     server_pid=$!
@@ -114,10 +127,33 @@ start_server() {
     return 1
 }
 
+# A fresh redis-server for the Redis servers, on a free port, no persistence;
+# its CPU is read around each run too (REDIS_CPU_US per call in the table).
+redis_pid=""
+redis_port=""
+start_redis() {
+    command -v redis-server >/dev/null || { log "redis-server not found (apt-get install redis-server)"; return 1; }
+    stop_redis
+    redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+        --daemonize no >"$work/redis.log" 2>&1 &
+    redis_pid=$!
+    for _ in $(seq 50); do
+        redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    log "redis-server did not answer on $redis_port"; return 1
+}
+stop_redis() {
+    if [[ -n "$redis_pid" ]]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
+    redis_pid=""
+}
+
 stop_server() {
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
     server_pid=""
+    stop_redis
 }
 
 # utime + stime of the whole process (all threads), in clock ticks. Field 2
@@ -170,11 +206,24 @@ child_ticks() {  # cutime + cstime of this shell: its waited-for children, the c
 }
 snapshot() {  # 0 before a client run, 1 after
     local srv=0
+    local rds=0
     if [[ -n "$server_pid" ]]; then srv=$(cpu_ticks "$server_pid"); fi
-    eval "snap_srv$1=$srv snap_busy$1=$(busy_ticks) snap_child$1=$(child_ticks) snap_ns$1=$(date +%s%N)"
+    local rcmd=0 rbytes=0
+    if [[ -n "$redis_pid" ]]; then
+        rds=$(cpu_ticks "$redis_pid")
+        read -r rcmd rbytes < <(redis-cli -p "$redis_port" info stats | tr -d '\r' | awk -F: '
+            $1 == "total_commands_processed" { c = $2 }
+            $1 == "total_net_input_bytes" || $1 == "total_net_output_bytes" { b += $2 }
+            END { print c + 0, b + 0 }')
+    fi
+    eval "snap_rcmd$1=$rcmd snap_rbytes$1=$rbytes snap_rds$1=$rds snap_srv$1=$srv snap_busy$1=$(busy_ticks) snap_child$1=$(child_ticks) snap_ns$1=$(date +%s%N)"
     if [[ $1 == 1 ]]; then
         SERVER_TICKS=$(( snap_srv1 - snap_srv0 ))
-        OTHER_PCT=$(awk -v busy=$((snap_busy1 - snap_busy0)) -v srv="$SERVER_TICKS" \
+        REDIS_TICKS=$(( snap_rds1 - snap_rds0 ))
+        # Less the one INFO call of the first snapshot.
+        REDIS_CMDS=$(( snap_rcmd1 - snap_rcmd0 - 1 ))
+        REDIS_BYTES=$(( snap_rbytes1 - snap_rbytes0 ))
+        OTHER_PCT=$(awk -v busy=$((snap_busy1 - snap_busy0)) -v srv="$((SERVER_TICKS + REDIS_TICKS))" \
             -v cli=$((snap_child1 - snap_child0)) -v ns=$((snap_ns1 - snap_ns0)) \
             -v hz="$CLK_TCK" -v cpus="$(nproc)" 'BEGIN {
                 o = (busy - srv - cli) / hz / (ns / 1e9) / cpus * 100
@@ -236,7 +285,7 @@ check_answer() {  # ADDR MIX
 }
 
 # ---------------------------------------------------------------- main loop
-declare -A base_rps
+declare -A base_rps mem_rps
 rows=()
 skipped=()
 for server in $SERVERS; do
@@ -257,6 +306,16 @@ for server in $SERVERS; do
         rps=$R_RPS p50=$R_P50 p99=$R_P99 other=$OTHER_PCT
         cpu_us=$(awk -v d="$SERVER_TICKS" -v hz="$CLK_TCK" -v n="$R_DONE" \
             'BEGIN { printf "%.1f", n ? d / hz * 1e6 / n : 0 }')
+        redis_us=$(awk -v d="$REDIS_TICKS" -v hz="$CLK_TCK" -v n="$R_DONE" \
+            'BEGIN { printf "%.1f", n ? d / hz * 1e6 / n : 0 }')
+        redis_io=$(awk -v c="$REDIS_CMDS" -v b="$REDIS_BYTES" -v n="$R_DONE" -v r="${redis_pid:-}" \
+            'BEGIN { if (r == "" || !n) print "-"; else printf "%.2f / %.0f", c / n, b / n }')
+        if [[ "$server" == turnstile-w1 ]]; then mem_rps[$mix]=$rps; fi
+        if [[ "$server" == turnstile-*-w* && -n "${mem_rps[$mix]:-}" ]]; then
+            vs_mem=$(awk -v a="$rps" -v b="${mem_rps[$mix]}" 'BEGIN { printf "%.2f", a / b }')
+        else
+            vs_mem="-"
+        fi
         ans=$ANSWER
         if (( R_FAILED > 0 )); then ans="$ans, $R_FAILED failed"; fi
         if [[ "$server" == noop ]]; then base_rps[$mix]=$rps; fi
@@ -265,7 +324,7 @@ for server in $SERVERS; do
         else
             ratio="n/a"
         fi
-        rows+=("| $server | $mix | $driver | $ans | $rps | $p50 | $p99 | $cpu_us | $ratio | $other |")
+        rows+=("| $server | $mix | $driver | $ans | $rps | $p50 | $p99 | $cpu_us | $redis_us | $redis_io | $ratio | $vs_mem | $other |")
         log "$server/$mix: $rps req/s, p50 ${p50}µs, p99 ${p99}µs, ${cpu_us} CPU µs/call, other CPU ${other}%"
     done
     stop_server
@@ -282,8 +341,8 @@ table=$(
     echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPU(s), ${cpu_model:-unknown CPU}, $rev;" \
          "$size, $CONNS connections x $STREAMS streams, warm-up $WARMUP requests${BIN_DIR:+; binaries from $BIN_DIR}."
     echo
-    echo "| server | mix | driver | answer | req/s | p50 µs | p99 µs | server CPU µs/call | req/s vs noop | other CPU % |"
-    echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|"
+    echo "| server | mix | driver | answer | req/s | p50 µs | p99 µs | server CPU µs/call | redis CPU µs/call | redis cmds / bytes per call | req/s vs noop | req/s vs turnstile-w1 | other CPU % |"
+    echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
 )
 echo "$table" > benches/load/last-run.md

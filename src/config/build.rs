@@ -296,6 +296,13 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         None => None,
         Some(q) => Some(build_queue(ctx, q, requests_per_unit, path)?),
     };
+    if r.local_first == Some(true) && algorithm == Algorithm::SlidingWindow {
+        return Err(ctx.err(
+            &format!("{path}.local_first"),
+            "local_first supports fixed_window and token_bucket, not sliding_window \
+             (its estimate needs the previous window's exact count; decide it exactly)",
+        ));
+    }
     Ok(RateLimit {
         name: name.map(Arc::from),
         unit,
@@ -304,6 +311,7 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         replaces,
         algorithm,
         queue,
+        local_first: r.local_first,
     })
 }
 
@@ -356,6 +364,7 @@ fn build_unit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<Unit, Confi
         ("algorithm", r.algorithm.is_some()),
         ("burst", r.burst.is_some()),
         ("queue", r.queue.is_some()),
+        ("local_first", r.local_first.is_some()),
     ] {
         if set {
             return Err(ctx.err(

@@ -155,6 +155,9 @@ pub struct RateLimit {
     pub replaces: Vec<String>,
     pub algorithm: Algorithm,
     pub queue: Option<QueueSpec>,
+    /// With Redis: decide from memory and sync in the background (`Some(true)`), always
+    /// exactly (`Some(false)`), or as `LOCAL_FIRST` says (`None`).
+    pub local_first: Option<bool>,
 }
 
 /// A descriptor node of the config tree.

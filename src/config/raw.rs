@@ -94,6 +94,9 @@ pub(crate) struct RawRateLimit {
     /// turnstile: queued waiting instead of an immediate OVER_LIMIT.
     #[serde(default)]
     pub(crate) queue: Option<RawQueue>,
+    /// turnstile: with Redis, decide in memory and sync in the background (`LOCAL_FIRST`).
+    #[serde(default)]
+    pub(crate) local_first: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

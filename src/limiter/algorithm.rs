@@ -182,6 +182,19 @@ impl State {
         }
     }
 
+    /// Adds `hits` whatever the limit says: hits admitted elsewhere already (a local-first
+    /// view: the store's total plus this replica's own hits since).
+    pub fn add(&self, p: &Params, now: u64, hits: u64) -> State {
+        match *self {
+            State::Gcra { tat } => State::Gcra {
+                tat: tat
+                    .max(now)
+                    .saturating_add(p.interval_ns().saturating_mul(hits)),
+            },
+            _ => self.eval(p, now, hits).next,
+        }
+    }
+
     /// Gives `hits` back (a refund, or the undo of a request refused elsewhere).
     pub fn refund(&mut self, p: &Params, now: u64, hits: u64) {
         match self {

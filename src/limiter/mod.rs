@@ -54,6 +54,9 @@ pub struct Op {
     pub queue: Option<QueueSpec>,
     /// Direct API: the request id under which an admitted hit can be released again.
     pub grant: Option<u64>,
+    /// With a store: decide from memory and sync in the background (`Some(true)`), exactly
+    /// (`Some(false)`), or as the store policy's default says (`None`).
+    pub local_first: Option<bool>,
 }
 
 /// The verdict on one op.
@@ -206,7 +209,7 @@ impl Engine {
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
             let remote = store.as_ref().map(|(store, policy)| {
-                shard::Remote::new(store.clone(), policy.clone(), i, shards)
+                shard::Remote::new(store.clone(), policy.clone(), i, shards, max_keys / shards)
             });
             tasks.push(ShardTask {
                 engine: id,

@@ -30,6 +30,9 @@ pub struct StoreOp<'a> {
     /// Give `op.hits` back instead of taking them: an op with `refund`, or the undo of hits a
     /// refused request had counted.
     pub give_back: bool,
+    /// Local-first sync: add `op.hits`, admitted here already, whatever the limit says, to the
+    /// window holding this time (ns); the reply's `before` is the store's state before them.
+    pub sync_at: Option<u64>,
 }
 
 /// The store's answer to one op, decoded.
@@ -75,4 +78,8 @@ pub struct StorePolicy {
     /// Memory for keys known to be over until their window ends, split between the shards, so
     /// they are refused without a round trip.
     pub local_cache_bytes: usize,
+    /// Local-first for limits that do not say (`local_first` in the YAML): decide from memory,
+    /// sync with the store every `sync_interval` (see `limiter::shard::synced`).
+    pub local_first: bool,
+    pub sync_interval: Duration,
 }

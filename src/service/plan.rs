@@ -172,9 +172,9 @@ impl<'c> Plan<'c> {
                 LimitRef::Override { .. } => 0,
             };
             let key = descriptor::counter_key(&req.domain, &d.entries, matched, index);
-            let (algorithm, queue) = match a.limit {
-                LimitRef::Config(l) => (l.algorithm, l.queue),
-                LimitRef::Override { .. } => (Algorithm::FixedWindow, None),
+            let (algorithm, queue, local_first) = match a.limit {
+                LimitRef::Config(l) => (l.algorithm, l.queue, l.local_first),
+                LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None),
             };
             ops.push(Op {
                 hash: descriptor::key_hash(&key),
@@ -189,6 +189,7 @@ impl<'c> Plan<'c> {
                 role: a.role,
                 queue,
                 grant: None,
+                local_first,
             });
             self.op_of.push(ai);
         }

@@ -66,8 +66,23 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
             breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
             slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
             cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
+            local_first: env.flag("TURNSTILE_LOCAL_FIRST", false)?,
+            sync_interval: sync_interval(env)?,
         },
     }))
+}
+
+/// `TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL`: how often local-first counters meet Redis.
+fn sync_interval(env: &Env<'_>) -> Result<Duration> {
+    const K: &str = "TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL";
+    let d = env.duration(K, Duration::from_millis(100))?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(60) {
+        return Err(format!(
+            "{K}={} is out of range (from 1ms to 60s)",
+            env.get(K).unwrap_or_default()
+        ));
+    }
+    Ok(d)
 }
 
 fn redis_target(env: &Env<'_>, p: &str) -> Result<RedisTarget> {

@@ -19,7 +19,7 @@ fn single(out: &mut String, name: &str, help: &str, kind: &str, v: u64) {
 type ShardField = fn(&ShardStats) -> &AtomicU64;
 
 /// The per-shard families: name, type, help, and the counter each reads.
-const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 12] = [
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
     (
         "ratelimit_service_shard_keys",
         "gauge",
@@ -91,6 +91,18 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 12] = [
         "counter",
         "Refusals answered from the local over-limit cache without a Redis round trip.",
         |s| &s.local_cache_hits,
+    ),
+    (
+        "ratelimit_service_local_first_decisions_total",
+        "counter",
+        "Local-first: requests decided from memory, without a Redis round trip.",
+        |s| &s.local_decisions,
+    ),
+    (
+        "ratelimit_service_local_first_syncs_total",
+        "counter",
+        "Local-first: background round trips adding local hits to Redis and reading totals back.",
+        |s| &s.syncs,
     ),
 ];
 

@@ -1,6 +1,7 @@
 //! One scenario, every backend: `test_with_all_backends!` makes each scenario function (async,
 //! taking a `&Backend`) one test per backend, each under its own name (`scenario::memory`,
-//! `scenario::redis`), so a failure names both the scenario and the backend.
+//! `scenario::redis`, `scenario::local_first`), so a failure names both the scenario and the
+//! backend.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,6 +13,8 @@ pub enum Backend {
     Memory,
     /// A redis-server of the test's own, on a free port; stopped when the backend is dropped.
     Redis(Redis),
+    /// The same, with `TURNSTILE_LOCAL_FIRST=true`: one replica alone decides as in memory.
+    LocalFirst(Redis),
 }
 
 static PREFIXES: AtomicUsize = AtomicUsize::new(0);
@@ -23,6 +26,10 @@ impl Backend {
 
     pub fn redis() -> Backend {
         Backend::Redis(Redis::start())
+    }
+
+    pub fn local_first() -> Backend {
+        Backend::LocalFirst(Redis::start())
     }
 
     /// The real server on port 0 with a manual clock, counting on this backend.
@@ -39,16 +46,19 @@ impl Backend {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        if let Backend::Redis(r) = self {
+        if let Backend::Redis(r) | Backend::LocalFirst(r) = self {
             let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
             all.extend(redis::env(r, &format!("s{n}_")));
+        }
+        if let Backend::LocalFirst(_) = self {
+            all.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
         }
         TestServer::start_env(yaml, all).await
     }
 }
 
 /// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
-/// gives the tests `a::memory`, `a::redis`, `b::memory` and `b::redis`. (A module and a function
+/// gives the tests `a::memory`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
 /// may share a name: they live in different namespaces.) A scenario behaves the same on every
 /// backend; a difference is a bug to fix, not a test to skip.
 #[allow(unused_macros)] // by the test files that have no scenarios
@@ -65,6 +75,11 @@ macro_rules! test_with_all_backends {
             #[tokio::test]
             async fn redis() {
                 super::$scenario(&Backend::redis()).await;
+            }
+
+            #[tokio::test]
+            async fn local_first() {
+                super::$scenario(&Backend::local_first()).await;
             }
         }
     )+};

@@ -10,13 +10,16 @@ pub(super) struct Asked {
     pub(super) params: Params,
     pub(super) hits: u64,
     pub(super) give_back: bool,
+    /// The time the op was counted at (its window), ns since the epoch.
+    pub(super) at: u64,
 }
 
 impl Asked {
     /// Turns the reply to this op (the integers of a script's array, or INCRBY's count) into
     /// the key's state before the op's hits and the script's verdict.
-    pub(super) fn decode(&self, reply: &[i64], now: u64) -> StoreReply {
+    pub(super) fn decode(&self, reply: &[i64]) -> StoreReply {
         let p = &self.params;
+        let now = self.at;
         let w = p.window_ms.max(1) * 1_000_000;
         // States keep the window index modulo 2^32 (see `State`).
         let idx = (now / w) as u32;
@@ -72,7 +75,7 @@ impl Asked {
                     allowed: Some(allowed),
                 }
             }
-            // GCRA answers {allowed, TAT after (µs)}.
+            // GCRA and GCRA_ADD answer {allowed, TAT after (µs)}.
             Algorithm::TokenBucket { .. } => {
                 let allowed = first == 1;
                 let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;

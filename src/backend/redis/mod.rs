@@ -31,7 +31,11 @@ impl Store for RedisStore {
         let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
         let mut asked = Vec::with_capacity(batch.len());
         for (i, b) in batch.iter().enumerate() {
-            let c = self.cmd(b.op, now, b.give_back);
+            let at = b.sync_at.unwrap_or(now);
+            let c = match b.sync_at {
+                Some(at) => self.sync_cmd(b.op, at, now),
+                None => self.cmd(b.op, now, b.give_back),
+            };
             if self.per_second.is_some() && c.per_second(&b.op.params) {
                 second.push((i, c));
             } else {
@@ -41,6 +45,7 @@ impl Store for RedisStore {
                 params: b.op.params,
                 hits: b.op.hits,
                 give_back: b.give_back,
+                at,
             });
         }
         let pick = |dep: Option<&Deployment>, list: Numbered| {
@@ -71,11 +76,7 @@ impl Store for RedisStore {
                     )))
                 }
             };
-            Ok(asked
-                .iter()
-                .zip(&raw)
-                .map(|(a, r)| a.decode(r, now))
-                .collect())
+            Ok(asked.iter().zip(&raw).map(|(a, r)| a.decode(r)).collect())
         })
     }
 }

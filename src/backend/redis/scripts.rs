@@ -72,6 +72,19 @@ end
 return {1, after}
 ";
 
+/// Token bucket, local-first sync: takes `hits` tokens that replica admitted already, whether
+/// or not they are there (the bucket may run into debt, which later requests wait out).
+///
+/// - `KEYS[1]`: the TAT key; `ARGV[1]`: now (µs); `ARGV[2]`: interval (µs); `ARGV[3]`: hits.
+/// - Returns `{1, TAT after (µs)}`, as GCRA does.
+const GCRA_ADD: &str = r"
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[1])
+local after = math.max(tat, now) + tonumber(ARGV[2]) * tonumber(ARGV[3])
+redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + 1000)
+return {1, after}
+";
+
 /// Gives hits back to a counter (fixed or sliding window), never below zero, keeping its TTL.
 ///
 /// - `KEYS[1]`: the counter; `ARGV[1]`: hits. Returns the count after (or -1 if the key is gone).
@@ -120,6 +133,12 @@ pub(super) enum Cmd {
         burst: u32,
         hits: u64,
     },
+    GcraAdd {
+        key: String,
+        now_us: u64,
+        interval_us: u64,
+        hits: u64,
+    },
     RefundCount {
         key: String,
         hits: u64,
@@ -140,6 +159,31 @@ impl Cmd {
 }
 
 impl RedisStore {
+    /// The command adding a local-first replica's `op.hits`, admitted at `at`, at `now` (ns):
+    /// fixed windows count into the window of `at` (INCRBY, as an exact decision would), token
+    /// buckets take the tokens at `now`.
+    pub(super) fn sync_cmd(&self, op: &Op, at: u64, now: u64) -> Cmd {
+        match op.params.algorithm {
+            Algorithm::TokenBucket { .. } => match self.cmd(op, now, false) {
+                Cmd::Gcra {
+                    key,
+                    now_us,
+                    interval_us,
+                    hits,
+                    ..
+                } => Cmd::GcraAdd {
+                    key,
+                    now_us,
+                    interval_us,
+                    hits,
+                },
+                other => other,
+            },
+            // Sliding windows are refused for local-first by the config check.
+            _ => self.cmd(op, at, false),
+        }
+    }
+
     /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
     pub(super) fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
         let p = &op.params;
@@ -265,6 +309,20 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
                 .arg(*now_us)
                 .arg(*interval_us)
                 .arg(*burst)
+                .arg(*hits);
+        }
+        Cmd::GcraAdd {
+            key,
+            now_us,
+            interval_us,
+            hits,
+        } => {
+            pipe.cmd("EVAL")
+                .arg(GCRA_ADD)
+                .arg(1)
+                .arg(key)
+                .arg(*now_us)
+                .arg(*interval_us)
                 .arg(*hits);
         }
         Cmd::RefundCount { key, hits } => {

@@ -265,3 +265,38 @@ descriptors:
 
 // ------------------------------------------------------------------------------------------
 // turnstile extensions: queued waiting.
+
+#[test]
+fn local_first_loads_on_fixed_windows_and_token_buckets() {
+    for (algo, want) in [("fixed_window", true), ("token_bucket", false)] {
+        let c = load(&one_limit(&format!(
+            "unit: second\nrequests_per_unit: 5\nalgorithm: {algo}\nlocal_first: {want}"
+        )));
+        assert_eq!(only_limit(&c, "d", &[("k", "v")]).local_first, Some(want));
+    }
+    let c = load(&one_limit("unit: second\nrequests_per_unit: 5"));
+    assert_eq!(only_limit(&c, "d", &[("k", "v")]).local_first, None);
+}
+
+#[test]
+fn local_first_on_a_sliding_window_is_an_error() {
+    let e = load_err(&one_limit(
+        "unit: second\nrequests_per_unit: 5\nalgorithm: sliding_window\nlocal_first: true",
+    ));
+    assert_err(
+        &e,
+        "conf/a.yaml",
+        &format!("{RL}.local_first"),
+        "local_first supports fixed_window and token_bucket, not sliding_window",
+    );
+    // Saying no is fine.
+    load(&one_limit(
+        "unit: second\nrequests_per_unit: 5\nalgorithm: sliding_window\nlocal_first: false",
+    ));
+}
+
+#[test]
+fn local_first_with_unlimited_is_an_error() {
+    let e = load_err(&one_limit("unlimited: true\nlocal_first: true"));
+    assert_err(&e, "conf/a.yaml", &format!("{RL}.local_first"), "unlimited");
+}

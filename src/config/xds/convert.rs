@@ -122,6 +122,7 @@ fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
         algorithm: None,
         burst: None,
         queue: None,
+        local_first: None,
     }
 }
 

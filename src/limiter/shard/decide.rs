@@ -245,6 +245,11 @@ impl Shard {
     /// Stores the next states of an admitted message: first into the entries found when it was
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
+        if let Some(r) = self.remote.as_mut() {
+            for &(i, ..) in scratch {
+                r.synced.record(&ops[i], ops[i].hits as i64, now);
+            }
+        }
         for &(i, state, at) in scratch {
             let op = &ops[i];
             if let Some(at) = at {

@@ -24,6 +24,7 @@ mod inspect;
 mod queue;
 mod remote;
 mod same_thread;
+mod synced;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -127,6 +128,9 @@ pub struct ShardStats {
     pub fallback_decisions: AtomicU64,
     /// Refusals answered from the local over-limit cache, without a round trip.
     pub local_cache_hits: AtomicU64,
+    /// Local-first: messages decided from memory, and sync round trips sent.
+    pub local_decisions: AtomicU64,
+    pub syncs: AtomicU64,
 }
 
 /// A message parked in a key's queue.
@@ -205,7 +209,11 @@ impl Shard {
     /// When the shard must next look at its queues or sweep.
     pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.events.peek().map(|Reverse((t, _))| *t);
-        ev.unwrap_or(u64::MAX).min(self.next_sweep)
+        let sync = self
+            .remote
+            .as_ref()
+            .map_or(u64::MAX, |r| r.synced.next_sync());
+        ev.unwrap_or(u64::MAX).min(self.next_sweep).min(sync)
     }
 
     /// After messages: due queue events and, once a second, the expiry sweep.
@@ -214,6 +222,13 @@ impl Shard {
         self.run_events(now);
         if now >= self.next_sweep {
             self.sweep(now);
+        }
+        if self
+            .remote
+            .as_ref()
+            .is_some_and(|r| now >= r.synced.next_sync())
+        {
+            self.flush();
         }
     }
 

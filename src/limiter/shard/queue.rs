@@ -12,6 +12,9 @@ use crate::limiter::{Hits, Op, Outcomes, Reply};
 impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn give_back(&mut self, op: &Op, now: u64) {
+        if let Some(r) = self.remote.as_mut() {
+            r.synced.record(op, -(op.hits as i64), now);
+        }
         let hash = op.hash;
         let Some(at) = self.table.find(&op.key, hash) else {
             return;

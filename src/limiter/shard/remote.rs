@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use super::decide::{judge, Commit, Verdict};
+use super::synced::{SyncOp, Synced};
 use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
@@ -62,8 +63,20 @@ enum StoreBound {
     Head(Waiter, Box<str>, u64),
 }
 
+impl StoreBound {
+    fn ops(&self) -> &[Op] {
+        match self {
+            StoreBound::New(d) => &d.ops,
+            StoreBound::Head(w, ..) => &w.msg.ops,
+        }
+    }
+}
+
 struct InFlight {
     messages: Vec<StoreBound>,
+    /// Replies to skip between the messages' and the sync's: the undo ops'.
+    undone: usize,
+    sync: Vec<SyncOp>,
     now: u64,
 }
 
@@ -84,6 +97,8 @@ pub(crate) struct Remote {
     /// Keys whose queue head is being decided in Redis: newcomers still queue behind it.
     pub(super) heads: FnvHashSet<Box<str>>,
     last_error_log: Option<Instant>,
+    /// Local-first views and their syncs.
+    pub(super) synced: Synced,
 }
 
 impl Remote {
@@ -92,11 +107,18 @@ impl Remote {
         policy: StorePolicy,
         lane: usize,
         shards: usize,
+        max_keys: usize,
     ) -> Remote {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         // About 64 bytes a cached key, the budget split between shards.
         let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
+        let synced = Synced::new(
+            policy.local_first,
+            policy.sync_interval.as_nanos() as u64,
+            max_keys,
+        );
         Remote {
+            synced,
             store,
             policy,
             lane,
@@ -118,6 +140,18 @@ impl Remote {
     }
 }
 
+impl Remote {
+    /// Hits of `key` waiting to be given back in Redis: a count read before they go is that
+    /// much too high.
+    pub(super) fn queued_undo(&self, key: &str) -> i64 {
+        self.undo
+            .iter()
+            .filter(|u| u.key == key)
+            .map(|u| u.hits as i64)
+            .sum()
+    }
+}
+
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
     pub(super) fn remote_ready(&self) -> bool {
@@ -129,10 +163,15 @@ impl Shard {
     /// A new message in Redis mode.
     pub(super) fn decide_remote(&mut self, d: Decide) {
         let now = self.clock.now();
-        if !self.remote_ready() {
+        let ready = self.remote_ready();
+        let r = self.remote.as_mut().expect("remote mode");
+        if r.synced.local(&d.ops, now, ready) {
+            self.stats.local_decisions.fetch_add(1, Ordering::Relaxed);
+            return self.decide(d);
+        }
+        if !ready {
             return self.decide_without_store(d);
         }
-        let r = self.remote.as_mut().expect("remote mode");
         // A key known to be full refuses at once, without a round trip; a check (hits 0) fits
         // even a full window, as in memory.
         let cached = d.ops.iter().position(|op| {
@@ -172,6 +211,11 @@ impl Shard {
             .batch
             .push(StoreBound::New(d));
         self.flush();
+    }
+
+    fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
+        let r = self.remote.as_mut().expect("remote mode");
+        r.synced.local(&d.ops, now, false)
     }
 
     /// The breaker is open: decide as the failure mode says.
@@ -235,6 +279,7 @@ impl Shard {
         for &i in done {
             r.undo.push(ops[i].clone());
         }
+        self.unview(ops, done);
         self.flush();
     }
 
@@ -245,12 +290,16 @@ impl Shard {
     }
 
     /// Starts a round trip with everything waiting, if none is in flight.
-    fn flush(&mut self) {
+    pub(super) fn flush(&mut self) {
         let now = self.clock.now();
         let Some(r) = self.remote.as_mut() else {
             return;
         };
-        if r.in_flight.is_some() || (r.batch.is_empty() && r.undo.is_empty()) {
+        if r.in_flight.is_some() {
+            return;
+        }
+        let sync = r.synced.take_due(now);
+        if r.batch.is_empty() && r.undo.is_empty() && sync.is_empty() {
             return;
         }
         if r.breaker.open_until.is_some() {
@@ -269,6 +318,7 @@ impl Shard {
                 batch.push(StoreOp {
                     op,
                     give_back: op.refund,
+                    sync_at: None,
                 });
             }
         }
@@ -276,10 +326,20 @@ impl Shard {
             batch.push(StoreOp {
                 op,
                 give_back: true,
+                sync_at: None,
             });
         }
+        Shard::sync_batch(&sync, &mut batch);
         let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
-        r.in_flight = Some(InFlight { messages, now });
+        if !sync.is_empty() {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        r.in_flight = Some(InFlight {
+            messages,
+            undone: undo.len(),
+            sync,
+            now,
+        });
         let tx = r.done_tx.clone();
         tokio::spawn(async move {
             let started = Instant::now();
@@ -335,8 +395,13 @@ impl Shard {
             Ok(replies) => self.apply(flight, replies),
             Err(_) => {
                 // Nothing is known of this batch: decide it as the failure mode says.
+                let now = self.clock.now();
+                let r = self.remote.as_mut().expect("remote");
+                r.synced.failed(flight.sync, now);
                 for p in flight.messages {
                     match p {
+                        // Local-first limits stay local while the store is away.
+                        StoreBound::New(d) if self.synced_local(&d, now) => self.decide(d),
                         StoreBound::New(d) => self.decide_without_store(d),
                         StoreBound::Head(w, key, hash) => {
                             self.remote.as_mut().expect("remote").heads.remove(&key);
@@ -351,9 +416,23 @@ impl Shard {
     }
 
     fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
-        let now = flight.now;
+        let InFlight {
+            messages,
+            undone,
+            sync,
+            now,
+        } = flight;
+        let n_msgs: usize = messages.iter().map(|p| p.ops().len()).sum();
+        self.judge_stored(messages, &replies, now);
+        // The sync went last in the pipeline: its counts are the latest, and make the views.
+        let sync_at = (n_msgs + undone).min(replies.len());
+        self.synced(sync, &replies[sync_at..], now);
+    }
+
+    /// Judges the messages of a round trip on Redis's answers, in order.
+    fn judge_stored(&mut self, messages: Vec<StoreBound>, replies: &[StoreReply], now: u64) {
         let mut at = 0;
-        for p in flight.messages {
+        for p in messages {
             let (d, head) = match p {
                 StoreBound::New(d) => (d, None),
                 StoreBound::Head(w, key, hash) => {
@@ -380,6 +459,8 @@ impl Shard {
                 evals.push((e, self.is_blocked(op, i, head_of)));
             }
             let (outcomes, verdict) = judge(&d, &evals);
+            // With what Redis counted; whatever is given back leaves the views too.
+            self.viewed(&d.ops, mine, &counted, now);
             match head {
                 None => self.conclude(d, outcomes, verdict, Commit::Remote(counted), now, None),
                 Some((op, enqueued, deadline, key, hash)) => {
@@ -445,9 +526,16 @@ impl Shard {
         }
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
+        // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
+        let unsynced = self
+            .remote
+            .as_ref()
+            .map_or(0, |r| r.synced.unsynced(op, now));
+        let before = self.with_unsynced(before, op, unsynced, now);
         let mut e = before.eval(p, now, hits);
-        // The script's verdict stands (its arithmetic is in milliseconds or microseconds).
-        if let Some(allowed) = allowed {
+        // The script's verdict stands (its arithmetic is in milliseconds or microseconds),
+        // unless local hits it could not see make the op over.
+        if let Some(allowed) = allowed.filter(|_| unsynced == 0) {
             if allowed && e.over {
                 e.over = false;
                 e.remaining = 0;

@@ -34,6 +34,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
             role: Role::Binding,
             queue,
             grant: None,
+            local_first: None,
         }],
         whole: true,
         global_shadow: false,

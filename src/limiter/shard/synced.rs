@@ -1,0 +1,473 @@
+//! Local-first: a shard with a store decides local-first limits from memory and meets the store
+//! in the background.
+//!
+//! Per key the shard keeps a *view*: the store's count as last read (held in the shard's table)
+//! plus the hits admitted here since. Every `sync_interval` one pipeline adds each key's local
+//! hits to the store unconditionally and reads back the total, which becomes the new view (plus
+//! whatever was admitted here while the round trip was out).
+//!
+//! A message is decided locally only when every op is local-first and its key's view was read
+//! within 1.5 intervals; a key seen for the first time, or idle for a while, goes the exact way
+//! once (one round trip through the store), which also gives it a view. So every local decision
+//! rests on a count at most 1.5 T old, and what this replica cannot see is only what the other
+//! replicas admitted in the last 2.5 T: with R replicas, a window admits at most the limit plus
+//! what R − 1 replicas admit in 2.5 T, and never more than R × the limit (each replica's view
+//! stops it at the limit). While the store cannot be reached, decisions stay local on the last
+//! view (each replica then holds the limit on its own) and the hits wait, per key, for the
+//! store to come back; hits of fixed windows that ended meanwhile are not replayed.
+
+use fnv::FnvHashMap;
+
+use super::table::to_secs_ceil;
+use super::Shard;
+use crate::config::Algorithm;
+use crate::limiter::store::{StoreOp, StoreReply};
+use crate::limiter::{Op, State};
+
+/// A key's local-first bookkeeping.
+struct View {
+    /// The key and its limit; `hits` is set to what a sync sends.
+    op: Op,
+    /// Hits admitted here since the last sync went out (negative: more given back than taken,
+    /// a refund), all in the window holding `delta_at`.
+    delta: i64,
+    delta_at: u64,
+    /// Hits the sync in flight carries (given back to `delta` if it fails).
+    sending: i64,
+    sending_at: u64,
+    /// When the store's count this view holds was read (its round trip's start); 0: never.
+    read_at: u64,
+    /// Decided on since the last sync went out: the next sync refreshes it.
+    used: bool,
+}
+
+/// One key's part of a sync round trip: `op.hits` to add, or to give back.
+pub(super) struct SyncOp {
+    pub(super) op: Op,
+    pub(super) at: u64,
+    pub(super) give_back: bool,
+}
+
+impl SyncOp {
+    fn new(v: &View, hits: i64, at: u64) -> SyncOp {
+        let mut op = v.op.clone();
+        op.hits = hits.unsigned_abs();
+        SyncOp {
+            op,
+            at,
+            give_back: hits < 0,
+        }
+    }
+}
+
+/// `state` with `hits` added (negative: given back).
+fn with_hits(state: State, p: &crate::limiter::Params, now: u64, hits: i64) -> State {
+    if hits >= 0 {
+        state.add(p, now, hits.unsigned_abs())
+    } else {
+        let mut s = state;
+        s.refund(p, now, hits.unsigned_abs());
+        s
+    }
+}
+
+pub(crate) struct Synced {
+    /// Local-first for ops that do not say.
+    default_on: bool,
+    interval: u64,
+    next_sync: u64,
+    views: FnvHashMap<Box<str>, View>,
+    /// Hits of a window that ended before its sync went out, sent with the next one.
+    late: Vec<SyncOp>,
+    cap: usize,
+}
+
+impl Synced {
+    pub(crate) fn new(default_on: bool, interval_ns: u64, cap: usize) -> Synced {
+        Synced {
+            default_on,
+            interval: interval_ns.max(1),
+            next_sync: 0,
+            views: FnvHashMap::default(),
+            late: Vec::new(),
+            cap: cap.max(16),
+        }
+    }
+
+    /// Whether `op` is decided local-first (sliding windows never are: `check` refuses them).
+    pub(super) fn applies(&self, op: &Op) -> bool {
+        op.local_first.unwrap_or(self.default_on)
+            && op.grant.is_none()
+            && op.params.algorithm != Algorithm::SlidingWindow
+    }
+
+    /// Whether every op of a message may be decided from memory now: local-first, with a
+    /// fresh view. Marks the keys used, so the next sync refreshes them.
+    pub(super) fn local(&mut self, ops: &[Op], now: u64, store_ready: bool) -> bool {
+        if ops.is_empty() || !ops.iter().all(|op| self.applies(op)) {
+            return false;
+        }
+        let fresh_for = self.interval + self.interval / 2;
+        let mut fresh = true;
+        for op in ops {
+            match self.views.get_mut(op.key.as_str()) {
+                Some(v) => {
+                    v.used = true;
+                    fresh &= v.read_at > 0 && now.saturating_sub(v.read_at) <= fresh_for;
+                }
+                None => fresh = false,
+            }
+        }
+        // Without the store, the last view (or none) is all there is.
+        fresh || !store_ready
+    }
+
+    /// The view of `op`'s key, made if it has none and there is room.
+    fn view(&mut self, op: &Op, now: u64) -> Option<&mut View> {
+        if !self.views.contains_key(op.key.as_str()) {
+            if self.views.len() >= self.cap {
+                self.views
+                    .retain(|_, v| v.delta != 0 || v.sending != 0 || v.used);
+            }
+            if self.views.len() >= self.cap {
+                return None;
+            }
+            let mut key_op = op.clone();
+            key_op.hits = 0;
+            self.views.insert(
+                op.key.as_str().into(),
+                View {
+                    op: key_op,
+                    delta: 0,
+                    delta_at: now,
+                    sending: 0,
+                    sending_at: now,
+                    read_at: 0,
+                    used: true,
+                },
+            );
+        }
+        self.views.get_mut(op.key.as_str())
+    }
+
+    /// Hits admitted here since the last sync that still count at `now`.
+    fn pending(v: &View, now: u64) -> i64 {
+        if same_window(&v.op, v.delta_at, now) {
+            v.delta
+        } else {
+            0
+        }
+    }
+
+    /// Hits admitted here that Redis has not counted yet: the sync in flight (it goes after the
+    /// exact ops of its round trip) and those since.
+    pub(super) fn unsynced(&self, op: &Op, now: u64) -> i64 {
+        if !self.applies(op) {
+            return 0;
+        }
+        self.views.get(op.key.as_str()).map_or(0, |v| {
+            let sending = if same_window(&v.op, v.sending_at, now) {
+                v.sending
+            } else {
+                0
+            };
+            sending + Synced::pending(v, now)
+        })
+    }
+
+    /// Counts hits admitted here (negative: given back) on a local-first op's key.
+    pub(super) fn record(&mut self, op: &Op, hits: i64, now: u64) {
+        if !self.applies(op) || hits == 0 {
+            return;
+        }
+        let mut late = None;
+        let Some(v) = self.view(op, now) else {
+            return;
+        };
+        if v.delta != 0 && !same_window(&v.op, v.delta_at, now) {
+            // A new fixed window: the old one's hits go on their own.
+            late = Some(SyncOp::new(v, v.delta, v.delta_at));
+            v.delta = 0;
+        }
+        if v.delta == 0 {
+            v.delta_at = now;
+        }
+        v.delta = v.delta.saturating_add(hits);
+        v.used = true;
+        self.late.extend(late);
+    }
+
+    /// When the next sync is due.
+    pub(super) fn next_sync(&self) -> u64 {
+        if self.views.is_empty() && self.late.is_empty() {
+            u64::MAX
+        } else {
+            self.next_sync
+        }
+    }
+
+    /// The keys to send if a sync is due at `now`: each used key with its local hits (0: only
+    /// read back). Keys idle since the last sync are forgotten.
+    pub(super) fn take_due(&mut self, now: u64) -> Vec<SyncOp> {
+        if now < self.next_sync || (self.views.is_empty() && self.late.is_empty()) {
+            return Vec::new();
+        }
+        self.next_sync = now + self.interval;
+        let mut out = std::mem::take(&mut self.late);
+        self.views
+            .retain(|_, v| v.used || v.delta != 0 || v.sending != 0);
+        for v in self.views.values_mut() {
+            if !(v.used || v.delta != 0) {
+                continue;
+            }
+            let at = if v.delta != 0 { v.delta_at } else { now };
+            out.push(SyncOp::new(v, v.delta, at));
+            v.sending = v.delta;
+            v.sending_at = at;
+            v.delta = 0;
+            v.used = false;
+        }
+        out
+    }
+
+    /// A sync failed: its hits wait for the next one, unless their fixed window is over.
+    pub(super) fn failed(&mut self, sent: Vec<SyncOp>, now: u64) {
+        for s in sent {
+            match self.views.get_mut(s.op.key.as_str()) {
+                Some(v) if v.sending != 0 && s.at == v.sending_at => {
+                    if same_window(&v.op, v.sending_at, now) {
+                        if v.delta == 0 || !same_window(&v.op, v.delta_at, v.sending_at) {
+                            v.delta_at = v.sending_at;
+                        }
+                        v.delta = v.delta.saturating_add(v.sending);
+                    }
+                    v.sending = 0;
+                }
+                Some(_) | None if s.op.hits > 0 && same_window(&s.op, s.at, now) => {
+                    self.late.push(s)
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whether `a` and `b` fall in one window of `op`'s fixed window (token buckets have none).
+fn same_window(op: &Op, a: u64, b: u64) -> bool {
+    match op.params.algorithm {
+        Algorithm::FixedWindow => a / op.params.window_ns() == b / op.params.window_ns(),
+        _ => true,
+    }
+}
+
+impl Shard {
+    /// The sync ops due now, as store ops (`sync_at` set).
+    pub(super) fn sync_batch<'a>(sent: &'a [SyncOp], batch: &mut Vec<StoreOp<'a>>) {
+        for s in sent {
+            batch.push(StoreOp {
+                op: &s.op,
+                give_back: s.give_back,
+                sync_at: Some(s.at),
+            });
+        }
+    }
+
+    /// A sync came back: each key's view becomes the store's total, plus what was admitted here
+    /// while the round trip was out.
+    pub(super) fn synced(&mut self, sent: Vec<SyncOp>, replies: &[StoreReply], started: u64) {
+        let now = self.clock.now();
+        for (s, reply) in sent.into_iter().zip(replies) {
+            let p = s.op.params;
+            let Some(r) = self.remote.as_mut() else {
+                return;
+            };
+            let Some(v) = r.synced.views.get_mut(s.op.key.as_str()) else {
+                continue;
+            };
+            if s.at != v.sending_at {
+                // A late window's hits: counted, nothing to read back.
+                continue;
+            }
+            // Fixed windows counted into the window of `at`; buckets took tokens at the start.
+            let when = match p.algorithm {
+                Algorithm::TokenBucket { .. } => started,
+                _ => s.at,
+            };
+            // A give-back answers the state after it; an add, the state before.
+            let total = if s.give_back {
+                reply.before
+            } else {
+                reply.before.add(&p, when, v.sending.unsigned_abs())
+            };
+            v.sending = 0;
+            v.read_at = started;
+            let local = Synced::pending(v, now) - r.queued_undo(&s.op.key);
+            let state = with_hits(total, &p, now, local);
+            self.set_view(&s.op, state, now);
+        }
+    }
+
+    /// An exact round trip decided local-first ops (keys without a fresh view): each key's view
+    /// becomes the store's count, with this message's hits if it was admitted (`counted`).
+    pub(super) fn viewed(
+        &mut self,
+        ops: &[Op],
+        replies: &[StoreReply],
+        counted: &[usize],
+        started: u64,
+    ) {
+        let now = self.clock.now();
+        for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
+            let Some(r) = self.remote.as_mut() else {
+                return;
+            };
+            if !r.synced.applies(op) {
+                continue;
+            }
+            let undo = r.queued_undo(&op.key);
+            let Some(v) = r.synced.view(op, started) else {
+                continue;
+            };
+            v.read_at = started;
+            let mut state = reply.before;
+            if counted.contains(&i) {
+                state = state.add(&op.params, started, op.hits);
+            }
+            let state = with_hits(state, &op.params, now, Synced::pending(v, now) - undo);
+            self.set_view(op, state, now);
+        }
+    }
+
+    /// `state` (read from Redis) with the local hits it has not seen.
+    pub(super) fn with_unsynced(&self, state: State, op: &Op, unsynced: i64, now: u64) -> State {
+        if unsynced == 0 {
+            state
+        } else {
+            with_hits(state, &op.params, now, unsynced)
+        }
+    }
+
+    /// Hits counted in Redis are being given back there: the views of local-first keys that
+    /// hold them give them back too (their table state; nothing to sync).
+    pub(super) fn unview(&mut self, ops: &[Op], done: &[usize]) {
+        let now = self.clock.now();
+        for &i in done {
+            let op = &ops[i];
+            let viewed = self.remote.as_ref().is_some_and(|r| {
+                r.synced.applies(op) && r.synced.views.contains_key(op.key.as_str())
+            });
+            if !viewed {
+                continue;
+            }
+            if let Some(at) = self.table.find(&op.key, op.hash) {
+                let e = self.table.get_mut(at);
+                if e.state.fits(&op.params) {
+                    e.state.refund(&op.params, now, op.hits);
+                }
+            }
+        }
+    }
+
+    fn set_view(&mut self, op: &Op, state: State, now: u64) {
+        if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
+            let e = self.table.get_mut(at);
+            e.state = state;
+            e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Params, Role};
+
+    fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
+        Op {
+            key: key.into(),
+            hash: crate::descriptor::key_hash(key),
+            params: Params {
+                requests_per_unit: 10,
+                window_ms: 1000,
+                algorithm,
+            },
+            hits: 1,
+            refund: false,
+            role: Role::Binding,
+            queue: None,
+            grant: None,
+            local_first,
+        }
+    }
+
+    const SEC: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn only_local_first_fixed_windows_and_buckets_apply() {
+        let s = Synced::new(true, 100 * MS, 100);
+        assert!(s.applies(&op("a", Algorithm::FixedWindow, None)));
+        assert!(s.applies(&op("a", Algorithm::TokenBucket { burst: 3 }, None)));
+        assert!(!s.applies(&op("a", Algorithm::SlidingWindow, None)));
+        assert!(!s.applies(&op("a", Algorithm::FixedWindow, Some(false))));
+        let s = Synced::new(false, 100 * MS, 100);
+        assert!(!s.applies(&op("a", Algorithm::FixedWindow, None)));
+        assert!(s.applies(&op("a", Algorithm::FixedWindow, Some(true))));
+    }
+
+    #[test]
+    fn a_key_without_a_fresh_view_goes_exact_unless_the_store_is_away() {
+        let mut s = Synced::new(true, 100 * MS, 100);
+        let a = op("a", Algorithm::FixedWindow, None);
+        assert!(!s.local(std::slice::from_ref(&a), 10 * SEC, true));
+        assert!(s.local(std::slice::from_ref(&a), 10 * SEC, false));
+        s.record(&a, 1, 10 * SEC);
+        s.views.get_mut("a").unwrap().read_at = 10 * SEC;
+        assert!(s.local(std::slice::from_ref(&a), 10 * SEC + 150 * MS, true));
+        assert!(!s.local(std::slice::from_ref(&a), 10 * SEC + 151 * MS, true));
+    }
+
+    #[test]
+    fn a_sync_sends_local_hits_and_refreshes_used_keys() {
+        let mut s = Synced::new(true, 100 * MS, 100);
+        let a = op("a", Algorithm::FixedWindow, None);
+        let t = 10 * SEC;
+        s.record(&a, 1, t);
+        s.record(&a, 1, t + MS);
+        s.record(&a, -1, t + 2 * MS);
+        let due = s.take_due(t + 3 * MS);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].op.hits, due[0].at), (1, t));
+        // Not due again before the interval; an unused key is forgotten at the next sync.
+        assert!(s.take_due(t + 50 * MS).is_empty());
+        s.views.get_mut("a").unwrap().sending = 0;
+        assert!(s.take_due(t + 103 * MS).is_empty());
+        assert!(s.views.is_empty());
+    }
+
+    #[test]
+    fn hits_of_an_ended_window_go_on_their_own_and_are_dropped_if_the_sync_fails_late() {
+        let mut s = Synced::new(true, 100 * MS, 100);
+        let a = op("a", Algorithm::FixedWindow, None);
+        let t = 10 * SEC + 950 * MS;
+        s.record(&a, 2, t);
+        s.record(&a, 1, t + 100 * MS);
+        let due = s.take_due(t + 110 * MS);
+        let mut sent: Vec<(u64, u64)> = due.iter().map(|d| (d.op.hits, d.at)).collect();
+        sent.sort();
+        assert_eq!(sent, vec![(1, t + 100 * MS), (2, t)]);
+        // The store was away: the current window's hit waits, the ended window's is dropped.
+        s.failed(due, t + 120 * MS);
+        assert!(s.late.is_empty());
+        assert_eq!(s.views["a"].delta, 1);
+    }
+
+    #[test]
+    fn views_are_bounded() {
+        let mut s = Synced::new(true, 100 * MS, 16);
+        for i in 0..1000 {
+            s.record(&op(&format!("k{i}"), Algorithm::FixedWindow, None), 1, SEC);
+        }
+        assert_eq!(s.views.len(), 16);
+    }
+}
