@@ -90,6 +90,32 @@ async fn fixed_window_keys_and_ttls_match_envoyproxy_ratelimit() {
 }
 
 #[tokio::test]
+async fn scripts_go_by_sha_and_survive_a_script_flush() {
+    let redis = Redis::start();
+    let s = TestServer::start_env(CONFIG, env(&redis, "sha_")).await;
+    let bucket = || s.call(one("edge", &[("bucket", "b")]));
+    assert_eq!(codes(&bucket().await), vec![(OK, 2)]);
+    // Redis forgets its scripts (as after a restart): the next calls load them again and
+    // count once each.
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]), "OK");
+    assert_eq!(codes(&bucket().await), vec![(OK, 1)]);
+    assert_eq!(codes(&bucket().await), vec![(OK, 0)]);
+    assert_eq!(bucket().await.overall_code, OVER);
+    // After the first load, calls send the SHA1 and not the script's text.
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let calls = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    assert!(calls("evalsha") >= 4, "{stats}");
+    assert!(calls("eval") <= 2, "{stats}");
+}
+
+#[tokio::test]
 async fn two_replicas_sharing_redis_admit_exactly_the_limit() {
     let redis = Redis::start();
     let a = TestServer::start_env(CONFIG, env(&redis, "shared_")).await;

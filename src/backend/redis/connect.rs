@@ -1,7 +1,7 @@
 //! Connections to a deployment (single, Sentinel, Cluster; TCP, TLS or a unix socket) and the
 //! pipelines sent over them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -25,7 +25,39 @@ pub(super) enum Conn {
 
 /// The connections of one deployment.
 pub(super) struct Deployment {
+    /// Made at start (and PINGed there); Cluster and Sentinel send through them.
     pub(super) conns: Vec<Conn>,
+    /// A single Redis: one connection per pool slot, made by the first shard that uses the
+    /// slot, on that shard's worker thread, so its reads and writes run beside the shard
+    /// instead of waking the thread that started the process for every round trip.
+    pub(super) home: Option<Home>,
+}
+
+pub(super) struct Home {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    slots: Box<[OnceLock<ConnectionManager>]>,
+}
+
+impl Deployment {
+    /// The connection `lane` (a shard's index) sends through.
+    pub(super) fn conn(&self, lane: usize) -> Conn {
+        let n = self.conns.len();
+        match &self.home {
+            Some(h) => {
+                let slot = &h.slots[lane % h.slots.len()];
+                let m = slot.get_or_init(|| {
+                    ConnectionManager::new_lazy_with_config(h.client.clone(), h.config.clone())
+                        .unwrap_or_else(|_| match &self.conns[lane % n] {
+                            Conn::Single(m) => m.clone(),
+                            _ => unreachable!("a single Redis has single connections"),
+                        })
+                });
+                Conn::Single(m.clone())
+            }
+            None => self.conns[lane % n].clone(),
+        }
+    }
 }
 
 fn url_of(t: &RedisTarget, host: &str) -> String {
@@ -70,6 +102,7 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
 
 async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, String> {
     let mut conns = Vec::with_capacity(t.pool_size);
+    let mut home = None;
     let certs = certificates(t)?;
     match t.kind {
         RedisType::Single => {
@@ -79,16 +112,20 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
                 None => redis::Client::open(url),
             }
             .map_err(|e| format!("REDIS_URL: {e}"))?;
-            for _ in 0..t.pool_size {
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
-                    .set_response_timeout(Some(deadline))
-                    .set_number_of_retries(1);
-                let m = ConnectionManager::new_with_config(client.clone(), cfg)
-                    .await
-                    .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
-                conns.push(Conn::Single(m));
-            }
+            let cfg = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
+                .set_response_timeout(Some(deadline))
+                .set_number_of_retries(1);
+            // One connection to check the address and password now; the shards make theirs.
+            let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
+                .await
+                .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+            conns.push(Conn::Single(m));
+            home = Some(Home {
+                client,
+                config: cfg,
+                slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
+            });
         }
         RedisType::Cluster => {
             let nodes: Vec<String> = t.url.split(',').map(|h| url_of(t, h.trim())).collect();
@@ -142,7 +179,7 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
             }
         }
     }
-    Ok(Deployment { conns })
+    Ok(Deployment { conns, home })
 }
 
 impl RedisStore {
@@ -185,15 +222,50 @@ impl RedisStore {
     }
 }
 
-/// Sends `cmds` over `conn`; answers each command's reply as integers, in order.
+/// Sends `cmds` over `conn`; answers each command's reply as integers, in order. Scripts go by
+/// their SHA1; those Redis does not know (`NOSCRIPT`: it restarted, or never saw them) are sent
+/// again with their text. A command answered `NOSCRIPT` did not run, so sending it again counts
+/// nothing twice.
 pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, String> {
+    let mut values = send(&conn, cmds, true).await?;
+    let unknown: Vec<usize> = (0..values.len())
+        .filter(|&i| is_noscript(&values[i]))
+        .collect();
+    if !unknown.is_empty() {
+        let again: Vec<Cmd> = unknown.iter().map(|&i| cmds[i].clone()).collect();
+        for (i, v) in unknown.into_iter().zip(send(&conn, &again, false).await?) {
+            values[i] = v;
+        }
+    }
+    if let Some(Value::ServerError(e)) = values.iter().find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(format!("Redis answered an error: {e:?}"));
+    }
+    Ok(values.into_iter().map(ints).collect())
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+fn pipeline(cmds: &[Cmd], by_sha: bool) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for c in cmds {
+        add(&mut pipe, c, by_sha);
+    }
+    pipe
+}
+
+/// One pipeline of `cmds`; a command's error comes back as its reply.
+async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, String> {
     let values: Vec<Value> = match conn {
-        Conn::Single(mut m) => {
-            let mut pipe = redis::pipe();
-            for c in cmds {
-                add(&mut pipe, c);
-            }
-            pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
+        Conn::Single(m) => {
+            let mut m = m.clone();
+            pipeline(cmds, by_sha)
+                .query_async(&mut m)
+                .await
+                .map_err(|e| e.to_string())?
         }
         Conn::Sentinel(s) => {
             let mut guard = s.lock().await;
@@ -207,11 +279,7 @@ pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, Stri
             }
             let mut c = guard.1.clone().expect("connected");
             drop(guard);
-            let mut pipe = redis::pipe();
-            for cmd in cmds {
-                add(&mut pipe, cmd);
-            }
-            match pipe.query_async(&mut c).await {
+            match pipeline(cmds, by_sha).query_async(&mut c).await {
                 Ok(v) => v,
                 Err(e) => {
                     // The master may have moved: ask the sentinels again next time.
@@ -225,8 +293,7 @@ pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, Stri
             // or are one key) goes on its own, all at once.
             let futs = cmds.iter().map(|cmd| {
                 let mut c = c.clone();
-                let mut pipe = redis::pipe();
-                add(&mut pipe, cmd);
+                let pipe = pipeline(std::slice::from_ref(cmd), by_sha);
                 async move { pipe.query_async::<Vec<Value>>(&mut c).await }
             });
             let mut out = Vec::with_capacity(cmds.len());
@@ -244,7 +311,7 @@ pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, Stri
             cmds.len()
         ));
     }
-    Ok(values.into_iter().map(ints).collect())
+    Ok(values)
 }
 
 async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {

@@ -50,7 +50,7 @@ impl Store for RedisStore {
         }
         let pick = |dep: Option<&Deployment>, list: Numbered| {
             let dep = dep.filter(|_| !list.is_empty())?;
-            Some((dep.conns[lane % dep.conns.len()].clone(), list))
+            Some((dep.conn(lane), list))
         };
         let lists = [
             pick(Some(&self.main), main),
@@ -61,7 +61,16 @@ impl Store for RedisStore {
                 let mut out = vec![Vec::new(); asked.len()];
                 for (conn, list) in lists.into_iter().flatten() {
                     let (at, cmds): (Vec<usize>, Vec<Cmd>) = list.into_iter().unzip();
-                    let replies = exec(conn, &cmds).await?;
+                    let replies = exec(conn.clone(), &cmds).await?;
+                    // Keys this round trip created get their TTL before it answers.
+                    let expire: Vec<Cmd> = cmds
+                        .iter()
+                        .zip(&replies)
+                        .filter_map(|(c, r)| c.expire_if_created(r))
+                        .collect();
+                    if !expire.is_empty() {
+                        exec(conn, &expire).await?;
+                    }
                     for (i, r) in at.into_iter().zip(replies) {
                         out[i] = r;
                     }

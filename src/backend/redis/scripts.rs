@@ -7,8 +7,10 @@
 //!
 //! - fixed window: envoyproxy/ratelimit's layout, `domain_key1_value1_key2_value2_<window start>`,
 //!   the start in epoch seconds (milliseconds for sub-second windows of the direct API), counted
-//!   with `INCRBY` + `EXPIRE` in one pipeline, so both services can share one Redis while a fleet
-//!   migrates;
+//!   with `INCRBY`, so both services can share one Redis while a fleet migrates. The key's TTL
+//!   is set by whoever creates it: an `INCRBY` answering exactly its own hits made the key, and
+//!   gets a `PEXPIRE` right after, in the same round trip's future (envoyproxy/ratelimit sends
+//!   `EXPIRE` with every `INCRBY`; once per key and window halves the commands of hot keys);
 //! - sliding window: `{domain_key1_value1_}_<window start>`, one key per aligned window; the
 //!   braces are a Cluster hash tag, so the current and the previous window (both read by one
 //!   script) live in one slot;
@@ -16,6 +18,8 @@
 //!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
+
+use std::sync::LazyLock;
 
 use redis::Pipeline;
 
@@ -112,10 +116,15 @@ return tat
 /// One op as sent to Redis, with what its answer means.
 #[derive(Debug, Clone)]
 pub(super) enum Cmd {
-    /// `INCRBY key hits` + `PEXPIRE key ttl`: answers the count after.
+    /// `INCRBY key hits`: answers the count after; a key it created needs `Expire` next.
     Fixed {
         key: String,
         hits: u64,
+        ttl_ms: u64,
+    },
+    /// `PEXPIRE key ttl`, for a fixed-window key its `INCRBY` created.
+    Expire {
+        key: String,
         ttl_ms: u64,
     },
     Sliding {
@@ -152,6 +161,20 @@ pub(super) enum Cmd {
 }
 
 impl Cmd {
+    /// The `PEXPIRE` a fixed window's `INCRBY` needs when its answer shows it made the key
+    /// (the count after is its own hits).
+    pub(super) fn expire_if_created(&self, reply: &[i64]) -> Option<Cmd> {
+        match self {
+            Cmd::Fixed { key, hits, ttl_ms } if reply.first() == Some(&(*hits as i64)) => {
+                Some(Cmd::Expire {
+                    key: key.clone(),
+                    ttl_ms: *ttl_ms,
+                })
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn per_second(&self, p: &Params) -> bool {
         let _ = self;
         p.window_ms == 1000
@@ -267,15 +290,41 @@ impl RedisStore {
     }
 }
 
-/// Adds the command(s) of `c` to `pipe`; each adds one reply.
-pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
+/// Starts a script call: `EVALSHA` with the script's SHA1 (a few bytes instead of the script's
+/// text, and no hashing on Redis's side), or `EVAL` with its text (which loads it, after a
+/// Redis restart answered `NOSCRIPT`).
+fn script<'p>(
+    pipe: &'p mut Pipeline,
+    src: &'static str,
+    sha: &LazyLock<String>,
+    by_sha: bool,
+) -> &'p mut Pipeline {
+    if by_sha {
+        pipe.cmd("EVALSHA").arg(sha.as_str())
+    } else {
+        pipe.cmd("EVAL").arg(src)
+    }
+}
+
+fn sha1(src: &str) -> String {
+    redis::Script::new(src).get_hash().to_owned()
+}
+
+static SLIDING_SHA: LazyLock<String> = LazyLock::new(|| sha1(SLIDING));
+static GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA));
+static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
+static REFUND_COUNT_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_COUNT));
+static REFUND_GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_GCRA));
+
+/// Adds the command of `c` to `pipe`: one reply each. Scripts go by their SHA1 when `by_sha`.
+pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
     match c {
-        Cmd::Fixed { key, hits, ttl_ms } => {
+        Cmd::Fixed { key, hits, .. } => {
             pipe.cmd("INCRBY").arg(key).arg(*hits);
-            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms).ignore();
         }
-        // EVAL with the script text: Redis caches scripts by their hash, and a restarted
-        // Redis needs no reload (EVALSHA would answer NOSCRIPT there).
+        Cmd::Expire { key, ttl_ms } => {
+            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms);
+        }
         Cmd::Sliding {
             cur,
             prev,
@@ -284,8 +333,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
             left_ms,
             window_ms,
         } => {
-            pipe.cmd("EVAL")
-                .arg(SLIDING)
+            script(pipe, SLIDING, &SLIDING_SHA, by_sha)
                 .arg(2)
                 .arg(cur)
                 .arg(prev)
@@ -302,8 +350,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
             burst,
             hits,
         } => {
-            pipe.cmd("EVAL")
-                .arg(GCRA)
+            script(pipe, GCRA, &GCRA_SHA, by_sha)
                 .arg(1)
                 .arg(key)
                 .arg(*now_us)
@@ -317,8 +364,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
             interval_us,
             hits,
         } => {
-            pipe.cmd("EVAL")
-                .arg(GCRA_ADD)
+            script(pipe, GCRA_ADD, &GCRA_ADD_SHA, by_sha)
                 .arg(1)
                 .arg(key)
                 .arg(*now_us)
@@ -326,8 +372,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
                 .arg(*hits);
         }
         Cmd::RefundCount { key, hits } => {
-            pipe.cmd("EVAL")
-                .arg(REFUND_COUNT)
+            script(pipe, REFUND_COUNT, &REFUND_COUNT_SHA, by_sha)
                 .arg(1)
                 .arg(key)
                 .arg(*hits);
@@ -338,8 +383,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd) {
             interval_us,
             hits,
         } => {
-            pipe.cmd("EVAL")
-                .arg(REFUND_GCRA)
+            script(pipe, REFUND_GCRA, &REFUND_GCRA_SHA, by_sha)
                 .arg(1)
                 .arg(key)
                 .arg(*now_us)
