@@ -19,7 +19,8 @@
 //! | `main.rs`, `cli` | CLI → settings → telemetry → `server::run` with a shutdown future | all |
 //! | `server` | listeners, worker runtimes, the admin thread, the one reload path, lingering close, drain | the layers below |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
-//! | `transport` | gRPC adapter, HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics), RESP `THROTTLE`: each a thin adapter | `service`, `telemetry` |
+//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics), RESP `THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
+//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share | `service`, `descriptor`, `telemetry`, `config` |
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats bound by stat key, Prometheus text, logs, traces | `limiter` (shard gauges), `config` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding | `limiter`, `config` |
@@ -45,6 +46,7 @@ pub mod cli;
 pub mod config;
 pub mod descriptor;
 pub mod limiter;
+pub mod quota;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -174,7 +174,13 @@ pub async fn start(
         stop: stop_rx.clone(),
         barrier: barrier.clone(),
     };
-    let grpc = Grpc::new(settings, &limiter, health_service, tls.clone());
+    let grpc = Grpc::new(
+        settings,
+        &limiter,
+        health_service,
+        tls.clone(),
+        stop_rx.clone(),
+    );
     let mut threads = Vec::with_capacity(workers + 1);
     let shards = deal(shard_tasks, workers);
     for (w, (listener, mine)) in grpc_listeners.into_iter().zip(shards).enumerate() {
