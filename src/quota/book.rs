@@ -30,6 +30,9 @@ pub struct Usage {
     pub denied: u64,
 }
 
+/// A bucket within a stream: its domain and its entries.
+type Slot = (String, BucketKey);
+
 /// What to send: per stream, the bucket actions for it.
 pub type Outbox = Vec<(StreamId, Vec<BucketAction>)>;
 
@@ -48,7 +51,6 @@ pub struct LimitView {
 
 #[derive(Debug)]
 struct Bucket {
-    domain: String,
     target: Target,
     /// Requests per unit of its limit, from the last report that covered some time; `None`
     /// until then, which claims an equal split.
@@ -64,17 +66,17 @@ struct Bucket {
 struct Shared {
     limit: LimitRef,
     /// The share in force, in tokens per unit, of each member; `None` before the first split.
-    members: BTreeMap<(StreamId, BucketKey), Option<u32>>,
+    members: BTreeMap<(StreamId, Slot), Option<u32>>,
 }
 
 /// Every stream's buckets and every shared limit. Bounded: `max_buckets` over all streams.
 #[derive(Debug)]
 pub struct Book {
-    streams: FnvHashMap<StreamId, HashMap<BucketKey, Bucket>>,
+    streams: FnvHashMap<StreamId, HashMap<Slot, Bucket>>,
     limits: HashMap<String, Shared>,
     buckets: usize,
     max_buckets: usize,
-    abandons: Vec<(StreamId, BucketKey)>,
+    abandons: Vec<(StreamId, Slot)>,
 }
 
 impl Book {
@@ -112,15 +114,16 @@ impl Book {
     ) -> (Outbox, usize) {
         let mut dirty: BTreeMap<String, bool> = BTreeMap::new();
         let mut full = 0;
-        for u in usages {
+        for mut u in usages {
+            let slot = (domain.to_string(), std::mem::take(&mut u.bucket));
             let known = self
                 .streams
                 .get(&stream)
-                .is_some_and(|s| s.contains_key(&u.bucket));
+                .is_some_and(|s| s.contains_key(&slot));
             if known {
-                self.update(stream, u, now, &mut dirty);
+                self.update(stream, &slot, &u, now, &mut dirty);
             } else if self.buckets < self.max_buckets && self.streams.contains_key(&stream) {
-                self.add(config, stream, domain, u.bucket, now, &mut dirty);
+                self.add(config, stream, slot, now, &mut dirty);
             } else {
                 full += 1;
             }
@@ -135,19 +138,17 @@ impl Book {
         &mut self,
         config: &Config,
         stream: StreamId,
-        domain: &str,
-        key: BucketKey,
+        key: Slot,
         now: u64,
         dirty: &mut BTreeMap<String, bool>,
     ) {
-        let target = bucket::resolve(config, domain, &key);
-        log_target(domain, &key, &target);
+        let target = bucket::resolve(config, &key.0, &key.1);
+        log_target(&key, &target);
         if let Target::Limit(l) = &target {
             self.join(l, stream, &key);
             dirty.insert(l.key.clone(), true);
         }
         let b = Bucket {
-            domain: domain.to_string(),
             target,
             demand: None,
             seen_ns: now,
@@ -158,12 +159,15 @@ impl Book {
         self.streams.entry(stream).or_default().insert(key, b);
     }
 
-    fn update(&mut self, stream: StreamId, u: Usage, now: u64, dirty: &mut BTreeMap<String, bool>) {
-        let Some(b) = self
-            .streams
-            .get_mut(&stream)
-            .and_then(|s| s.get_mut(&u.bucket))
-        else {
+    fn update(
+        &mut self,
+        stream: StreamId,
+        slot: &Slot,
+        u: &Usage,
+        now: u64,
+        dirty: &mut BTreeMap<String, bool>,
+    ) {
+        let Some(b) = self.streams.get_mut(&stream).and_then(|s| s.get_mut(slot)) else {
             return;
         };
         b.seen_ns = now;
@@ -178,7 +182,7 @@ impl Book {
         }
     }
 
-    fn join(&mut self, l: &LimitRef, stream: StreamId, key: &BucketKey) {
+    fn join(&mut self, l: &LimitRef, stream: StreamId, key: &Slot) {
         let shared = self.limits.entry(l.key.clone()).or_insert_with(|| Shared {
             limit: l.clone(),
             members: BTreeMap::new(),
@@ -189,7 +193,7 @@ impl Book {
     }
 
     /// Takes the bucket out of its limit; the limit's key, to rebalance, if it had one.
-    fn leave(&mut self, stream: StreamId, key: &BucketKey, target: &Target) -> Option<String> {
+    fn leave(&mut self, stream: StreamId, key: &Slot, target: &Target) -> Option<String> {
         let Target::Limit(l) = target else {
             return None;
         };
@@ -286,7 +290,7 @@ impl Book {
         let mut moves = Vec::new();
         for (&s, buckets) in &self.streams {
             for (k, b) in buckets {
-                let target = bucket::resolve(config, &b.domain, k);
+                let target = bucket::resolve(config, &k.0, &k.1);
                 if target != b.target {
                     moves.push((s, k.clone(), target));
                 }
@@ -305,7 +309,7 @@ impl Book {
     fn retarget(
         &mut self,
         s: StreamId,
-        k: BucketKey,
+        k: Slot,
         target: Target,
         dirty: &mut BTreeMap<String, bool>,
     ) {
@@ -330,7 +334,7 @@ impl Book {
             _ => {}
         }
         if let Some(b) = self.streams.get_mut(&s).and_then(|m| m.get_mut(&k)) {
-            log_target(&b.domain, &k, &target);
+            log_target(&k, &target);
             if !matches!(target, Target::Limit(_)) && b.assignment != Assignment::AllowAll {
                 b.assignment = Assignment::AllowAll;
                 b.sent_ns = None;
@@ -356,7 +360,7 @@ impl Book {
         let refresh = REFRESH_AFTER.as_nanos() as u64;
         let mut out: FnvHashMap<StreamId, Vec<BucketAction>> = FnvHashMap::default();
         for (s, k) in self.abandons.drain(..) {
-            out.entry(s).or_default().push(assign::abandon(&k));
+            out.entry(s).or_default().push(assign::abandon(&k.1));
         }
         for (&s, buckets) in &mut self.streams {
             for (k, b) in buckets.iter_mut() {
@@ -374,7 +378,7 @@ impl Book {
                     b.sent_ns = Some(now);
                     out.entry(s)
                         .or_default()
-                        .push(assign::action(k, b.assignment));
+                        .push(assign::action(&k.1, b.assignment));
                 }
             }
         }
@@ -409,7 +413,7 @@ impl Book {
     }
 }
 
-fn log_target(domain: &str, key: &BucketKey, target: &Target) {
+fn log_target((domain, key): &Slot, target: &Target) {
     match target {
         Target::Limit(l) => {
             tracing::debug!(domain, bucket = ?key, limit = %l.stat_key, "RLQS bucket shares a limit")

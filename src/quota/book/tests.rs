@@ -161,3 +161,14 @@ fn undelivered_actions_are_sent_again_and_idle_buckets_forgotten() {
     book.tick(61 * S);
     assert_eq!(book.buckets(), 0);
 }
+
+#[test]
+fn the_same_bucket_in_another_domain_is_another_bucket() {
+    let c = config(20);
+    let mut book = Book::new(100);
+    book.open(1);
+    book.report(&c, 1, "d", vec![usage("a", 0, 1)], 0);
+    let (out, _) = book.report(&c, 1, "elsewhere", vec![usage("a", 0, 1)], 0);
+    assert_eq!(told(&out, 1), vec![Some(0)], "unknown domain: allowed all");
+    assert_eq!(book.buckets(), 2);
+}
