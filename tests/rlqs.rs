@@ -190,3 +190,57 @@ async fn shutdown_ends_open_streams() {
     let end = e.actions.message().await;
     assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
 }
+
+/// Reads responses until the first action for the bucket is `want`, within 10 s.
+async fn until(e: &mut Envoy, want: Told) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while tokio::time::Instant::now() < end {
+        let left = end - tokio::time::Instant::now();
+        let Ok(r) = tokio::time::timeout(left, e.next()).await else {
+            break;
+        };
+        let told = r.into_iter().next().map(|(_, t)| t);
+        if told.as_ref() == Some(&want) {
+            return;
+        }
+        seen.push(told);
+    }
+    panic!("never told {want:?}; told {seen:?}");
+}
+
+#[tokio::test]
+async fn two_replicas_split_a_limit_over_both_their_envoys_through_redis() {
+    let redis = common::redis::Redis::start();
+    let env = common::redis::env(&redis, "rlqs-fleet:");
+    let one = TestServer::start_env(LIMITS, env.clone()).await;
+    let two = TestServer::start_env(LIMITS, env).await;
+    let mut a = Envoy::connect(&one).await;
+    a.report("q", &[("user", "shared")], 0, 1).await;
+    assert_eq!(
+        a.next().await[0].1,
+        Told::Tokens(10, 10, 1),
+        "alone in the fleet"
+    );
+    let mut b = Envoy::connect(&two).await;
+    b.report("q", &[("user", "shared")], 0, 1).await;
+    // Within a second or two each replica reads the other's demand from Redis.
+    until(&mut b, Told::Tokens(5, 5, 1)).await;
+    until(&mut a, Told::Tokens(5, 5, 1)).await;
+    // b's Envoy asks for 2/s: the fleet's split follows on both replicas.
+    b.report("q", &[("user", "shared")], 5, 10).await;
+    until(&mut b, Told::Tokens(2, 2, 1)).await;
+    until(&mut a, Told::Tokens(8, 8, 1)).await;
+    let m = common::envoy::client()
+        .get(format!("{}/metrics", one.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("ratelimit_service_rlqs_fleet_errors_total 0"),
+        "{m}"
+    );
+}

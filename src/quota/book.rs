@@ -16,6 +16,10 @@ use crate::config::Config;
 /// Names one Envoy's stream within this process.
 pub type StreamId = u64;
 
+/// Other replicas' demands of a limit are dropped when not refreshed for this long (Redis is
+/// unreachable): the limit is then split among this replica's buckets only.
+const FLEET_STALE: Duration = Duration::from_secs(15);
+
 /// A bucket unreported this long on an open stream is forgotten (Envoy 1.40 reports every
 /// bucket it has every 5 s, idle ones included, so this only happens to a confused client).
 const BUCKET_IDLE: Duration = Duration::from_secs(60);
@@ -67,6 +71,10 @@ struct Shared {
     limit: LimitRef,
     /// The share in force, in tokens per unit, of each member; `None` before the first split.
     members: BTreeMap<(StreamId, Slot), Option<u32>>,
+    /// The other replicas' demands of this limit (fleet mode), by replica id, and when they
+    /// were read.
+    remote: Vec<(u64, Vec<Option<f64>>)>,
+    remote_ns: u64,
 }
 
 /// Every stream's buckets and every shared limit. Bounded: `max_buckets` over all streams.
@@ -77,6 +85,9 @@ pub struct Book {
     buckets: usize,
     max_buckets: usize,
     abandons: Vec<(StreamId, Slot)>,
+    /// This replica's id among those sharing limits through Redis; orders the fleet's buckets
+    /// the same way on every replica, so they all round the split alike.
+    replica: u64,
 }
 
 impl Book {
@@ -87,7 +98,14 @@ impl Book {
             buckets: 0,
             max_buckets,
             abandons: Vec::new(),
+            replica: 0,
         }
+    }
+
+    /// The book of replica `id` of a fleet.
+    pub fn replica(mut self, id: u64) -> Book {
+        self.replica = id;
+        self
     }
 
     pub fn streams(&self) -> usize {
@@ -186,6 +204,8 @@ impl Book {
         let shared = self.limits.entry(l.key.clone()).or_insert_with(|| Shared {
             limit: l.clone(),
             members: BTreeMap::new(),
+            remote: Vec::new(),
+            remote_ns: 0,
         });
         // A reload may have changed the limit under the same key: the newest wins.
         shared.limit = l.clone();
@@ -220,7 +240,7 @@ impl Book {
                 b.and_then(|b| b.demand)
             })
             .collect();
-        let shares = fair_shares(shared.limit.spec.requests_per_unit, &demands);
+        let shares = split(shared, self.replica, &demands);
         let moved = |old: Option<u32>, new: u32| old.is_none_or(|o| o.abs_diff(new) * 10 > o);
         let adopt = forced
             || (shared.members.values())
@@ -270,7 +290,7 @@ impl Book {
                 }
             }
         }
-        let mut dirty = Vec::new();
+        let mut dirty = self.drop_stale_remotes(now);
         for (s, k) in gone {
             if let Some(b) = self.streams.get_mut(&s).and_then(|m| m.remove(&k)) {
                 self.buckets -= 1;
@@ -387,6 +407,51 @@ impl Book {
         out
     }
 
+    /// Per shared limit, the demands of this replica's buckets, for the other replicas.
+    pub fn local_demands(&self) -> Vec<(String, Vec<Option<f64>>)> {
+        let demand = |(s, k): &(StreamId, Slot)| {
+            let b = self.streams.get(s).and_then(|m| m.get(k));
+            b.and_then(|b| b.demand)
+        };
+        let mut out: Vec<_> = (self.limits.iter())
+            .map(|(key, sh)| (key.clone(), sh.members.keys().map(demand).collect()))
+            .collect();
+        out.sort_by(|a: &(String, Vec<Option<f64>>), b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The other replicas' demands of the limit `key`, as just read: the limit is split again
+    /// over the whole fleet (at once when a replica's buckets came or went).
+    pub fn set_remote(
+        &mut self,
+        key: &str,
+        remote: Vec<(u64, Vec<Option<f64>>)>,
+        now: u64,
+    ) -> Outbox {
+        let Some(shared) = self.limits.get_mut(key) else {
+            return Vec::new();
+        };
+        let count = |r: &[(u64, Vec<Option<f64>>)]| r.iter().map(|(_, d)| d.len()).sum::<usize>();
+        let forced = count(&shared.remote) != count(&remote);
+        shared.remote = remote;
+        shared.remote_ns = now;
+        self.rebalance(key, forced);
+        self.flush(now)
+    }
+
+    /// Drops other replicas' demands not refreshed for [`FLEET_STALE`]; the keys to rebalance.
+    fn drop_stale_remotes(&mut self, now: u64) -> Vec<String> {
+        let stale = FLEET_STALE.as_nanos() as u64;
+        let mut out = Vec::new();
+        for (key, sh) in &mut self.limits {
+            if !sh.remote.is_empty() && now.saturating_sub(sh.remote_ns) >= stale {
+                sh.remote.clear();
+                out.push(key.clone());
+            }
+        }
+        out
+    }
+
     /// Every shared limit, sorted by counter key, for metrics.
     pub fn view(&self) -> Vec<LimitView> {
         let mut out: Vec<LimitView> = (self.limits.values())
@@ -411,6 +476,28 @@ impl Book {
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
+}
+
+/// This replica's buckets' shares of the limit: the fleet's buckets (this replica's and the
+/// others', ordered by replica id) split together, this replica's part taken out.
+fn split(shared: &Shared, me: u64, mine: &[Option<f64>]) -> Vec<u32> {
+    let rpu = shared.limit.spec.requests_per_unit;
+    if shared.remote.is_empty() {
+        return fair_shares(rpu, mine);
+    }
+    let mut all: Vec<(u64, &[Option<f64>])> = (shared.remote.iter())
+        .filter(|(id, _)| *id != me)
+        .map(|(id, d)| (*id, d.as_slice()))
+        .collect();
+    all.push((me, mine));
+    all.sort_by_key(|(id, _)| *id);
+    let at: usize = all
+        .iter()
+        .take_while(|(id, _)| *id != me)
+        .map(|(_, d)| d.len())
+        .sum();
+    let flat: Vec<Option<f64>> = all.iter().flat_map(|(_, d)| d.iter().copied()).collect();
+    fair_shares(rpu, &flat)[at..at + mine.len()].to_vec()
 }
 
 fn log_target((domain, key): &Slot, target: &Target) {

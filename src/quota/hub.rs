@@ -2,9 +2,10 @@
 //! for the RLQS streams of every worker, since one Envoy's stream lands on one worker but a
 //! limit is shared by all. Delivers what the book decides, notices new configs, keeps metrics.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -14,6 +15,8 @@ use tokio::sync::mpsc;
 
 use super::book::{Book, Outbox, StreamId, Usage};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
+use crate::backend::redis::fleet::{encode, ReplicaDemands};
+use crate::backend::redis::RedisStore;
 use crate::service::{Live, RateLimiter};
 use crate::telemetry::QuotaLimit;
 
@@ -25,6 +28,15 @@ pub const MAX_BUCKETS: usize = 100_000;
 
 /// Responses waiting for a slow stream; when full, the book sends again later.
 const STREAM_QUEUE: usize = 16;
+
+/// How often a replica exchanges demands with the fleet through Redis.
+const FLEET_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a replica's published demands hold in Redis without being refreshed.
+const FLEET_HOLD: Duration = Duration::from_secs(15);
+
+/// Limits exchanged with Redis at once.
+const FLEET_BATCH: usize = 64;
 
 /// What is wrong with a report, for INVALID_ARGUMENT.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +63,17 @@ struct Inner {
     state: Mutex<State>,
     next_id: AtomicU64,
     limiter: RateLimiter,
+    fleet: Option<Fleet>,
+}
+
+/// Shares computed over every replica's streams, through Redis.
+struct Fleet {
+    store: Arc<RedisStore>,
+    replica: u64,
+    /// When the last exchange started; one at a time, one a second.
+    last: Mutex<Option<Instant>>,
+    /// The limits this replica published, so it withdraws those it no longer has.
+    published: Mutex<BTreeSet<String>>,
 }
 
 struct State {
@@ -61,11 +84,20 @@ struct State {
 }
 
 impl QuotaHub {
-    pub fn new(limiter: RateLimiter) -> QuotaHub {
+    /// The hub of this process; with `redis`, limits are split over every replica's streams.
+    pub fn new(limiter: RateLimiter, redis: Option<Arc<RedisStore>>) -> QuotaHub {
+        let replica = rand::random::<u64>();
+        let fleet = redis.map(|store| Fleet {
+            store,
+            replica,
+            last: Mutex::new(None),
+            published: Mutex::new(BTreeSet::new()),
+        });
         QuotaHub {
             inner: Arc::new(Inner {
+                fleet,
                 state: Mutex::new(State {
-                    book: Book::new(MAX_BUCKETS),
+                    book: Book::new(MAX_BUCKETS).replica(replica),
                     outlets: FnvHashMap::default(),
                     config: limiter.live(),
                 }),
@@ -85,6 +117,7 @@ impl QuotaHub {
             }
             st.outlets.insert(id, tx.clone());
             st.book.open(id);
+            tracing::debug!(stream = id, "RLQS stream opened");
             (Some(Opened { id, tx, rx }), Vec::new())
         })
     }
@@ -96,6 +129,7 @@ impl QuotaHub {
         reports: RateLimitQuotaUsageReports,
     ) -> Result<(), BadReport> {
         let (domain, usages) = parse(reports)?;
+        tracing::debug!(stream, domain, ?usages, "RLQS report");
         let now = self.now();
         let refused = self.with(|st| {
             let config = &st.config.config;
@@ -118,6 +152,7 @@ impl QuotaHub {
     /// The stream ended; its shares go back to the others.
     pub fn close(&self, stream: StreamId) {
         let now = self.now();
+        tracing::debug!(stream, "RLQS stream closed");
         self.with(|st| {
             st.outlets.remove(&stream);
             ((), st.book.close(stream, now))
@@ -128,6 +163,71 @@ impl QuotaHub {
     pub fn tick(&self) {
         let now = self.now();
         self.with(|st| ((), st.book.tick(now)));
+    }
+
+    /// Whether limits are split over the fleet (Redis), so streams call [`QuotaHub::sync_fleet`].
+    pub fn shares_fleet(&self) -> bool {
+        self.inner.fleet.is_some()
+    }
+
+    /// Publishes this replica's demands per limit to Redis and splits each limit again over
+    /// what every replica published; at most once a second (later calls return at once).
+    pub async fn sync_fleet(&self) {
+        let Some(fleet) = &self.inner.fleet else {
+            return;
+        };
+        {
+            let mut last = fleet.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < FLEET_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let mine = self.with(|st| (st.book.local_demands(), Vec::new()));
+        let mut asks: Vec<(String, String)> = Vec::with_capacity(mine.len());
+        {
+            let mut published = fleet.published.lock().unwrap_or_else(|e| e.into_inner());
+            let now: BTreeSet<String> = mine.iter().map(|(k, _)| k.clone()).collect();
+            asks.extend(
+                published
+                    .difference(&now)
+                    .map(|k| (k.clone(), String::new())),
+            );
+            *published = now;
+        }
+        asks.extend(mine.iter().map(|(k, d)| (k.clone(), encode(d))));
+        let now_ms = self.now() / 1_000_000;
+        let mut got: Vec<(String, Vec<ReplicaDemands>)> = Vec::with_capacity(asks.len());
+        for batch in asks.chunks(FLEET_BATCH) {
+            let calls = batch.iter().map(|(key, demands)| {
+                let store = &fleet.store;
+                async move {
+                    let r =
+                        (store.exchange_demand(key, fleet.replica, demands, now_ms, FLEET_HOLD))
+                            .await;
+                    (key.clone(), demands.is_empty(), r)
+                }
+            });
+            for (key, withdrawn, r) in futures_util::future::join_all(calls).await {
+                match r {
+                    Ok(remote) if !withdrawn => got.push((key, remote)),
+                    Ok(_) => {}
+                    Err(e) => {
+                        let q = &self.inner.limiter.metrics().quota;
+                        q.fleet_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, limit = %key, "RLQS: demand exchange with Redis failed");
+                    }
+                }
+            }
+        }
+        let now = self.now();
+        self.with(|st| {
+            let mut out = Vec::new();
+            for (key, remote) in got {
+                out.extend(st.book.set_remote(&key, remote, now));
+            }
+            ((), out)
+        });
     }
 
     fn now(&self) -> u64 {
@@ -158,6 +258,7 @@ impl QuotaHub {
         let q = &self.inner.limiter.metrics().quota;
         for (stream, actions) in out {
             let n = actions.len() as u64;
+            tracing::debug!(stream, actions = ?Brief(&actions), "RLQS push");
             let sent = st.outlets.get(&stream).is_some_and(|tx| {
                 tx.try_send(Ok(RateLimitQuotaResponse {
                     bucket_action: actions,
@@ -187,6 +288,38 @@ impl QuotaHub {
             });
             q.set_limits(view.collect());
         }
+    }
+}
+
+/// Bucket actions in one line for the debug log: `{bucket} tokens/max/fill`, allow, deny,
+/// abandon.
+struct Brief<'a>(&'a [envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction]);
+
+impl std::fmt::Debug for Brief<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+        use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as A;
+        for a in self.0 {
+            let id = a.bucket_id.as_ref().map(|b| bucket_key(&b.bucket));
+            let what = match &a.bucket_action {
+                Some(A::AbandonAction(_)) => "abandon".to_string(),
+                Some(A::QuotaAssignmentAction(q)) => {
+                    match q.rate_limit_strategy.and_then(|s| s.strategy) {
+                        Some(Strategy::TokenBucket(t)) => format!(
+                            "{}/{}/{}s",
+                            t.tokens_per_fill.map_or(0, |v| v.value),
+                            t.max_tokens,
+                            t.fill_interval.map_or(0, |d| d.seconds)
+                        ),
+                        Some(Strategy::BlanketRule(0)) => "allow".into(),
+                        _ => "deny".into(),
+                    }
+                }
+                None => "?".into(),
+            };
+            write!(f, "{id:?} {what}; ")?;
+        }
+        Ok(())
     }
 }
 

@@ -53,11 +53,12 @@ impl<H> Grpc<H> {
         limiter: &RateLimiter,
         health: HealthServer<H>,
         tls: Option<Arc<TlsState>>,
+        quota: QuotaHub,
         stop: watch::Receiver<bool>,
     ) -> Grpc<H> {
         Grpc {
             limiter: limiter.clone(),
-            quota: QuotaHub::new(limiter.clone()),
+            quota,
             stop,
             health,
             max_message_bytes: settings.request_limits.max_message_bytes,

@@ -31,6 +31,8 @@ pub struct QuotaStats {
     pub actions_undelivered: AtomicU64,
     /// New buckets not taken because the book was full.
     pub buckets_refused: AtomicU64,
+    /// Demand exchanges with Redis that failed (fleet mode).
+    pub fleet_errors: AtomicU64,
     limits: Mutex<Vec<QuotaLimit>>,
 }
 
@@ -72,6 +74,12 @@ impl QuotaStats {
                 "counter",
                 "New RLQS buckets not taken because the quota book was full.",
                 &self.buckets_refused,
+            ),
+            (
+                "ratelimit_service_rlqs_fleet_errors_total",
+                "counter",
+                "RLQS demand exchanges with Redis that failed (the other replicas' demands last read hold for 15 s).",
+                &self.fleet_errors,
             ),
         ] {
             let _ = writeln!(

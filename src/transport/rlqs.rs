@@ -60,13 +60,24 @@ impl RateLimitQuotaService for RlqsService {
                     m = inbound.message() => match m {
                         Ok(Some(reports)) => {
                             if let Err(e) = hub.report(id, reports) {
+                                tracing::warn!(stream = id, error = %e, "RLQS: bad report; stream ended");
                                 let _ = tx.try_send(Err(e));
                                 break;
                             }
                         }
-                        Ok(None) | Err(_) => break,
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!(stream = id, error = %e, "RLQS stream broken");
+                            break;
+                        }
                     },
-                    _ = tick.tick() => hub.tick(),
+                    _ = tick.tick() => {
+                        hub.tick();
+                        if hub.shares_fleet() {
+                            let h = hub.clone();
+                            tokio::spawn(async move { h.sync_fleet().await });
+                        }
+                    }
                     _ = stop.wait_for(|s| *s) => break,
                 }
             }

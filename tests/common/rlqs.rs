@@ -40,6 +40,9 @@ pub fn shipped_envoy_yaml(upstream: SocketAddr, turnstile_grpc: SocketAddr) -> S
     yaml
 }
 
+/// turnstile logs what its quota book decides, so a failed test leaves the story behind.
+const LOGS: &[(&str, &str)] = &[("LOG_LEVEL", "turnstile::quota=debug,info")];
+
 /// One turnstile and one upstream, for Envoys to be started in front of them.
 pub struct Fleet {
     pub turnstile: Turnstile,
@@ -52,7 +55,7 @@ impl Fleet {
     pub fn start(test: &str, limits: &str) -> Fleet {
         let dir = TempDir::new(&format!("rlqs-{test}"));
         let upstream = Upstream::start();
-        let turnstile = Turnstile::start(dir.path(), &[("limits.yaml", limits)], &[]);
+        let turnstile = Turnstile::start(dir.path(), &[("limits.yaml", limits)], LOGS);
         Fleet {
             turnstile,
             upstream,
@@ -66,7 +69,7 @@ impl Fleet {
         let upstream = Upstream::start();
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let config = root.join("examples/envoy/turnstile-rlqs.yaml");
-        let turnstile = Turnstile::start_with_config(dir.path(), &config, &[]);
+        let turnstile = Turnstile::start_with_config(dir.path(), &config, LOGS);
         Fleet {
             turnstile,
             upstream,
@@ -76,9 +79,26 @@ impl Fleet {
 
     /// An Envoy running the shipped RLQS example in front of this fleet.
     pub async fn envoy(&self, name: &str) -> Envoy {
+        assert!(
+            self.metrics()
+                .await
+                .contains("ratelimit_service_rlqs_streams"),
+            "{} serves no RLQS: a build of another branch in a shared target dir?",
+            super::envoy::turnstile_bin().display()
+        );
         let yaml = shipped_envoy_yaml(self.upstream.addr, self.turnstile.grpc);
         let path = self.dir.write(&format!("{name}.yaml"), &yaml);
-        Envoy::start_file(self.dir.path(), name, &path).await
+        let envoy = Envoy::start_file(self.dir.path(), name, &path).await;
+        // The filter's own story (assignments taken, reports sent) in the Envoy's log.
+        client()
+            .post(format!(
+                "http://{}/logging?rate_limit_quota=debug",
+                envoy.admin
+            ))
+            .send()
+            .await
+            .expect("envoy admin /logging");
+        envoy
     }
 
     /// Replaces the limits file and tells turnstile to reload it (SIGHUP).

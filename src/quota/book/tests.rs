@@ -172,3 +172,44 @@ fn the_same_bucket_in_another_domain_is_another_bucket() {
     assert_eq!(told(&out, 1), vec![Some(0)], "unknown domain: allowed all");
     assert_eq!(book.buckets(), 2);
 }
+
+#[test]
+fn replicas_split_a_limit_over_the_whole_fleet() {
+    let c = config(20);
+    // Replica 1 has a bucket asking 30/s; replica 2 (this book) one asking 6/s.
+    let mut book = Book::new(100).replica(2);
+    book.open(1);
+    book.report(&c, 1, "d", vec![usage("a", 0, 1)], 0);
+    let (out, _) = book.report(&c, 1, "d", vec![usage("a", 5, 30)], 5 * S);
+    assert!(out.is_empty(), "alone it keeps the whole limit: {out:?}");
+    assert_eq!(
+        book.local_demands(),
+        vec![("d_user_a_".to_string(), vec![Some(6.0)])]
+    );
+    let out = book.set_remote("d_user_a_", vec![(1, vec![Some(30.0)])], 6 * S);
+    assert_eq!(
+        told(&out, 1),
+        vec![Some(6)],
+        "its demand; the other replica takes 14"
+    );
+    // The other replica's demands stop coming (Redis gone): after a while, alone again.
+    assert!(told(&book.tick(10 * S), 1).is_empty());
+    assert_eq!(told(&book.tick(21 * S), 1), vec![Some(20)]);
+}
+
+#[test]
+fn every_replica_rounds_the_fleet_split_alike() {
+    let c = config(10);
+    // Three replicas, one bucket each, unknown demands: 10 = 4 + 3 + 3 whoever computes it.
+    let mut shares = Vec::new();
+    for me in [1u64, 2, 3] {
+        let mut book = Book::new(100).replica(me);
+        book.open(1);
+        book.report(&c, 1, "d", vec![usage("a", 0, 1)], 0);
+        let others = [1u64, 2, 3].into_iter().filter(|r| *r != me);
+        let remote = others.map(|r| (r, vec![None])).collect();
+        let out = book.set_remote("d_user_a_", remote, S);
+        shares.push(told(&out, 1)[0].unwrap());
+    }
+    assert_eq!(shares, vec![4, 3, 3]);
+}
