@@ -81,6 +81,7 @@ async fn two_envoys_share_one_limit_max_min_fairly_and_the_survivor_gets_it_all(
     let (big_in, _, big_sent) = big_load.count(secs(9), secs(19));
     let (small_in, small_out, small_sent) = small_load.count(secs(9), secs(19));
     assert_rate("the big Envoy's share", big_in, big_sent, 14, 10);
+    eprintln!("the small Envoy: {small_in} admitted, {small_out} refused of {small_sent}");
     assert!(
         small_in * 10 >= small_sent * 9,
         "the small Envoy got {small_in} of its {small_sent} ({small_out} refused): \
@@ -148,4 +149,41 @@ async fn a_reload_that_lowers_the_limit_reaches_the_envoy() {
     load.stop();
     let (after, _, sent) = load.count(secs(8), secs(14));
     assert_rate("after the reload", after, sent, 4, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_sharing_redis_split_one_limit_over_both_their_envoys() {
+    let redis = common::redis::Redis::start();
+    let env = common::redis::env(&redis, "rlqs-envoy:");
+    // Two turnstile replicas, one Envoy each: the limit holds over both.
+    let one = Fleet::start_with("replica-one", SHARED, &env);
+    let two = Fleet::start_with("replica-two", SHARED, &env);
+    let big = one.envoy("big").await;
+    let small = two.envoy("small").await;
+    let epoch = Instant::now();
+    let big_load = Load::start(&big, "shared", 30, epoch);
+    load_until(&big_load, 2).await;
+    let small_load = Load::start(&small, "shared", 6, epoch);
+    // As with one replica, plus up to a second for the demands to cross Redis.
+    load_until(&big_load, 20).await;
+    big_load.stop();
+    small_load.stop();
+    let (big_in, _, big_sent) = big_load.count(secs(10), secs(20));
+    let (small_in, small_out, small_sent) = small_load.count(secs(10), secs(20));
+    assert_rate(
+        "the big Envoy's share across replicas",
+        big_in,
+        big_sent,
+        14,
+        10,
+    );
+    eprintln!("the small Envoy: {small_in} admitted, {small_out} refused of {small_sent}");
+    assert!(
+        small_in * 10 >= small_sent * 9,
+        "the small Envoy got {small_in} of its {small_sent} ({small_out} refused)"
+    );
+    assert!(
+        big_in + small_in <= 20 * 11,
+        "{big_in} + {small_in} admitted in 10 s over two replicas: more than 20·11"
+    );
 }

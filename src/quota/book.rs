@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
-use fnv::FnvHashMap;
+use fnv::{FnvHashMap, FnvHashSet};
 
 use super::assign::{self, Assignment, REFRESH_AFTER};
 use super::bucket::{self, BucketKey, LimitRef, Target};
@@ -85,6 +85,9 @@ pub struct Book {
     buckets: usize,
     max_buckets: usize,
     abandons: Vec<(StreamId, Slot)>,
+    /// Streams with an assignment due (new or changed), so a report looks at those only; the
+    /// refreshes are found by the periodic tick, which looks at every bucket.
+    pending: FnvHashSet<StreamId>,
     /// This replica's id among those sharing limits through Redis; orders the fleet's buckets
     /// the same way on every replica, so they all round the split alike.
     replica: u64,
@@ -98,6 +101,7 @@ impl Book {
             buckets: 0,
             max_buckets,
             abandons: Vec::new(),
+            pending: FnvHashSet::default(),
             replica: 0,
         }
     }
@@ -149,7 +153,7 @@ impl Book {
         for (key, forced) in dirty {
             self.rebalance(&key, forced);
         }
-        (self.flush(now), full)
+        (self.flush(now, false), full)
     }
 
     fn add(
@@ -174,6 +178,7 @@ impl Book {
             sent_ns: None,
         };
         self.buckets += 1;
+        self.pending.insert(stream);
         self.streams.entry(stream).or_default().insert(key, b);
     }
 
@@ -258,6 +263,7 @@ impl Book {
             if a != b.assignment {
                 b.assignment = a;
                 b.sent_ns = None;
+                self.pending.insert(*s);
             }
         }
     }
@@ -275,7 +281,7 @@ impl Book {
         for key in dirty {
             self.rebalance(&key, true);
         }
-        self.flush(now)
+        self.flush(now, false)
     }
 
     /// The periodic work: forgets buckets nobody reports, and sends assignments that are due
@@ -300,7 +306,7 @@ impl Book {
         for key in dirty {
             self.rebalance(&key, true);
         }
-        self.flush(now)
+        self.flush(now, true)
     }
 
     /// A new config is live: every bucket is matched again. A bucket whose limit is gone is
@@ -323,7 +329,7 @@ impl Book {
         for (key, forced) in dirty {
             self.rebalance(&key, forced);
         }
-        self.flush(now)
+        self.flush(now, false)
     }
 
     fn retarget(
@@ -358,6 +364,7 @@ impl Book {
             if !matches!(target, Target::Limit(_)) && b.assignment != Assignment::AllowAll {
                 b.assignment = Assignment::AllowAll;
                 b.sent_ns = None;
+                self.pending.insert(s);
             }
             b.target = target;
         }
@@ -373,16 +380,27 @@ impl Book {
         {
             b.sent_ns = None;
         }
+        self.pending.insert(stream);
     }
 
-    /// Collects the actions due now and counts them as sent.
-    fn flush(&mut self, now: u64) -> Outbox {
+    /// Collects the actions due now and counts them as sent: in the streams with something
+    /// pending, or (`all`, the periodic tick) in every stream, refreshes included.
+    fn flush(&mut self, now: u64, all: bool) -> Outbox {
         let refresh = REFRESH_AFTER.as_nanos() as u64;
         let mut out: FnvHashMap<StreamId, Vec<BucketAction>> = FnvHashMap::default();
         for (s, k) in self.abandons.drain(..) {
             out.entry(s).or_default().push(assign::abandon(&k.1));
         }
-        for (&s, buckets) in &mut self.streams {
+        let which: Vec<StreamId> = if all {
+            self.pending.clear();
+            self.streams.keys().copied().collect()
+        } else {
+            self.pending.drain().collect()
+        };
+        for s in which {
+            let Some(buckets) = self.streams.get_mut(&s) else {
+                continue;
+            };
             for (k, b) in buckets.iter_mut() {
                 let due = b.sent_ns.is_none_or(|t| now.saturating_sub(t) >= refresh);
                 // A bucket of a limit waits for its first split.
@@ -436,7 +454,7 @@ impl Book {
         shared.remote = remote;
         shared.remote_ns = now;
         self.rebalance(key, forced);
-        self.flush(now)
+        self.flush(now, false)
     }
 
     /// Drops other replicas' demands not refreshed for [`FLEET_STALE`]; the keys to rebalance.

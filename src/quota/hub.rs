@@ -29,6 +29,9 @@ pub const MAX_BUCKETS: usize = 100_000;
 /// Responses waiting for a slow stream; when full, the book sends again later.
 const STREAM_QUEUE: usize = 16;
 
+/// The periodic work runs at most this often, however many streams ask for it.
+const TICK_EVERY: Duration = Duration::from_millis(500);
+
 /// How often a replica exchanges demands with the fleet through Redis.
 const FLEET_EVERY: Duration = Duration::from_secs(1);
 
@@ -64,6 +67,8 @@ struct Inner {
     next_id: AtomicU64,
     limiter: RateLimiter,
     fleet: Option<Fleet>,
+    /// When the periodic work last ran: many streams call for it, once is enough.
+    last_tick: Mutex<Option<Instant>>,
 }
 
 /// Shares computed over every replica's streams, through Redis.
@@ -81,6 +86,8 @@ struct State {
     outlets: FnvHashMap<StreamId, mpsc::Sender<Outgoing>>,
     /// The config the book's buckets were last matched against.
     config: Arc<Live>,
+    /// The metrics' per-limit view is to be renewed even if nothing was sent.
+    view_due: bool,
 }
 
 impl QuotaHub {
@@ -96,10 +103,12 @@ impl QuotaHub {
         QuotaHub {
             inner: Arc::new(Inner {
                 fleet,
+                last_tick: Mutex::new(None),
                 state: Mutex::new(State {
                     book: Book::new(MAX_BUCKETS).replica(replica),
                     outlets: FnvHashMap::default(),
                     config: limiter.live(),
+                    view_due: false,
                 }),
                 next_id: AtomicU64::new(1),
                 limiter,
@@ -159,10 +168,26 @@ impl QuotaHub {
         });
     }
 
-    /// Periodic work (each open stream calls it every second): refreshes, retries, expiries.
+    /// Periodic work (each open stream calls it every second; done at most twice a second):
+    /// refreshes, retries, expiries.
     pub fn tick(&self) {
+        {
+            let mut last = self
+                .inner
+                .last_tick
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < TICK_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
         let now = self.now();
-        self.with(|st| ((), st.book.tick(now)));
+        self.with(|st| {
+            // Demands move without pushes: the metrics' view is renewed here too.
+            st.view_due = true;
+            ((), st.book.tick(now))
+        });
     }
 
     /// Whether limits are split over the fleet (Redis), so streams call [`QuotaHub::sync_fleet`].
@@ -274,11 +299,11 @@ impl QuotaHub {
         }
     }
 
-    fn count(&self, st: &State, changed: bool) {
+    fn count(&self, st: &mut State, changed: bool) {
         let q = &self.inner.limiter.metrics().quota;
         q.streams.store(st.book.streams() as u64, Ordering::Relaxed);
         q.buckets.store(st.book.buckets() as u64, Ordering::Relaxed);
-        if changed {
+        if changed || std::mem::take(&mut st.view_due) {
             let view = st.book.view().into_iter().map(|l| QuotaLimit {
                 domain: l.domain,
                 key: l.key,

@@ -53,9 +53,16 @@ pub struct Fleet {
 impl Fleet {
     /// turnstile serving the limits file `limits` (a path is kept: tests rewrite it).
     pub fn start(test: &str, limits: &str) -> Fleet {
+        Self::start_with(test, limits, &[])
+    }
+
+    /// As [`Fleet::start`], with more environment (e.g. Redis).
+    pub fn start_with(test: &str, limits: &str, env: &[(String, String)]) -> Fleet {
         let dir = TempDir::new(&format!("rlqs-{test}"));
         let upstream = Upstream::start();
-        let turnstile = Turnstile::start(dir.path(), &[("limits.yaml", limits)], LOGS);
+        let mut all: Vec<(&str, &str)> = LOGS.to_vec();
+        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let turnstile = Turnstile::start(dir.path(), &[("limits.yaml", limits)], &all);
         Fleet {
             turnstile,
             upstream,
