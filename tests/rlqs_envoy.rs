@@ -47,10 +47,21 @@ async fn one_envoy_over_its_limit_converges_to_the_limit() {
     // The first assignment arrives some 50 ms after the first request (the whole limit: one
     // Envoy, nobody to share with), so no report interval needs to pass.
     load.until(secs(9)).await;
-    load.stop();
     let (admitted, refused, sent) = load.count(secs(1), secs(9));
     assert_rate("one Envoy", admitted, sent, 20, 8);
     assert!(refused > 0, "50/s against 20/s: some must be refused (429)");
+    // The assignment lives 30 s in Envoy; turnstile sends it again every 15 s, so it still
+    // holds after its first 30 s are over (expired, Envoy would fall back to allow-all).
+    load.until(secs(37)).await;
+    load.stop();
+    let (admitted, _, sent) = load.count(secs(31), secs(37));
+    assert_rate(
+        "one Envoy, past the first time to live",
+        admitted,
+        sent,
+        20,
+        6,
+    );
     let m = fleet.metrics().await;
     assert!(m.contains("ratelimit_service_rlqs_streams 1"), "{m}");
     assert!(
