@@ -213,3 +213,68 @@ fn every_replica_rounds_the_fleet_split_alike() {
     }
     assert_eq!(shares, vec![4, 3, 3]);
 }
+
+mod invariant {
+    use super::*;
+    use proptest::prelude::{prop, prop_assert_eq, prop_oneof, proptest, Just};
+    use proptest::strategy::Strategy as _;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Report {
+            stream: u64,
+            user: u8,
+            secs: u64,
+            asked: u64,
+        },
+        Close {
+            stream: u64,
+        },
+        Tick,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        prop_oneof![
+            (1u64..4, 0u8..2, 0u64..6, 0u64..400).prop_map(|(stream, user, secs, asked)| {
+                Op::Report {
+                    stream,
+                    user,
+                    secs,
+                    asked,
+                }
+            }),
+            (1u64..4).prop_map(|stream| Op::Close { stream }),
+            Just(Op::Tick),
+        ]
+    }
+
+    proptest! {
+        /// Whatever Envoys come, go and ask, the shares in force of a limit add up to it.
+        #[test]
+        fn shares_in_force_always_add_up_to_the_limit(ops in prop::collection::vec(op(), 1..60)) {
+            let c = config(17);
+            let mut book = Book::new(100);
+            let mut now = 0;
+            for op in ops {
+                now += S;
+                match op {
+                    Op::Report { stream, user, secs, asked } => {
+                        book.open(stream);
+                        let name = ["a", "b"][user as usize];
+                        book.report(&c, stream, "d", vec![usage(name, secs, asked)], now);
+                    }
+                    Op::Close { stream } => {
+                        book.close(stream, now);
+                    }
+                    Op::Tick => {
+                        book.tick(now);
+                    }
+                }
+                for l in book.view() {
+                    let sum: u32 = l.shares.iter().map(|(_, s)| s).sum();
+                    prop_assert_eq!(sum, 17, "{:?}", l);
+                }
+            }
+        }
+    }
+}
