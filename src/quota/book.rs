@@ -193,11 +193,19 @@ impl Book {
         let Some(b) = self.streams.get_mut(&stream).and_then(|s| s.get_mut(slot)) else {
             return;
         };
+        // Envoy 1.40 sends `time_elapsed` in whole seconds, cut down: its 5 s reports often
+        // say 4 s, which would overstate demand by a quarter. The time since this bucket's last
+        // report, measured here, is the better measure once there is one.
+        let since = now.saturating_sub(b.seen_ns) as f64 / 1e9;
         b.seen_ns = now;
         let Target::Limit(l) = &b.target else {
             return;
         };
-        let secs = u.elapsed.as_secs_f64();
+        let secs = if since >= 1.0 {
+            since
+        } else {
+            u.elapsed.as_secs_f64()
+        };
         if secs > 0.0 {
             let asked = u.allowed.saturating_add(u.denied) as f64;
             b.demand = Some(asked / secs * l.spec.unit_secs as f64);

@@ -278,3 +278,18 @@ mod invariant {
         }
     }
 }
+
+#[test]
+fn demand_is_measured_over_the_time_between_reports_not_envoys_cut_down_seconds() {
+    let c = config(20);
+    let mut book = Book::new(100);
+    book.open(1);
+    book.report(&c, 1, "d", vec![usage("a", 0, 1)], 0);
+    // 30 requests in a 4.998 s interval that Envoy 1.40 reports as "4 s": 6/s, not 7.5/s.
+    book.report(&c, 1, "d", vec![usage("a", 4, 30)], 4_998_000_000);
+    assert!(
+        (book.view()[0].demand - 6.0).abs() < 0.01,
+        "{:?}",
+        book.view()
+    );
+}
