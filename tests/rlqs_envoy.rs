@@ -140,7 +140,7 @@ async fn load_until(load: &Load, s: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_that_lowers_the_limit_reaches_the_envoy() {
+async fn a_reload_that_lowers_the_limit_reaches_the_envoy_and_one_that_removes_it_frees_it() {
     let fleet = Fleet::start(
         "reload",
         "domain: quota\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 12}\n",
@@ -157,9 +157,19 @@ async fn a_reload_that_lowers_the_limit_reaches_the_envoy() {
     // turnstile matches the buckets again within a second and pushes the new share at once;
     // no report needs to pass.
     load.until(secs(14)).await;
-    load.stop();
     let (after, _, sent) = load.count(secs(8), secs(14));
     assert_rate("after the reload", after, sent, 4, 6);
+    // The limit goes away: turnstile abandons the bucket, Envoy asks again on its next request
+    // and is told to allow all.
+    fleet.reload("domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    load.until(secs(21)).await;
+    load.stop();
+    let (admitted, refused, sent) = load.count(secs(17), secs(21));
+    eprintln!("limit removed: {admitted} admitted, {refused} refused of {sent}");
+    assert_eq!(
+        refused, 0,
+        "no limit left, nothing refused ({admitted} of {sent} admitted)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
