@@ -43,6 +43,11 @@ impl QuotaStats {
     }
 
     pub(super) fn render(&self, out: &mut String) {
+        self.render_counters(out);
+        self.render_limits(out);
+    }
+
+    fn render_counters(&self, out: &mut String) {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         for (name, kind, help, c) in [
             (
@@ -88,6 +93,9 @@ impl QuotaStats {
                 load(c)
             );
         }
+    }
+
+    fn render_limits(&self, out: &mut String) {
         let limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
         let families = [
             (
