@@ -1,6 +1,6 @@
 //! Compiles the vendored protos in `proto/` with protox (pure Rust), so a fresh machine needs no
 //! protoc:
-//! - Envoy's rate-limit service protos become a descriptor set for gRPC server reflection; their
+//! - Envoy's rate-limit and rate-limit-quota service protos become a descriptor set for gRPC server reflection; their
 //!   message types come from the `envoy-types` crate.
 //! - envoyproxy/ratelimit's `RateLimitConfig` (the xDS resource Envoy Gateway serves) becomes Rust
 //!   types with prost-build, since no crate ships them.
@@ -11,7 +11,10 @@ fn main() {
     println!("cargo:rerun-if-changed=proto");
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
 
-    let files = ["envoy/service/ratelimit/v3/rls.proto"];
+    let files = [
+        "envoy/service/ratelimit/v3/rls.proto",
+        "envoy/service/rate_limit_quota/v3/rlqs.proto",
+    ];
     let set = protox::compile(files, ["proto"]).expect("compile vendored protos in proto/");
     let bytes = prost::Message::encode_to_vec(&set);
     fs::write(out.join("rls_descriptor.bin"), bytes).expect("write descriptor set");

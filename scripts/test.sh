@@ -21,7 +21,8 @@ cargo test --all-features
 TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features \
     --test grpc --test queue --test algorithms --test backends --test redis \
     --test hostile_limits --test hostile_overload --test hostile_regressions \
-    --test hostile_shutdown --test key_flood --test rate_api --test transport --test local_first
+    --test hostile_shutdown --test key_flood --test rate_api --test transport --test local_first \
+    --test rlqs
 
 # Shutdown loses nothing, a few rounds more (scripts/shutdown-rounds.sh 30 by hand).
 bash scripts/shutdown-rounds.sh 3

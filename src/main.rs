@@ -56,6 +56,10 @@ fn check_config(settings: &Settings) -> ExitCode {
     match Config::load(&settings.config_path, settings.load) {
         Ok(c) => {
             c.describe().iter().for_each(|line| println!("{line}"));
+            // Valid for ShouldRateLimit; only Envoy's quota filter (RLQS) cannot use these.
+            for why in turnstile::quota::refusals(&c) {
+                eprintln!("RLQS: {why}");
+            }
             eprintln!("config OK: {} domain(s)", c.domains.len());
             ExitCode::SUCCESS
         }

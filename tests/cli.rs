@@ -528,3 +528,31 @@ fn invoked_as_ratelimit_serves_from_environment() {
     std::os::unix::fs::symlink(BIN, &exe).expect("symlink ratelimit");
     serve_and_stop(&exe, &[], runtime_env(&t, VALID));
 }
+
+#[test]
+fn check_names_the_limits_rlqs_cannot_enforce() {
+    let t = TempDir::new("check-rlqs");
+    let f = t.write(
+        "limits.yaml",
+        "domain: q
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_window}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 5}
+",
+    );
+    let out = check(&f, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "valid for ShouldRateLimit: {stderr}"
+    );
+    let rlqs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("RLQS: ")).collect();
+    assert_eq!(rlqs.len(), 1, "{stderr}");
+    assert!(
+        rlqs[0].contains("q.user") && rlqs[0].contains("sliding_window"),
+        "{stderr}"
+    );
+}

@@ -96,6 +96,11 @@ async fn the_readme_walkthrough_works_as_written() {
         outs[0]
     );
     assert!(outs[0].contains("grpc.health.v1.Health"), "{}", outs[0]);
+    assert!(
+        outs[0].contains("envoy.service.rate_limit_quota.v3.RateLimitQuotaService"),
+        "RLQS is listed too: {}",
+        outs[0]
+    );
     assert!(outs[1].contains("rpc ShouldRateLimit"), "{}", outs[1]);
     let answer: serde_json::Value = serde_json::from_str(&outs[2]).unwrap();
     // As the README shows (its durationUntilReset depends on the time of day).

@@ -28,7 +28,7 @@ pub fn find<'c>(domain: &'c Domain, entries: &[Entry]) -> Option<Matched<'c>> {
     let mut level: &'c Level = &domain.root;
     let mut path = SmallVec::new();
     for entry in entries {
-        let node = match_level(level, &entry.key, &entry.value)?;
+        let node = step(level, &entry.key, &entry.value)?;
         path.push(node);
         level = &node.children;
     }
@@ -39,7 +39,8 @@ pub fn find<'c>(domain: &'c Domain, entries: &[Entry]) -> Option<Matched<'c>> {
     }
 }
 
-fn match_level<'c>(level: &'c Level, key: &str, value: &str) -> Option<&'c Node> {
+/// One level of [`find`]: the node `key`/`value` matches at `level`, if any.
+pub fn step<'c>(level: &'c Level, key: &str, value: &str) -> Option<&'c Node> {
     let group = level.groups.get(key)?;
     if let Some(n) = group.exact.get(value) {
         return Some(n);

@@ -31,9 +31,11 @@ use tonic_health::ServingStatus;
 
 pub use run::{run, terminated};
 
+use crate::backend::redis::RedisStore;
 use crate::config::watch::{fingerprint, Watched};
 use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine, ShardTask};
+use crate::quota::QuotaHub;
 use crate::service::{AnswerSettings, RateLimiter};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -151,7 +153,7 @@ pub async fn start(
         prometheus,
         resp,
     } = Listeners::bind(settings)?;
-    let (limiter, shard_tasks) = limiter(settings, config, clock).await?;
+    let (limiter, shard_tasks, redis) = limiter(settings, config, clock).await?;
     let tls = (settings.tls.clone())
         .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
         .transpose()
@@ -174,7 +176,14 @@ pub async fn start(
         stop: stop_rx.clone(),
         barrier: barrier.clone(),
     };
-    let grpc = Grpc::new(settings, &limiter, health_service, tls.clone());
+    let grpc = Grpc::new(
+        settings,
+        &limiter,
+        health_service,
+        tls.clone(),
+        QuotaHub::new(limiter.clone(), redis),
+        stop_rx.clone(),
+    );
     let mut threads = Vec::with_capacity(workers + 1);
     let shards = deal(shard_tasks, workers);
     for (w, (listener, mine)) in grpc_listeners.into_iter().zip(shards).enumerate() {
@@ -253,19 +262,20 @@ fn http_servers(
     out
 }
 
-/// The engine (with its store, when Redis is set) and the service on top of it.
+/// The engine (with its store, when Redis is set) and the service on top of it; the Redis
+/// store again, for the RLQS fleet.
 async fn limiter(
     settings: &Settings,
     config: Config,
     clock: Clock,
-) -> Result<(RateLimiter, Vec<ShardTask>), StartError> {
+) -> Result<(RateLimiter, Vec<ShardTask>, Option<Arc<RedisStore>>), StartError> {
+    let mut fleet = None;
     let redis = match &settings.redis {
         None => None,
         Some(r) => {
-            let store = crate::backend::redis::RedisStore::connect(r)
-                .await
-                .map_err(StartError::Redis)?;
-            let store: Arc<dyn crate::limiter::Store> = Arc::new(store);
+            let store = Arc::new(RedisStore::connect(r).await.map_err(StartError::Redis)?);
+            fleet = Some(store.clone());
+            let store: Arc<dyn crate::limiter::Store> = store;
             Some((store, r.policy.clone()))
         }
     };
@@ -289,7 +299,7 @@ async fn limiter(
         request_limits: settings.request_limits,
     };
     let limiter = RateLimiter::new(config, engine, answer, metrics);
-    Ok((limiter, shard_tasks))
+    Ok((limiter, shard_tasks, fleet))
 }
 
 /// Shard `i` goes to worker `i % workers`.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::sync::{watch, Barrier};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -19,17 +20,24 @@ use super::listeners::GrpcListener;
 use super::tls::{self, TlsState};
 use super::{runtime, StartError};
 use crate::limiter::ShardTask;
+use crate::quota::QuotaHub;
 use crate::service::RateLimiter;
 use crate::settings::Settings;
 use crate::transport::grpc::RlsService;
 use crate::transport::layer::RequestLayer;
+use crate::transport::rlqs::RlqsService;
 
-/// The encoded descriptors of the Envoy rate-limit protos, for server reflection.
+/// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server
+/// reflection.
 const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_descriptor.bin"));
 
 /// What every worker serves, the same way.
 pub(super) struct Grpc<H> {
     pub(super) limiter: RateLimiter,
+    /// The RLQS state every worker's quota streams share.
+    pub(super) quota: QuotaHub,
+    /// Turns true when the server stops; RLQS streams end on it.
+    pub(super) stop: watch::Receiver<bool>,
     pub(super) health: HealthServer<H>,
     pub(super) max_message_bytes: usize,
     pub(super) max_age: Duration,
@@ -45,9 +53,13 @@ impl<H> Grpc<H> {
         limiter: &RateLimiter,
         health: HealthServer<H>,
         tls: Option<Arc<TlsState>>,
+        quota: QuotaHub,
+        stop: watch::Receiver<bool>,
     ) -> Grpc<H> {
         Grpc {
             limiter: limiter.clone(),
+            quota,
+            stop,
             health,
             max_message_bytes: settings.request_limits.max_message_bytes,
             max_age: settings.grpc_max_connection_age,
@@ -65,11 +77,14 @@ pub(super) struct Stopping {
     pub(super) barrier: Arc<Barrier>,
 }
 
-/// The gRPC services every worker serves: the rate-limit service, health, reflection (v1 and
-/// v1alpha, for grpcurl), behind the per-call layer.
+/// The gRPC services every worker serves: the rate-limit service, the rate-limit quota service
+/// (RLQS), health, reflection (v1 and v1alpha, for grpcurl), behind the per-call layer.
 fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer, Identity>> {
     let rls = RateLimitServiceServer::new(RlsService::new(grpc.limiter.clone()))
         .max_decoding_message_size(grpc.max_message_bytes);
+    let rlqs =
+        RateLimitQuotaServiceServer::new(RlqsService::new(grpc.quota.clone(), grpc.stop.clone()))
+            .max_decoding_message_size(grpc.max_message_bytes);
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
         b.register_encoded_file_descriptor_set(RLS_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -90,6 +105,7 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer, Identity>> {
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(rls)
+        .add_service(rlqs)
 }
 
 /// Starts worker `w` on its own thread.

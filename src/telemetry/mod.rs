@@ -4,6 +4,7 @@
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
+pub mod quota;
 mod render;
 pub mod throttle;
 pub mod trace;
@@ -19,6 +20,7 @@ use crate::limiter::ShardStats;
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable};
+pub use quota::{QuotaLimit, QuotaStats};
 pub use throttle::ThrottleStats;
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
@@ -52,6 +54,8 @@ pub struct Metrics {
     pub throttle: ThrottleStats,
     /// envoyproxy/ratelimit's per-limit stats, by stat key.
     pub limit_stats: LimitStatsTable,
+    /// The RLQS streams and the shares of their limits.
+    pub quota: QuotaStats,
 }
 
 impl Default for Metrics {
@@ -74,6 +78,7 @@ impl Default for Metrics {
             tls_reload_error: AtomicU64::new(0),
             throttle: ThrottleStats::default(),
             limit_stats: LimitStatsTable::default(),
+            quota: QuotaStats::default(),
         }
     }
 }

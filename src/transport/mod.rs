@@ -1,4 +1,5 @@
-//! Thin adapters from the wire to the service: gRPC (`grpc`, with its per-call `layer`), HTTP
+//! Thin adapters from the wire to the service: gRPC (`grpc`, with its per-call `layer`; `rlqs`,
+//! the quota streams), HTTP
 //! (`http`: health, `/json`, `/rate`, `/throttle`, debug and metrics) and ThrottleCrab's Redis
 //! protocol (`resp`).
 
@@ -6,3 +7,4 @@ pub mod grpc;
 pub mod http;
 pub mod layer;
 pub mod resp;
+pub mod rlqs;

@@ -1,11 +1,12 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
 //! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
-//! Redis (`redis`), a temp dir (`tempdir`).
+//! Redis (`redis`), a temp dir (`tempdir`), Envoys with the RLQS filter and paced load (`rlqs`).
 #![allow(dead_code, unreachable_pub)]
 
 pub mod backend;
 pub mod envoy;
 pub mod redis;
+pub mod rlqs;
 pub mod tempdir;
 
 use std::sync::Arc;

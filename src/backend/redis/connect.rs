@@ -218,6 +218,7 @@ impl RedisStore {
             per_second,
             prefix: s.prefix.clone(),
             jitter_max_secs: s.jitter_max_secs,
+            fleet_deadline: deadline.max(Duration::from_secs(1)),
         })
     }
 }
@@ -312,6 +313,32 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
         ));
     }
     Ok(values)
+}
+
+/// Sends one pipeline whose keys share one slot over `conn`; answers the raw replies.
+pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, String> {
+    match conn {
+        Conn::Single(mut m) => pipe.query_async(&mut m).await.map_err(|e| e.to_string()),
+        Conn::Cluster(mut c) => pipe.query_async(&mut c).await.map_err(|e| e.to_string()),
+        Conn::Sentinel(s) => {
+            let mut g = s.lock().await;
+            if g.1.is_none() {
+                g.1 = Some(
+                    g.0.get_async_connection()
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let mut c = g.1.clone().expect("connected");
+            drop(g);
+            let r = pipe.query_async(&mut c).await;
+            if r.is_err() {
+                // The master may have moved: ask the sentinels again next time.
+                s.lock().await.1 = None;
+            }
+            r.map_err(|e| e.to_string())
+        }
+    }
 }
 
 async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {

@@ -2,6 +2,7 @@
 
 mod connect;
 mod decode;
+pub mod fleet;
 mod scripts;
 mod settings;
 
@@ -20,6 +21,8 @@ pub struct RedisStore {
     per_second: Option<Deployment>,
     prefix: String,
     jitter_max_secs: u64,
+    /// How long an RLQS demand exchange may take (not on the request path: a second at least).
+    fleet_deadline: Duration,
 }
 
 /// Commands with their place in the batch.

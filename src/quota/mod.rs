@@ -1,0 +1,17 @@
+//! Rate Limit Quota Service (RLQS): Envoys enforce quota assignments locally and report usage;
+//! turnstile splits each limit among the Envoys that use it, max-min fairly by demand.
+//!
+//! `bucket` maps a reported bucket onto a limit of the config tree, `share` splits a limit,
+//! `assign` turns a share into what Envoy 1.40 enforces, `book` keeps every stream's buckets and
+//! decides what to send when (pure, time as a parameter), and `hub` is the process-wide handle
+//! the gRPC streams of every worker share.
+
+pub mod assign;
+pub mod book;
+pub mod bucket;
+pub mod hub;
+pub mod share;
+
+pub use book::{Book, LimitView, Outbox, StreamId, Usage};
+pub use bucket::refusals;
+pub use hub::QuotaHub;
