@@ -100,32 +100,43 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
     }))
 }
 
+/// A single Redis: one connection to check the address and password now; the shards make
+/// theirs (see [`Home`]).
+async fn single(
+    t: &RedisTarget,
+    certs: Option<redis::TlsCertificates>,
+    deadline: Duration,
+) -> Result<(Conn, Home), String> {
+    let url = url_of(t, &t.url);
+    let client = match certs {
+        Some(c) => redis::Client::build_with_tls(url, c),
+        None => redis::Client::open(url),
+    }
+    .map_err(|e| format!("REDIS_URL: {e}"))?;
+    let cfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
+        .set_response_timeout(Some(deadline))
+        .set_number_of_retries(1);
+    let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
+        .await
+        .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+    let home = Home {
+        client,
+        config: cfg,
+        slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
+    };
+    Ok((Conn::Single(m), home))
+}
+
 async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, String> {
     let mut conns = Vec::with_capacity(t.pool_size);
     let mut home = None;
     let certs = certificates(t)?;
     match t.kind {
         RedisType::Single => {
-            let url = url_of(t, &t.url);
-            let client = match certs {
-                Some(c) => redis::Client::build_with_tls(url, c),
-                None => redis::Client::open(url),
-            }
-            .map_err(|e| format!("REDIS_URL: {e}"))?;
-            let cfg = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(deadline.max(Duration::from_millis(500))))
-                .set_response_timeout(Some(deadline))
-                .set_number_of_retries(1);
-            // One connection to check the address and password now; the shards make theirs.
-            let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
-                .await
-                .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
-            conns.push(Conn::Single(m));
-            home = Some(Home {
-                client,
-                config: cfg,
-                slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
-            });
+            let (first, h) = single(t, certs, deadline).await?;
+            conns.push(first);
+            home = Some(h);
         }
         RedisType::Cluster => {
             let nodes: Vec<String> = t.url.split(',').map(|h| url_of(t, h.trim())).collect();
