@@ -4,8 +4,10 @@
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
+mod reloads;
 mod render;
 pub mod throttle;
+pub mod top;
 pub mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +21,9 @@ use crate::limiter::ShardStats;
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable};
+pub use reloads::{ConfigLoad, ReloadLog};
 pub use throttle::ThrottleStats;
+pub use top::{BoundTop, TopTable};
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
@@ -52,6 +56,10 @@ pub struct Metrics {
     pub throttle: ThrottleStats,
     /// envoyproxy/ratelimit's per-limit stats, by stat key.
     pub limit_stats: LimitStatsTable,
+    /// Heavy hitters per limit, by stat key.
+    pub top: TopTable,
+    /// What the last config loads did, for the status page.
+    pub reloads: ReloadLog,
 }
 
 impl Default for Metrics {
@@ -74,6 +82,8 @@ impl Default for Metrics {
             tls_reload_error: AtomicU64::new(0),
             throttle: ThrottleStats::default(),
             limit_stats: LimitStatsTable::default(),
+            top: TopTable::default(),
+            reloads: ReloadLog::default(),
         }
     }
 }
@@ -89,6 +99,12 @@ impl Metrics {
     /// With room for `cap` `detailed_metric` series.
     pub fn with_max_detailed_series(mut self, cap: usize) -> Metrics {
         self.detailed = DetailedSeries::new(cap);
+        self
+    }
+
+    /// With lists of `n` heavy hitters per limit (0: none kept).
+    pub fn with_top_n(mut self, n: usize) -> Metrics {
+        self.top = TopTable::new(n);
         self
     }
 
