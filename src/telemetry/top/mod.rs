@@ -73,27 +73,28 @@ impl Tables {
 /// One stripe: the current window and the previous one.
 #[derive(Debug)]
 struct Stripe {
-    /// The window `current` counts: seconds / [`WINDOW_SECS`].
-    window: u64,
+    /// The window `current` counts: [`WINDOW_SECS`] seconds from `from` (a multiple of it).
+    from: u64,
     current: Tables,
     previous: Tables,
 }
 
 impl Stripe {
-    /// Turns the windows over to the one holding `now_s`.
+    /// Turns the windows over to the one holding `now_s` (a compare on the hot path; the
+    /// division only once a window).
     fn turn(&mut self, now_s: u64) {
-        let w = now_s / WINDOW_SECS;
-        if w == self.window {
+        if now_s >= self.from && now_s - self.from < WINDOW_SECS {
             return;
         }
-        if w == self.window + 1 {
+        let from = now_s - now_s % WINDOW_SECS;
+        if from == self.from + WINDOW_SECS {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.clear();
         } else {
             self.current.clear();
             self.previous.clear();
         }
-        self.window = w;
+        self.from = from;
     }
 }
 
@@ -108,7 +109,7 @@ impl LimitTop {
         LimitTop {
             stripes: std::array::from_fn(|_| {
                 Mutex::new(Stripe {
-                    window: 0,
+                    from: 0,
                     current: Tables::new(cap),
                     previous: Tables::new(cap),
                 })
@@ -163,14 +164,14 @@ impl LimitTop {
         }
     }
 
-    /// Slots holding memory, over every stripe, window and table.
-    pub fn allocated_slots(&self) -> usize {
+    /// Bytes held, over every stripe, window and table.
+    pub fn allocated_bytes(&self) -> usize {
         (self.stripes.iter())
             .map(|s| {
                 let s = s.lock().unwrap_or_else(|p| p.into_inner());
                 [&s.current, &s.previous]
                     .iter()
-                    .map(|t| t.hits.allocated() + t.over.allocated())
+                    .map(|t| t.hits.allocated_bytes() + t.over.allocated_bytes())
                     .sum::<usize>()
             })
             .sum()

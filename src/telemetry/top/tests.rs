@@ -186,14 +186,16 @@ fn a_key_flood_stays_bounded_and_the_heavy_hitter_stays_on_top() {
         }
     }
     let top = bound.of(n).unwrap();
-    // Two windows × two tables × every stripe, each 2 × top_n slots and a hash index of
-    // room for twice that (rounded up to a power of two).
-    let per_table = 2 * top_n + (4 * top_n * 8 / 7).next_power_of_two();
-    let bound_slots = 2 * 2 * STRIPES * per_table;
+    // Two windows × two tables × every stripe, each of 2 × top_n slots.
+    let most = 2 * 2 * STRIPES * sketch::SpaceSaving::max_bytes(2 * top_n);
     assert!(
-        top.allocated_slots() <= bound_slots,
-        "{}",
-        top.allocated_slots()
+        top.allocated_bytes() <= most,
+        "{} > {most}",
+        top.allocated_bytes()
+    );
+    assert!(
+        most < 1 << 20,
+        "a limit holds under a MiB at the default: {most}"
     );
     let lists = top.lists(table.now_s(), top_n);
     assert_eq!(lists.by_hits[0].value, "remote_address=203.0.113.7");
