@@ -33,6 +33,7 @@ descriptors:
 ";
 
 const LIMITED: &str = "203.0.113.9";
+const INJECTED: &str = "<b id=\"injected\">x</b>";
 
 /// Chromium, headless, as root in a container (no sandbox), with its own profile directory.
 fn chromium(profile: &Path, args: &[&str]) -> String {
@@ -106,6 +107,10 @@ async fn chromium_shows_the_client_over_its_limit_on_the_status_page() {
         over += usize::from(r.overall_code == OVER);
     }
     assert_eq!(over, 40);
+    // Descriptor values are client input: one that looks like markup must show as text.
+    for _ in 0..21 {
+        s.call(one("web", &[("remote_address", INJECTED)])).await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = background_traffic(&s, stop.clone());
     let url = format!("http://{}/", s.running().debug_addr.unwrap());
@@ -147,6 +152,11 @@ async fn chromium_shows_the_client_over_its_limit_on_the_status_page() {
         "at least the 40 refusals before the page loaded: {first_row}"
     );
     assert!(dom.contains("web.remote_address") && dom.contains("api.api_key"));
+    assert!(
+        dom.contains("remote_address=&lt;b id=\"injected\"&gt;x&lt;/b&gt;")
+            && !dom.contains(INJECTED),
+        "a value is shown as text, never parsed as HTML"
+    );
 
     let shots = tokio::task::spawn_blocking(move || {
         for (size, file) in [("1280,900", &laptop), ("390,844", &phone)] {
