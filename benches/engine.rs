@@ -17,8 +17,11 @@
 //! - `state_eval`: `State::eval` alone, per algorithm: the counting maths, the ceiling.
 //! - `service_decide`: `RateLimiter::decide` (validation, matching, key building, engine,
 //!   answer) against `benches/load/bench.conf.yaml`, for the load harness's request mixes. Each
-//!   call clones the request (as decoding would allocate it).
+//!   call clones the request (as decoding would allocate it). Heavy hitters are kept as the
+//!   server keeps them (20 per limit); the `*_no_top` rows turn them off (`TURNSTILE_TOP_N=0`),
+//!   so the difference is their cost. `distinct` sends a new value every call (a key flood).
 
+use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,7 +39,7 @@ use turnstile::config::{Algorithm, Config, LoadOptions};
 use turnstile::descriptor::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, RateLimiter, RequestLimits};
-use turnstile::telemetry::Metrics;
+use turnstile::telemetry::{Metrics, TopTable};
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
 #[global_allocator]
@@ -315,8 +318,9 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
-fn service_decide(c: &mut Criterion) {
-    let mut g = c.benchmark_group("service_decide");
+/// The limiter `service_decide` runs against: one shard on the caller's thread, heavy hitters
+/// kept for `top_n` values per limit (the server's default is 20; 0 keeps none).
+fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
     let yaml = include_str!("load/bench.conf.yaml").to_owned();
     let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
         .expect("bench config");
@@ -329,8 +333,13 @@ fn service_decide(c: &mut Criterion) {
             global_shadow_mode: false,
             request_limits: RequestLimits::default(),
         },
-        Arc::new(Metrics::new(0.8)),
+        Arc::new(Metrics::new(0.8).with_top_n(top_n)),
     );
+    (rt, limiter)
+}
+
+fn service_decide(c: &mut Criterion) {
+    let mut g = c.benchmark_group("service_decide");
     let mixes: [(&str, Vec<RateLimitDescriptor>, Code); 3] = [
         ("one", vec![descriptor(&[("api_key", "k1")])], Code::Ok),
         (
@@ -349,20 +358,51 @@ fn service_decide(c: &mut Criterion) {
             Code::OverLimit,
         ),
     ];
-    for (name, descriptors, want) in mixes {
-        g.throughput(Throughput::Elements(descriptors.len() as u64));
-        let req = RateLimitRequest {
+    // Each mix as the server runs it (heavy hitters on, 20 per limit) and without them, one
+    // right after the other so that a change in the machine's load falls on both alike.
+    let limiters = [("", bench_limiter(20)), ("_no_top", bench_limiter(0))];
+    for (name, descriptors, want) in &mixes {
+        for (suffix, (rt, limiter)) in &limiters {
+            g.throughput(Throughput::Elements(descriptors.len() as u64));
+            let req = RateLimitRequest {
+                domain: "bench".into(),
+                descriptors: descriptors.clone(),
+                hits_addend: 0,
+            };
+            let check = rt.block_on(limiter.decide(req.clone())).expect("decide");
+            assert_eq!(check.overall_code, *want as i32, "mix {name}");
+            g.bench_function(format!("{name}{suffix}"), |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            black_box(limiter.decide(req.clone()).await.expect("decide"));
+                        }
+                        start.elapsed()
+                    })
+                })
+            });
+        }
+    }
+    // A flood of distinct values (a new `api_key` each call, from a million): every value is
+    // new to the heavy hitters, which then evict the lightest slot.
+    for (suffix, (rt, limiter)) in &limiters {
+        let mut req = RateLimitRequest {
             domain: "bench".into(),
-            descriptors,
+            descriptors: vec![descriptor(&[("api_key", "k0")])],
             hits_addend: 0,
         };
-        let check = rt.block_on(limiter.decide(req.clone())).expect("decide");
-        assert_eq!(check.overall_code, want as i32, "mix {name}");
-        g.bench_function(name, |b| {
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(format!("distinct{suffix}"), |b| {
+            let mut i = 0usize;
             b.iter_custom(|iters| {
                 rt.block_on(async {
                     let start = Instant::now();
                     for _ in 0..iters {
+                        i = (i + 1) % DISTINCT;
+                        let value = &mut req.descriptors[0].entries[0].value;
+                        value.clear();
+                        let _ = write!(value, "k{i}");
                         black_box(limiter.decide(req.clone()).await.expect("decide"));
                     }
                     start.elapsed()
@@ -373,8 +413,49 @@ fn service_decide(c: &mut Criterion) {
     g.finish();
 }
 
+/// `BoundTop::record` alone, as the answer calls it once per descriptor: a value already
+/// tracked, one over its limit, and a new value every call (a flood, evicting).
+fn top_record(c: &mut Criterion) {
+    let mut g = c.benchmark_group("top_record");
+    let yaml = include_str!("load/bench.conf.yaml").to_owned();
+    let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
+        .expect("bench config");
+    let table = TopTable::new(20);
+    let bound = table.bind(&config);
+    let mut node = None;
+    config.for_each_node(&mut |n| {
+        if n.stat_key == "bench.remote_address" {
+            node = Some(n);
+        }
+    });
+    let node = node.expect("bench.remote_address");
+    let mut entries = vec![Entry {
+        key: "remote_address".into(),
+        value: "10.0.0.1".into(),
+    }];
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("tracked", |b| {
+        b.iter(|| bound.record(node, black_box(&entries), 1, false))
+    });
+    g.bench_function("tracked_over", |b| {
+        b.iter(|| bound.record(node, black_box(&entries), 1, true))
+    });
+    let mut i = 0usize;
+    g.bench_function("distinct", |b| {
+        b.iter(|| {
+            i = (i + 1) % DISTINCT;
+            let value = &mut entries[0].value;
+            value.clear();
+            let _ = write!(value, "10.{}.{}", i >> 8, i & 255);
+            bound.record(node, black_box(&entries), 1, false)
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    top_record,
     engine_decide,
     engine_concurrent,
     state_eval,

@@ -9,6 +9,7 @@
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
 #   promtool               apt  prometheus (checks examples/prometheus/alerts.yaml)
+#   chromium               apt  chromium (headless: loads the debug port's status page, tests/ops_status_page.rs)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
 #
@@ -135,6 +136,7 @@ have h2load || apt_packages+=("nghttp2-client")
 have protoc || apt_packages+=("protobuf-compiler")
 have openssl || apt_packages+=("openssl")
 have promtool || apt_packages+=("prometheus")
+have chromium || apt_packages+=("chromium")
 # Redis client libraries the RESP transport is tested with (tests/clients/).
 python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
 have node && have npm || apt_packages+=("nodejs" "npm")
@@ -165,7 +167,7 @@ if [ "${#pip_packages[@]}" -gt 0 ]; then
   installed+=("pip: ${pip_packages[*]}")
 fi
 
-for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool node npm; do
+for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool chromium node npm; do
   have "$tool" || missing_after+=("$tool")
 done
 node_clients || missing_after+=("tests/clients/node_modules")

@@ -224,7 +224,20 @@ async fn good_reload_goes_live_and_keeps_stats_and_counters() {
         Some(2.0),
         "{m}"
     );
+    // So do the heavy hitters, bound by stat key like the stats.
+    let top = debug_json(&r, "/debug/top?limit=shop.a").await;
+    let a = &top["limits"][0]["by_hits"][0];
+    assert_eq!(
+        (a["value"].as_str(), a["hits"].as_u64()),
+        (Some("a=x"), Some(4)),
+        "{top}"
+    );
     r.shutdown().await;
+}
+
+async fn debug_json(r: &Running, path: &str) -> serde_json::Value {
+    let body = get(format!("http://{}{path}", r.debug_addr.unwrap())).await;
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
 #[tokio::test]
@@ -246,6 +259,16 @@ async fn bad_reload_is_refused_and_the_old_config_still_answers() {
     let resp = call(&r, "shop", "a", "x").await;
     assert_eq!(limit(&resp), Some(10));
     assert_eq!(resp.statuses[0].limit_remaining, 9);
+    // The status page's source says which load was refused and why, and what stays live.
+    let status = debug_json(&r, "/debug/status").await;
+    let config = &status["config"];
+    let error = config["last_attempt"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("fortnight"), "{config}");
+    assert_eq!(config["live"]["error"], serde_json::Value::Null, "{config}");
+    assert_eq!(
+        (config["loads"].as_u64(), config["load_errors"].as_u64()),
+        (Some(1), Some(1))
+    );
 
     // Fixed, it loads.
     write(&dir.join("limits.yaml"), V2);

@@ -157,6 +157,18 @@ fn tracing_settings() {
 }
 
 #[test]
+fn heavy_hitters_per_limit_default_to_20_and_are_bounded() {
+    assert_eq!(ok(&[]).top_n, 20);
+    assert_eq!(ok(&[("TURNSTILE_TOP_N", "0")]).top_n, 0);
+    assert_eq!(ok(&[("TURNSTILE_TOP_N", "50")]).top_n, 50);
+    let e = err(&[("TURNSTILE_TOP_N", "5000")]);
+    assert!(
+        e.contains("TURNSTILE_TOP_N") && e.contains("from 0 to 1000"),
+        "{e}"
+    );
+}
+
+#[test]
 fn refusals_and_warnings() {
     assert!(err(&[("PROMETHEUS_ADDR", "9090")]).contains("PROMETHEUS_ADDR"));
     assert!(err(&[("PROMETHEUS_PATH", "metrics")]).contains("PROMETHEUS_PATH"));

@@ -339,7 +339,9 @@ fn fast_breaker(redis: &Redis, mode: &str) -> Vec<(String, String)> {
 #[tokio::test]
 async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
     let mut redis = Redis::start();
-    let s = TestServer::start_env(CONFIG, fast_breaker(&redis, "fallback")).await;
+    let debug_port = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let s =
+        TestServer::start_env(CONFIG, with(fast_breaker(&redis, "fallback"), &debug_port)).await;
     let run = |n: usize| {
         let client = s.client.clone();
         async move {
@@ -386,6 +388,19 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
         .unwrap();
     assert_eq!(health.status(), 200, "still answering, so still healthy");
     assert!(health.text().await.unwrap().contains("breaker open"));
+    // The status page's source shows it per shard.
+    let status: serde_json::Value = reqwest::get(format!(
+        "http://{}/debug/status",
+        s.running().debug_addr.unwrap()
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(status["backend"], "redis");
+    let shards = status["shards"].as_array().unwrap();
+    assert!(shards.iter().any(|x| x["breaker"] == "open"), "{shards:?}");
     assert!(
         s.running()
             .limiter

@@ -52,6 +52,7 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                 if let Some((settings, gate)) = admin.xds {
                     tasks.extend(run_xds(settings, gate, &admin.limiter, &stop));
                 }
+                tasks.push(tokio::spawn(tick_top(admin.limiter.clone(), stop.clone())));
                 for (what, listener, router) in admin.http {
                     tasks.push(tokio::spawn(serve_http(
                         what,
@@ -79,6 +80,18 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
             })
         })
         .map_err(StartError::Runtime)
+}
+
+/// Moves the heavy hitters' coarse clock every second, so values are stamped and windows
+/// turn over without the hot path reading the clock.
+async fn tick_top(limiter: RateLimiter, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = every.tick() => limiter.metrics().top.tick(limiter.engine().clock().now()),
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 async fn serve_resp(

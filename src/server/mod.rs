@@ -250,7 +250,11 @@ fn http_servers(
     };
     let mut out = vec![("HTTP", port, http::router(state))];
     if let Some(l) = debug {
-        out.push(("debug", l, http::debug_router(limiter.clone())));
+        let state = http::DebugState {
+            limiter: limiter.clone(),
+            redis: settings.redis.is_some(),
+        };
+        out.push(("debug", l, http::debug_router(state)));
     }
     if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
         out.push((
@@ -289,8 +293,13 @@ async fn limiter(
     );
     let metrics = Arc::new(
         Metrics::new(settings.near_limit_ratio)
-            .with_max_detailed_series(settings.max_detailed_series),
+            .with_max_detailed_series(settings.max_detailed_series)
+            .with_top_n(settings.top_n),
     );
+    if settings.xds.is_none() {
+        let source = settings.config_path.display().to_string();
+        metrics.reloads.record_now(&source, None);
+    }
     let _ = metrics.shards.set(engine.stats().to_vec());
     metrics.config_loaded();
     let answer = AnswerSettings {

@@ -18,6 +18,7 @@ pub(super) fn apply(
         Ok(config) => {
             let domains = config.domains.len();
             limiter.install(config);
+            limiter.metrics().reloads.record_now(source, None);
             tracing::info!(source, domains, "config reloaded");
             Ok(())
         }
@@ -26,6 +27,7 @@ pub(super) fn apply(
                 .metrics()
                 .config_load_error
                 .fetch_add(1, Ordering::Relaxed);
+            (limiter.metrics().reloads).record_now(source, Some(e.to_string()));
             tracing::error!(
                 source,
                 error = %e,

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::plan::{hits_of, Applied, Plan};
 use crate::limiter::{refuses, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, Metrics, Verdict};
+use crate::telemetry::{BoundStats, BoundTop, Metrics, Verdict};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
@@ -39,6 +39,7 @@ pub struct AnswerSettings {
 pub(super) struct Counting<'a> {
     pub(super) metrics: &'a Metrics,
     pub(super) stats: &'a BoundStats,
+    pub(super) top: &'a BoundTop,
 }
 
 /// Statuses in descriptor order, every one OK until a limit says otherwise.
@@ -129,7 +130,8 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
 
 /// Counts descriptor `i`'s verdict: in its limit's stats, or in per-value series when the
 /// node asks for them (`detailed_metric` names every value, `value_to_metric` the values of
-/// the levels that ask), which live in a capped map of their own.
+/// the levels that ask), which live in a capped map of their own; and in its limit's heavy
+/// hitters, by the descriptor's values (Envoy's `limit` overrides have no node: not there).
 fn count(
     req: &RateLimitRequest,
     plan: &Plan<'_>,
@@ -163,6 +165,10 @@ fn count(
         remaining: out.remaining,
         limit: a.limit.requests_per_unit(),
     };
+    if let Some(m) = matched {
+        let entries = &req.descriptors[i].entries;
+        c.top.record(m.node(), entries, hits, counted_over);
+    }
     if values == 0 {
         c.metrics
             .record(matched.map(|m| c.stats.of(m.node())), verdict);

@@ -21,13 +21,24 @@ pub use validate::{validate, RequestLimits};
 
 use crate::config::Config;
 use crate::limiter::Engine;
-use crate::telemetry::{BoundStats, Metrics};
+use crate::telemetry::{BoundStats, BoundTop, Metrics};
 
-/// The limits being served: a config and its limits' stats, swapped together.
+/// The limits being served: a config, its limits' stats and heavy hitters, swapped together.
 #[derive(Debug, Default)]
 pub struct Live {
     pub config: Config,
     pub stats: BoundStats,
+    pub top: BoundTop,
+}
+
+impl Live {
+    fn bind(config: Config, metrics: &Metrics) -> Live {
+        Live {
+            stats: metrics.limit_stats.bind(&config),
+            top: metrics.top.bind(&config),
+            config,
+        }
+    }
 }
 
 /// A cheap `Clone` handle: the live limits, the engine, and how to answer.
@@ -46,9 +57,9 @@ impl RateLimiter {
         answer: AnswerSettings,
         metrics: Arc<Metrics>,
     ) -> RateLimiter {
-        let stats = metrics.limit_stats.bind(&config);
+        metrics.top.tick(engine.clock().now());
         RateLimiter {
-            live: Arc::new(ArcSwap::from_pointee(Live { config, stats })),
+            live: Arc::new(ArcSwap::from_pointee(Live::bind(config, &metrics))),
             engine,
             answer: Arc::new(answer),
             metrics,
@@ -69,10 +80,9 @@ impl RateLimiter {
     }
 
     /// Puts `config` live, from files or xDS alike: each limit keeps the stats its stat key had,
-    /// so counters survive without being copied; the load is counted.
+    /// and heavy hitters, so they survive without being copied; the load is counted.
     pub fn install(&self, config: Config) {
-        let stats = self.metrics.limit_stats.bind(&config);
-        self.live.store(Arc::new(Live { config, stats }));
+        self.live.store(Arc::new(Live::bind(config, &self.metrics)));
         self.metrics.config_loaded();
     }
 
@@ -97,6 +107,7 @@ impl RateLimiter {
         let counting = answer::Counting {
             metrics: &self.metrics,
             stats: &live.stats,
+            top: &live.top,
         };
         Ok(answer::answer(
             &req,

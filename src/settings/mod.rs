@@ -18,6 +18,7 @@ use crate::backend::redis::RedisSettings;
 use crate::config::xds::XdsSettings;
 use crate::config::LoadOptions;
 use crate::service::{HeaderNames, RequestLimits, ThrottleLimits};
+use crate::telemetry::top::DEFAULT_TOP_N;
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
 
@@ -96,6 +97,9 @@ pub struct Settings {
     /// `TURNSTILE_MAX_DETAILED_SERIES` (default 10000): per-value series that `detailed_metric`
     /// may create; values beyond it are counted together, so memory stays bounded.
     pub max_detailed_series: usize,
+    /// `TURNSTILE_TOP_N` (default 20, at most 1000, 0 turns it off): heavy hitters listed per
+    /// limit by `/debug/top` and the status page; memory per limit grows with it.
+    pub top_n: usize,
     /// `GRPC_MAX_CONNECTION_AGE` (24h): a gRPC connection older than this is sent a GOAWAY, so
     /// Envoy reconnects and load spreads over new replicas.
     pub grpc_max_connection_age: Duration,
@@ -184,6 +188,7 @@ impl Settings {
             log: sections::log(&env),
             tracing: sections::tracing(&env)?,
             max_detailed_series: env.number("TURNSTILE_MAX_DETAILED_SERIES", 10_000usize)?,
+            top_n: env.number_in("TURNSTILE_TOP_N", DEFAULT_TOP_N as u64, 0, 1000)? as usize,
             grpc_max_connection_age: env
                 .duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
             grpc_max_connection_age_grace: env

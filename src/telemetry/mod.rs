@@ -5,8 +5,10 @@ pub mod detailed;
 pub mod histogram;
 mod limit_stats;
 pub mod quota;
+mod reloads;
 mod render;
 pub mod throttle;
+pub mod top;
 pub mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +23,9 @@ pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable};
 pub use quota::{QuotaLimit, QuotaStats};
+pub use reloads::{ConfigLoad, ReloadLog};
 pub use throttle::ThrottleStats;
+pub use top::{BoundTop, TopTable};
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
@@ -56,6 +60,10 @@ pub struct Metrics {
     pub limit_stats: LimitStatsTable,
     /// The RLQS streams and the shares of their limits.
     pub quota: QuotaStats,
+    /// Heavy hitters per limit, by stat key.
+    pub top: TopTable,
+    /// What the last config loads did, for the status page.
+    pub reloads: ReloadLog,
 }
 
 impl Default for Metrics {
@@ -79,6 +87,8 @@ impl Default for Metrics {
             throttle: ThrottleStats::default(),
             limit_stats: LimitStatsTable::default(),
             quota: QuotaStats::default(),
+            top: TopTable::default(),
+            reloads: ReloadLog::default(),
         }
     }
 }
@@ -94,6 +104,12 @@ impl Metrics {
     /// With room for `cap` `detailed_metric` series.
     pub fn with_max_detailed_series(mut self, cap: usize) -> Metrics {
         self.detailed = DetailedSeries::new(cap);
+        self
+    }
+
+    /// With lists of `n` heavy hitters per limit (0: none kept).
+    pub fn with_top_n(mut self, n: usize) -> Metrics {
+        self.top = TopTable::new(n);
         self
     }
 

@@ -68,6 +68,24 @@ impl TestServer {
         yaml: &str,
         env: Vec<(String, String)>,
     ) -> Result<TestServer, String> {
+        Self::try_start_files(&[("test.yaml", yaml)], env).await
+    }
+
+    /// Starts with a config of several files (one domain each), `(name, YAML)`.
+    pub async fn start_files(files: &[(&str, &str)], env: &[(&str, &str)]) -> TestServer {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::try_start_files(files, env)
+            .await
+            .expect("server starts")
+    }
+
+    async fn try_start_files(
+        files: &[(&str, &str)],
+        env: Vec<(String, String)>,
+    ) -> Result<TestServer, String> {
         let mut settings =
             Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
                 .expect("valid test settings");
@@ -84,8 +102,10 @@ impl TestServer {
         if !env.iter().any(|(k, _)| k == "TURNSTILE_WORKERS") {
             (settings.workers, settings.shards) = layout();
         }
-        let config = Config::from_sources(&[("test.yaml".into(), yaml.into())], settings.load)
-            .expect("valid test config");
+        let sources: Vec<(String, String)> = (files.iter())
+            .map(|(n, y)| (n.to_string(), y.to_string()))
+            .collect();
+        let config = Config::from_sources(&sources, settings.load).expect("valid test config");
         let (clock, manual) = Clock::manual(T0);
         let running = server::start(&settings, config, clock)
             .await

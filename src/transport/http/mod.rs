@@ -3,6 +3,7 @@
 
 mod json;
 mod rate;
+mod status;
 mod throttle;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,17 +37,31 @@ impl FromRef<HttpState> for RateLimiter {
     }
 }
 
-const ENDPOINTS: &str = "/rlconfig: print out the currently loaded configuration for debugging\n\
-                         /metrics: Prometheus exposition of the service's metrics\n";
+/// What the debug port's handlers share.
+#[derive(Clone)]
+pub struct DebugState {
+    pub limiter: RateLimiter,
+    /// Whether counters live in Redis (the status page shows its breaker then).
+    pub redis: bool,
+}
 
-/// The debug port (`DEBUG_HOST:DEBUG_PORT`, as envoyproxy/ratelimit's): `/` lists the
-/// endpoints, `/rlconfig` every loaded limit one per line, `/metrics` the metrics.
-pub fn debug_router(limiter: RateLimiter) -> Router {
+impl FromRef<DebugState> for RateLimiter {
+    fn from_ref(s: &DebugState) -> RateLimiter {
+        s.limiter.clone()
+    }
+}
+
+/// The debug port (`DEBUG_HOST:DEBUG_PORT`, as envoyproxy/ratelimit's): `/` the status page
+/// for browsers and the list of endpoints for other clients, `/rlconfig` every loaded limit
+/// one per line, `/metrics` the metrics, `/debug/top` and `/debug/status` what the page shows.
+pub fn debug_router(state: DebugState) -> Router {
     Router::new()
-        .route("/", get(|| async { ENDPOINTS }))
+        .route("/", get(status::root))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
-        .with_state(limiter)
+        .route("/debug/top", get(status::top))
+        .route("/debug/status", get(status::status))
+        .with_state(state)
 }
 
 /// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): the exposition alone, at `path`.

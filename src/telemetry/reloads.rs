@@ -1,0 +1,67 @@
+//! The last config loads, from files or xDS, as the status page shows them: which source,
+//! when, and the error when one was refused.
+
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// One config load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigLoad {
+    /// A path, or "xDS".
+    pub source: String,
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    /// Why the config was refused (the previous one stayed live); none when it went live.
+    pub error: Option<String>,
+}
+
+/// The last load that went live and the last attempt, whatever its result.
+#[derive(Debug, Default)]
+pub struct ReloadLog {
+    last: Mutex<(Option<ConfigLoad>, Option<ConfigLoad>)>,
+}
+
+impl ReloadLog {
+    /// Records a load from `source` at `at` (Unix seconds): live, or refused with `error`.
+    pub fn record(&self, source: &str, at: u64, error: Option<String>) {
+        let load = ConfigLoad {
+            source: source.to_owned(),
+            at,
+            error,
+        };
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if load.error.is_none() {
+            last.0 = Some(load.clone());
+        }
+        last.1 = Some(load);
+    }
+
+    /// Records a load from `source` now.
+    pub fn record_now(&self, source: &str, error: Option<String>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.record(source, now, error);
+    }
+
+    /// (the last load that went live, the last attempt).
+    pub fn last(&self) -> (Option<ConfigLoad>, Option<ConfigLoad>) {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_load_is_the_last_attempt_and_the_live_one_stays() {
+        let log = ReloadLog::default();
+        log.record("a.yaml", 1, None);
+        log.record("a.yaml", 2, Some("bad unit".into()));
+        let (live, attempt) = log.last();
+        assert_eq!(live.map(|l| l.at), Some(1));
+        assert_eq!(attempt.and_then(|l| l.error), Some("bad unit".into()));
+    }
+}

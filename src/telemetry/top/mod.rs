@@ -1,0 +1,343 @@
+//! Heavy hitters per limit: which descriptor values take the most hits and the most over-limit
+//! answers, in bounded memory whatever the number of distinct values.
+//!
+//! Each limit (a config node, by its stat key, as [`super::LimitStatsTable`] binds them) has
+//! [`STRIPES`] stripes, a value going to the stripe its hash picks, each behind its own lock so
+//! that workers deciding different values rarely meet. A stripe keeps two windows of
+//! [`WINDOW_SECS`] aligned to the epoch, the current one and the previous one; a reader sees
+//! both summed, so the lists cover the last one to two minutes. A window holds two
+//! space-saving tables ([`sketch`]) of `2 × top_n` slots: one ranked by hits, where every
+//! decision is offered, and one ranked by over-limit hits, where only refusals take a slot.
+//!
+//! The hot path does not read the clock: [`TopTable::tick`] sets a coarse time in seconds (the
+//! server ticks it every second, and every reader ticks it before reading), and a stripe turns
+//! its windows over when it sees a new one.
+
+mod sketch;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use fnv::FnvHashMap;
+use serde::Serialize;
+
+use crate::config::{Config, Node};
+pub use sketch::MAX_VALUE_BYTES;
+use sketch::{Key, Slot, SpaceSaving};
+
+/// Values listed per limit unless `TURNSTILE_TOP_N` says otherwise.
+pub const DEFAULT_TOP_N: usize = 20;
+/// Length of a window; the lists cover the current window and the previous one.
+pub const WINDOW_SECS: u64 = 60;
+/// Locks per limit.
+pub const STRIPES: usize = 4;
+
+/// A descriptor's entries as one value, `key=value` pairs joined by `, `, hashed and compared
+/// without being joined.
+struct Entries<'a>(&'a [Entry]);
+
+impl Key for Entries<'_> {
+    fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
+        for (i, e) in self.0.iter().enumerate() {
+            let go =
+                (i == 0 || f(b", ")) && f(e.key.as_bytes()) && f(b"=") && f(e.value.as_bytes());
+            if !go {
+                return;
+            }
+        }
+    }
+}
+
+/// The two tables of one window.
+#[derive(Debug)]
+struct Tables {
+    hits: SpaceSaving,
+    over: SpaceSaving,
+}
+
+impl Tables {
+    fn new(cap: usize) -> Tables {
+        Tables {
+            hits: SpaceSaving::new(cap),
+            over: SpaceSaving::new(cap),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.hits.clear();
+        self.over.clear();
+    }
+}
+
+/// One stripe: the current window and the previous one.
+#[derive(Debug)]
+struct Stripe {
+    /// The window `current` counts: [`WINDOW_SECS`] seconds from `from` (a multiple of it).
+    from: u64,
+    current: Tables,
+    previous: Tables,
+}
+
+impl Stripe {
+    /// Turns the windows over to the one holding `now_s` (a compare on the hot path; the
+    /// division only once a window).
+    fn turn(&mut self, now_s: u64) {
+        if now_s >= self.from && now_s - self.from < WINDOW_SECS {
+            return;
+        }
+        let from = now_s - now_s % WINDOW_SECS;
+        if from == self.from + WINDOW_SECS {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.clear();
+        } else {
+            self.current.clear();
+            self.previous.clear();
+        }
+        self.from = from;
+    }
+}
+
+/// The heavy hitters of one limit.
+#[derive(Debug)]
+pub struct LimitTop {
+    stripes: [Mutex<Stripe>; STRIPES],
+}
+
+impl LimitTop {
+    fn new(cap: usize) -> LimitTop {
+        LimitTop {
+            stripes: std::array::from_fn(|_| {
+                Mutex::new(Stripe {
+                    from: 0,
+                    current: Tables::new(cap),
+                    previous: Tables::new(cap),
+                })
+            }),
+        }
+    }
+
+    fn record(&self, now_s: u64, key: &(impl Key + ?Sized), hits: u64, over: bool) {
+        let h = sketch::hash(key);
+        let stripe = &self.stripes[(h >> 32) as usize % STRIPES];
+        let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
+        s.turn(now_s);
+        let t = &mut s.current;
+        let over_hits = if over { hits } else { 0 };
+        t.hits.offer(h, key, hits, over_hits, now_s);
+        if over {
+            t.over.offer(h, key, hits, hits, now_s);
+        } else {
+            t.over.bump(h, key, 0, hits, now_s);
+        }
+    }
+
+    /// The top `n` values by over-limit hits (those with any) and by hits, over both windows.
+    pub fn lists(&self, now_s: u64, n: usize) -> TopLists {
+        let mut merged: FnvHashMap<Vec<u8>, TopValue> = FnvHashMap::default();
+        for stripe in &self.stripes {
+            let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
+            s.turn(now_s);
+            for t in [&s.current, &s.previous] {
+                for slot in t.hits.slots() {
+                    merge(&mut merged, slot, Ranked::Hits);
+                }
+                for slot in t.over.slots() {
+                    merge(&mut merged, slot, Ranked::Over);
+                }
+            }
+        }
+        let all: Vec<TopValue> = merged.into_values().collect();
+        let mut by_over: Vec<TopValue> = all.iter().filter(|v| v.over_limit > 0).cloned().collect();
+        by_over.sort_by(|a, b| {
+            (b.over_limit, b.hits, &a.value).cmp(&(a.over_limit, a.hits, &b.value))
+        });
+        by_over.truncate(n);
+        let mut by_hits = all;
+        by_hits.sort_by(|a, b| {
+            (b.hits, b.over_limit, &a.value).cmp(&(a.hits, a.over_limit, &b.value))
+        });
+        by_hits.truncate(n);
+        TopLists {
+            by_over_limit: by_over,
+            by_hits,
+        }
+    }
+
+    /// Bytes held, over every stripe, window and table.
+    pub fn allocated_bytes(&self) -> usize {
+        (self.stripes.iter())
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(|p| p.into_inner());
+                [&s.current, &s.previous]
+                    .iter()
+                    .map(|t| t.hits.allocated_bytes() + t.over.allocated_bytes())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Ranked {
+    Hits,
+    Over,
+}
+
+/// Adds one slot's counts to the value's entry. The same value may sit in both windows (their
+/// counts add up) and in both tables of a window (each table's own count is the better one for
+/// its dimension; the other was counted only since the value took that slot).
+fn merge(merged: &mut FnvHashMap<Vec<u8>, TopValue>, slot: &Slot, ranked: Ranked) {
+    let v = merged
+        .entry(slot.value.clone())
+        .or_insert_with(|| TopValue {
+            value: String::from_utf8_lossy(&slot.value).into_owned(),
+            hits: 0,
+            over_limit: 0,
+            hits_error: 0,
+            over_limit_error: 0,
+            first_seen: slot.first_s,
+            last_seen: slot.last_s,
+            parts: [[0; 2]; 2],
+        });
+    let part = match ranked {
+        Ranked::Hits => &mut v.parts[0],
+        Ranked::Over => &mut v.parts[1],
+    };
+    part[0] += slot.weight;
+    part[1] += slot.other;
+    match ranked {
+        Ranked::Hits => v.hits_error += slot.error,
+        Ranked::Over => v.over_limit_error += slot.error,
+    }
+    let [hits_table, over_table] = v.parts;
+    v.hits = hits_table[0].max(over_table[1]);
+    v.over_limit = over_table[0].max(hits_table[1]);
+    v.first_seen = v.first_seen.min(slot.first_s);
+    v.last_seen = v.last_seen.max(slot.last_s);
+}
+
+/// One value of a limit's lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TopValue {
+    /// The descriptor's entries, `key=value` joined by `, ` (cut at [`MAX_VALUE_BYTES`]).
+    pub value: String,
+    pub hits: u64,
+    pub over_limit: u64,
+    /// How much `hits` (`over_limit`) may be above the true count: space-saving's bound, 0
+    /// while the value had its slot from the start of the window.
+    pub hits_error: u64,
+    pub over_limit_error: u64,
+    /// Seconds since the Unix epoch (to the second) of the first and last hit seen in the
+    /// windows listed.
+    pub first_seen: u64,
+    pub last_seen: u64,
+    /// [hits table: weight, other], [over table: weight, other], summed over windows.
+    #[serde(skip)]
+    parts: [[u64; 2]; 2],
+}
+
+/// A limit's two lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TopLists {
+    pub by_over_limit: Vec<TopValue>,
+    pub by_hits: Vec<TopValue>,
+}
+
+/// Every stat key's heavy hitters, bound to the configs as [`super::LimitStatsTable`] binds
+/// stats: a limit that keeps its stat key across a reload keeps its lists.
+#[derive(Debug)]
+pub struct TopTable {
+    n: usize,
+    now_s: Arc<AtomicU64>,
+    by_key: Mutex<FnvHashMap<String, Arc<LimitTop>>>,
+}
+
+impl Default for TopTable {
+    fn default() -> TopTable {
+        TopTable::new(DEFAULT_TOP_N)
+    }
+}
+
+impl TopTable {
+    /// Lists of `n` values per limit; 0 turns tracking off.
+    pub fn new(n: usize) -> TopTable {
+        TopTable {
+            n,
+            now_s: Arc::new(AtomicU64::new(0)),
+            by_key: Mutex::new(FnvHashMap::default()),
+        }
+    }
+
+    pub fn top_n(&self) -> usize {
+        self.n
+    }
+
+    /// Sets the coarse time the hot path stamps values with, from nanoseconds since the epoch.
+    pub fn tick(&self, now_ns: u64) {
+        self.now_s.store(now_ns / 1_000_000_000, Ordering::Relaxed);
+    }
+
+    /// The coarse time, in seconds since the epoch.
+    pub fn now_s(&self) -> u64 {
+        self.now_s.load(Ordering::Relaxed)
+    }
+
+    /// The lists of every node of `config` that has limits: a stat key seen before keeps its
+    /// lists; stat keys no longer in the config are dropped.
+    pub fn bind(&self, config: &Config) -> BoundTop {
+        if self.n == 0 {
+            return BoundTop::default();
+        }
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept: FnvHashMap<String, Arc<LimitTop>> = FnvHashMap::default();
+        let mut by_node: Vec<Option<Arc<LimitTop>>> = vec![None; config.node_count()];
+        let cap = 2 * self.n;
+        config.for_each_node(&mut |node| {
+            if node.limits.is_empty() {
+                return;
+            }
+            let top = kept
+                .entry(node.stat_key.clone())
+                .or_insert_with(|| {
+                    (by_key.remove(&node.stat_key)).unwrap_or_else(|| Arc::new(LimitTop::new(cap)))
+                })
+                .clone();
+            by_node[node.index] = Some(top);
+        });
+        *by_key = kept;
+        BoundTop {
+            by_node: by_node.into_boxed_slice(),
+            now_s: self.now_s.clone(),
+        }
+    }
+}
+
+/// The lists of one config's nodes, by [`Node::index`]: what the hot path counts into.
+#[derive(Debug, Default)]
+pub struct BoundTop {
+    by_node: Box<[Option<Arc<LimitTop>>]>,
+    now_s: Arc<AtomicU64>,
+}
+
+impl BoundTop {
+    /// Counts one descriptor's verdict on `node`: `entries` are the descriptor's, `over` says
+    /// it was refused. Checks that consume nothing (`hits` 0) are not counted.
+    pub fn record(&self, node: &Node, entries: &[Entry], hits: u64, over: bool) {
+        if hits == 0 {
+            return;
+        }
+        if let Some(Some(top)) = self.by_node.get(node.index) {
+            let now_s = self.now_s.load(Ordering::Relaxed);
+            top.record(now_s, &Entries(entries), hits, over);
+        }
+    }
+
+    /// The lists of `node`, if it has limits and tracking is on.
+    pub fn of(&self, node: &Node) -> Option<&LimitTop> {
+        self.by_node.get(node.index)?.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests;

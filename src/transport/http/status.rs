@@ -1,0 +1,243 @@
+//! The operator's view on the debug port: `/debug/top` (heavy hitters per limit),
+//! `/debug/status` (limits, their counters, shards, breaker, config loads) and the status page
+//! at `/` that shows both and refreshes itself.
+
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::DebugState;
+use crate::config::Config;
+use crate::limiter::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+use crate::service::RateLimiter;
+use crate::telemetry::top::{TopLists, WINDOW_SECS};
+
+/// The status page: one file, no external assets.
+const PAGE: &str = include_str!("status.html");
+
+/// What `/` lists for clients that do not ask for HTML (as envoyproxy/ratelimit's debug port).
+pub(super) const ENDPOINTS: &str =
+    "/rlconfig: print out the currently loaded configuration for debugging\n\
+     /metrics: Prometheus exposition of the service's metrics\n\
+     /debug/top: heavy hitters per limit as JSON (?domain=...&limit=<stat key>)\n\
+     /debug/status: limits, their counters, shards, breaker and config loads as JSON\n";
+
+/// `/`: the status page for browsers (`Accept: text/html`), the endpoint list otherwise.
+pub(super) async fn root(headers: HeaderMap) -> Response {
+    let html = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"));
+    if html {
+        ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "text/plain")], ENDPOINTS).into_response()
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response()
+}
+
+/// The `domain` and `limit` filters of `/debug/top`, checked against the live config.
+fn filters(
+    query: &[(String, String)],
+    config: &Config,
+) -> Result<(Option<String>, Option<String>), String> {
+    let (mut domain, mut limit) = (None, None);
+    for (k, v) in query {
+        let slot = match k.as_str() {
+            "domain" => &mut domain,
+            "limit" => &mut limit,
+            _ => {
+                return Err(format!(
+                    "unknown query parameter {k:?} (known: domain, limit)"
+                ))
+            }
+        };
+        if v.is_empty() {
+            return Err(format!("{k}= needs a value"));
+        }
+        if slot.replace(v.clone()).is_some() {
+            return Err(format!("{k}= is given twice"));
+        }
+    }
+    if let Some(d) = &domain {
+        if config.domain(d).is_none() {
+            let mut known: Vec<&str> = config.domains.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return Err(format!(
+                "no domain {d:?} in the loaded config (domains: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    if let Some(l) = &limit {
+        let mut found = false;
+        config.for_each_node(&mut |n| found |= n.stat_key == *l && !n.limits.is_empty());
+        if !found {
+            return Err(format!(
+                "no limit with stat key {l:?} in the loaded config (see /rlconfig)"
+            ));
+        }
+        if let Some(d) = &domain {
+            if !l.starts_with(&format!("{d}.")) {
+                return Err(format!("limit {l:?} is not in domain {d:?}"));
+            }
+        }
+    }
+    Ok((domain, limit))
+}
+
+#[derive(Serialize)]
+struct LimitTop {
+    domain: String,
+    /// The limit's stat key, as `/rlconfig` and the Prometheus series name it.
+    limit: String,
+    #[serde(flatten)]
+    lists: TopLists,
+}
+
+/// `/debug/top`: per domain and limit, the top values by over-limit hits and by hits over the
+/// current and the previous window. 400 names a bad filter.
+pub(super) async fn top(
+    State(s): State<DebugState>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    let live = s.limiter.live();
+    let (domain, limit) = match filters(&query, &live.config) {
+        Ok(f) => f,
+        Err(m) => return bad_request(m),
+    };
+    let table = &s.limiter.metrics().top;
+    table.tick(s.limiter.engine().clock().now());
+    let now = table.now_s();
+    let mut limits = Vec::new();
+    for (name, node) in nodes_with_limits(&live.config) {
+        let wanted = domain.as_ref().is_none_or(|d| *d == name)
+            && limit.as_ref().is_none_or(|l| *l == node.stat_key);
+        let Some(t) = live.top.of(node).filter(|_| wanted) else {
+            continue;
+        };
+        limits.push(LimitTop {
+            domain: name.to_owned(),
+            limit: node.stat_key.clone(),
+            lists: t.lists(now, table.top_n()),
+        });
+    }
+    Json(json!({
+        "now": now,
+        "window_seconds": WINDOW_SECS,
+        "top_n": table.top_n(),
+        "limits": limits,
+    }))
+    .into_response()
+}
+
+/// (domain name, node) of every node with limits, domains sorted, nodes in listing order.
+fn nodes_with_limits(config: &Config) -> Vec<(&str, &crate::config::Node)> {
+    let mut names: Vec<&String> = config.domains.keys().collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        config.domains[name].root.walk(&mut |n| {
+            if !n.limits.is_empty() {
+                out.push((name.as_str(), n));
+            }
+        });
+    }
+    out
+}
+
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// `/debug/status`: what the status page shows besides the heavy hitters. Counters are
+/// totals since start; the page turns them into rates between two reads.
+pub(super) async fn status(State(s): State<DebugState>) -> Response {
+    let limiter: &RateLimiter = &s.limiter;
+    let live = limiter.live();
+    let m = limiter.metrics();
+    let lines = live.config.describe();
+    let mut rules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for line in &lines {
+        if let Some((key, rule)) = line.split_once(": ") {
+            rules.entry(key).or_default().push(rule);
+        }
+    }
+    let limits: Vec<Value> = nodes_with_limits(&live.config)
+        .into_iter()
+        .map(|(domain, node)| {
+            let st = live.stats.of(node);
+            json!({
+                "domain": domain,
+                "limit": node.stat_key,
+                "rules": rules.get(node.stat_key.as_str()).cloned().unwrap_or_default(),
+                "total_hits": load(&st.total_hits),
+                "over_limit": load(&st.over_limit),
+                "near_limit": load(&st.near_limit),
+                "shadow_mode": load(&st.shadow_mode),
+            })
+        })
+        .collect();
+    let shards: Vec<Value> = (limiter.engine().stats().iter())
+        .map(|st| {
+            json!({
+                "keys": load(&st.keys),
+                "waiting": load(&st.waiting),
+                "queue_full": load(&st.queue_full),
+                "breaker": breaker(load(&st.breaker)),
+            })
+        })
+        .collect();
+    let mut version = fnv::FnvHasher::default();
+    for line in &lines {
+        version.write(line.as_bytes());
+        version.write(b"\n");
+    }
+    let (live_load, last_attempt) = m.reloads.last();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Json(json!({
+        "now": now,
+        "backend": if s.redis { "redis" } else { "memory" },
+        "config": {
+            "version": format!("{:016x}", version.finish()),
+            "limits": lines.len(),
+            "loads": load(&m.config_load_success),
+            "load_errors": load(&m.config_load_error),
+            "live": live_load,
+            "last_attempt": last_attempt,
+        },
+        "requests": {
+            "total": load(&m.requests),
+            "total_hits": load(&m.all.total_hits),
+            "over_limit": load(&m.all.over_limit),
+            "invalid_argument": load(&m.invalid_argument),
+            "overloaded": load(&m.overloaded),
+            "unavailable": load(&m.unavailable),
+        },
+        "limits": limits,
+        "shards": shards,
+    }))
+    .into_response()
+}
+
+fn breaker(state: u64) -> &'static str {
+    match state {
+        BREAKER_CLOSED => "closed",
+        BREAKER_OPEN => "open",
+        BREAKER_HALF_OPEN => "half-open",
+        _ => "unknown",
+    }
+}
