@@ -333,7 +333,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             global_shadow_mode: false,
             request_limits: RequestLimits::default(),
         },
-        Arc::new(Metrics::new(0.8).with_top_n(top_n)),
+        Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::telemetry::top::DEFAULT_SAMPLE)),
     );
     (rt, limiter)
 }

@@ -166,6 +166,10 @@ fn heavy_hitters_per_limit_default_to_20_and_are_bounded() {
         e.contains("TURNSTILE_TOP_N") && e.contains("from 0 to 1000"),
         "{e}"
     );
+    assert_eq!(ok(&[]).top_sample, 8);
+    assert_eq!(ok(&[("TURNSTILE_TOP_SAMPLE", "1")]).top_sample, 1);
+    let e = err(&[("TURNSTILE_TOP_SAMPLE", "0")]);
+    assert!(e.contains("TURNSTILE_TOP_SAMPLE"), "{e}");
 }
 
 #[test]

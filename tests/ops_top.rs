@@ -23,8 +23,13 @@ descriptors:
 
 const LIMITED: &str = "203.0.113.9";
 
+/// Every admitted hit counted (`TURNSTILE_TOP_SAMPLE=1`), so the counts below are exact.
 async fn server() -> TestServer {
-    let env = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let env = [
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("TURNSTILE_TOP_SAMPLE", "1"),
+    ];
     TestServer::start_files(&[("web.yaml", WEB), ("api.yaml", API)], &env).await
 }
 
@@ -226,4 +231,37 @@ async fn root_is_the_page_for_browsers_and_the_endpoint_list_for_others() {
         !page.contains("http://") && !page.contains("https://"),
         "no external assets"
     );
+}
+
+/// By default admitted hits are sampled (one call in 8, weighing 8): a client sending most of
+/// the traffic is still first by hits with an estimate close to its count, and refusals are
+/// counted exactly.
+#[tokio::test]
+async fn sampled_admitted_hits_still_find_the_heavy_client_and_refusals_stay_exact() {
+    let env = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let s = TestServer::start_files(&[("web.yaml", WEB), ("api.yaml", API)], &env).await;
+    for _ in 0..2000 {
+        s.call(one("api", &[("api_key", "heavy")])).await;
+    }
+    for i in 0..200 {
+        s.call(one("api", &[("api_key", &format!("light{}", i % 20))]))
+            .await;
+    }
+    let mut over = 0;
+    for _ in 0..30 {
+        let r = s.call(one("web", &[("remote_address", LIMITED)])).await;
+        over += usize::from(r.overall_code == OVER);
+    }
+    let (_, body) = get_json(&debug(&s, "/debug/top")).await;
+    assert_eq!(body["sample"], 8);
+    let api = limit(&body, "api.api_key");
+    assert_eq!(api["by_hits"][0]["value"], "api_key=heavy", "{api}");
+    let estimate = api["by_hits"][0]["hits"].as_u64().unwrap();
+    // 250 samples expected of 2000 calls: the estimate is within ±30 % with overwhelming odds.
+    assert!(
+        (1400..=2600).contains(&estimate),
+        "estimated {estimate} of 2000"
+    );
+    let web = limit(&body, "web.remote_address");
+    assert_eq!(web["by_over_limit"][0]["over_limit"], over as u64, "{web}");
 }

@@ -294,7 +294,7 @@ async fn limiter(
     let metrics = Arc::new(
         Metrics::new(settings.near_limit_ratio)
             .with_max_detailed_series(settings.max_detailed_series)
-            .with_top_n(settings.top_n),
+            .with_top(settings.top_n, settings.top_sample),
     );
     if settings.xds.is_none() {
         let source = settings.config_path.display().to_string();

@@ -18,7 +18,7 @@ use crate::backend::redis::RedisSettings;
 use crate::config::xds::XdsSettings;
 use crate::config::LoadOptions;
 use crate::service::{HeaderNames, RequestLimits, ThrottleLimits};
-use crate::telemetry::top::DEFAULT_TOP_N;
+use crate::telemetry::top::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
 
@@ -100,6 +100,9 @@ pub struct Settings {
     /// `TURNSTILE_TOP_N` (default 20, at most 1000, 0 turns it off): heavy hitters listed per
     /// limit by `/debug/top` and the status page; memory per limit grows with it.
     pub top_n: usize,
+    /// `TURNSTILE_TOP_SAMPLE` (default 8, 1 to 1024): admitted hits are counted into the
+    /// heavy hitters one call in this many, at random, weighing as many; refusals all count.
+    pub top_sample: u64,
     /// `GRPC_MAX_CONNECTION_AGE` (24h): a gRPC connection older than this is sent a GOAWAY, so
     /// Envoy reconnects and load spreads over new replicas.
     pub grpc_max_connection_age: Duration,
@@ -189,6 +192,7 @@ impl Settings {
             tracing: sections::tracing(&env)?,
             max_detailed_series: env.number("TURNSTILE_MAX_DETAILED_SERIES", 10_000usize)?,
             top_n: env.number_in("TURNSTILE_TOP_N", DEFAULT_TOP_N as u64, 0, 1000)? as usize,
+            top_sample: env.number_in("TURNSTILE_TOP_SAMPLE", DEFAULT_SAMPLE, 1, 1024)?,
             grpc_max_connection_age: env
                 .duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
             grpc_max_connection_age_grace: env

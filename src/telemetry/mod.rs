@@ -107,9 +107,10 @@ impl Metrics {
         self
     }
 
-    /// With lists of `n` heavy hitters per limit (0: none kept).
-    pub fn with_top_n(mut self, n: usize) -> Metrics {
-        self.top = TopTable::new(n);
+    /// With lists of `n` heavy hitters per limit (0: none kept), counting admitted hits one
+    /// call in `sample`.
+    pub fn with_top(mut self, n: usize, sample: u64) -> Metrics {
+        self.top = TopTable::new(n).with_sample(sample);
         self
     }
 

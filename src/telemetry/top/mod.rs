@@ -249,6 +249,9 @@ pub struct TopLists {
 #[derive(Debug)]
 pub struct TopTable {
     n: usize,
+    /// Admitted hits are counted one call in `sample` (at random), weighing `sample` each;
+    /// refused hits always.
+    sample: u64,
     now_s: Arc<AtomicU64>,
     by_key: Mutex<FnvHashMap<String, Arc<LimitTop>>>,
 }
@@ -264,6 +267,7 @@ impl TopTable {
     pub fn new(n: usize) -> TopTable {
         TopTable {
             n,
+            sample: DEFAULT_SAMPLE,
             now_s: Arc::new(AtomicU64::new(0)),
             by_key: Mutex::new(FnvHashMap::default()),
         }
@@ -271,6 +275,16 @@ impl TopTable {
 
     pub fn top_n(&self) -> usize {
         self.n
+    }
+
+    /// Counts admitted hits one call in `sample` (1: every call).
+    pub fn with_sample(mut self, sample: u64) -> TopTable {
+        self.sample = sample.max(1);
+        self
+    }
+
+    pub fn sample(&self) -> u64 {
+        self.sample
     }
 
     /// Sets the coarse time the hot path stamps values with, from nanoseconds since the epoch.
@@ -309,8 +323,33 @@ impl TopTable {
         BoundTop {
             by_node: by_node.into_boxed_slice(),
             now_s: self.now_s.clone(),
+            sample: self.sample,
         }
     }
+}
+
+/// Admitted hits are counted one call in this many by default (`TURNSTILE_TOP_SAMPLE`).
+pub const DEFAULT_SAMPLE: u64 = 8;
+
+/// True one call in `n`, at random: a per-thread xorshift, no shared state on the hot path.
+fn sampled(n: u64) -> bool {
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            // A distinct odd seed per thread.
+            let t = std::thread::current().id();
+            let mut h = fnv::FnvHasher::default();
+            std::hash::Hash::hash(&t, &mut h);
+            std::hash::Hasher::finish(&h) | 1
+        });
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x % n == 0
+    })
 }
 
 /// The lists of one config's nodes, by [`Node::index`]: what the hot path counts into.
@@ -318,6 +357,7 @@ impl TopTable {
 pub struct BoundTop {
     by_node: Box<[Option<Arc<LimitTop>>]>,
     now_s: Arc<AtomicU64>,
+    sample: u64,
 }
 
 impl BoundTop {
@@ -328,6 +368,15 @@ impl BoundTop {
             return;
         }
         if let Some(Some(top)) = self.by_node.get(node.index) {
+            // Admitted calls are many and cheap to estimate: one in `sample`, weighing
+            // `sample`. Refusals, the question "who is limited" is about, all count.
+            let hits = if over || self.sample <= 1 {
+                hits
+            } else if sampled(self.sample) {
+                hits.saturating_mul(self.sample)
+            } else {
+                return;
+            };
             let now_s = self.now_s.load(Ordering::Relaxed);
             top.record(now_s, &Entries(entries), hits, over);
         }

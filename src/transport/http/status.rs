@@ -137,6 +137,7 @@ pub(super) async fn top(
         "now": now,
         "window_seconds": WINDOW_SECS,
         "top_n": table.top_n(),
+        "sample": table.sample(),
         "limits": limits,
     }))
     .into_response()
