@@ -10,7 +10,7 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
-use super::decode::ints;
+use super::decode::{ints, Ints};
 use super::scripts::{add, Cmd};
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
@@ -238,7 +238,7 @@ impl RedisStore {
 /// their SHA1; those Redis does not know (`NOSCRIPT`: it restarted, or never saw them) are sent
 /// again with their text. A command answered `NOSCRIPT` did not run, so sending it again counts
 /// nothing twice.
-pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Vec<i64>>, String> {
+pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Ints>, String> {
     let mut values = send(&conn, cmds, true).await?;
     let unknown: Vec<usize> = (0..values.len())
         .filter(|&i| is_noscript(&values[i]))

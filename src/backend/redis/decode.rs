@@ -1,6 +1,7 @@
 //! Redis's replies read back: integers, then the key's state and the script's verdict per op.
 
 use redis::Value;
+use smallvec::SmallVec;
 
 use crate::config::Algorithm;
 use crate::limiter::{Params, State, StoreReply};
@@ -94,16 +95,24 @@ impl Asked {
     }
 }
 
+/// A reply's integers (at most three: no script answers more), kept inline.
+pub(super) type Ints = SmallVec<[i64; 3]>;
+
 /// A reply's integers: a number, or the numbers of an array (nested arrays flattened).
-pub(super) fn ints(v: Value) -> Vec<i64> {
+pub(super) fn ints(v: Value) -> Ints {
+    let mut out = Ints::new();
+    push_ints(v, &mut out);
+    out
+}
+
+fn push_ints(v: Value, out: &mut Ints) {
     match v {
-        Value::Int(i) => vec![i],
-        Value::Array(items) => items.into_iter().flat_map(ints).collect(),
-        Value::BulkString(b) => std::str::from_utf8(&b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map_or_else(Vec::new, |i| vec![i]),
-        Value::SimpleString(s) => s.parse().map_or_else(|_| Vec::new(), |i| vec![i]),
-        _ => Vec::new(),
+        Value::Int(i) => out.push(i),
+        Value::Array(items) => items.into_iter().for_each(|v| push_ints(v, out)),
+        Value::BulkString(b) => {
+            out.extend(std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok()))
+        }
+        Value::SimpleString(s) => out.extend(s.parse().ok()),
+        _ => {}
     }
 }

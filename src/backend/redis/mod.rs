@@ -61,7 +61,7 @@ impl Store for RedisStore {
         ];
         Box::pin(async move {
             let fut = async {
-                let mut out = vec![Vec::new(); asked.len()];
+                let mut out = vec![decode::Ints::new(); asked.len()];
                 for (conn, list) in lists.into_iter().flatten() {
                     let (at, cmds): (Vec<usize>, Vec<Cmd>) = list.into_iter().unzip();
                     let replies = exec(conn.clone(), &cmds).await?;

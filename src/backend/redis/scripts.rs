@@ -181,7 +181,35 @@ impl Cmd {
     }
 }
 
+/// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
+/// windows of the direct API.
+struct WindowStart {
+    ms: u64,
+}
+
+impl std::fmt::Display for WindowStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ms.is_multiple_of(1000) {
+            write!(f, "{}", self.ms / 1000)
+        } else {
+            write!(f, "{}ms", self.ms)
+        }
+    }
+}
+
 impl RedisStore {
+    /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + `suffix`, in one allocation.
+    fn key(&self, op: &Op, open: &str, close: &str, suffix: impl std::fmt::Display) -> String {
+        use std::fmt::Write;
+        let mut k = String::with_capacity(self.prefix.len() + op.key.len() + 24);
+        k.push_str(&self.prefix);
+        k.push_str(open);
+        k.push_str(&op.key);
+        k.push_str(close);
+        let _ = write!(k, "{suffix}");
+        k
+    }
+
     /// The command adding a local-first replica's `op.hits`, admitted at `at`, at `now` (ns):
     /// fixed windows count into the window of `at` (INCRBY, as an exact decision would), token
     /// buckets take the tokens at `now`.
@@ -213,16 +241,10 @@ impl RedisStore {
         let w = p.window_ms.max(1);
         let now_ms = now / 1_000_000;
         let idx = now_ms / w;
-        let start = |i: u64| {
-            if w.is_multiple_of(1000) {
-                (i * w / 1000).to_string()
-            } else {
-                format!("{}ms", i * w)
-            }
-        };
+        let start = |i: u64| WindowStart { ms: i * w };
         match p.algorithm {
             Algorithm::FixedWindow => {
-                let key = format!("{}{}{}", self.prefix, op.key, start(idx));
+                let key = self.key(op, "", "", start(idx));
                 if refund {
                     Cmd::RefundCount { key, hits: op.hits }
                 } else {
@@ -239,7 +261,7 @@ impl RedisStore {
                 }
             }
             Algorithm::SlidingWindow => {
-                let cur = format!("{}{{{}}}_{}", self.prefix, op.key, start(idx));
+                let cur = self.key(op, "{", "}_", start(idx));
                 if refund {
                     Cmd::RefundCount {
                         key: cur,
@@ -247,12 +269,7 @@ impl RedisStore {
                     }
                 } else {
                     Cmd::Sliding {
-                        prev: format!(
-                            "{}{{{}}}_{}",
-                            self.prefix,
-                            op.key,
-                            start(idx.saturating_sub(1))
-                        ),
+                        prev: self.key(op, "{", "}_", start(idx.saturating_sub(1))),
                         cur,
                         limit: p.requests_per_unit,
                         hits: op.hits,
@@ -262,7 +279,7 @@ impl RedisStore {
                 }
             }
             Algorithm::TokenBucket { burst } => {
-                let key = format!("{}{{{}}}_tat", self.prefix, op.key);
+                let key = self.key(op, "{", "}_tat", "");
                 let interval_us = w * 1000 / u64::from(p.requests_per_unit.max(1));
                 let interval_us = if p.requests_per_unit == 0 {
                     0

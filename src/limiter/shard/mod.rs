@@ -209,10 +209,13 @@ impl Shard {
     /// When the shard must next look at its queues or sweep.
     pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.events.peek().map(|Reverse((t, _))| *t);
-        let sync = self
-            .remote
-            .as_ref()
-            .map_or(u64::MAX, |r| r.synced.next_sync());
+        let sync = self.remote.as_ref().map_or(u64::MAX, |r| {
+            if r.deferred && r.in_flight_none() {
+                0
+            } else {
+                r.synced.next_sync()
+            }
+        });
         ev.unwrap_or(u64::MAX).min(self.next_sweep).min(sync)
     }
 
@@ -226,7 +229,7 @@ impl Shard {
         if self
             .remote
             .as_ref()
-            .is_some_and(|r| now >= r.synced.next_sync())
+            .is_some_and(|r| r.deferred || now >= r.synced.next_sync())
         {
             self.flush();
         }

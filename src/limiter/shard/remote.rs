@@ -99,6 +99,8 @@ pub(crate) struct Remote {
     last_error_log: Option<Instant>,
     /// Local-first views and their syncs.
     pub(super) synced: Synced,
+    /// New messages wait in `batch` for the shard's task to send them.
+    pub(super) deferred: bool,
 }
 
 impl Remote {
@@ -119,6 +121,7 @@ impl Remote {
         );
         Remote {
             synced,
+            deferred: false,
             store,
             policy,
             lane,
@@ -141,6 +144,10 @@ impl Remote {
 }
 
 impl Remote {
+    pub(super) fn in_flight_none(&self) -> bool {
+        self.in_flight.is_none()
+    }
+
     /// Hits of `key` waiting to be given back in Redis: a count read before they go is that
     /// much too high.
     pub(super) fn queued_undo(&self, key: &str) -> i64 {
@@ -210,7 +217,9 @@ impl Shard {
             .expect("remote mode")
             .batch
             .push(StoreBound::New(d));
-        self.flush();
+        // Sent when the shard's task next runs, after the calls that are ready on this thread:
+        // they join the same pipeline instead of one call going alone.
+        self.remote.as_mut().expect("remote mode").deferred = true;
     }
 
     fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
@@ -298,6 +307,7 @@ impl Shard {
         if r.in_flight.is_some() {
             return;
         }
+        r.deferred = false;
         let sync = r.synced.take_due(now);
         if r.batch.is_empty() && r.undo.is_empty() && sync.is_empty() {
             return;

@@ -49,7 +49,7 @@ const SEC: u64 = 1_000_000_000;
 #[test]
 fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
     let c = config(YAML);
-    let table = TopTable::new(3);
+    let table = TopTable::new(3).with_sample(1);
     table.tick(T0);
     let bound = table.bind(&c);
     let n = node(&c, "web.remote_address");
@@ -95,7 +95,7 @@ fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
 #[test]
 fn lists_cover_the_current_window_and_the_previous_one() {
     let c = config(YAML);
-    let table = TopTable::new(5);
+    let table = TopTable::new(5).with_sample(1);
     let bound = table.bind(&c);
     let n = node(&c, "web.remote_address");
     let start = (T0 / SEC / WINDOW_SECS) * WINDOW_SECS * SEC;
@@ -121,7 +121,7 @@ fn lists_cover_the_current_window_and_the_previous_one() {
 
 #[test]
 fn lists_survive_a_reload_by_stat_key_and_go_with_their_limit() {
-    let table = TopTable::new(5);
+    let table = TopTable::new(5).with_sample(1);
     table.tick(T0);
     let c1 = config(YAML);
     let b1 = table.bind(&c1);
@@ -203,4 +203,32 @@ fn a_key_flood_stays_bounded_and_the_heavy_hitter_stays_on_top() {
     assert!(lists.by_hits[0].hits - lists.by_hits[0].hits_error <= 100_000);
     assert!(lists.by_hits[0].hits >= 100_000);
     assert_eq!(lists.by_hits.len(), top_n);
+}
+
+#[test]
+fn admitted_hits_are_sampled_and_refusals_are_not() {
+    let c = config(YAML);
+    let table = TopTable::new(5).with_sample(8);
+    table.tick(T0);
+    let bound = table.bind(&c);
+    let n = node(&c, "web.remote_address");
+    for _ in 0..8000 {
+        bound.record(n, &ip("10.0.0.1"), 1, false);
+    }
+    for _ in 0..100 {
+        bound.record(n, &ip("10.0.0.2"), 1, true);
+    }
+    let lists = bound.of(n).unwrap().lists(table.now_s(), 5);
+    let a = &lists.by_hits[0];
+    // 1000 samples expected: within ±15 % with overwhelming odds, each weighing 8.
+    assert_eq!(a.value, "remote_address=10.0.0.1");
+    assert!(
+        (6800..=9200).contains(&a.hits) && a.hits % 8 == 0,
+        "{}",
+        a.hits
+    );
+    assert_eq!(
+        names(&lists.by_over_limit),
+        vec![("remote_address=10.0.0.2", 100, 100)]
+    );
 }
