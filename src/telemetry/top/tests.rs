@@ -223,7 +223,7 @@ fn admitted_hits_are_sampled_and_refusals_are_not() {
     // 1000 samples expected: within ±15 % with overwhelming odds, each weighing 8.
     assert_eq!(a.value, "remote_address=10.0.0.1");
     assert!(
-        (6800..=9200).contains(&a.hits) && a.hits % 8 == 0,
+        (6800..=9200).contains(&a.hits) && a.hits.is_multiple_of(8),
         "{}",
         a.hits
     );
