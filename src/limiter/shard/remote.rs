@@ -40,10 +40,11 @@ struct Breaker {
 }
 
 impl Breaker {
-    fn ready(&self, now: Instant) -> bool {
+    /// Whether decisions may go to Redis; reads the clock only while the breaker is open.
+    fn ready(&self) -> bool {
         match self.open_until {
             None => true,
-            Some(t) => now >= t && !self.probing,
+            Some(t) => !self.probing && Instant::now() >= t,
         }
     }
 
@@ -162,9 +163,7 @@ impl Remote {
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
     pub(super) fn remote_ready(&self) -> bool {
-        self.remote
-            .as_ref()
-            .is_some_and(|r| r.breaker.ready(Instant::now()))
+        self.remote.as_ref().is_some_and(|r| r.breaker.ready())
     }
 
     /// A new message in Redis mode.
