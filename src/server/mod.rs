@@ -154,17 +154,7 @@ pub async fn start(
         resp,
     } = Listeners::bind(settings)?;
     let (limiter, shard_tasks, redis) = limiter(settings, config, clock).await?;
-    let tls = (settings.tls.clone())
-        .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
-        .transpose()
-        .map_err(StartError::Tls)?;
-    let reloader = settings.xds.is_none().then(|| {
-        Arc::new(Reloader::new(
-            settings.config_path.clone(),
-            settings.load,
-            limiter.clone(),
-        ))
-    });
+    let (tls, reloader) = tls_and_reloader(settings, &limiter)?;
     let (health, health_service, gate_health) = Health::start(settings).await;
     let (stop, stop_rx) = watch::channel(false);
 
@@ -222,6 +212,27 @@ pub async fn start(
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
     })
+}
+
+type TlsShared = Option<Arc<tls::TlsState>>;
+
+/// The TLS state (certificates read now), and the reloader of the config files (none with xDS).
+fn tls_and_reloader(
+    settings: &Settings,
+    limiter: &RateLimiter,
+) -> Result<(TlsShared, Option<Arc<Reloader>>), StartError> {
+    let tls = (settings.tls.clone())
+        .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
+        .transpose()
+        .map_err(StartError::Tls)?;
+    let reloader = settings.xds.is_none().then(|| {
+        Arc::new(Reloader::new(
+            settings.config_path.clone(),
+            settings.load,
+            limiter.clone(),
+        ))
+    });
+    Ok((tls, reloader))
 }
 
 /// The config location as the poller watches it, and its fingerprint now.
