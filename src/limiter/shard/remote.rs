@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use super::decide::{judge, Commit, Verdict};
-use super::synced::{SyncOp, Synced};
+use super::synced::{with_hits, SyncOp, Synced};
 use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
@@ -540,7 +540,11 @@ impl Shard {
             .remote
             .as_ref()
             .map_or(0, |r| r.synced.unsynced(op, now));
-        let before = self.with_unsynced(before, op, unsynced, now);
+        let before = if unsynced == 0 {
+            before
+        } else {
+            with_hits(before, p, now, unsynced)
+        };
         let mut e = before.eval(p, now, hits);
         // The script's verdict stands (its arithmetic is in milliseconds or microseconds),
         // unless local hits it could not see make the op over.

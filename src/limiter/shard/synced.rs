@@ -61,7 +61,7 @@ impl SyncOp {
 }
 
 /// `state` with `hits` added (negative: given back).
-fn with_hits(state: State, p: &crate::limiter::Params, now: u64, hits: i64) -> State {
+pub(super) fn with_hits(state: State, p: &crate::limiter::Params, now: u64, hits: i64) -> State {
     if hits >= 0 {
         state.add(p, now, hits.unsigned_abs())
     } else {
@@ -335,15 +335,6 @@ impl Shard {
             }
             let state = with_hits(state, &op.params, now, Synced::pending(v, now) - undo);
             self.set_view(op, state, now);
-        }
-    }
-
-    /// `state` (read from Redis) with the local hits it has not seen.
-    pub(super) fn with_unsynced(&self, state: State, op: &Op, unsynced: i64, now: u64) -> State {
-        if unsynced == 0 {
-            state
-        } else {
-            with_hits(state, &op.params, now, unsynced)
         }
     }
 
