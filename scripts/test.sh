@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
+# One build from scratch: incremental caches would only take disk (gigabytes, with 30 test binaries).
+export CARGO_INCREMENTAL=0
 # pip may have put new launchers on PATH (pyenv shims, ~/.local/bin).
 export PATH="$HOME/.local/bin:$PATH"
 hash -r
