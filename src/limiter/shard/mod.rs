@@ -23,6 +23,7 @@ mod grants;
 mod inspect;
 mod queue;
 mod remote;
+mod round_trip;
 mod same_thread;
 mod synced;
 mod table;
@@ -32,8 +33,8 @@ mod tests;
 pub(crate) use actor::run;
 use grants::Grant;
 pub use inspect::KeyInfo;
-pub(crate) use remote::Remote;
-pub use remote::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub(crate) use round_trip::Remote;
+pub use round_trip::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use table::Table;
 
@@ -209,13 +210,7 @@ impl Shard {
     /// When the shard must next look at its queues or sweep.
     pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.events.peek().map(|Reverse((t, _))| *t);
-        let sync = self.remote.as_ref().map_or(u64::MAX, |r| {
-            if r.deferred && r.in_flight_none() {
-                0
-            } else {
-                r.synced.next_sync()
-            }
-        });
+        let sync = self.remote.as_ref().map_or(u64::MAX, |r| r.next_send());
         ev.unwrap_or(u64::MAX).min(self.next_sweep).min(sync)
     }
 

@@ -1,164 +1,23 @@
-//! The shard's store mode (Redis): batching, the breaker, the local over-limit cache, and fallback.
+//! The shard's store mode (Redis): deciding through round trips (`round_trip`), the local
+//! over-limit cache, and fallback while the breaker is open.
 //!
-//! Messages that arrive while a round trip is in flight wait in `batch` and go together in the
-//! next pipeline, so one connection carries many decisions per round trip. Redis counts first
-//! (INCRBY, or a script that counts only what fits); the shard then judges each message with
-//! the same rules as in memory, and gives back, in the next pipeline, whatever a message that is
-//! refused or must wait had counted. Queues stay in this shard: a waiter at the head of its
+//! Redis counts first (INCRBY, or a script that counts only what fits); the shard then judges
+//! each message with the same rules as in memory, and gives back, in the next pipeline, whatever
+//! a message that is refused or must wait had counted. Queues stay in this shard: a waiter at the head of its
 //! queue is decided through Redis again when it may fit, so FIFO holds among the waiters of one
 //! replica, and across replicas the first to ask Redis after a rollover wins.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use fnv::{FnvHashMap, FnvHashSet};
 use smallvec::SmallVec;
-use tokio::sync::mpsc;
 
 use super::decide::{judge, Commit, Verdict};
-use super::synced::{with_hits, SyncOp, Synced};
+use super::round_trip::{InFlight, StoreBound};
+use super::synced::with_hits;
 use super::{Decide, Shard, Waiter};
 use crate::limiter::algorithm::{Eval, State};
-use crate::limiter::store::{FailureMode, Store, StoreError, StoreOp, StorePolicy, StoreReply};
+use crate::limiter::store::{FailureMode, StoreReply};
 use crate::limiter::{Hits, Op, Outcome, Reply, Role};
-
-/// What a finished round trip reports to its shard.
-pub(crate) type Done = (Result<Vec<StoreReply>, StoreError>, Duration);
-
-/// Breaker states as the shard's stats show them.
-pub const BREAKER_CLOSED: u64 = 0;
-pub const BREAKER_OPEN: u64 = 1;
-pub const BREAKER_HALF_OPEN: u64 = 2;
-
-/// Opens after consecutive failures (errors, deadlines, or slow round trips); after a cooldown
-/// one batch goes to Redis as a probe, and its success closes it again.
-struct Breaker {
-    failures: u32,
-    open_until: Option<Instant>,
-    probing: bool,
-}
-
-impl Breaker {
-    /// Whether decisions may go to Redis; reads the clock only while the breaker is open.
-    fn ready(&self) -> bool {
-        match self.open_until {
-            None => true,
-            Some(t) => !self.probing && Instant::now() >= t,
-        }
-    }
-
-    fn state(&self) -> u64 {
-        match (self.open_until, self.probing) {
-            (None, _) => BREAKER_CLOSED,
-            (Some(_), true) => BREAKER_HALF_OPEN,
-            (Some(_), false) => BREAKER_OPEN,
-        }
-    }
-}
-
-/// A message being decided through Redis.
-enum StoreBound {
-    New(Decide),
-    /// The head of `key`'s queue, taken off it while Redis decides.
-    Head(Waiter, Box<str>, u64),
-}
-
-impl StoreBound {
-    fn ops(&self) -> &[Op] {
-        match self {
-            StoreBound::New(d) => &d.ops,
-            StoreBound::Head(w, ..) => &w.msg.ops,
-        }
-    }
-}
-
-struct InFlight {
-    messages: Vec<StoreBound>,
-    /// Replies to skip between the messages' and the sync's: the undo ops'.
-    undone: usize,
-    sync: Vec<SyncOp>,
-    now: u64,
-}
-
-pub(crate) struct Remote {
-    store: Arc<dyn Store>,
-    policy: StorePolicy,
-    /// The store connection this shard uses (its index).
-    lane: usize,
-    breaker: Breaker,
-    batch: Vec<StoreBound>,
-    undo: Vec<Op>,
-    in_flight: Option<InFlight>,
-    done_tx: mpsc::UnboundedSender<Done>,
-    pub(crate) done_rx: Option<mpsc::UnboundedReceiver<Done>>,
-    /// Keys known to have no room, and until when (`LOCAL_CACHE_SIZE_IN_BYTES`).
-    over: FnvHashMap<Box<str>, u64>,
-    over_cap: usize,
-    /// Keys whose queue head is being decided in Redis: newcomers still queue behind it.
-    pub(super) heads: FnvHashSet<Box<str>>,
-    last_error_log: Option<Instant>,
-    /// Local-first views and their syncs.
-    pub(super) synced: Synced,
-    /// New messages wait in `batch` for the shard's task to send them.
-    pub(super) deferred: bool,
-}
-
-impl Remote {
-    pub(crate) fn new(
-        store: Arc<dyn Store>,
-        policy: StorePolicy,
-        lane: usize,
-        shards: usize,
-        max_keys: usize,
-    ) -> Remote {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        // About 64 bytes a cached key, the budget split between shards.
-        let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
-        let synced = Synced::new(
-            policy.local_first,
-            policy.sync_interval.as_nanos() as u64,
-            max_keys,
-        );
-        Remote {
-            synced,
-            deferred: false,
-            store,
-            policy,
-            lane,
-            breaker: Breaker {
-                failures: 0,
-                open_until: None,
-                probing: false,
-            },
-            batch: Vec::new(),
-            undo: Vec::new(),
-            in_flight: None,
-            done_tx,
-            done_rx: Some(done_rx),
-            over: FnvHashMap::default(),
-            over_cap,
-            heads: FnvHashSet::default(),
-            last_error_log: None,
-        }
-    }
-}
-
-impl Remote {
-    pub(super) fn in_flight_none(&self) -> bool {
-        self.in_flight.is_none()
-    }
-
-    /// Hits of `key` waiting to be given back in Redis: a count read before they go is that
-    /// much too high.
-    pub(super) fn queued_undo(&self, key: &str) -> i64 {
-        self.undo
-            .iter()
-            .filter(|u| u.key == key)
-            .map(|u| u.hits as i64)
-            .sum()
-    }
-}
 
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
@@ -221,13 +80,13 @@ impl Shard {
         self.remote.as_mut().expect("remote mode").deferred = true;
     }
 
-    fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
+    pub(super) fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
         let r = self.remote.as_mut().expect("remote mode");
         r.synced.local(&d.ops, now, false)
     }
 
     /// The breaker is open: decide as the failure mode says.
-    fn decide_without_store(&mut self, d: Decide) {
+    pub(super) fn decide_without_store(&mut self, d: Decide) {
         self.stats
             .fallback_decisions
             .fetch_add(1, Ordering::Relaxed);
@@ -297,140 +156,15 @@ impl Shard {
         self.remote_undo(ops, &all);
     }
 
-    /// Starts a round trip with everything waiting, if none is in flight.
-    pub(super) fn flush(&mut self) {
-        let now = self.clock.now();
-        let Some(r) = self.remote.as_mut() else {
-            return;
-        };
-        if r.in_flight.is_some() {
-            return;
-        }
-        r.deferred = false;
-        let sync = r.synced.take_due(now);
-        if r.batch.is_empty() && r.undo.is_empty() && sync.is_empty() {
-            return;
-        }
-        if r.breaker.open_until.is_some() {
-            // Half-open: this batch is the probe.
-            r.breaker.probing = true;
-        }
-        let messages = std::mem::take(&mut r.batch);
-        let undo = std::mem::take(&mut r.undo);
-        let mut batch = Vec::new();
-        for p in &messages {
-            let d = match p {
-                StoreBound::New(d) => d,
-                StoreBound::Head(w, ..) => &w.msg,
-            };
-            for op in &d.ops {
-                batch.push(StoreOp {
-                    op,
-                    give_back: op.refund,
-                    sync_at: None,
-                });
-            }
-        }
-        for op in &undo {
-            batch.push(StoreOp {
-                op,
-                give_back: true,
-                sync_at: None,
-            });
-        }
-        Shard::sync_batch(&sync, &mut batch);
-        let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
-        if !sync.is_empty() {
-            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-        }
-        r.in_flight = Some(InFlight {
-            messages,
-            undone: undo.len(),
-            sync,
-            now,
-        });
-        let tx = r.done_tx.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let result = round_trip.await;
-            let _ = tx.send((result, started.elapsed()));
-        });
-        self.stats.breaker.store(
-            self.remote.as_ref().expect("remote").breaker.state(),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// A round trip finished: judge its messages, then send what accumulated meanwhile.
-    pub(super) fn remote_done(&mut self, (result, latency): Done) {
-        let r = self.remote.as_mut().expect("remote mode");
-        let Some(flight) = r.in_flight.take() else {
-            return;
-        };
-        let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
-        let b = &mut r.breaker;
-        if ok {
-            b.failures = 0;
-            b.open_until = None;
-            b.probing = false;
-        } else {
-            b.probing = false;
-            b.failures += 1;
-            if b.failures >= r.policy.breaker_failures || b.open_until.is_some() {
-                b.open_until = Some(Instant::now() + r.policy.cooldown);
-            }
-            self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
-            let log = r
-                .last_error_log
-                .is_none_or(|t| t.elapsed() > Duration::from_secs(1));
-            if log {
-                r.last_error_log = Some(Instant::now());
-                match &result {
-                    Err(e) => {
-                        tracing::warn!(error = %e, open = b.open_until.is_some(), "Redis round trip failed")
-                    }
-                    Ok(_) => tracing::warn!(
-                        ?latency,
-                        open = b.open_until.is_some(),
-                        "Redis round trip was slow"
-                    ),
-                }
-            }
-        }
-        self.stats
-            .breaker
-            .store(r.breaker.state(), Ordering::Relaxed);
-        match result {
-            Ok(replies) => self.apply(flight, replies),
-            Err(_) => {
-                // Nothing is known of this batch: decide it as the failure mode says.
-                let now = self.clock.now();
-                let r = self.remote.as_mut().expect("remote");
-                r.synced.failed(flight.sync, now);
-                for p in flight.messages {
-                    match p {
-                        // Local-first limits stay local while the store is away.
-                        StoreBound::New(d) if self.synced_local(&d, now) => self.decide(d),
-                        StoreBound::New(d) => self.decide_without_store(d),
-                        StoreBound::Head(w, key, hash) => {
-                            self.remote.as_mut().expect("remote").heads.remove(&key);
-                            self.requeue_head(w, &key, flight.now);
-                            self.service_queue(&key, hash, self.clock.now());
-                        }
-                    }
-                }
-            }
-        }
-        self.flush();
-    }
-
-    fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
+    pub(super) fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let InFlight {
             messages,
-            undone,
+            undo,
             sync,
             now,
+            ..
         } = flight;
+        let undone = undo.len();
         let n_msgs: usize = messages.iter().map(|p| p.ops().len()).sum();
         self.judge_stored(messages, &replies, now);
         // The sync went last in the pipeline: its counts are the latest, and make the views.
@@ -516,7 +250,7 @@ impl Shard {
     }
 
     /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
-    fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
+    pub(super) fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
         let at = at.min(w.deadline);
         let hash = crate::descriptor::key_hash(key);
         let params = w.msg.ops[w.op].params;

@@ -1,4 +1,4 @@
-//! The shard decided in place by a caller on its own thread.
+//! The shard decided in place by a caller on its own thread, and its round trips to a store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
 use crate::descriptor::key_hash;
-use crate::limiter::{Op, Params, Role};
+use crate::limiter::store::{
+    FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
+};
+use crate::limiter::{Op, Params, Role, State};
 
 const T0: u64 = 1_700_000_000 * NS_PER_SEC;
 
@@ -104,4 +107,108 @@ fn a_synchronous_decide_that_waits_gets_a_channel() {
     let admitted = rx.try_recv().expect("admitted when the window turned");
     assert!(admitted.committed() && !admitted.outcomes[0].over);
     assert!(admitted.waited_ns > 0);
+}
+
+/// A round trip held by the test: each op's hits, and where its answer goes.
+type Held = (Vec<u64>, oneshot::Sender<Vec<StoreReply>>);
+
+/// A store whose round trips end when the test says, in any order; it records what each one
+/// carried.
+#[derive(Default)]
+struct HeldStore {
+    sent: std::sync::Mutex<Vec<Held>>,
+}
+
+impl Store for HeldStore {
+    fn run(&self, _: usize, batch: &[StoreOp<'_>], _: u64, _: Duration) -> StoreFuture {
+        let (tx, rx) = oneshot::channel();
+        let hits = batch.iter().map(|o| o.op.hits).collect();
+        self.sent.lock().unwrap().push((hits, tx));
+        Box::pin(async move { rx.await.map_err(|_| StoreError("dropped".into())) })
+    }
+}
+
+/// A shard on `store` with no local cache and a breaker that never opens.
+fn remote(clock: Clock, store: Arc<HeldStore>) -> Shard {
+    let policy = StorePolicy {
+        deadline: Duration::from_secs(60),
+        slow: Duration::from_secs(60),
+        breaker_failures: 100,
+        cooldown: Duration::from_secs(1),
+        failure_mode: FailureMode::FailClosed,
+        local_cache_bytes: 0,
+        local_first: false,
+        sync_interval: Duration::from_millis(100),
+    };
+    let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+    let r = Remote::new(store, policy, 0, 1, 1000);
+    Shard::new(
+        clock,
+        budget,
+        Arc::new(ShardStats::default()),
+        Some(r),
+        1000,
+    )
+}
+
+/// Two round trips are out at once, not three; when the later one is back first, it waits,
+/// and each message is judged on its own round trip's count, in the order they were sent.
+#[tokio::test]
+async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
+    let (clock, _) = Clock::manual(T0);
+    let store = Arc::new(HeldStore::default());
+    let mut shard = remote(clock, store.clone());
+    let mut done_rx = shard.remote.as_mut().unwrap().done_rx.take().unwrap();
+    let mut replies = Vec::new();
+    for hits in [1, 2, 3] {
+        let (tx, rx) = oneshot::channel();
+        let mut d = decide(10, 60_000, None, ReplyTo::Caller(tx));
+        d.ops[0].hits = hits;
+        shard.decide_any(d);
+        shard.tick();
+        replies.push(rx);
+    }
+    let sent: Vec<Vec<u64>> = store
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.0.clone())
+        .collect();
+    assert_eq!(sent, [vec![1], vec![2]], "two out; the third waits");
+
+    // Redis counted the first call's 1 hit, then the second's 2: it answers the counts before.
+    let p = decide(10, 60_000, None, ReplyTo::InPlace).ops[0].params;
+    let before = |n| StoreReply {
+        before: State::fresh(&p, T0).add(&p, T0, n),
+        allowed: None,
+    };
+    let mut held: Vec<_> = store.sent.lock().unwrap().drain(..).map(|s| s.1).collect();
+    held.pop().unwrap().send(vec![before(1)]).unwrap();
+    let second = done_rx.recv().await.unwrap();
+    shard.remote_done(second);
+    assert!(
+        replies[1].try_recv().is_err(),
+        "the second waits for the first"
+    );
+    assert!(store.sent.lock().unwrap().is_empty(), "still two out");
+
+    held.pop().unwrap().send(vec![before(0)]).unwrap();
+    let first = done_rx.recv().await.unwrap();
+    shard.remote_done(first);
+    let remaining = |r: Reply| (r.outcomes[0].over, r.outcomes[0].remaining);
+    assert_eq!(remaining(replies[0].try_recv().unwrap()), (false, 9));
+    assert_eq!(remaining(replies[1].try_recv().unwrap()), (false, 7));
+    let sent: Vec<Vec<u64>> = store
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.0.clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [vec![3]],
+        "the third went when the first two were judged"
+    );
 }

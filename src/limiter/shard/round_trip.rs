@@ -1,0 +1,353 @@
+//! The shard's round trips to the store: what waits for the next pipeline, the round trips out,
+//! and the breaker.
+//!
+//! New messages wait in `batch` and go together in the next pipeline, so one connection carries
+//! many decisions per round trip. Up to two round trips are out at once, so the worker is not
+//! idle while Redis answers; their answers are judged in the order they were sent, whatever
+//! order they arrive in (a later one that is back first waits in `arrived`). A pipeline that
+//! carries a queue head or a local-first sync goes only when none is out, because their
+//! bookkeeping (`heads`, a view's one sync in flight) holds one round trip at a time; nothing
+//! else goes ahead of it meanwhile. Hits given back go in the next pipeline; a count read before
+//! they went is that much too high (`Remote::queued_undo`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fnv::{FnvHashMap, FnvHashSet};
+use tokio::sync::mpsc;
+
+use super::synced::{SyncOp, Synced};
+use super::{Decide, Shard, Waiter};
+use crate::limiter::store::{Store, StoreError, StoreOp, StorePolicy, StoreReply};
+use crate::limiter::Op;
+
+/// What a finished round trip reports to its shard: its number, Redis's answers, its latency.
+pub(crate) type Done = (u64, Result<Vec<StoreReply>, StoreError>, Duration);
+
+/// Round trips out at once per shard.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// Breaker states as the shard's stats show them.
+pub const BREAKER_CLOSED: u64 = 0;
+pub const BREAKER_OPEN: u64 = 1;
+pub const BREAKER_HALF_OPEN: u64 = 2;
+
+/// Opens after consecutive failures (errors, deadlines, or slow round trips); after a cooldown
+/// one batch goes to Redis as a probe, and its success closes it again.
+pub(super) struct Breaker {
+    pub(super) failures: u32,
+    pub(super) open_until: Option<Instant>,
+    pub(super) probing: bool,
+}
+
+impl Breaker {
+    /// Whether decisions may go to Redis; reads the clock only while the breaker is open.
+    pub(super) fn ready(&self) -> bool {
+        match self.open_until {
+            None => true,
+            Some(t) => !self.probing && Instant::now() >= t,
+        }
+    }
+
+    fn state(&self) -> u64 {
+        match (self.open_until, self.probing) {
+            (None, _) => BREAKER_CLOSED,
+            (Some(_), true) => BREAKER_HALF_OPEN,
+            (Some(_), false) => BREAKER_OPEN,
+        }
+    }
+}
+
+/// A message being decided through Redis.
+pub(super) enum StoreBound {
+    New(Decide),
+    /// The head of `key`'s queue, taken off it while Redis decides.
+    Head(Waiter, Box<str>, u64),
+}
+
+impl StoreBound {
+    pub(super) fn ops(&self) -> &[Op] {
+        match self {
+            StoreBound::New(d) => &d.ops,
+            StoreBound::Head(w, ..) => &w.msg.ops,
+        }
+    }
+}
+
+pub(super) struct InFlight {
+    /// Its place in the order round trips are sent and judged.
+    pub(super) seq: u64,
+    pub(super) messages: Vec<StoreBound>,
+    /// Hits given back in this round trip, after its messages' ops.
+    pub(super) undo: Vec<Op>,
+    pub(super) sync: Vec<SyncOp>,
+    pub(super) now: u64,
+}
+
+pub(crate) struct Remote {
+    store: Arc<dyn Store>,
+    pub(super) policy: StorePolicy,
+    /// The store connection this shard uses (its index).
+    lane: usize,
+    pub(super) breaker: Breaker,
+    pub(super) batch: Vec<StoreBound>,
+    pub(super) undo: Vec<Op>,
+    /// Round trips out, oldest first; answers that came before an older one's wait in `arrived`.
+    in_flight: VecDeque<InFlight>,
+    arrived: Vec<Done>,
+    next_seq: u64,
+    done_tx: mpsc::UnboundedSender<Done>,
+    pub(crate) done_rx: Option<mpsc::UnboundedReceiver<Done>>,
+    /// Keys known to have no room, and until when (`LOCAL_CACHE_SIZE_IN_BYTES`).
+    pub(super) over: FnvHashMap<Box<str>, u64>,
+    pub(super) over_cap: usize,
+    /// Keys whose queue head is being decided in Redis: newcomers still queue behind it.
+    pub(super) heads: FnvHashSet<Box<str>>,
+    last_error_log: Option<Instant>,
+    /// Local-first views and their syncs.
+    pub(super) synced: Synced,
+    /// New messages wait in `batch` for the shard's task to send them.
+    pub(super) deferred: bool,
+}
+
+impl Remote {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        policy: StorePolicy,
+        lane: usize,
+        shards: usize,
+        max_keys: usize,
+    ) -> Remote {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        // About 64 bytes a cached key, the budget split between shards.
+        let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
+        let synced = Synced::new(
+            policy.local_first,
+            policy.sync_interval.as_nanos() as u64,
+            max_keys,
+        );
+        Remote {
+            synced,
+            deferred: false,
+            store,
+            policy,
+            lane,
+            breaker: Breaker {
+                failures: 0,
+                open_until: None,
+                probing: false,
+            },
+            batch: Vec::new(),
+            undo: Vec::new(),
+            in_flight: VecDeque::with_capacity(MAX_IN_FLIGHT),
+            arrived: Vec::with_capacity(MAX_IN_FLIGHT),
+            next_seq: 0,
+            done_tx,
+            done_rx: Some(done_rx),
+            over: FnvHashMap::default(),
+            over_cap,
+            heads: FnvHashSet::default(),
+            last_error_log: None,
+        }
+    }
+}
+
+impl Remote {
+    /// Whether a round trip may start now with what waits: one more may go while another is out,
+    /// unless the breaker is not closed or what waits carries a queue head or a sync.
+    pub(super) fn may_send(&self, now: u64) -> bool {
+        match self.in_flight.len() {
+            0 => true,
+            n if n >= MAX_IN_FLIGHT => false,
+            _ => {
+                self.breaker.open_until.is_none()
+                    && now < self.synced.next_sync()
+                    && self
+                        .in_flight
+                        .iter()
+                        .all(|f| f.messages.iter().all(|m| matches!(m, StoreBound::New(_))))
+                    && self.batch.iter().all(|m| matches!(m, StoreBound::New(_)))
+            }
+        }
+    }
+
+    /// When the shard's task must next start a round trip: at once for new messages, at the next
+    /// sync when none is out, else when the oldest one out is back (not a timer).
+    pub(super) fn next_send(&self) -> u64 {
+        if self.deferred {
+            0
+        } else if self.in_flight.is_empty() {
+            self.synced.next_sync()
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Hits of `key` given back in Redis after the round trip being judged read it (waiting to
+    /// go, or in a round trip sent later): that count is that much too high.
+    pub(super) fn queued_undo(&self, key: &str) -> i64 {
+        let later = self.in_flight.iter().flat_map(|f| f.undo.iter());
+        self.undo
+            .iter()
+            .chain(later)
+            .filter(|u| u.key == key)
+            .map(|u| u.hits as i64)
+            .sum()
+    }
+}
+
+impl Shard {
+    /// Starts a round trip with everything waiting, if one may go now (`Remote::may_send`).
+    pub(super) fn flush(&mut self) {
+        let now = self.clock.now();
+        let Some(r) = self.remote.as_mut() else {
+            return;
+        };
+        // What cannot go now goes when the oldest round trip out is back (`remote_done`).
+        r.deferred = false;
+        if !r.may_send(now) {
+            return;
+        }
+        let sync = r.synced.take_due(now);
+        if r.batch.is_empty() && r.undo.is_empty() && sync.is_empty() {
+            return;
+        }
+        if r.breaker.open_until.is_some() {
+            // Half-open: this batch is the probe.
+            r.breaker.probing = true;
+        }
+        let messages = std::mem::take(&mut r.batch);
+        let undo = std::mem::take(&mut r.undo);
+        let mut batch = Vec::with_capacity(messages.len() + undo.len() + sync.len());
+        for p in &messages {
+            let d = match p {
+                StoreBound::New(d) => d,
+                StoreBound::Head(w, ..) => &w.msg,
+            };
+            for op in &d.ops {
+                batch.push(StoreOp {
+                    op,
+                    give_back: op.refund,
+                    sync_at: None,
+                });
+            }
+        }
+        for op in &undo {
+            batch.push(StoreOp {
+                op,
+                give_back: true,
+                sync_at: None,
+            });
+        }
+        Shard::sync_batch(&sync, &mut batch);
+        let round_trip = r.store.run(r.lane, &batch, now, r.policy.deadline);
+        if !sync.is_empty() {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        let seq = r.next_seq;
+        r.next_seq += 1;
+        r.in_flight.push_back(InFlight {
+            seq,
+            messages,
+            undo,
+            sync,
+            now,
+        });
+        let tx = r.done_tx.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = round_trip.await;
+            let _ = tx.send((seq, result, started.elapsed()));
+        });
+        self.stats.breaker.store(
+            self.remote.as_ref().expect("remote").breaker.state(),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A round trip finished: judge it and any later ones already back, oldest first, then send
+    /// what accumulated meanwhile.
+    pub(super) fn remote_done(&mut self, done: Done) {
+        let r = self.remote.as_mut().expect("remote mode");
+        r.arrived.push(done);
+        loop {
+            let r = self.remote.as_mut().expect("remote mode");
+            let Some(oldest) = r.in_flight.front().map(|f| f.seq) else {
+                r.arrived.clear();
+                break;
+            };
+            let Some(i) = r.arrived.iter().position(|d| d.0 == oldest) else {
+                break;
+            };
+            let (_, result, latency) = r.arrived.swap_remove(i);
+            let flight = r.in_flight.pop_front().expect("oldest");
+            self.round_trip_done(flight, result, latency);
+        }
+        self.flush();
+    }
+
+    fn round_trip_done(
+        &mut self,
+        flight: InFlight,
+        result: Result<Vec<StoreReply>, StoreError>,
+        latency: Duration,
+    ) {
+        let r = self.remote.as_mut().expect("remote mode");
+        let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
+        let b = &mut r.breaker;
+        if ok {
+            b.failures = 0;
+            b.open_until = None;
+            b.probing = false;
+        } else {
+            b.probing = false;
+            b.failures += 1;
+            if b.failures >= r.policy.breaker_failures || b.open_until.is_some() {
+                b.open_until = Some(Instant::now() + r.policy.cooldown);
+            }
+            self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+            let log = r
+                .last_error_log
+                .is_none_or(|t| t.elapsed() > Duration::from_secs(1));
+            if log {
+                r.last_error_log = Some(Instant::now());
+                match &result {
+                    Err(e) => {
+                        tracing::warn!(error = %e, open = b.open_until.is_some(), "Redis round trip failed")
+                    }
+                    Ok(_) => tracing::warn!(
+                        ?latency,
+                        open = b.open_until.is_some(),
+                        "Redis round trip was slow"
+                    ),
+                }
+            }
+        }
+        self.stats
+            .breaker
+            .store(r.breaker.state(), Ordering::Relaxed);
+        match result {
+            Ok(replies) => self.apply(flight, replies),
+            Err(_) => {
+                // Nothing is known of this batch: decide it as the failure mode says.
+                let now = self.clock.now();
+                let r = self.remote.as_mut().expect("remote");
+                r.synced.failed(flight.sync, now);
+                for p in flight.messages {
+                    match p {
+                        // Local-first limits stay local while the store is away.
+                        StoreBound::New(d) if self.synced_local(&d, now) => self.decide(d),
+                        StoreBound::New(d) => self.decide_without_store(d),
+                        StoreBound::Head(w, key, hash) => {
+                            self.remote.as_mut().expect("remote").heads.remove(&key);
+                            self.requeue_head(w, &key, flight.now);
+                            self.service_queue(&key, hash, self.clock.now());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
