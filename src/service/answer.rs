@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::plan::{hits_of, Applied, Plan};
 use crate::limiter::{refuses, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, BoundTop, Metrics, Verdict};
+use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
@@ -81,12 +81,14 @@ pub(super) fn answer(
             *slot = Some((ai, *out));
         }
     }
+    let mut totals = Tally::default();
     for (i, b) in best.iter().enumerate() {
         let Some((ai, out)) = b else { continue };
         let a = &plan.applied[*ai];
         set_status(&mut statuses[i], a, out);
-        count(req, plan, i, a, out, &counting);
+        count(req, plan, i, a, out, &counting, &mut totals);
     }
+    counting.metrics.record_totals(&totals);
     let overall = overall_code(&statuses, &plan.applied, settings.global_shadow_mode);
     let mut response = RateLimitResponse {
         overall_code: overall as i32,
@@ -139,6 +141,7 @@ fn count(
     a: &Applied<'_>,
     out: &Outcome,
     c: &Counting<'_>,
+    totals: &mut Tally,
 ) {
     let over = out.over || out.blocked;
     let hits = hits_of(req, &req.descriptors[i]).0;
@@ -171,9 +174,9 @@ fn count(
     }
     if values == 0 {
         c.metrics
-            .record(matched.map(|m| c.stats.of(m.node())), verdict);
+            .record(matched.map(|m| c.stats.of(m.node())), verdict, totals);
     } else {
-        c.metrics.record(None, verdict);
+        c.metrics.record(None, verdict, totals);
         let entries = &req.descriptors[i].entries;
         c.metrics
             .record_detailed(&req.domain, entries, values, verdict);

@@ -177,7 +177,7 @@ impl<'c> Plan<'c> {
                 LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None),
             };
             ops.push(Op {
-                hash: descriptor::key_hash(&key),
+                hash: 0,
                 key,
                 params: Params {
                     requests_per_unit: a.limit.requests_per_unit(),
@@ -193,7 +193,28 @@ impl<'c> Plan<'c> {
             });
             self.op_of.push(ai);
         }
+        hash_keys(&mut ops);
         ops
+    }
+}
+
+/// Sets every op's key hash, four keys side by side at a time.
+fn hash_keys(ops: &mut [Op]) {
+    let mut quads = ops.chunks_exact_mut(4);
+    for q in &mut quads {
+        let hashes = descriptor::key_hashes([&q[0], &q[1], &q[2], &q[3]].map(|o| o.key.as_bytes()));
+        for (op, h) in q.iter_mut().zip(hashes) {
+            op.hash = h;
+        }
+    }
+    match quads.into_remainder() {
+        [a, b, c] => {
+            let hashes = descriptor::key_hashes([&*a, &*b, &*c].map(|o| o.key.as_bytes()));
+            [a.hash, b.hash, c.hash] = hashes;
+        }
+        [a, b] => [a.hash, b.hash] = descriptor::key_hashes([a.key.as_bytes(), b.key.as_bytes()]),
+        [a] => a.hash = descriptor::key_hash(&a.key),
+        _ => {}
     }
 }
 

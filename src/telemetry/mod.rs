@@ -21,7 +21,7 @@ use crate::limiter::ShardStats;
 
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
-pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable};
+pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
 pub use quota::{QuotaLimit, QuotaStats};
 pub use reloads::{ConfigLoad, ReloadLog};
 pub use throttle::ThrottleStats;
@@ -149,13 +149,19 @@ impl Metrics {
         });
     }
 
-    /// Counts one descriptor's verdict against its limit's stats and the totals.
-    pub fn record(&self, stats: Option<&LimitStats>, v: Verdict) {
+    /// Counts one descriptor's verdict against its limit's stats, and in `totals`, the call's
+    /// tally for [`Metrics::record_totals`].
+    pub fn record(&self, stats: Option<&LimitStats>, v: Verdict, totals: &mut Tally) {
         let near = self.near(&v);
-        self.all.add(v.hits, v.over, near, v.shadow);
+        totals.add(v.hits, v.over, near, v.shadow);
         if let Some(s) = stats {
             s.add(v.hits, v.over, near, v.shadow);
         }
+    }
+
+    /// Adds a call's tally to the totals (the `all` series), once per call.
+    pub fn record_totals(&self, totals: &Tally) {
+        self.all.add_tally(totals);
     }
 }
 

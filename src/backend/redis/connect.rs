@@ -222,6 +222,7 @@ impl RedisStore {
                         ))
                     }
                 }
+                load_scripts(c, check).await;
             }
         }
         Ok(RedisStore {
@@ -237,7 +238,10 @@ impl RedisStore {
 /// Sends `cmds` over `conn`; answers each command's reply as integers, in order. Scripts go by
 /// their SHA1; those Redis does not know (`NOSCRIPT`: it restarted, or never saw them) are sent
 /// again with their text. A command answered `NOSCRIPT` did not run, so sending it again counts
-/// nothing twice.
+/// nothing twice; but it runs after whatever the shard sent meanwhile (two round trips may be
+/// out). That can only make a count read meanwhile too high (a give-back that came late), or
+/// leave a script to judge on a newer count, which it does atomically: it may refuse more than
+/// needed, once, never admit more.
 pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Ints>, String> {
     let mut values = send(&conn, cmds, true).await?;
     let unknown: Vec<usize> = (0..values.len())
@@ -349,6 +353,24 @@ pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, Stri
             }
             r.map_err(|e| e.to_string())
         }
+    }
+}
+
+/// Loads every script, so decisions do not meet NOSCRIPT (see `exec`) unless Redis forgets them
+/// later. Best effort: a Redis that refuses `SCRIPT LOAD` (an ACL) still runs `EVAL`. A
+/// Cluster's nodes each learn the scripts on first use instead.
+async fn load_scripts(conn: &Conn, within: Duration) {
+    if matches!(conn, Conn::Cluster(_)) {
+        return;
+    }
+    let mut pipe = redis::pipe();
+    for src in super::scripts::ALL {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(src);
+    }
+    match tokio::time::timeout(within, query(conn.clone(), pipe)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "SCRIPT LOAD failed; scripts load on first use"),
+        Err(_) => tracing::debug!("SCRIPT LOAD timed out; scripts load on first use"),
     }
 }
 

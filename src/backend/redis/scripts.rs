@@ -327,6 +327,9 @@ fn sha1(src: &str) -> String {
     redis::Script::new(src).get_hash().to_owned()
 }
 
+/// Every script, for `SCRIPT LOAD` when a connection is checked.
+pub(super) const ALL: [&str; 5] = [SLIDING, GCRA, GCRA_ADD, REFUND_COUNT, REFUND_GCRA];
+
 static SLIDING_SHA: LazyLock<String> = LazyLock::new(|| sha1(SLIDING));
 static GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA));
 static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
