@@ -119,6 +119,18 @@ struct HeldStore {
     sent: std::sync::Mutex<Vec<Held>>,
 }
 
+impl HeldStore {
+    /// The hits of each round trip sent and not yet taken by the test.
+    fn hits(&self) -> Vec<Vec<u64>> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.0.clone())
+            .collect()
+    }
+}
+
 impl Store for HeldStore {
     fn run(&self, _: usize, batch: &[StoreOp<'_>], _: u64, _: Duration) -> StoreFuture {
         let (tx, rx) = oneshot::channel();
@@ -168,14 +180,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
         shard.tick();
         replies.push(rx);
     }
-    let sent: Vec<Vec<u64>> = store
-        .sent
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.0.clone())
-        .collect();
-    assert_eq!(sent, [vec![1], vec![2]], "two out; the third waits");
+    assert_eq!(store.hits(), [vec![1], vec![2]], "two out; the third waits");
 
     // Redis counted the first call's 1 hit, then the second's 2: it answers the counts before.
     let p = decide(10, 60_000, None, ReplyTo::InPlace).ops[0].params;
@@ -199,15 +204,8 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let remaining = |r: Reply| (r.outcomes[0].over, r.outcomes[0].remaining);
     assert_eq!(remaining(replies[0].try_recv().unwrap()), (false, 9));
     assert_eq!(remaining(replies[1].try_recv().unwrap()), (false, 7));
-    let sent: Vec<Vec<u64>> = store
-        .sent
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.0.clone())
-        .collect();
     assert_eq!(
-        sent,
+        store.hits(),
         [vec![3]],
         "the third went when the first two were judged"
     );
