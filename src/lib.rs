@@ -24,7 +24,7 @@
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats and heavy hitters (`top`: space-saving per limit) bound by stat key, config load log, Prometheus text, logs, traces | `limiter` (shard gauges), `config` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; the RLQS demand exchange | `limiter`, `config` |
-//! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract and breaker, local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
+//! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
 //! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS; the duration grammar | nothing |
 //!
