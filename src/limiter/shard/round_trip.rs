@@ -79,6 +79,8 @@ impl StoreBound {
 pub(super) struct InFlight {
     /// Its place in the order round trips are sent and judged.
     pub(super) seq: u64,
+    /// Whether it carries a queue head (then nothing else goes until it is back).
+    pub(super) has_head: bool,
     pub(super) messages: Vec<StoreBound>,
     /// Hits given back in this round trip, after its messages' ops.
     pub(super) undo: Vec<Op>,
@@ -164,10 +166,7 @@ impl Remote {
             _ => {
                 self.breaker.open_until.is_none()
                     && now < self.synced.next_sync()
-                    && self
-                        .in_flight
-                        .iter()
-                        .all(|f| f.messages.iter().all(|m| matches!(m, StoreBound::New(_))))
+                    && !self.in_flight.iter().any(|f| f.has_head)
                     && self.batch.iter().all(|m| matches!(m, StoreBound::New(_)))
             }
         }
@@ -248,8 +247,10 @@ impl Shard {
         }
         let seq = r.next_seq;
         r.next_seq += 1;
+        let has_head = messages.iter().any(|m| matches!(m, StoreBound::Head(..)));
         r.in_flight.push_back(InFlight {
             seq,
+            has_head,
             messages,
             undo,
             sync,
