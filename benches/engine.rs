@@ -70,6 +70,7 @@ fn op(key: &str, params: Params) -> Op {
         params,
         hits: 1,
         refund: false,
+        in_full: false,
         role: Role::Binding,
         queue: None,
         grant: None,
@@ -332,6 +333,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             response_headers: None,
             global_shadow_mode: false,
             request_limits: RequestLimits::default(),
+            refused_hits: Default::default(),
         },
         Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::telemetry::top::DEFAULT_SAMPLE)),
     );
@@ -435,10 +437,10 @@ fn top_record(c: &mut Criterion) {
     }];
     g.throughput(Throughput::Elements(1));
     g.bench_function("tracked", |b| {
-        b.iter(|| bound.record(node, black_box(&entries), 1, false))
+        b.iter(|| bound.record(node, black_box(&entries), 1, false, false))
     });
     g.bench_function("tracked_over", |b| {
-        b.iter(|| bound.record(node, black_box(&entries), 1, true))
+        b.iter(|| bound.record(node, black_box(&entries), 1, true, true))
     });
     let mut i = 0usize;
     g.bench_function("distinct", |b| {
@@ -447,7 +449,7 @@ fn top_record(c: &mut Criterion) {
             let value = &mut entries[0].value;
             value.clear();
             let _ = write!(value, "10.{}.{}", i >> 8, i & 255);
-            bound.record(node, black_box(&entries), 1, false)
+            bound.record(node, black_box(&entries), 1, false, false)
         })
     });
     g.finish();

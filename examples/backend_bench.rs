@@ -52,6 +52,7 @@ async fn drive(
                     },
                     hits: 1,
                     refund: false,
+                    in_full: false,
                     role: Role::Binding,
                     queue: None,
                     grant: None,

@@ -74,6 +74,7 @@ fn main() {
         params,
         hits: 1,
         refund: false,
+        in_full: false,
         role: Role::Binding,
         queue: None,
         grant: None,

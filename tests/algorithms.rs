@@ -163,11 +163,11 @@ descriptors:
             vec![(OK, 1)],
             "{alg}"
         );
-        assert_eq!(
-            s.call(with_hits(2, false)).await.overall_code,
-            OVER,
-            "{alg}"
-        );
+        // A weighted request (the request's own `hits_addend`) that does not fit is refused and
+        // consumes nothing; a descriptor's own `hits_addend` would be usage counted in full.
+        let mut weighted = req("a", vec![desc(&[("k", "x")])]);
+        weighted.hits_addend = 2;
+        assert_eq!(s.call(weighted).await.overall_code, OVER, "{alg}");
         assert_eq!(
             codes(&s.call(with_hits(0, false)).await),
             vec![(OK, 1)],

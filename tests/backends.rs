@@ -96,11 +96,24 @@ async fn hits_addend_request_level_and_descriptor_level(backend: &Backend) {
     d.hits_addend = Some(UInt64Value { value: 3 });
     rq.descriptors = vec![d.clone()];
     assert_eq!(codes(&s.call(rq.clone()).await), vec![(OK, 0)]);
-    // Over by the addend: refused, and (turnstile) the refused hits are not counted.
+    // Over by the addend: refused, and a descriptor's own hits_addend is usage that counts in
+    // full (envoyproxy/ratelimit's INCRBY): 6 of 3 used, so a check is refused now.
     assert_eq!(s.call(rq.clone()).await.overall_code, OVER);
     d.hits_addend = Some(UInt64Value { value: 0 });
     rq.descriptors = vec![d];
-    assert_eq!(codes(&s.call(rq).await), vec![(OK, 0)]);
+    assert_eq!(codes(&s.call(rq).await), vec![(OVER, 0)]);
+
+    // A request's own hits_addend is a weighted request: refused, it consumes nothing.
+    let mut w = one("edge", &[("api_key", "w")]);
+    w.hits_addend = 3;
+    assert_eq!(codes(&s.call(w.clone()).await), vec![(OK, 0)]);
+    assert_eq!(s.call(w).await.overall_code, OVER);
+    let mut check = desc(&[("api_key", "w")]);
+    check.hits_addend = Some(UInt64Value { value: 0 });
+    assert_eq!(
+        codes(&s.call(req("edge", vec![check])).await),
+        vec![(OK, 0)]
+    );
 }
 
 async fn negative_hits_refund(backend: &Backend) {

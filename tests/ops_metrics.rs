@@ -297,6 +297,8 @@ fn verdict(hits: u64, over: bool, remaining: u32, limit: u32) -> Verdict {
         shadow: false,
         remaining,
         limit,
+        // Over: every hit is past the limit.
+        past: if over { u64::MAX } else { 0 },
     }
 }
 

@@ -41,7 +41,8 @@ impl Params {
 /// of 1 ms ones), and shards drop states within seconds of their expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Count of the aligned window `window`. Never above the limit (a `u32`) once stored.
+    /// Count of the aligned window `window`. Above the limit only when usage reported in full
+    /// passed it (saturating at `u32::MAX`, past any limit).
     Fixed { window: u32, count: u32 },
     /// Counts of the aligned window `window` and of the one before it.
     Sliding { window: u32, prev: u32, cur: u32 },
@@ -73,6 +74,8 @@ pub struct Eval {
     pub next: State,
     /// For a refused op: how long until it would be admitted, if nothing else arrived.
     pub retry_ns: u64,
+    /// How far past the limit the key would be with these hits, in hits (0 when within it).
+    pub past: u64,
 }
 
 impl State {
@@ -307,6 +310,7 @@ fn counted(limit: u64, after: u64, reset_ns: u64, next: State, retry_ns: u64) ->
         reset_ns,
         next,
         retry_ns,
+        past: after.saturating_sub(limit),
     }
 }
 
@@ -329,12 +333,21 @@ fn eval_gcra(tat: u64, p: &Params, now: u64, hits: u64) -> Eval {
     } else {
         next_tat.saturating_sub(capacity).saturating_sub(now)
     };
+    // Tokens short: the debt past a full bucket's worth, in whole tokens.
+    let past = if limit == 0 {
+        hits
+    } else if over {
+        (next_tat - now - capacity).div_ceil(t.max(1))
+    } else {
+        0
+    };
     Eval {
         over,
         remaining,
         reset_ns: reset,
         next: State::Gcra { tat: next },
         retry_ns,
+        past,
     }
 }
 

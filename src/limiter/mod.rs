@@ -50,6 +50,11 @@ pub struct Op {
     pub hits: u64,
     /// `is_negative_hits`: give `hits` back instead of taking them.
     pub refund: bool,
+    /// The hits count in full, whether or not they fit and whether or not the request is
+    /// admitted: usage reported after the fact (a descriptor's own `hits_addend`), or every
+    /// hit under `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`. Otherwise a refused request
+    /// consumes nothing.
+    pub in_full: bool,
     pub role: Role,
     pub queue: Option<QueueSpec>,
     /// Direct API: the request id under which an admitted hit can be released again.
@@ -59,11 +64,21 @@ pub struct Op {
     pub local_first: Option<bool>,
 }
 
+impl Op {
+    /// Whether this op's hits are counted whatever the verdict.
+    pub fn counts_in_full(&self) -> bool {
+        self.in_full && self.hits > 0 && !self.refund
+    }
+}
+
 /// The verdict on one op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
     pub over: bool,
     pub remaining: u32,
+    /// How far past the limit the key is with this op's hits (0 when within it): the part of
+    /// the hits that is over, when it is less than all of them.
+    pub past: u64,
     pub reset_ns: u64,
     pub retry_ns: u64,
     /// Refused only because waiters of its key were ahead of it.

@@ -26,13 +26,6 @@ impl Engine {
             done: false,
         };
         let refused = request.decide(global_shadow).await?;
-        let mut decision = Decision::default();
-        for (p, i) in placed {
-            let reply = request.parts[p].reply.as_ref().expect("collected");
-            decision.outcomes.push(reply.outcomes[i]);
-            decision.waited_ns = decision.waited_ns.max(reply.waited_ns);
-            decision.timed_out |= reply.timed_out();
-        }
         // The overall verdict also counts quota-mode ops, which no single shard can judge.
         let judged = request.parts.iter().flat_map(|p| {
             let r = p.reply.as_ref().expect("collected");
@@ -45,6 +38,14 @@ impl Engine {
             request.undo();
         }
         request.done = true;
+        // After the undo: the answers say what is left without what was given back.
+        let mut decision = Decision::default();
+        for (p, i) in placed {
+            let reply = request.parts[p].reply.as_ref().expect("collected");
+            decision.outcomes.push(reply.outcomes[i]);
+            decision.waited_ns = decision.waited_ns.max(reply.waited_ns);
+            decision.timed_out |= reply.timed_out();
+        }
         Ok(decision)
     }
 
@@ -145,6 +146,10 @@ impl SpreadRequest<'_> {
                 may_wait,
                 reply: ReplyTo::InPlace,
             };
+            // Usage counted in full counts once: a later round sends it as a check.
+            for o in part.ops.iter_mut().filter(|o| o.counts_in_full()) {
+                o.hits = 0;
+            }
             match self.engine.submit(part.shard, d)? {
                 Answer::Now(reply) if reply.failed() => return Err(EngineError::Unavailable),
                 Answer::Now(reply) => part.reply = Some(reply),
@@ -243,6 +248,7 @@ impl SpreadRequest<'_> {
                                 reset_ns: 0,
                                 retry_ns: 0,
                                 blocked: false,
+                                past: 0,
                             })
                             .collect(),
                         0,
@@ -252,6 +258,8 @@ impl SpreadRequest<'_> {
         }
     }
 
+    /// Gives back what the parts consumed (usage counted in full stays counted); their
+    /// answers then say what is left without it.
     fn undo(&mut self) {
         for p in self.parts.iter_mut() {
             if p.reply.as_ref().is_some_and(|r| r.committed()) {
@@ -259,7 +267,9 @@ impl SpreadRequest<'_> {
                     .ops
                     .iter()
                     .zip(p.reply.as_ref().expect("checked").outcomes.iter())
-                    .filter(|(o, out)| !o.refund && !out.over && !out.blocked)
+                    .filter(|(o, out)| {
+                        !o.refund && !o.counts_in_full() && !out.over && !out.blocked
+                    })
                     .map(|(o, _)| o.clone())
                     .collect();
                 if !ops.is_empty() {
@@ -269,6 +279,7 @@ impl SpreadRequest<'_> {
                 }
                 if let Some(r) = p.reply.as_mut() {
                     r.hits = Hits::NotCounted;
+                    super::shard::uncount(&p.ops, &mut r.outcomes);
                 }
             }
         }

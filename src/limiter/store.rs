@@ -33,6 +33,9 @@ pub struct StoreOp<'a> {
     /// Local-first sync: add `op.hits`, admitted here already, whatever the limit says, to the
     /// window holding this time (ns); the reply's `before` is the store's state before them.
     pub sync_at: Option<u64>,
+    /// Count `op.hits` whatever the limit says (usage counted in full); the reply's `before`
+    /// is the store's state before them, and `allowed` is `None`.
+    pub in_full: bool,
 }
 
 /// The store's answer to one op, decoded.

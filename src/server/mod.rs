@@ -317,6 +317,7 @@ async fn limiter(
         response_headers: settings.response_headers.clone(),
         global_shadow_mode: settings.global_shadow_mode,
         request_limits: settings.request_limits,
+        refused_hits: settings.refused_hits,
     };
     let limiter = RateLimiter::new(config, engine, answer, metrics);
     Ok((limiter, shard_tasks, fleet))

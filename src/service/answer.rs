@@ -12,7 +12,7 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
-use super::plan::{hits_of, Applied, Plan};
+use super::plan::{counts_in_full, hits_of, Applied, Plan};
 use crate::limiter::{refuses, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
 
@@ -33,6 +33,21 @@ pub struct AnswerSettings {
     pub response_headers: Option<HeaderNames>,
     pub global_shadow_mode: bool,
     pub request_limits: super::RequestLimits,
+    pub refused_hits: RefusedHits,
+}
+
+/// Which hits of a refused request are kept (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RefusedHits {
+    /// Unset: usage reported after the fact, a descriptor with its own `hits_addend` (Envoy's
+    /// `hits_addend` on a rate limit, `apply_on_stream_done` reports included), counts in full;
+    /// other hits count only when the request is admitted.
+    #[default]
+    KeepReports,
+    /// `false`: every hit counts, admitted or not (envoyproxy/ratelimit's default).
+    KeepAll,
+    /// `true`: a refused request consumes nothing, reported usage included.
+    KeepNone,
 }
 
 /// Where an answer's stats go.
@@ -40,6 +55,7 @@ pub(super) struct Counting<'a> {
     pub(super) metrics: &'a Metrics,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
+    pub(super) refused_hits: RefusedHits,
 }
 
 /// Statuses in descriptor order, every one OK until a limit says otherwise.
@@ -167,10 +183,15 @@ fn count(
         shadow,
         remaining: out.remaining,
         limit: a.limit.requests_per_unit(),
+        // Refused behind waiters: every hit is over.
+        past: if out.over { out.past } else { u64::MAX },
     };
     if let Some(m) = matched {
-        let entries = &req.descriptors[i].entries;
-        c.top.record(m.node(), entries, hits, counted_over);
+        let d = &req.descriptors[i];
+        // Usage counted in full is ranked exactly: budgets are compared by what was used.
+        let exact = counted_over || counts_in_full(c.refused_hits, d);
+        c.top
+            .record(m.node(), &d.entries, hits, counted_over, exact);
     }
     if values == 0 {
         c.metrics

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-pub use answer::{AnswerSettings, HeaderNames, WAITED_HEADER};
+pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
 pub use throttle::ThrottleLimits;
 pub use validate::{validate, RequestLimits};
@@ -99,7 +99,7 @@ impl RateLimiter {
             });
         };
         let mut plan = plan::Plan::default();
-        let ops = plan::plan(&mut plan, domain, &req)?;
+        let ops = plan::plan(&mut plan, domain, &req, self.answer.refused_hits)?;
         let decision = self
             .engine
             .decide(ops, self.answer.global_shadow_mode)
@@ -108,6 +108,7 @@ impl RateLimiter {
             metrics: &self.metrics,
             stats: &live.stats,
             top: &live.top,
+            refused_hits: self.answer.refused_hits,
         };
         Ok(answer::answer(
             &req,

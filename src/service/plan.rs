@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
-use super::RlsError;
+use super::{RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::{Op, Params, Role};
@@ -73,6 +73,7 @@ pub(super) fn plan<'c>(
     plan: &mut Plan<'c>,
     domain: &'c Domain,
     req: &RateLimitRequest,
+    refused_hits: RefusedHits,
 ) -> Result<Vec<Op>, RlsError> {
     plan.matches.reserve(req.descriptors.len());
     for (i, d) in req.descriptors.iter().enumerate() {
@@ -81,7 +82,7 @@ pub(super) fn plan<'c>(
         plan.matches.push(m);
     }
     plan.drop_replaced();
-    Ok(plan.ops(req))
+    Ok(plan.ops(req, refused_hits))
 }
 
 impl<'c> Plan<'c> {
@@ -153,7 +154,7 @@ impl<'c> Plan<'c> {
     }
 
     /// An op for every counted limit.
-    fn ops(&mut self, req: &RateLimitRequest) -> Vec<Op> {
+    fn ops(&mut self, req: &RateLimitRequest, refused_hits: RefusedHits) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
         for (ai, a) in self.applied.iter().enumerate() {
             let d = &req.descriptors[a.descriptor];
@@ -164,6 +165,7 @@ impl<'c> Plan<'c> {
                 }
             }
             let (hits, refund) = hits_of(req, d);
+            let in_full = counts_in_full(refused_hits, d);
             let matched = self.matches[a.descriptor].as_ref();
             let index = match a.limit {
                 LimitRef::Config(l) => matched
@@ -186,6 +188,7 @@ impl<'c> Plan<'c> {
                 },
                 hits,
                 refund,
+                in_full,
                 role: a.role,
                 queue,
                 grant: None,
@@ -215,6 +218,18 @@ fn hash_keys(ops: &mut [Op]) {
         [a, b] => [a.hash, b.hash] = descriptor::key_hashes([a.key.as_bytes(), b.key.as_bytes()]),
         [a] => a.hash = descriptor::key_hash(&a.key),
         _ => {}
+    }
+}
+
+/// Whether descriptor `d`'s hits count in full, refused or not: usage reported after the fact
+/// (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
+/// `apply_on_stream_done` reports included), unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+/// says otherwise.
+pub(super) fn counts_in_full(rule: RefusedHits, d: &RateLimitDescriptor) -> bool {
+    match rule {
+        RefusedHits::KeepReports => d.hits_addend.is_some(),
+        RefusedHits::KeepAll => true,
+        RefusedHits::KeepNone => false,
     }
 }
 

@@ -149,6 +149,7 @@ pub fn op_for(req: &ThrottleRequest, limits: &ThrottleLimits) -> Result<Op, Thro
         role: Role::Binding,
         queue: None,
         grant: None,
+        in_full: false,
         local_first: Some(false),
     })
 }

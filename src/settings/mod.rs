@@ -17,7 +17,7 @@ pub use env::{host_port, resolve, Env};
 use crate::backend::redis::RedisSettings;
 use crate::config::xds::XdsSettings;
 use crate::config::LoadOptions;
-use crate::service::{HeaderNames, RequestLimits, ThrottleLimits};
+use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::telemetry::top::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
@@ -71,6 +71,8 @@ pub struct Settings {
     pub global_shadow_mode: bool,
     pub near_limit_ratio: f64,
     pub request_limits: RequestLimits,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which hits of a refused request are kept.
+    pub refused_hits: RefusedHits,
     /// How long in-flight calls get to finish after SIGTERM.
     pub shutdown_grace: Duration,
     /// Queued requests in the whole process, across all keys; more are refused at once.
@@ -172,6 +174,13 @@ impl Settings {
             global_shadow_mode: env.flag("SHADOW_MODE", false)?,
             near_limit_ratio: env.fraction("NEAR_LIMIT_RATIO", 0.8)?,
             request_limits: RequestLimits::default(),
+            refused_hits: match env.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+                None => RefusedHits::KeepReports,
+                Some(_) if env.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true)? => {
+                    RefusedHits::KeepNone
+                }
+                Some(_) => RefusedHits::KeepAll,
+            },
             shutdown_grace: Duration::from_secs(
                 env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?,
             ),

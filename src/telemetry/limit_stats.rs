@@ -30,16 +30,17 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub(crate) fn add(&mut self, hits: u64, over: bool, near: u64, shadow: bool) {
+    /// `over_hits`: the part of `hits` past the limit, counted when `over` or `shadow`.
+    pub(crate) fn add(&mut self, hits: u64, over: bool, over_hits: u64, near: u64, shadow: bool) {
         self.total_hits += hits;
         if over {
-            self.over_limit += hits;
+            self.over_limit += over_hits;
         } else {
             self.within_limit += hits;
         }
         self.near_limit += near;
         if shadow {
-            self.shadow_mode += hits;
+            self.shadow_mode += over_hits;
         }
     }
 }
@@ -61,10 +62,11 @@ impl LimitStats {
         }
     }
 
-    pub(crate) fn add(&self, hits: u64, over: bool, near: u64, shadow: bool) {
+    /// As [`Tally::add`].
+    pub(crate) fn add(&self, hits: u64, over: bool, over_hits: u64, near: u64, shadow: bool) {
         self.total_hits.fetch_add(hits, Ordering::Relaxed);
         if over {
-            self.over_limit.fetch_add(hits, Ordering::Relaxed);
+            self.over_limit.fetch_add(over_hits, Ordering::Relaxed);
         } else {
             self.within_limit.fetch_add(hits, Ordering::Relaxed);
         }
@@ -72,7 +74,7 @@ impl LimitStats {
             self.near_limit.fetch_add(near, Ordering::Relaxed);
         }
         if shadow {
-            self.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+            self.shadow_mode.fetch_add(over_hits, Ordering::Relaxed);
         }
     }
 

@@ -128,12 +128,17 @@ impl Metrics {
         self.config_loaded_at.store(now, Ordering::Relaxed);
     }
 
-    /// Hits beyond floor(limit × ratio) but within the limit.
+    /// Hits beyond floor(limit × ratio) but within the limit: of a verdict over the limit,
+    /// those of its hits below the limit, as envoyproxy/ratelimit counts them.
     fn near(&self, v: &Verdict) -> u64 {
-        if v.over {
-            return 0;
-        }
         let threshold = (f64::from(v.limit) * self.near_limit_ratio).floor() as u64;
+        if v.over || v.shadow {
+            let Some(before) = (u64::from(v.limit).saturating_add(v.past)).checked_sub(v.hits)
+            else {
+                return 0;
+            };
+            return u64::from(v.limit).saturating_sub(threshold.max(before));
+        }
         let used = u64::from(v.limit.saturating_sub(v.remaining));
         used.saturating_sub(threshold).min(v.hits)
     }
@@ -145,7 +150,7 @@ impl Metrics {
     pub fn record_detailed(&self, domain: &str, entries: &[Entry], values: u64, v: Verdict) {
         let near = self.near(&v);
         self.detailed.with_series(domain, entries, values, |s| {
-            s.add(v.hits, v.over, near, v.shadow)
+            s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
         });
     }
 
@@ -153,9 +158,9 @@ impl Metrics {
     /// tally for [`Metrics::record_totals`].
     pub fn record(&self, stats: Option<&LimitStats>, v: Verdict, totals: &mut Tally) {
         let near = self.near(&v);
-        totals.add(v.hits, v.over, near, v.shadow);
+        totals.add(v.hits, v.over, v.over_hits(), near, v.shadow);
         if let Some(s) = stats {
-            s.add(v.hits, v.over, near, v.shadow);
+            s.add(v.hits, v.over, v.over_hits(), near, v.shadow);
         }
     }
 
@@ -175,4 +180,13 @@ pub struct Verdict {
     pub shadow: bool,
     pub remaining: u32,
     pub limit: u32,
+    /// How far past the limit the key is with these hits (`u64::MAX`: all of them are over).
+    pub past: u64,
+}
+
+impl Verdict {
+    /// The part of the hits over the limit: all of them when the key was full before.
+    fn over_hits(&self) -> u64 {
+        self.hits.min(self.past)
+    }
 }

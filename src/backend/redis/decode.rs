@@ -11,6 +11,8 @@ pub(super) struct Asked {
     pub(super) params: Params,
     pub(super) hits: u64,
     pub(super) give_back: bool,
+    /// Counted whatever the limit says: the reply holds the hits, and the shard judges.
+    pub(super) in_full: bool,
     /// The time the op was counted at (its window), ns since the epoch.
     pub(super) at: u64,
 }
@@ -59,7 +61,7 @@ impl Asked {
             },
             // SLIDING answers {allowed, current count after, previous count}.
             Algorithm::SlidingWindow => {
-                let allowed = first == 1;
+                let allowed = first == 1 || self.in_full;
                 let cur = reply.get(1).copied().unwrap_or(0).max(0) as u64;
                 let prev = reply.get(2).copied().unwrap_or(0).max(0) as u64;
                 let cur = if allowed {
@@ -73,12 +75,12 @@ impl Asked {
                         prev: clamp(prev),
                         cur: clamp(cur),
                     },
-                    allowed: Some(allowed),
+                    allowed: Some(allowed).filter(|_| !self.in_full),
                 }
             }
             // GCRA and GCRA_ADD answer {allowed, TAT after (µs)}.
             Algorithm::TokenBucket { .. } => {
-                let allowed = first == 1;
+                let allowed = first == 1 || self.in_full;
                 let tat = reply.get(1).copied().unwrap_or(0).max(0) as u64 * 1000;
                 let interval = w / u64::from(p.requests_per_unit.max(1));
                 let tat = if allowed {
@@ -88,7 +90,7 @@ impl Asked {
                 };
                 StoreReply {
                     before: State::Gcra { tat },
-                    allowed: Some(allowed),
+                    allowed: Some(allowed).filter(|_| !self.in_full),
                 }
             }
         }

@@ -35,8 +35,10 @@ impl Store for RedisStore {
         let mut asked = Vec::with_capacity(batch.len());
         for (i, b) in batch.iter().enumerate() {
             let at = b.sync_at.unwrap_or(now);
+            let in_full = b.sync_at.is_some() || (b.in_full && !b.give_back);
             let c = match b.sync_at {
                 Some(at) => self.sync_cmd(b.op, at, now),
+                None if in_full => self.sync_cmd(b.op, now, now),
                 None => self.cmd(b.op, now, b.give_back),
             };
             if self.per_second.is_some() && c.per_second(&b.op.params) {
@@ -48,6 +50,7 @@ impl Store for RedisStore {
                 params: b.op.params,
                 hits: b.op.hits,
                 give_back: b.give_back,
+                in_full,
                 at,
             });
         }

@@ -32,8 +32,10 @@ use crate::limiter::{Op, Params};
 /// - `KEYS[1]`: the current window's counter; `KEYS[2]`: the previous window's counter.
 /// - `ARGV[1]`: limit; `ARGV[2]`: hits (0 checks only); `ARGV[3]`: milliseconds left in the
 ///   current window; `ARGV[4]`: window length in milliseconds; `ARGV[5]`: TTL of the current
-///   window's key in milliseconds (two windows: it weighs on the next one).
-/// - Returns `{allowed (0/1), current count after, previous count}`.
+///   window's key in milliseconds (two windows: it weighs on the next one); `ARGV[6]`: `1` to
+///   count the hits whether or not they fit (usage counted in full), else `0`.
+/// - Returns `{allowed (0/1), current count after, previous count}`; counted in full, always
+///   `{1, ...}` with the hits in the count.
 ///
 /// The estimate is `ceil(previous × left / length) + current`, as in `limiter::State::eval`;
 /// exact while `previous × length` stays below 2^53.
@@ -43,7 +45,7 @@ local prev = tonumber(redis.call('GET', KEYS[2]) or '0')
 local limit = tonumber(ARGV[1])
 local hits = tonumber(ARGV[2])
 local weighted = math.ceil(prev * tonumber(ARGV[3]) / tonumber(ARGV[4]))
-if weighted + cur + hits > limit then
+if weighted + cur + hits > limit and ARGV[6] ~= '1' then
   return {0, cur, prev}
 end
 if hits > 0 then
@@ -134,6 +136,8 @@ pub(super) enum Cmd {
         hits: u64,
         left_ms: u64,
         window_ms: u64,
+        /// Count the hits whether or not they fit.
+        in_full: bool,
     },
     Gcra {
         key: String,
@@ -210,9 +214,10 @@ impl RedisStore {
         k
     }
 
-    /// The command adding a local-first replica's `op.hits`, admitted at `at`, at `now` (ns):
-    /// fixed windows count into the window of `at` (INCRBY, as an exact decision would), token
-    /// buckets take the tokens at `now`.
+    /// The command adding `op.hits` whatever the limit says (a local-first replica's hits,
+    /// admitted at `at`; or usage counted in full, `at` = `now`), at `now` (ns): windows count
+    /// into the window of `at` (INCRBY, as an exact decision would), token buckets take the
+    /// tokens at `now`.
     pub(super) fn sync_cmd(&self, op: &Op, at: u64, now: u64) -> Cmd {
         match op.params.algorithm {
             Algorithm::TokenBucket { .. } => match self.cmd(op, now, false) {
@@ -230,8 +235,26 @@ impl RedisStore {
                 },
                 other => other,
             },
-            // Sliding windows are refused for local-first by the config check.
-            _ => self.cmd(op, at, false),
+            _ => match self.cmd(op, at, false) {
+                Cmd::Sliding {
+                    cur,
+                    prev,
+                    limit,
+                    hits,
+                    left_ms,
+                    window_ms,
+                    ..
+                } => Cmd::Sliding {
+                    cur,
+                    prev,
+                    limit,
+                    hits,
+                    left_ms,
+                    window_ms,
+                    in_full: true,
+                },
+                other => other,
+            },
         }
     }
 
@@ -275,6 +298,7 @@ impl RedisStore {
                         hits: op.hits,
                         left_ms: (idx + 1) * w - now_ms,
                         window_ms: w,
+                        in_full: false,
                     }
                 }
             }
@@ -352,6 +376,7 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             hits,
             left_ms,
             window_ms,
+            in_full,
         } => {
             script(pipe, SLIDING, &SLIDING_SHA, by_sha)
                 .arg(2)
@@ -361,7 +386,8 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
                 .arg(*hits)
                 .arg(*left_ms)
                 .arg(*window_ms)
-                .arg(2 * *window_ms);
+                .arg(2 * *window_ms)
+                .arg(u8::from(*in_full));
         }
         Cmd::Gcra {
             key,

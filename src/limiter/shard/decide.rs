@@ -39,9 +39,14 @@ pub(super) enum Commit {
 
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
 pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
-    // A binding op over its limit waits for room instead of refusing, when it may.
+    // A binding op over its limit waits for room instead of refusing, when it may. Usage
+    // counted in full never waits: it is counted already.
     let waits = |op: &Op, e: &Eval| {
-        d.may_wait && op.queue.is_some() && e.retry_ns != u64::MAX && !d.global_shadow
+        d.may_wait
+            && op.queue.is_some()
+            && e.retry_ns != u64::MAX
+            && !d.global_shadow
+            && !op.counts_in_full()
     };
     let mut outcomes: Outcomes = SmallVec::with_capacity(evals.len());
     let mut wait: Option<usize> = None;
@@ -52,6 +57,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
             reset_ns: e.reset_ns,
             retry_ns: e.retry_ns,
             blocked: *blocked,
+            past: e.past,
         });
         if op.role == Role::Binding && (e.over || *blocked) && waits(op, e) {
             wait.get_or_insert(i);
@@ -137,13 +143,17 @@ impl Shard {
             v => v,
         };
         if !matches!(verdict, Verdict::Admit) {
-            if let Commit::Remote(done) = &commit {
-                self.remote_undo(&d.ops, done);
+            // Usage counted in full stays counted; the rest of the message consumes nothing.
+            match &commit {
+                Commit::Remote(done) => self.remote_undo(&d.ops, done),
+                Commit::Memory(scratch) => self.commit_in_full(&d.ops, scratch, now),
             }
         }
         match verdict {
             Verdict::Admit => self.admit(d, outcomes, &commit, now, since),
             Verdict::Refuse => {
+                let mut outcomes = outcomes;
+                uncount(&d.ops, &mut outcomes);
                 self.count_denied(&d.ops, now);
                 self.protect(&d.ops, &outcomes, now);
                 self.answer(
@@ -192,7 +202,7 @@ impl Shard {
             // The caller left between our decision and the answer: consume nothing.
             match commit {
                 Commit::Memory(_) => {
-                    for op in d.ops.iter().filter(|o| !o.refund) {
+                    for op in d.ops.iter().filter(|o| !o.refund && !o.counts_in_full()) {
                         self.give_back(op, now);
                     }
                 }
@@ -223,6 +233,17 @@ impl Shard {
             let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
             let hits = if op.refund { 0 } else { op.hits };
             let e: Eval = base.eval(&op.params, now, hits);
+            if op.counts_in_full() {
+                // Counted whatever the verdict, past the limit if need be.
+                let next = if e.over {
+                    base.add(&op.params, now, hits)
+                } else {
+                    e.next
+                };
+                scratch.push((i, next, at));
+                evals.push((e, false));
+                continue;
+            }
             let blocked = self.is_blocked(op, i, head_of);
             if !(e.over || blocked || op.refund) {
                 scratch.push((i, e.next, at));
@@ -234,6 +255,18 @@ impl Shard {
             outcomes,
             scratch,
             verdict,
+        }
+    }
+
+    /// Stores the usage of a message that is not admitted but counts in full.
+    fn commit_in_full(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
+        if ops.iter().any(Op::counts_in_full) {
+            let kept: Scratch = scratch
+                .iter()
+                .filter(|(i, ..)| ops[*i].counts_in_full())
+                .copied()
+                .collect();
+            self.commit(ops, &kept, now);
         }
     }
 
@@ -268,6 +301,17 @@ impl Shard {
                 e.state = state;
                 e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
             }
+        }
+    }
+}
+
+/// A refused message's ops that fit report what is left without their hits, which were not
+/// counted (usage counted in full excepted).
+pub(crate) fn uncount(ops: &[Op], outcomes: &mut [Outcome]) {
+    for (op, out) in ops.iter().zip(outcomes.iter_mut()) {
+        if !(out.over || out.blocked || op.refund || op.counts_in_full()) {
+            let hits = u32::try_from(op.hits).unwrap_or(u32::MAX);
+            out.remaining = out.remaining.saturating_add(hits);
         }
     }
 }

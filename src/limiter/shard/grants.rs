@@ -48,6 +48,7 @@ impl Shard {
                 role: Role::Binding,
                 queue: None,
                 grant: None,
+                in_full: false,
                 local_first: Some(false),
             };
             self.give_back(&op, now);

@@ -31,6 +31,7 @@ mod table;
 mod tests;
 
 pub(crate) use actor::run;
+pub(crate) use decide::uncount;
 use grants::Grant;
 pub use inspect::KeyInfo;
 pub(crate) use round_trip::Remote;

@@ -201,7 +201,14 @@ impl Shard {
         let (enqueued, deadline) =
             since.unwrap_or((now, now.saturating_add(spec.max_wait.as_nanos() as u64)));
         let is_new = since.is_none();
-        if is_new && !self.room_to_wait(op, now, deadline) {
+        // Over its limit, the op itself is admitted no sooner than its retry time (the state
+        // that says so may live in the store, not in the table).
+        let at_least = if outcomes[i].over {
+            outcomes[i].retry_ns
+        } else {
+            0
+        };
+        if is_new && !self.room_to_wait(op, now, deadline, at_least) {
             self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
             self.count_denied(&d.ops, now);
             self.protect(&d.ops, &outcomes, now);
@@ -218,6 +225,10 @@ impl Shard {
         let hash = op.hash;
         let params = op.params;
         let mut d = d;
+        // Usage counted in full was counted on arrival: it waits as a check.
+        for o in d.ops.iter_mut().filter(|o| o.counts_in_full()) {
+            o.hits = 0;
+        }
         self.hold(&mut d);
         self.slot(&key, hash, params, now);
         let q = self.queues.entry(key.clone()).or_default();
@@ -244,8 +255,8 @@ impl Shard {
 
     /// Whether a newcomer may join the queue of `op`'s key: there is room in it and in the
     /// process (taking its place there), and it can be admitted before `deadline` at all (predicted from the window and the
-    /// hits already waiting ahead of it).
-    pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64) -> bool {
+    /// hits already waiting ahead of it, and no sooner than `at_least` from now).
+    pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64, at_least: u64) -> bool {
         let spec = op.queue.expect("queued op");
         let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
             None => (0, 0, State::fresh(&op.params, now)),
@@ -270,7 +281,7 @@ impl Shard {
             return false;
         }
         let in_time = match state.min_wait(&op.params, now, ahead_hits + op.hits) {
-            Some(w) => now.saturating_add(w) <= deadline,
+            Some(w) => now.saturating_add(w.max(at_least)) <= deadline,
             None => false,
         };
         // Last, so a place in the process-wide budget is taken only by a waiter that queues.

@@ -37,10 +37,13 @@ impl Shard {
         if !ready {
             return self.decide_without_store(d);
         }
-        // A key known to be full refuses at once, without a round trip; a check (hits 0) fits
-        // even a full window, as in memory.
+        // A key known to be full refuses a lone op at once, without a round trip; a check
+        // (hits 0) fits even a full window, as in memory. A request with other descriptors goes
+        // to Redis, which answers what is left on them; usage counted in full always goes.
         let cached = d.ops.iter().position(|op| {
-            !op.refund
+            d.ops.len() == 1
+                && !op.refund
+                && !op.in_full
                 && op.hits > 0
                 && op.queue.is_none()
                 && op.role == Role::Binding
@@ -62,6 +65,7 @@ impl Shard {
                     reset_ns: if j == i { until - now } else { 0 },
                     retry_ns: if j == i { until - now } else { 0 },
                     blocked: false,
+                    past: u64::MAX,
                 })
                 .collect();
             self.count_denied(&d.ops, now);
@@ -109,6 +113,7 @@ impl Shard {
                             reset_ns: e.reset_ns,
                             retry_ns: 0,
                             blocked: false,
+                            past: 0,
                         }
                     })
                     .collect();
@@ -143,10 +148,19 @@ impl Shard {
         let Some(r) = self.remote.as_mut() else {
             return;
         };
-        for &i in done {
+        // Usage counted in full stays counted.
+        let done: SmallVec<[usize; 2]> = done
+            .iter()
+            .copied()
+            .filter(|&i| !ops[i].counts_in_full())
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        for &i in &done {
             r.undo.push(ops[i].clone());
         }
-        self.unview(ops, done);
+        self.unview(ops, &done);
         self.flush();
     }
 
@@ -293,7 +307,11 @@ impl Shard {
         }
         let counted = hits > 0 && allowed.unwrap_or(true);
         // Remember keys with no room left at all, until room comes back.
-        let full = before.eval(p, now, 1);
+        let full = if op.counts_in_full() {
+            before.add(p, now, hits).eval(p, now, 1)
+        } else {
+            before.eval(p, now, 1)
+        };
         if op.role == Role::Binding && full.over && full.retry_ns != u64::MAX {
             let r = self.remote.as_mut().expect("remote mode");
             if r.over.len() >= r.over_cap {

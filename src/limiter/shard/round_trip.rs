@@ -230,6 +230,7 @@ impl Shard {
                     op,
                     give_back: op.refund,
                     sync_at: None,
+                    in_full: op.counts_in_full(),
                 });
             }
         }
@@ -238,6 +239,7 @@ impl Shard {
                 op,
                 give_back: true,
                 sync_at: None,
+                in_full: false,
             });
         }
         Shard::sync_batch(&sync, &mut batch);

@@ -268,6 +268,7 @@ impl Shard {
                 op: &s.op,
                 give_back: s.give_back,
                 sync_at: Some(s.at),
+                in_full: false,
             });
         }
     }
@@ -387,6 +388,7 @@ mod tests {
             role: Role::Binding,
             queue: None,
             grant: None,
+            in_full: false,
             local_first,
         }
     }

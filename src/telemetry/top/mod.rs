@@ -363,14 +363,16 @@ pub struct BoundTop {
 impl BoundTop {
     /// Counts one descriptor's verdict on `node`: `entries` are the descriptor's, `over` says
     /// it was refused. Checks that consume nothing (`hits` 0) are not counted.
-    pub fn record(&self, node: &Node, entries: &[Entry], hits: u64, over: bool) {
+    /// Counts `hits` of `entries` on `node`'s lists: every call when `exact` (refusals, usage
+    /// counted in full), otherwise one call in the sample.
+    pub fn record(&self, node: &Node, entries: &[Entry], hits: u64, over: bool, exact: bool) {
         if hits == 0 {
             return;
         }
         if let Some(Some(top)) = self.by_node.get(node.index) {
             // Admitted calls are many and cheap to estimate: one in `sample`, weighing
             // `sample`. Refusals, the question "who is limited" is about, all count.
-            let hits = if over || self.sample <= 1 {
+            let hits = if exact || self.sample <= 1 {
                 hits
             } else if sampled(self.sample) {
                 hits.saturating_mul(self.sample)

@@ -54,16 +54,16 @@ fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
     let bound = table.bind(&c);
     let n = node(&c, "web.remote_address");
     for _ in 0..50 {
-        bound.record(n, &ip("10.0.0.1"), 1, false);
+        bound.record(n, &ip("10.0.0.1"), 1, false, false);
     }
     for _ in 0..10 {
-        bound.record(n, &ip("10.0.0.2"), 1, false);
+        bound.record(n, &ip("10.0.0.2"), 1, false, false);
     }
     for _ in 0..20 {
-        bound.record(n, &ip("10.0.0.2"), 1, true);
+        bound.record(n, &ip("10.0.0.2"), 1, true, true);
     }
-    bound.record(n, &ip("10.0.0.3"), 2, true);
-    bound.record(n, &ip("10.0.0.4"), 0, true);
+    bound.record(n, &ip("10.0.0.3"), 2, true, true);
+    bound.record(n, &ip("10.0.0.4"), 0, true, true);
     let lists = bound.of(n).unwrap().lists(table.now_s(), 3);
     assert_eq!(
         names(&lists.by_over_limit),
@@ -83,7 +83,13 @@ fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
     let v = &lists.by_hits[0];
     assert_eq!((v.first_seen, v.last_seen), (T0 / SEC, T0 / SEC));
     let nested = node(&c, "web.path.user");
-    bound.record(nested, &[e("path", "/a"), e("user", "bob")], 1, false);
+    bound.record(
+        nested,
+        &[e("path", "/a"), e("user", "bob")],
+        1,
+        false,
+        false,
+    );
     let l = bound.of(nested).unwrap().lists(table.now_s(), 3);
     assert_eq!(names(&l.by_hits), vec![("path=/a, user=bob", 1, 0)]);
     assert!(
@@ -100,9 +106,9 @@ fn lists_cover_the_current_window_and_the_previous_one() {
     let n = node(&c, "web.remote_address");
     let start = (T0 / SEC / WINDOW_SECS) * WINDOW_SECS * SEC;
     table.tick(start);
-    bound.record(n, &ip("old"), 1, true);
+    bound.record(n, &ip("old"), 1, true, true);
     table.tick(start + WINDOW_SECS * SEC + 5 * SEC);
-    bound.record(n, &ip("new"), 1, false);
+    bound.record(n, &ip("new"), 1, false, false);
     let top = bound.of(n).unwrap();
     let l = top.lists(table.now_s(), 5);
     assert_eq!(
@@ -125,11 +131,12 @@ fn lists_survive_a_reload_by_stat_key_and_go_with_their_limit() {
     table.tick(T0);
     let c1 = config(YAML);
     let b1 = table.bind(&c1);
-    b1.record(node(&c1, "web.remote_address"), &ip("a"), 3, true);
+    b1.record(node(&c1, "web.remote_address"), &ip("a"), 3, true, true);
     b1.record(
         node(&c1, "web.path.user"),
         &[e("path", "/"), e("user", "u")],
         1,
+        false,
         false,
     );
     let c2 = config(
@@ -161,7 +168,7 @@ fn tracking_off_binds_nothing() {
     let table = TopTable::new(0);
     let bound = table.bind(&c);
     let n = node(&c, "web.remote_address");
-    bound.record(n, &ip("a"), 1, true);
+    bound.record(n, &ip("a"), 1, true, true);
     assert!(bound.of(n).is_none());
 }
 
@@ -180,9 +187,9 @@ fn a_key_flood_stays_bounded_and_the_heavy_hitter_stays_on_top() {
         use std::fmt::Write as _;
         value.clear();
         let _ = write!(value, "10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
-        bound.record(n, &ip(&value), 1, i % 3 == 0);
+        bound.record(n, &ip(&value), 1, i % 3 == 0, i % 3 == 0);
         if i % 10 == 0 {
-            bound.record(n, &ip("203.0.113.7"), 1, true);
+            bound.record(n, &ip("203.0.113.7"), 1, true, true);
         }
     }
     let top = bound.of(n).unwrap();
@@ -213,10 +220,10 @@ fn admitted_hits_are_sampled_and_refusals_are_not() {
     let bound = table.bind(&c);
     let n = node(&c, "web.remote_address");
     for _ in 0..8000 {
-        bound.record(n, &ip("10.0.0.1"), 1, false);
+        bound.record(n, &ip("10.0.0.1"), 1, false, false);
     }
     for _ in 0..100 {
-        bound.record(n, &ip("10.0.0.2"), 1, true);
+        bound.record(n, &ip("10.0.0.2"), 1, true, true);
     }
     let lists = bound.of(n).unwrap().lists(table.now_s(), 5);
     let a = &lists.by_hits[0];
