@@ -315,3 +315,195 @@ async fn stop_cache_key_increment_when_overlimit_decides_what_a_refusal_keeps() 
 fn check_api(hits: u64) -> RateLimitRequest {
     req("ai", vec![usage(&[("api", "k")], hits)])
 }
+
+/// What the operator sees of a budget: the limit's series count the usage reported and the
+/// part of it over the budget (envoyproxy/ratelimit's `checkOverLimitThreshold`: only the hits
+/// past the limit are over, the rest below it near); `/debug/top` ranks who used most by hits,
+/// every report counted (not one call in the sample); the check's status says what is left.
+#[tokio::test]
+async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
+    let env = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let s = TestServer::start_with(BUDGETS, &env).await;
+    // Alice uses 1400 of 1000 (400 over), in 2 reports; Bob 300, in 30 reports of 10; Carol
+    // makes 40 plain requests.
+    s.call(report(&[("user", "alice")], 900)).await;
+    s.call(report(&[("user", "alice")], 500)).await;
+    for _ in 0..30 {
+        s.call(report(&[("user", "bob")], 10)).await;
+    }
+    for _ in 0..40 {
+        s.call(one("ai", &[("user", "carol")])).await;
+    }
+    let debug = s.running().debug_addr.unwrap();
+    let text = reqwest::get(format!("http://{debug}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = |name: &str| -> u64 {
+        let prefix =
+            format!("ratelimit_service_rate_limit_{name}{{domain=\"ai\",descriptor=\"user\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(series("total_hits"), 1400 + 300 + 40);
+    assert_eq!(series("over_limit"), 400);
+    // Near (80 % of 1000 = 800): alice's 900 report has 100 hits past 800, her 500 report the
+    // 100 up to the limit.
+    assert_eq!(series("near_limit"), 200);
+    assert_eq!(series("within_limit"), 900 + 300 + 40);
+
+    let top: serde_json::Value = reqwest::get(format!("http://{debug}/debug/top?domain=ai"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let user = top["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["limit"] == "ai.user")
+        .unwrap_or_else(|| panic!("{top}"));
+    let by_hits = user["by_hits"].as_array().unwrap();
+    let ranked: Vec<(&str, u64)> = by_hits
+        .iter()
+        .take(2)
+        .map(|v| (v["value"].as_str().unwrap(), v["hits"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        ranked,
+        vec![("user=alice", 1400), ("user=bob", 300)],
+        "{user}"
+    );
+
+    // The check before the next request says what is left, for Envoy's X-RateLimit-Remaining.
+    let r = s.call(check(&[("user", "bob")])).await;
+    assert_eq!(codes(&r), vec![(OK, 700)]);
+}
+
+// ------------------------------------------------------------------------------------------
+// Through a real Envoy: examples/envoy/envoy-budgets.yaml and turnstile-budgets.yaml as shipped.
+
+mod through_envoy {
+    use super::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
+    use super::common::redis::Redis;
+    use serde_json::{json, Value};
+
+    const DAY: u64 = 86_400;
+
+    /// The test's upstream echoes each request header `h` back as `x-upstream-saw-h`: the
+    /// client says what "the model" used, and the reports read it from the response.
+    const EDITS: [(&str, &str); 3] = [
+        (
+            "%RESP(x-input-tokens)%",
+            "%RESP(x-upstream-saw-x-input-tokens)%",
+        ),
+        (
+            "%RESP(x-output-tokens)%",
+            "%RESP(x-upstream-saw-x-output-tokens)%",
+        ),
+        (
+            "%RESP(x-total-tokens)%",
+            "%RESP(x-upstream-saw-x-total-tokens)%",
+        ),
+    ];
+
+    /// Left of `user`'s input budget, asked of turnstile directly (a check: hits_addend 0).
+    async fn input_left(stack: &Stack, user: &str) -> u64 {
+        let body = json!({"domain": "ai", "descriptors": [{
+            "entries": [{"key": "user", "value": user}, {"key": "tokens", "value": "input"}],
+            "hits_addend": 0
+        }]});
+        let r: Value = stack.json(body).await;
+        r["statuses"][0]["limitRemaining"].as_u64().unwrap_or(0)
+    }
+
+    /// Envoy reports after the response is sent: wait (on turnstile's count, not a clock)
+    /// until the report of the call just made is in.
+    async fn report_counted(stack: &Stack, user: &str, left: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while input_left(stack, user).await != left {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{user}'s report never counted: {} left, not {left}",
+                input_left(stack, user).await
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn budget_closes_after_usage_passes_it(name: &str, env: &[(&str, &str)]) -> Stack {
+        let stack = Stack::shipped_pair(
+            name,
+            "envoy-budgets.yaml",
+            "turnstile-budgets.yaml",
+            &EDITS,
+            env,
+        )
+        .await;
+        let c = client();
+        clear_of_window_edge(DAY, 120).await;
+        // Each call uses 400 input tokens of alice's 1000 a day (and 100 output, 500 of the
+        // team's). envoyproxy/ratelimit answers 200, 200, 200, 429, 429, 429.
+        let tokens = [
+            ("x-user", "alice"),
+            ("x-team", "t1"),
+            ("x-input-tokens", "400"),
+            ("x-output-tokens", "100"),
+            ("x-total-tokens", "500"),
+        ];
+        let mut statuses = Vec::new();
+        for (i, left) in [600u64, 200, 0, 0, 0, 0].into_iter().enumerate() {
+            let r = get(&c, &stack.url(), &tokens).await;
+            statuses.push(r.status);
+            if r.status == 200 {
+                report_counted(&stack, "alice", left).await;
+            }
+            if i == 1 {
+                // The check before the second call saw 600 of 1000 input tokens left.
+                assert_eq!(r.num("x-ratelimit-remaining"), 600, "{r:#?}");
+            }
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+        assert_eq!(
+            stack.upstream.hits(),
+            3,
+            "refused calls never reach the model"
+        );
+        // Another user of the same team is unaffected (the team has 1 500 of 1 000 000 used).
+        let bob = get(&c, &stack.url(), &[("x-user", "bob"), ("x-team", "t1")]).await;
+        assert_status(&bob, 200, "another user");
+        stack
+    }
+
+    #[tokio::test]
+    async fn a_token_budget_closes_in_memory() {
+        budget_closes_after_usage_passes_it("budget-memory", &[]).await;
+    }
+
+    #[tokio::test]
+    async fn a_token_budget_closes_on_redis_under_envoyproxy_ratelimits_key() {
+        let redis = Redis::start();
+        let url = redis.url();
+        let env = [
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", url.as_str()),
+            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
+        ];
+        let _stack = budget_closes_after_usage_passes_it("budget-redis", &env).await;
+        // The whole usage under envoyproxy/ratelimit's key: domain_key_value..._windowstart.
+        let day = super::common::envoy::unix_now() / DAY * DAY;
+        let key = format!("ai_user_alice_tokens_input_{day}");
+        assert_eq!(
+            redis.cli(&["GET", &key]),
+            "1200",
+            "{}",
+            redis.cli(&["KEYS", "*"])
+        );
+    }
+}

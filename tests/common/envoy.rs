@@ -660,17 +660,30 @@ impl Stack {
     /// examples/envoy/turnstile.yaml and examples/envoy/envoy.yaml as shipped, with the
     /// example's fixed ports swapped for free ones and the stack's upstream as the upstream.
     pub async fn shipped_example(test: &str) -> Stack {
+        Stack::shipped_pair(test, "envoy.yaml", "turnstile.yaml", &[], &[]).await
+    }
+
+    /// A shipped pair of examples/envoy/ (Envoy's config, turnstile's), as
+    /// [`Stack::shipped_example`], with `edits` (from, to) made to Envoy's config too and `env`
+    /// for turnstile.
+    pub async fn shipped_pair(
+        test: &str,
+        envoy_yaml: &str,
+        turnstile_yaml: &str,
+        edits: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> Stack {
         let slot = take_slot();
         let dir = TempDir::new(&format!("envoy-{test}"));
         let upstream = Upstream::start();
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let turnstile = Turnstile::start_with_config(
             dir.path(),
-            &root.join("examples/envoy/turnstile.yaml"),
-            &[],
+            &root.join("examples/envoy").join(turnstile_yaml),
+            env,
         );
-        let example = fs::read_to_string(root.join("examples/envoy/envoy.yaml")).unwrap();
-        let replacements = [
+        let example = fs::read_to_string(root.join("examples/envoy").join(envoy_yaml)).unwrap();
+        let mut replacements = vec![
             ("port_value: 10000", "port_value: 0".to_string()),
             ("port_value: 9901", "port_value: 0".to_string()),
             (
@@ -683,11 +696,12 @@ impl Stack {
             ),
             ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
         ];
+        replacements.extend(edits.iter().map(|(from, to)| (*from, to.to_string())));
         let mut yaml = example;
         for (from, to) in &replacements {
             assert!(
                 yaml.contains(from),
-                "examples/envoy/envoy.yaml no longer has `{from}`"
+                "examples/envoy/{envoy_yaml} no longer has `{from}`"
             );
             yaml = yaml.replace(from, to);
         }

@@ -254,3 +254,42 @@ proptest! {
         }
     }
 }
+
+/// Usage counted in full (`State::add`) passes the limit: `past` says by how much, and a check
+/// (0 hits) is over while it is.
+#[test]
+fn usage_past_the_limit_is_measured_and_refuses_checks() {
+    for alg in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let lim = p(alg, 10, 60);
+        let s = State::fresh(&lim, T0).add(&lim, T0, 8);
+        let e = s.eval(&lim, T0, 5);
+        assert_eq!((e.over, e.remaining, e.past), (true, 0, 3), "{alg:?}");
+        let s = s.add(&lim, T0, 5);
+        assert_eq!(s.eval(&lim, T0, 0).past, 3, "{alg:?}");
+        assert!(
+            s.eval(&lim, T0, 0).over,
+            "{alg:?}: a check over a passed budget"
+        );
+    }
+    // Fixed: room again when the window ends (40 s on); sliding: once the 13 of this window,
+    // weighing on the next, have decayed to 10 (13.85 s into it).
+    let retry = |alg| {
+        let lim = p(alg, 10, 60);
+        let s = State::fresh(&lim, T0).add(&lim, T0, 13);
+        s.eval(&lim, T0, 0).retry_ns
+    };
+    assert_eq!(retry(Algorithm::FixedWindow), 40 * NS);
+    assert_eq!(
+        retry(Algorithm::SlidingWindow),
+        40 * NS + 60 * NS - 600 * NS / 13
+    );
+    // A token bucket of 10 a minute (6 s a token) 15 tokens in: 5 tokens of debt, which
+    // refuses until 30 s have refilled them, then admits a check.
+    let lim = p(Algorithm::TokenBucket { burst: 10 }, 10, 60);
+    let s = State::fresh(&lim, T0).add(&lim, T0, 15);
+    let e = s.eval(&lim, T0, 0);
+    assert_eq!((e.over, e.past), (true, 5));
+    assert!(s.eval(&lim, T0 + 29 * NS, 0).over);
+    let e = s.eval(&lim, T0 + 30 * NS, 0);
+    assert_eq!((e.over, e.remaining, e.past), (false, 0, 0));
+}
