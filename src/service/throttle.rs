@@ -27,8 +27,10 @@
 //! `:179-183`), where the engine brings a TAT that fell behind up to "full now". So a ThrottleCrab
 //! key left idle, but not long enough to expire, can take up to `2·max_burst - 3` tokens at once
 //! (more than `max_burst` from `max_burst` 4 on), and its reset_after counts down to that
-//! expiry. turnstile holds every key to `max_burst`; while a key holds at most that, both answer
-//! the same.
+//! expiry; with `max_burst` 1 (τ = 0) the key has expired as soon as it is stored (its stores keep
+//! a key while `expiry > now`, `store/periodic.rs:177`), so it never refuses a quantity of 1.
+//! turnstile holds every key to `max_burst`; while a key holds at most that, both answer the
+//! same.
 
 use std::sync::atomic::Ordering;
 
