@@ -21,7 +21,7 @@ impl Params {
     }
 
     /// GCRA's emission interval: the time one token takes to come back.
-    fn interval_ns(&self) -> u64 {
+    pub(crate) fn interval_ns(&self) -> u64 {
         self.window_ns() / u64::from(self.requests_per_unit.max(1))
     }
 

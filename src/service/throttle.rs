@@ -1,20 +1,53 @@
-//! ThrottleCrab's `THROTTLE` decision for applications not behind Envoy, asked over RESP or
-//! HTTP (`transport`), decided by the shared shard actors.
+//! The direct API's decisions, for applications not behind Envoy, asked over RESP or HTTP
+//! (`transport`) and decided by the shared shard actors. Two peers' commands, each answered as
+//! that peer answers it, so their clients work unchanged:
+//!
+//! - ThrottleCrab's `THROTTLE` ([`throttle`]): as lazureykis/throttlecrab 0.4.40 (commit
+//!   5d4a947) answers it, `[allowed, limit, remaining, reset_after, retry_after]` with its own
+//!   values (`throttlecrab/src/core/rate_limiter.rs`, whole seconds floored by
+//!   `throttlecrab-server/src/types.rs`).
+//! - redis-cell's `CL.THROTTLE` ([`cl_throttle`]): as brandur/redis-cell 0.5.0 (commit 4d42338)
+//!   answers it, `[limited, max_burst + 1, remaining, retry_after (-1 when allowed),
+//!   reset_after]` (`src/cell/mod.rs`, whole seconds rounded up by `src/lib.rs`).
 //!
 //! The caller sends its own GCRA parameters with every call (`max_burst`, `count_per_period`,
-//! `period`, `quantity`), so they are capped by [`ThrottleLimits`]. Keys live in a key space of
-//! their own ([`PREFIX`]): a `THROTTLE` key never meets an Envoy counter or a `/rate` key.
+//! `period`, `quantity`), so they are capped by [`ThrottleLimits`]. Keys live in key spaces of
+//! their own ([`PREFIX`], [`CELL_PREFIX`]): such a key never meets an Envoy counter, a `/rate`
+//! key, or the other command's key of the same name.
+//!
+//! # One engine, two peers
+//!
+//! Both peers are GCRA with a theoretical arrival time (TAT) per key; the engine keeps it as the
+//! time the key's token bucket is full again. redis-cell's is the textbook one: a bucket of
+//! `max_burst + 1` tokens, the engine's exactly. ThrottleCrab's bucket holds `max_burst`, and its
+//! TAT is one token's interval `T` before the engine's (a fresh key starts at `now - T`,
+//! `rate_limiter.rs:165`), so every value it answers follows from the engine's "full again in
+//! `F`" ([`ThrottleAnswer::from_gcra`]). One difference is deliberate: ThrottleCrab keeps a
+//! stored TAT as it is until the key expires at TAT + T·(max_burst-1) (`rate_limiter.rs:160`,
+//! `:179-183`), where the engine brings a TAT that fell behind up to "full now". So a ThrottleCrab
+//! key left idle, but not long enough to expire, can take up to `2·max_burst - 3` tokens at once
+//! (more than `max_burst` from `max_burst` 4 on), and its reset_after counts down to that
+//! expiry; with `max_burst` 1 (τ = 0) the key has expired as soon as it is stored (its stores keep
+//! a key while `expiry > now`, `store/periodic.rs:177`), so it never refuses a quantity of 1.
+//! turnstile holds every key to `max_burst`; while a key holds at most that, both answer the
+//! same.
 
 use std::sync::atomic::Ordering;
 
 use super::RateLimiter;
 use crate::config::Algorithm;
 use crate::descriptor::key_hash;
-use crate::limiter::{EngineError, Op, Params, Role, State};
+use crate::limiter::{EngineError, Op, Params, Role};
 
-/// Counter keys of the throttle API start with this. Envoy's keys start with their domain and
-/// `/rate` keys with `"\0rate/"`, so none of them can collide with a throttle key.
+/// Counter keys of `THROTTLE` start with this. Envoy's keys start with their domain and `/rate`
+/// keys with `"\0rate/"`, so none of them can collide with a throttle key.
 pub const PREFIX: &str = "\0throttle/";
+
+/// Counter keys of `CL.THROTTLE` start with this: redis-cell's buckets are one token bigger than
+/// ThrottleCrab's for the same `max_burst`, so the two commands never share a key.
+pub const CELL_PREFIX: &str = "\0cell/";
+
+const NS: u128 = 1_000_000_000;
 
 /// Caps on what a caller may ask for. Every call carries its own limit, so without caps one
 /// caller could hold a key for years or make the service track absurd rates.
@@ -46,8 +79,17 @@ impl ThrottleLimits {
     pub const PERIOD_CEILING_SECS: u64 = 10 * 365 * 86_400;
 }
 
-/// One `THROTTLE` call as the caller sent it. Numbers are signed so that a negative value gets
-/// an error naming it rather than a parse failure.
+/// Whose command a call is: it says what `max_burst` means and how the answer is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// ThrottleCrab's `THROTTLE`: a bucket of `max_burst` tokens, `max_burst` at least 1.
+    ThrottleCrab,
+    /// redis-cell's `CL.THROTTLE`: a bucket of `max_burst + 1` tokens, `max_burst` from 0.
+    RedisCell,
+}
+
+/// One call as the caller sent it. Numbers are signed so that a negative value gets an error
+/// naming it rather than a parse failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThrottleRequest {
     pub key: String,
@@ -55,23 +97,129 @@ pub struct ThrottleRequest {
     pub count_per_period: i64,
     /// Seconds.
     pub period: i64,
-    /// Tokens to take; 0 asks without taking.
+    /// Tokens to take; 0 asks without taking. More than the bucket holds is refused.
     pub quantity: i64,
 }
 
-/// ThrottleCrab's answer. Times are whole seconds, rounded up: a caller that waits
-/// `retry_after` seconds and tries again is admitted if nobody else took the tokens.
+/// ThrottleCrab's answer, fields in its reply's order (`throttlecrab-server/src/types.rs`,
+/// `ThrottleResponse`). Times are whole seconds, floored (`Duration::as_secs`, `types.rs:93-94`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThrottleAnswer {
     pub allowed: bool,
-    /// `max_burst`: the most tokens the key can hold.
-    pub limit: u32,
+    /// `max_burst`.
+    pub limit: i64,
     /// Tokens left now (after this call's, when it was allowed).
-    pub remaining: u32,
+    pub remaining: i64,
+    /// Until the bucket is full, counted ThrottleCrab's way: TAT + T·(max_burst-1) - now, when
+    /// its key expires and starts afresh.
+    pub reset_after: i64,
     /// Until this call would be allowed; 0 when it was.
-    pub retry_after: u64,
-    /// Until the key is full again (all `limit` tokens back).
-    pub reset_after: u64,
+    pub retry_after: i64,
+}
+
+/// redis-cell's answer, fields in its reply's order (its README's "Response", `src/lib.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellAnswer {
+    /// Sent first, as 0 (allowed) or 1 (limited).
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    pub remaining: i64,
+    /// Seconds until a retry can be allowed, rounded up; -1 when allowed, and when the quantity
+    /// is more than the bucket holds.
+    pub retry_after: i64,
+    /// Seconds until the bucket is full again, rounded up.
+    pub reset_after: i64,
+}
+
+/// What the engine decided, in the terms both peers' answers are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    pub allowed: bool,
+    /// Until the engine's bucket is full again: after this call's tokens when it was allowed,
+    /// as it is when refused.
+    pub full_in_ns: u64,
+    /// One token's interval, T: period / count_per_period.
+    pub interval_ns: u64,
+    /// Tokens the engine's bucket holds.
+    pub burst: u64,
+    /// Tokens asked for.
+    pub quantity: u64,
+}
+
+impl ThrottleAnswer {
+    /// ThrottleCrab's answer (`throttlecrab/src/core/rate_limiter.rs`), whose TAT is the
+    /// engine's less one interval: `tat - now = F - T`, and `τ = T·(max_burst-1)` (`:122`).
+    pub fn from_gcra(g: &Gcra) -> ThrottleAnswer {
+        let t = u128::from(g.interval_ns.max(1));
+        let full = u128::from(g.full_in_ns);
+        let capacity = t * u128::from(g.burst);
+        // (now + τ - tat) / T, at least 0 (`:217-225`).
+        let remaining = capacity.saturating_sub(full) / t;
+        // tat - now + τ, at least 0 (`:227-232`).
+        let reset = (full + capacity).saturating_sub(2 * t);
+        // allow_at - now = tat + T·quantity - τ - now (`:170-175`, `:234-238`). ThrottleCrab's
+        // own sum saturates at i64::MAX ns after the epoch; for quantities that far out this
+        // answers later than it does.
+        let retry = if g.allowed {
+            0
+        } else {
+            (full + t * u128::from(g.quantity)).saturating_sub(capacity)
+        };
+        let secs = |ns: u128| i64::try_from(ns / NS).unwrap_or(i64::MAX);
+        ThrottleAnswer {
+            allowed: g.allowed,
+            limit: g.burst as i64,
+            remaining: remaining as i64,
+            reset_after: secs(reset),
+            retry_after: secs(retry),
+        }
+    }
+}
+
+impl CellAnswer {
+    /// redis-cell's answer (`src/cell/mod.rs`, `RateLimiter::rate_limit`): its TAT is the
+    /// engine's, and `τ = T·(max_burst+1)` (`:78-80`) is the engine's bucket.
+    pub fn from_gcra(g: &Gcra) -> CellAnswer {
+        let t = i128::from(g.interval_ns.max(1));
+        let tau = t * i128::from(g.burst);
+        // new_tat - now when allowed, tat - now when limited (`:187`, `:192`).
+        let ttl = i128::from(g.full_in_ns);
+        // next = τ - ttl in whole microseconds, divided as f64 and truncated, when next > -T
+        // (`:227-232`). An interval under a microsecond (only past the default caps) would
+        // divide by zero there; it is counted in nanoseconds here.
+        let next = tau - ttl;
+        let remaining = if next <= -t {
+            0
+        } else if t / 1000 == 0 {
+            (next / t) as i64
+        } else {
+            ((next / 1000) as f64 / (t / 1000) as f64) as i64
+        };
+        // -diff = new_tat - τ - now, kept only when the increment fits in τ; else it stays -1 s
+        // (`:105`, `:175-184`).
+        let increment = t * i128::from(g.quantity);
+        let retry = (!g.allowed && increment <= tau).then(|| ttl + increment - tau);
+        CellAnswer {
+            limited: !g.allowed,
+            limit: g.burst as i64,
+            remaining,
+            retry_after: retry.map_or(-1, cell_secs),
+            reset_after: cell_secs(ttl),
+        }
+    }
+}
+
+/// redis-cell's whole seconds (`src/lib.rs:66-76`): `as_seconds_f64() as i64`, plus one when
+/// the part under a second has a millisecond or more.
+fn cell_secs(ns: i128) -> i64 {
+    let (whole, sub) = (ns / NS as i128, ns % NS as i128);
+    let s = (whole as f64 + sub as f64 / 1e9) as i64;
+    if sub / 1_000_000 > 0 {
+        s.saturating_add(1)
+    } else {
+        s
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,8 +241,14 @@ impl From<EngineError> for ThrottleError {
     }
 }
 
-/// Validates `req` against `limits` and turns it into the engine's op.
-pub fn op_for(req: &ThrottleRequest, limits: &ThrottleLimits) -> Result<Op, ThrottleError> {
+/// Validates `req` against `limits` and turns it into the engine's op. A quantity more than the
+/// bucket holds can never be allowed, by either peer: its op takes nothing and only looks, so the
+/// refusal can tell what is there.
+pub fn op_for(
+    req: &ThrottleRequest,
+    limits: &ThrottleLimits,
+    peer: Peer,
+) -> Result<Op, ThrottleError> {
     let invalid = |m: String| Err(ThrottleError::Invalid(m));
     if req.key.is_empty() || req.key.len() > limits.max_key_len {
         return invalid(format!(
@@ -103,48 +257,55 @@ pub fn op_for(req: &ThrottleRequest, limits: &ThrottleLimits) -> Result<Op, Thro
             req.key.len()
         ));
     }
-    let within = |name: &str, v: i64, max: u64| -> Result<u64, ThrottleError> {
+    let within = |name: &str, v: i64, min: u64, max: u64| -> Result<u64, ThrottleError> {
         match u64::try_from(v) {
-            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
             _ => Err(ThrottleError::Invalid(format!(
-                "{name} must be from 1 to {max}, not {v}"
+                "{name} must be from {min} to {max}, not {v}"
             ))),
         }
     };
-    let burst = within("max_burst", req.max_burst, limits.max_burst.into())?;
+    let (least_burst, extra, prefix) = match peer {
+        Peer::ThrottleCrab => (1, 0, PREFIX),
+        Peer::RedisCell => (0, 1, CELL_PREFIX),
+    };
+    let burst = within(
+        "max_burst",
+        req.max_burst,
+        least_burst,
+        limits.max_burst.into(),
+    )? + extra;
+    let burst = u32::try_from(burst)
+        .map_err(|_| ThrottleError::Invalid(format!("max_burst {} is too large", req.max_burst)))?;
     let count = within(
         "count_per_period",
         req.count_per_period,
+        1,
         limits.max_count.into(),
     )?;
-    let period = within("period", req.period, limits.max_period_secs)?;
-    let quantity = match u64::try_from(req.quantity) {
-        Ok(q) if q <= burst => q,
-        // More than the bucket holds can never be allowed: say so instead of "retry later".
-        _ => {
-            return invalid(format!(
-                "quantity must be from 0 to max_burst ({burst}), not {}",
-                req.quantity
-            ))
-        }
+    let period = within("period", req.period, 1, limits.max_period_secs)?;
+    let Ok(quantity) = u64::try_from(req.quantity) else {
+        return invalid(format!("quantity must be 0 or more, not {}", req.quantity));
     };
     if period * 1_000_000_000 < count {
         return invalid(format!(
             "count_per_period {count} in {period}s is more than one per nanosecond"
         ));
     }
-    let counter = format!("{PREFIX}{}", req.key);
+    let counter = format!("{prefix}{}", req.key);
     Ok(Op {
         hash: key_hash(&counter),
         key: counter,
         params: Params {
             requests_per_unit: count as u32,
             window_ms: period * 1000,
-            algorithm: Algorithm::TokenBucket {
-                burst: burst as u32,
-            },
+            algorithm: Algorithm::TokenBucket { burst },
         },
-        hits: quantity,
+        hits: if quantity <= u64::from(burst) {
+            quantity
+        } else {
+            0
+        },
         refund: false,
         role: Role::Binding,
         queue: None,
@@ -154,14 +315,34 @@ pub fn op_for(req: &ThrottleRequest, limits: &ThrottleLimits) -> Result<Op, Thro
     })
 }
 
-/// Decides one `THROTTLE` call on the shared engine (same shards, same key cap, same stats).
+/// ThrottleCrab's `THROTTLE` on the shared engine (same shards, same key cap, same stats).
 pub async fn throttle(
     limiter: &RateLimiter,
     limits: &ThrottleLimits,
     req: &ThrottleRequest,
 ) -> Result<ThrottleAnswer, ThrottleError> {
+    let g = decide(limiter, limits, req, Peer::ThrottleCrab).await?;
+    Ok(ThrottleAnswer::from_gcra(&g))
+}
+
+/// redis-cell's `CL.THROTTLE` on the shared engine.
+pub async fn cl_throttle(
+    limiter: &RateLimiter,
+    limits: &ThrottleLimits,
+    req: &ThrottleRequest,
+) -> Result<CellAnswer, ThrottleError> {
+    let g = decide(limiter, limits, req, Peer::RedisCell).await?;
+    Ok(CellAnswer::from_gcra(&g))
+}
+
+async fn decide(
+    limiter: &RateLimiter,
+    limits: &ThrottleLimits,
+    req: &ThrottleRequest,
+    peer: Peer,
+) -> Result<Gcra, ThrottleError> {
     let stats = &limiter.metrics().throttle;
-    let op = match op_for(req, limits) {
+    let op = match op_for(req, limits, peer) {
         Ok(op) => op,
         Err(e) => {
             stats.invalid.fetch_add(1, Ordering::Relaxed);
@@ -169,10 +350,12 @@ pub async fn throttle(
         }
     };
     let params = op.params;
-    let limit = match params.algorithm {
-        Algorithm::TokenBucket { burst } => burst,
+    let burst = match params.algorithm {
+        Algorithm::TokenBucket { burst } => u64::from(burst),
         _ => unreachable!("op_for makes token buckets"),
     };
+    // op_for took it as a u64.
+    let quantity = req.quantity as u64;
     let decided = limiter.engine().decide(vec![op], false).await;
     let out = match decided {
         Ok(d) => d.outcomes[0],
@@ -181,33 +364,19 @@ pub async fn throttle(
             return Err(e.into());
         }
     };
-    let allowed = !out.over && !out.blocked;
-    let remaining = if allowed {
-        out.remaining
-    } else {
-        // The engine reports 0 left for a refusal; ThrottleCrab reports what is there now (not
-        // enough for this quantity). A refused call's reset time is when the key is full again,
-        // so the tokens there now follow from GCRA's own maths on that state.
-        State::Gcra { tat: out.reset_ns }
-            .eval(&params, 0, 0)
-            .remaining
-    };
+    let allowed = !out.over && !out.blocked && quantity <= burst;
     let counter = if allowed {
         &stats.allowed
     } else {
         &stats.denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    Ok(ThrottleAnswer {
+    Ok(Gcra {
         allowed,
-        limit,
-        remaining,
-        retry_after: if allowed {
-            0
-        } else {
-            out.retry_ns.div_ceil(1_000_000_000)
-        },
-        reset_after: out.reset_ns.div_ceil(1_000_000_000),
+        full_in_ns: out.reset_ns,
+        interval_ns: params.interval_ns(),
+        burst,
+        quantity,
     })
 }
 
@@ -225,6 +394,10 @@ mod tests {
         }
     }
 
+    fn crab(r: &ThrottleRequest, l: &ThrottleLimits) -> Result<Op, ThrottleError> {
+        op_for(r, l, Peer::ThrottleCrab)
+    }
+
     #[test]
     fn caps_and_ranges_are_enforced() {
         let l = ThrottleLimits {
@@ -234,8 +407,8 @@ mod tests {
             max_key_len: 4,
             allow_remote: false,
         };
-        assert!(op_for(&req(10, 100, 60, 10), &l).is_ok());
-        assert!(op_for(&req(10, 100, 60, 0), &l).is_ok(), "0 only asks");
+        assert!(crab(&req(10, 100, 60, 10), &l).is_ok());
+        assert!(crab(&req(10, 100, 60, 0), &l).is_ok(), "0 only asks");
         for bad in [
             req(11, 1, 1, 1),
             req(0, 1, 1, 1),
@@ -244,43 +417,128 @@ mod tests {
             req(1, 0, 1, 1),
             req(1, 1, 61, 1),
             req(1, 1, 0, 1),
-            req(2, 1, 1, 3),
             req(2, 1, 1, -1),
         ] {
             assert!(
-                matches!(op_for(&bad, &l), Err(ThrottleError::Invalid(_))),
+                matches!(crab(&bad, &l), Err(ThrottleError::Invalid(_))),
                 "{bad:?}"
             );
         }
         let mut long = req(1, 1, 1, 1);
         long.key = "12345".into();
-        assert!(op_for(&long, &l).is_err());
+        assert!(crab(&long, &l).is_err());
         long.key = String::new();
-        assert!(op_for(&long, &l).is_err());
+        assert!(crab(&long, &l).is_err());
         let fast = ThrottleLimits {
             max_count: u32::MAX,
             ..l
         };
-        assert!(op_for(&req(1, 2_000_000_000, 1, 1), &fast).is_err());
+        assert!(crab(&req(1, 2_000_000_000, 1, 1), &fast).is_err());
+        // redis-cell's max_burst starts at 0: a bucket of one.
+        let cell = op_for(&req(0, 1, 1, 1), &l, Peer::RedisCell).unwrap();
+        assert_eq!(cell.params.algorithm, Algorithm::TokenBucket { burst: 1 });
+        assert!(op_for(&req(-1, 1, 1, 1), &l, Peer::RedisCell).is_err());
+    }
+
+    #[test]
+    fn more_than_the_bucket_holds_only_looks() {
+        let l = ThrottleLimits::default();
+        assert_eq!(crab(&req(2, 1, 1, 3), &l).unwrap().hits, 0);
+        assert_eq!(crab(&req(2, 1, 1, 2), &l).unwrap().hits, 2);
+        assert_eq!(
+            op_for(&req(2, 1, 1, 3), &l, Peer::RedisCell).unwrap().hits,
+            3
+        );
+        assert_eq!(
+            op_for(&req(2, 1, 1, 4), &l, Peer::RedisCell).unwrap().hits,
+            0
+        );
+        assert_eq!(crab(&req(2, 1, 1, i64::MAX), &l).unwrap().hits, 0);
     }
 
     #[test]
     fn keys_have_their_own_space() {
-        let op = op_for(&req(1, 1, 1, 1), &ThrottleLimits::default()).unwrap();
+        let op = crab(&req(1, 1, 1, 1), &ThrottleLimits::default()).unwrap();
         assert_eq!(op.key, "\0throttle/k");
         assert_eq!(op.hash, key_hash("\0throttle/k"));
         assert_eq!(op.params.window_ms, 1000);
+        let cell = op_for(
+            &req(1, 1, 1, 1),
+            &ThrottleLimits::default(),
+            Peer::RedisCell,
+        )
+        .unwrap();
+        assert_eq!(cell.key, "\0cell/k");
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    fn g(allowed: bool, full_in_ns: u64, interval_ns: u64, burst: u64, quantity: u64) -> Gcra {
+        Gcra {
+            allowed,
+            full_in_ns,
+            interval_ns,
+            burst,
+            quantity,
+        }
     }
 
     #[test]
-    fn refused_remaining_matches_the_engine_maths() {
-        // 10 per 60 s (6 s a token), burst 5 (30 s): a key full again in 18 s has 2 tokens now.
-        let op = op_for(&req(5, 10, 60, 1), &ThrottleLimits::default()).unwrap();
-        let left = State::Gcra {
-            tat: 18_000_000_000,
-        }
-        .eval(&op.params, 0, 0)
-        .remaining;
-        assert_eq!(left, 2);
+    fn throttlecrab_answers_from_the_engine_state() {
+        // lazureykis/throttlecrab, throttlecrab-server/src/transport/redis_test.rs,
+        // test_redis_throttle_allowed: THROTTLE 10 100 60 on a fresh key is [1, 10, 9, 5, 0]
+        // (T = 0.6 s: full again in 0.6 s after one token).
+        let a = ThrottleAnswer::from_gcra(&g(true, 600_000_000, 600_000_000, 10, 1));
+        assert_eq!(
+            (
+                a.allowed,
+                a.limit,
+                a.remaining,
+                a.reset_after,
+                a.retry_after
+            ),
+            (true, 10, 9, 5, 0)
+        );
+        // test_redis_throttle_with_quantity: quantity 5 leaves 5, reset_after 7.
+        let a = ThrottleAnswer::from_gcra(&g(true, 3 * S, 600_000_000, 10, 5));
+        assert_eq!((a.remaining, a.reset_after), (5, 7));
+        // test_redis_large_quantity: quantity 15 of 10 is refused, remaining still 10.
+        let a = ThrottleAnswer::from_gcra(&g(false, 0, 600_000_000, 10, 15));
+        assert_eq!((a.allowed, a.limit, a.remaining), (false, 10, 10));
+        // rate_limiter.rs:237 for that call: allow_at - now = (-T + 15T) - 9T = 5T = 3 s.
+        assert_eq!(a.retry_after, 3);
+    }
+
+    #[test]
+    fn redis_cell_answers_from_the_engine_state() {
+        // brandur/redis-cell README, "Response": CL.THROTTLE user123 15 30 60 on a fresh key
+        // is [0, 16, 15, -1, 2] (T = 2 s, a bucket of 16, full again in 2 s).
+        let a = CellAnswer::from_gcra(&g(true, 2 * S, 2 * S, 16, 1));
+        assert_eq!(
+            (
+                a.limited,
+                a.limit,
+                a.remaining,
+                a.retry_after,
+                a.reset_after
+            ),
+            (false, 16, 15, -1, 2)
+        );
+        // src/cell/mod.rs it_rate_limits case 8 (limit 5, 1/s): reset_after 3900 ms, which
+        // src/lib.rs:73-76 rounds up to 4; case 14: limited, retry_after 3 s.
+        let a = CellAnswer::from_gcra(&g(true, 3_900_000_000, S, 5, 1));
+        assert_eq!((a.remaining, a.reset_after), (1, 4));
+        let a = CellAnswer::from_gcra(&g(false, 3 * S, S, 5, 5));
+        assert_eq!(
+            (a.limited, a.remaining, a.retry_after, a.reset_after),
+            (true, 2, 3, 3)
+        );
+        // Case 0: more than the bucket can ever hold: retry_after stays -1.
+        let a = CellAnswer::from_gcra(&g(false, 0, S, 5, 6));
+        assert_eq!((a.remaining, a.retry_after, a.reset_after), (5, -1, 0));
+        // lib.rs rounds up only from a whole millisecond.
+        assert_eq!(cell_secs(2 * S as i128 + 999_999), 2);
+        assert_eq!(cell_secs(2 * S as i128 + 1_000_000), 3);
+        assert_eq!(cell_secs(-(S as i128)), -1);
     }
 }

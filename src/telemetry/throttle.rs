@@ -1,4 +1,5 @@
-//! Counters of the direct transports: `THROTTLE` calls (RESP and HTTP) and RESP connections.
+//! Counters of the direct transports: `THROTTLE` (RESP and HTTP) and `CL.THROTTLE` calls, and RESP
+//! connections.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +24,7 @@ impl ThrottleStats {
         let s = self;
         let _ = writeln!(
         out,
-        "# HELP turnstile_throttle_calls_total THROTTLE calls (RESP and HTTP) by result.\n# TYPE turnstile_throttle_calls_total counter"
+        "# HELP turnstile_throttle_calls_total THROTTLE (RESP and HTTP) and CL.THROTTLE calls by result.\n# TYPE turnstile_throttle_calls_total counter"
     );
         for (result, c) in [
             ("allowed", &s.allowed),

@@ -1,7 +1,7 @@
 //! Thin adapters from the wire to the service: gRPC (`grpc`, with its per-call `layer`; `rlqs`,
 //! the quota streams), HTTP
-//! (`http`: health, `/json`, `/rate`, `/throttle`, debug and metrics) and ThrottleCrab's Redis
-//! protocol (`resp`).
+//! (`http`: health, `/json`, `/rate`, `/throttle`, debug and metrics) and the Redis protocol of
+//! ThrottleCrab's `THROTTLE` and redis-cell's `CL.THROTTLE` (`resp`).
 
 pub mod grpc;
 pub mod http;

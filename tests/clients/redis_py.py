@@ -10,7 +10,12 @@ import redis
 port = int(sys.argv[1])
 r = redis.Redis(host="127.0.0.1", port=port)
 assert r.ping() is True
-assert r.execute_command("THROTTLE", "py", "3", "10", "60") == [1, 3, 2, 0, 6]
+# ThrottleCrab: [allowed, limit, remaining, reset_after, retry_after] (T = 6 s, tau = 12 s)
+assert r.execute_command("THROTTLE", "py", "3", "10", "60") == [1, 3, 2, 12, 0]
+# redis-cell: README "Response"; tests/e2e.rs it_works (limited, then retry in 2 s)
+assert r.execute_command("CL.THROTTLE", "py:user123", "15", "30", "60") == [0, 16, 15, -1, 2]
+assert r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1") == [0, 1, 0, -1, 2]
+assert r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1") == [1, 1, 0, 2, 2]
 assert r.echo("hi") == b"hi"
 p = r.pipeline(transaction=False)
 for _ in range(3):

@@ -1,4 +1,5 @@
-//! `POST /throttle`: ThrottleCrab's HTTP API, decided like RESP's `THROTTLE` (see `transport`).
+//! `POST /throttle`: ThrottleCrab's HTTP API (`throttlecrab-server/src/transport/http.rs`),
+//! decided and answered like RESP's `THROTTLE` (see `service::throttle`).
 
 use std::net::SocketAddr;
 
@@ -19,20 +20,18 @@ struct Body {
     max_burst: i64,
     count_per_period: i64,
     period: i64,
-    #[serde(default = "one")]
-    quantity: i64,
-}
-
-fn one() -> i64 {
-    1
+    /// Optional, and may be null, as in ThrottleCrab's `HttpThrottleRequest`: 1 then.
+    #[serde(default)]
+    quantity: Option<i64>,
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-/// 200 allowed, 429 denied (with `Retry-After`), 400 bad body or parameters over the caps,
-/// 503 no decision; the body has ThrottleCrab's fields either way it is decided.
+/// 200 with ThrottleCrab's `ThrottleResponse` whether allowed or not, as ThrottleCrab answers
+/// (`http.rs:139-146`: a refusal is `"allowed": false`, not an HTTP error; `Retry-After` is added
+/// to a refusal); 400 bad body or parameters over the caps, 503 no decision.
 /// Callers off loopback get 403 unless `TURNSTILE_THROTTLE_ALLOW_REMOTE=true`.
 pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response {
     let limits = &s.throttle;
@@ -67,26 +66,18 @@ pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response
         max_burst: b.max_burst,
         count_per_period: b.count_per_period,
         period: b.period,
-        quantity: b.quantity,
+        quantity: b.quantity.unwrap_or(1),
     };
     match throttle(&s.limiter, limits, &req).await {
         Ok(a) => {
-            let status = if a.allowed {
-                StatusCode::OK
-            } else {
-                StatusCode::TOO_MANY_REQUESTS
-            };
-            let mut resp = (
-                status,
-                Json(json!({
-                    "allowed": a.allowed,
-                    "limit": a.limit,
-                    "remaining": a.remaining,
-                    "retry_after": a.retry_after,
-                    "reset_after": a.reset_after,
-                })),
-            )
-                .into_response();
+            let mut resp = Json(json!({
+                "allowed": a.allowed,
+                "limit": a.limit,
+                "remaining": a.remaining,
+                "reset_after": a.reset_after,
+                "retry_after": a.retry_after,
+            }))
+            .into_response();
             if !a.allowed {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(a.retry_after));

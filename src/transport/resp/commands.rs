@@ -1,4 +1,5 @@
-//! The commands: `THROTTLE`, `PING`, `QUIT`, and what client libraries send around them.
+//! The commands: ThrottleCrab's `THROTTLE`, redis-cell's `CL.THROTTLE`, `PING`, `QUIT`, and what
+//! client libraries send around them.
 
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::encode::extend_encode_borrowed;
@@ -6,7 +7,7 @@ use redis_protocol::resp2::types::BorrowedFrame;
 use std::sync::atomic::Ordering;
 
 use super::Ctx;
-use crate::service::throttle::{throttle, ThrottleRequest};
+use crate::service::throttle::{cl_throttle, throttle, ThrottleError, ThrottleRequest};
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -31,6 +32,7 @@ pub(super) async fn execute(
     let name = args[0].to_ascii_uppercase();
     match name.as_slice() {
         b"THROTTLE" => throttle_command(&args[1..], ctx, out).await,
+        b"CL.THROTTLE" => cl_throttle_command(&args[1..], ctx, out).await,
         b"PING" => match args.len() {
             1 => encode(out, &BorrowedFrame::SimpleString(b"PONG")),
             2 => encode(out, &BorrowedFrame::BulkString(&args[1])),
@@ -131,58 +133,108 @@ fn hello(out: &mut BytesMut, resp3: bool) {
     }
 }
 
-/// `THROTTLE key max_burst count_per_period period [quantity]`.
+/// `THROTTLE key max_burst count_per_period period [quantity]`, answered as ThrottleCrab does
+/// (`throttlecrab-server/src/transport/redis/mod.rs:277-283`): `[allowed, limit, remaining,
+/// reset_after, retry_after]`.
 async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
-    if !(4..=5).contains(&args.len()) {
-        return error(out, "ERR wrong number of arguments for 'throttle' command");
-    }
-    let Ok(key) = std::str::from_utf8(&args[0]) else {
-        return error(out, "ERR key must be UTF-8");
+    let Some(req) = parse_throttle("throttle", args, ctx, out) else {
+        return;
     };
+    match throttle(&ctx.limiter, &ctx.limits, &req).await {
+        Ok(a) => integers(
+            out,
+            [
+                a.allowed.into(),
+                a.limit,
+                a.remaining,
+                a.reset_after,
+                a.retry_after,
+            ],
+        ),
+        Err(e) => throttle_error(out, e),
+    }
+}
+
+/// `CL.THROTTLE key max_burst count_per_period period [quantity]`, answered as redis-cell does
+/// (`src/lib.rs:82-87` in brandur/redis-cell): `[limited, max_burst + 1, remaining, retry_after,
+/// reset_after]`.
+async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
+    let Some(req) = parse_throttle("cl.throttle", args, ctx, out) else {
+        return;
+    };
+    match cl_throttle(&ctx.limiter, &ctx.limits, &req).await {
+        Ok(a) => integers(
+            out,
+            [
+                a.limited.into(),
+                a.limit,
+                a.remaining,
+                a.retry_after,
+                a.reset_after,
+            ],
+        ),
+        Err(e) => throttle_error(out, e),
+    }
+}
+
+/// The arguments both commands take, `key max_burst count_per_period period [quantity]`; on
+/// bad ones, writes the error and counts the call as invalid.
+fn parse_throttle(
+    command: &str,
+    args: &[Bytes],
+    ctx: &Ctx,
+    out: &mut BytesMut,
+) -> Option<ThrottleRequest> {
     let int = |i: usize, name: &str| -> Result<i64, String> {
         std::str::from_utf8(&args[i])
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("ERR {name} is not an integer"))
     };
-    let parsed = (|| {
-        Ok::<_, String>(ThrottleRequest {
-            key: key.to_owned(),
-            max_burst: int(1, "max_burst")?,
-            count_per_period: int(2, "count_per_period")?,
-            period: int(3, "period")?,
-            quantity: if args.len() == 5 {
-                int(4, "quantity")?
-            } else {
-                1
-            },
-        })
-    })();
-    let req = match parsed {
-        Ok(r) => r,
+    let parsed = if !(4..=5).contains(&args.len()) {
+        Err(format!(
+            "ERR wrong number of arguments for '{command}' command"
+        ))
+    } else if let Ok(key) = std::str::from_utf8(&args[0]) {
+        (|| {
+            Ok(ThrottleRequest {
+                key: key.to_owned(),
+                max_burst: int(1, "max_burst")?,
+                count_per_period: int(2, "count_per_period")?,
+                period: int(3, "period")?,
+                quantity: if args.len() == 5 {
+                    int(4, "quantity")?
+                } else {
+                    1
+                },
+            })
+        })()
+    } else {
+        Err("ERR key must be UTF-8".to_owned())
+    };
+    match parsed {
+        Ok(r) => Some(r),
         Err(m) => {
             ctx.limiter
                 .metrics()
                 .throttle
                 .invalid
                 .fetch_add(1, Ordering::Relaxed);
-            return error(out, &m);
+            error(out, &m);
+            None
         }
-    };
-    match throttle(&ctx.limiter, &ctx.limits, &req).await {
-        Ok(a) => {
-            let n = |v: u64| BorrowedFrame::Integer(i64::try_from(v).unwrap_or(i64::MAX));
-            let items = [
-                BorrowedFrame::Integer(a.allowed.into()),
-                n(a.limit.into()),
-                n(a.remaining.into()),
-                n(a.retry_after),
-                n(a.reset_after),
-            ];
-            encode(out, &BorrowedFrame::Array(&items));
-        }
-        Err(e) => error(out, &format!("ERR {e}")),
     }
+}
+
+fn integers(out: &mut BytesMut, values: [i64; 5]) {
+    encode(
+        out,
+        &BorrowedFrame::Array(&values.map(BorrowedFrame::Integer)),
+    );
+}
+
+fn throttle_error(out: &mut BytesMut, e: ThrottleError) {
+    error(out, &format!("ERR {e}"))
 }
 
 fn encode(out: &mut BytesMut, frame: &BorrowedFrame<'_>) {

@@ -1,5 +1,5 @@
-//! ThrottleCrab's Redis-protocol transport: `THROTTLE`, `PING` and `QUIT` over RESP2, one tokio
-//! task per connection, so any Redis client library (and `redis-cli`) is a turnstile client.
+//! The Redis-protocol transport: ThrottleCrab's `THROTTLE`, redis-cell's `CL.THROTTLE`, `PING` and
+//! `QUIT` over RESP2 (RESP3 after `HELLO 3`), one tokio task per connection, so any Redis client library (and `redis-cli`) is a turnstile client.
 //!
 //! Frames are decoded and replies encoded by the `redis-protocol` crate. Before a frame reaches
 //! it, [`frame_len`] walks the frame's headers without recursion: it finds where a command ends,
@@ -34,7 +34,7 @@ use commands::{error, execute, Flow, Session};
 /// A command bigger than this (THROTTLE needs a few hundred bytes) is a protocol error and
 /// closes the connection, so a client cannot make the server buffer without bound.
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
-/// Arguments in one command; THROTTLE has six.
+/// Arguments in one command; THROTTLE and CL.THROTTLE have six.
 const MAX_ARGS: i64 = 64;
 /// Replies to a long pipeline are written once they reach this much.
 const FLUSH_AT: usize = 64 * 1024;
