@@ -334,6 +334,8 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             global_shadow_mode: false,
             request_limits: RequestLimits::default(),
             refused_hits: Default::default(),
+            global_quota_mode: false,
+            response_dynamic_metadata: false,
         },
         Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::telemetry::top::DEFAULT_SAMPLE)),
     );

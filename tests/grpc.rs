@@ -282,12 +282,29 @@ async fn ratelimit_headers_with_default_and_custom_names() {
         .is_empty());
 }
 
+/// envoyproxy/ratelimit returns dynamic metadata only with `RESPONSE_DYNAMIC_METADATA=true`:
+/// the request (domain, descriptors as `key=value` entries) and, under `metadata`, the
+/// `metadata` of the descriptors that passed (`src/service/ratelimit.go`, `ratelimitToMetadata`).
 #[tokio::test]
 async fn metadata_is_returned_as_dynamic_metadata() {
-    let s = TestServer::start(EDGE).await;
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let s = TestServer::start_with(EDGE, &[("RESPONSE_DYNAMIC_METADATA", "true")]).await;
     let r = s.call(one("edge", &[("meta", "m")])).await;
     let md = r.dynamic_metadata.expect("dynamic metadata");
-    assert!(md.fields.contains_key("team"));
+    let field = |name: &str| md.fields.get(name).and_then(|v| v.kind.clone());
+    assert_eq!(field("domain"), Some(Kind::StringValue("edge".into())));
+    let Some(Kind::StructValue(passed)) = field("metadata") else {
+        panic!("no metadata in {md:?}");
+    };
+    assert!(passed.fields.contains_key("team"), "{passed:?}");
+    let Some(Kind::ListValue(descriptors)) = field("descriptors") else {
+        panic!("no descriptors in {md:?}");
+    };
+    assert_eq!(descriptors.values.len(), 1);
+    // Off by default, as in the reference.
+    let d = TestServer::start(EDGE).await;
+    let r = d.call(one("edge", &[("meta", "m")])).await;
+    assert!(r.dynamic_metadata.is_none(), "{:?}", r.dynamic_metadata);
 }
 
 #[tokio::test]

@@ -377,3 +377,75 @@ async fn explicit_reload_with_polling_off() {
     );
     r.shutdown().await;
 }
+
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true` with files: NOT_SERVING while the live config
+/// has no domain, SERVING once one is loaded, NOT_SERVING again after a reload that leaves
+/// none (envoyproxy/ratelimit `test/service/ratelimit_test.go`,
+/// `TestServiceHealthStatusAtLeastOneConfigLoaded`, line 622). Unset, health is SERVING with
+/// no domain at all.
+#[tokio::test]
+async fn health_waits_for_a_config_with_a_domain_when_asked() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let t = TempDir::new("health-domains");
+    let dir = t.path().join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = [
+        ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+        ("TURNSTILE_RELOAD_INTERVAL_MS", "0"),
+    ];
+    let r = start(&settings(&dir, &env)).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", r.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let h = HealthClient::new(ch);
+    let mut status = || {
+        let mut h = h.clone();
+        async move {
+            let req = HealthCheckRequest {
+                service: "ratelimit".into(),
+            };
+            h.check(req).await.unwrap().into_inner().status
+        }
+    };
+    // 1 = SERVING, 2 = NOT_SERVING; a reload's health change lands on the admin thread.
+    async fn settles<F: std::future::Future<Output = i32>>(mut f: impl FnMut() -> F, want: i32) {
+        let deadline = std::time::Instant::now() + DEADLINE;
+        while f().await != want {
+            assert!(std::time::Instant::now() < deadline, "health never {want}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert_eq!(status().await, 2, "no domain loaded at start");
+    write(&dir.join("a.yaml"), V1);
+    r.reload_config().expect("loads");
+    settles(&mut status, 1).await;
+    std::fs::remove_file(dir.join("a.yaml")).unwrap();
+    r.reload_config().expect("an empty directory loads");
+    settles(&mut status, 2).await;
+    write(&dir.join("a.yaml"), V1);
+    r.reload_config().expect("loads");
+    settles(&mut status, 1).await;
+    r.shutdown().await;
+
+    std::fs::create_dir_all(t.path().join("empty")).unwrap();
+    let plain = start(&settings(&t.path().join("empty"), &[])).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", plain.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let req = HealthCheckRequest {
+        service: "ratelimit".into(),
+    };
+    let st = HealthClient::new(ch)
+        .check(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(st, 1, "unset: SERVING without a domain");
+    plain.shutdown().await;
+}

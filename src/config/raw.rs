@@ -6,6 +6,11 @@ use serde::{de, Deserialize, Deserializer};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFile {
+    /// A RateLimitConfig's name, as Envoy Gateway's generated configs (dumps of its xDS
+    /// resources) start with: accepted, as the reference's flat key list does, and unused.
+    #[serde(default, deserialize_with = "opt_scalar")]
+    #[allow(dead_code)]
+    pub(crate) name: Option<String>,
     #[serde(default, deserialize_with = "opt_scalar")]
     pub(crate) domain: Option<String>,
     #[serde(default)]

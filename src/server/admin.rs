@@ -28,6 +28,9 @@ pub(super) struct Admin {
     pub(super) xds: Option<(XdsSettings, Option<Health>)>,
     /// The config location to poll (none over xDS), from the fingerprint taken before loading.
     pub(super) config_poll: Option<(Watched, u64, Arc<Reloader>)>,
+    /// Files and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health follows the live config's
+    /// domain count (SERVING with at least one).
+    pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
     pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
     pub(super) interval: Duration,
 }
@@ -53,6 +56,9 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     tasks.extend(run_xds(settings, gate, &admin.limiter, &stop));
                 }
                 tasks.push(tokio::spawn(tick_top(admin.limiter.clone(), stop.clone())));
+                if let Some((domains, health)) = admin.health_by_domains {
+                    tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
+                }
                 for (what, listener, router) in admin.http {
                     tasks.push(tokio::spawn(serve_http(
                         what,
@@ -107,6 +113,28 @@ async fn serve_resp(
     };
     if let Err(e) = crate::transport::resp::serve(l, limiter, settings, shutdown).await {
         tracing::error!(error = %e, "RESP transport failed");
+    }
+}
+
+/// Sets health as reloads change the live config's domain count, until the stop (from then on
+/// shutdown owns health).
+async fn follow_domains(
+    mut domains: watch::Receiver<usize>,
+    health: Health,
+    stop: watch::Receiver<bool>,
+) {
+    let mut stopped = stop.clone();
+    loop {
+        let changed = tokio::select! {
+            changed = domains.changed() => changed.is_ok(),
+            _ = stopped.wait_for(|s| *s) => false,
+        };
+        let stopping = *stop.borrow();
+        if !changed || stopping {
+            return;
+        }
+        let n = *domains.borrow_and_update();
+        health.set(n > 0).await;
     }
 }
 

@@ -102,9 +102,12 @@ struct Health {
 impl Health {
     /// Health, and the gRPC service that reports it. With xDS, health waits for the first
     /// config unless told to start without one (the third value says so); it is set before the
-    /// xDS client starts, so its SERVING on the first config is never undone.
+    /// xDS client starts, so its SERVING on the first config is never undone. With files and
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, it is SERVING while the live config has a
+    /// domain (`domains` now; reloads keep it so, see `admin`).
     async fn start(
         settings: &Settings,
+        domains: usize,
     ) -> (
         Health,
         HealthServer<impl tonic_health::pb::health_server::Health>,
@@ -116,7 +119,8 @@ impl Health {
             serving: Arc::new(AtomicBool::new(true)),
         };
         let gated = (settings.xds.as_ref()).is_some_and(|x| !x.healthy_before_first_config());
-        health.set(!gated).await;
+        let files_gated = settings.xds.is_none() && settings.healthy_only_with_config;
+        health.set(!gated && !(files_gated && domains == 0)).await;
         (health, service, gated)
     }
 
@@ -154,8 +158,9 @@ pub async fn start(
         resp,
     } = Listeners::bind(settings)?;
     let (limiter, shard_tasks, redis) = limiter(settings, config, clock).await?;
-    let (tls, reloader) = tls_and_reloader(settings, &limiter)?;
-    let (health, health_service, gate_health) = Health::start(settings).await;
+    let domains = limiter.live().config.domains.len();
+    let (tls, reloader) = tls_and_reloader(settings, &limiter, domains)?;
+    let (health, health_service, gate_health) = Health::start(settings, domains).await;
     let (stop, stop_rx) = watch::channel(false);
 
     let workers = settings.workers.max(1);
@@ -190,6 +195,9 @@ pub async fn start(
         resp: resp.zip(settings.resp.clone()),
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        health_by_domains: (reloader.as_ref())
+            .filter(|_| settings.healthy_only_with_config)
+            .map(|r| (r.domains(), health.clone())),
         tls_poll: tls_watched
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
@@ -220,6 +228,7 @@ type TlsShared = Option<Arc<tls::TlsState>>;
 fn tls_and_reloader(
     settings: &Settings,
     limiter: &RateLimiter,
+    domains: usize,
 ) -> Result<(TlsShared, Option<Arc<Reloader>>), StartError> {
     let tls = (settings.tls.clone())
         .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
@@ -230,6 +239,7 @@ fn tls_and_reloader(
             settings.config_path.clone(),
             settings.load,
             limiter.clone(),
+            domains,
         ))
     });
     Ok((tls, reloader))
@@ -318,6 +328,8 @@ async fn limiter(
         global_shadow_mode: settings.global_shadow_mode,
         request_limits: settings.request_limits,
         refused_hits: settings.refused_hits,
+        global_quota_mode: settings.global_quota_mode,
+        response_dynamic_metadata: settings.response_dynamic_metadata,
     };
     let limiter = RateLimiter::new(config, engine, answer, metrics);
     Ok((limiter, shard_tasks, fleet))

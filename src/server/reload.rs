@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
+use tokio::sync::watch;
+
 use crate::config::{Config, ConfigError, LoadOptions};
 use crate::service::RateLimiter;
 
@@ -43,19 +45,39 @@ pub(super) struct Reloader {
     path: PathBuf,
     opts: LoadOptions,
     limiter: RateLimiter,
+    /// How many domains the live config has (for health under
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+    domains: watch::Sender<usize>,
 }
 
 impl Reloader {
-    pub(super) fn new(path: PathBuf, opts: LoadOptions, limiter: RateLimiter) -> Reloader {
+    pub(super) fn new(
+        path: PathBuf,
+        opts: LoadOptions,
+        limiter: RateLimiter,
+        domains: usize,
+    ) -> Reloader {
         Reloader {
             path,
             opts,
             limiter,
+            domains: watch::Sender::new(domains),
         }
     }
 
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
         let source = self.path.display().to_string();
-        apply(&self.limiter, &source, Config::load(&self.path, self.opts))
+        let loaded = Config::load(&self.path, self.opts);
+        let domains = loaded.as_ref().ok().map(|c| c.domains.len());
+        let applied = apply(&self.limiter, &source, loaded);
+        if let Some(n) = domains {
+            self.domains.send_replace(n);
+        }
+        applied
+    }
+
+    /// The live config's domain count, as reloads change it.
+    pub(super) fn domains(&self) -> watch::Receiver<usize> {
+        self.domains.subscribe()
     }
 }

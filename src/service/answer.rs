@@ -12,7 +12,7 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
-use super::plan::{counts_in_full, hits_of, Applied, Plan};
+use super::plan::{counts_in_full, hits_of, Applied, LimitRef, Plan};
 use crate::limiter::{refuses, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
 
@@ -34,6 +34,11 @@ pub struct AnswerSettings {
     pub global_shadow_mode: bool,
     pub request_limits: super::RequestLimits,
     pub refused_hits: RefusedHits,
+    /// `QUOTA_MODE`: every limit is a quota one (refuses only when all of them are over).
+    pub global_quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: dynamic metadata describing the request, and the
+    /// `metadata` of the descriptors that passed.
+    pub response_dynamic_metadata: bool,
 }
 
 /// Which hits of a refused request are kept (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
@@ -121,10 +126,82 @@ pub(super) fn answer(
             ..Default::default()
         });
     }
-    if let Some(md) = plan.metadata.take() {
-        response.dynamic_metadata = Some(to_struct(md));
+    if settings.response_dynamic_metadata {
+        response.dynamic_metadata = Some(dynamic_metadata(req, plan, &best, &response.statuses));
     }
     response
+}
+
+/// envoyproxy/ratelimit's dynamic metadata (`ratelimitToMetadata`): the domain, each
+/// descriptor's entries as `key=value`, its `limit` and `hitsAddend`, the request's
+/// `hitsAddend`, and under `metadata` the `metadata` of the descriptors that passed, merged in
+/// descriptor order (the first value of a key wins; maps merge key by key).
+fn dynamic_metadata(
+    req: &RateLimitRequest,
+    plan: &Plan<'_>,
+    best: &[Option<(usize, Outcome)>],
+    statuses: &[DescriptorStatus],
+) -> Struct {
+    use serde_json::{json, Map, Value as J};
+    let mut top = Map::new();
+    top.insert("domain".into(), J::String(req.domain.clone()));
+    let descriptors = req.descriptors.iter().map(|d| {
+        let mut m = Map::new();
+        let entries = d
+            .entries
+            .iter()
+            .map(|e| J::String(format!("{}={}", e.key, e.value)));
+        m.insert("entries".into(), J::Array(entries.collect()));
+        if let Some(l) = &d.limit {
+            let unit = crate::config::Unit::from_envoy_override(l.unit)
+                .map_or_else(|| l.unit.to_string(), |u| u.name().to_uppercase());
+            let text = format!("requests_per_unit:{} unit:{unit}", l.requests_per_unit);
+            m.insert("limit".into(), J::String(text));
+        }
+        if let Some(h) = &d.hits_addend {
+            m.insert("hitsAddend".into(), json!(h.value));
+        }
+        J::Object(m)
+    });
+    top.insert("descriptors".into(), J::Array(descriptors.collect()));
+    if req.hits_addend != 0 {
+        top.insert("hitsAddend".into(), json!(req.hits_addend));
+    }
+    let mut passed = Map::new();
+    for (i, b) in best.iter().enumerate() {
+        let Some((ai, _)) = b else { continue };
+        let from_config = matches!(plan.applied[*ai].limit, LimitRef::Config(_));
+        if !from_config || statuses[i].code != Code::Ok as i32 {
+            continue;
+        }
+        if let Some(md) = plan.matches[i]
+            .as_ref()
+            .and_then(|m| m.node().metadata.as_ref())
+        {
+            merge_first_wins(&mut passed, md);
+        }
+    }
+    if !passed.is_empty() {
+        top.insert("metadata".into(), J::Object(passed));
+    }
+    to_struct(top)
+}
+
+/// Adds `src`'s keys that `dest` lacks; where both hold a map, merges them the same way.
+fn merge_first_wins(
+    dest: &mut serde_json::Map<String, serde_json::Value>,
+    src: &serde_json::Map<String, serde_json::Value>,
+) {
+    use serde_json::Value as J;
+    for (k, v) in src {
+        match (dest.get_mut(k), v) {
+            (Some(J::Object(d)), J::Object(s)) => merge_first_wins(d, s),
+            (Some(_), _) => {}
+            (None, v) => {
+                dest.insert(k.clone(), v.clone());
+            }
+        }
+    }
 }
 
 fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {

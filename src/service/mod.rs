@@ -99,7 +99,7 @@ impl RateLimiter {
             });
         };
         let mut plan = plan::Plan::default();
-        let ops = plan::plan(&mut plan, domain, &req, self.answer.refused_hits)?;
+        let ops = plan::plan(&mut plan, domain, &req, &self.answer)?;
         let decision = self
             .engine
             .decide(ops, self.answer.global_shadow_mode)

@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
-use super::{RefusedHits, RlsError};
+use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::{Op, Params, Role};
@@ -63,8 +63,6 @@ pub(super) struct Plan<'c> {
     pub(super) op_of: SmallVec<[usize; 4]>,
     /// Descriptors answered with unlimited.
     pub(super) unlimited: SmallVec<[usize; 2]>,
-    /// The matched nodes' `metadata`, merged, for the response's dynamic metadata.
-    pub(super) metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Matches every descriptor first (`replaces` needs all matches before anything is counted),
@@ -73,26 +71,29 @@ pub(super) fn plan<'c>(
     plan: &mut Plan<'c>,
     domain: &'c Domain,
     req: &RateLimitRequest,
-    refused_hits: RefusedHits,
+    settings: &AnswerSettings,
 ) -> Result<Vec<Op>, RlsError> {
     plan.matches.reserve(req.descriptors.len());
     for (i, d) in req.descriptors.iter().enumerate() {
         let m = descriptor::find(domain, &d.entries);
-        plan.apply(i, d, m.as_ref())?;
+        plan.apply(i, d, m.as_ref(), settings.global_quota_mode)?;
         plan.matches.push(m);
     }
     plan.drop_replaced();
-    Ok(plan.ops(req, refused_hits))
+    Ok(plan.ops(req, settings.refused_hits))
 }
 
 impl<'c> Plan<'c> {
-    /// The limits that apply to descriptor `i`: Envoy's override, or its node's limits.
+    /// The limits that apply to descriptor `i`: Envoy's override, or its node's limits. Under
+    /// `QUOTA_MODE` every limit is a quota one, overrides included (as in the reference).
     fn apply(
         &mut self,
         i: usize,
         d: &RateLimitDescriptor,
         m: Option<&Matched<'c>>,
+        global_quota: bool,
     ) -> Result<(), RlsError> {
+        let quota_or = |role| if global_quota { Role::Quota } else { role };
         if let Some(limit) = &d.limit {
             let unit = Unit::from_envoy_override(limit.unit).ok_or_else(|| {
                 RlsError::InvalidArgument(format!(
@@ -106,7 +107,7 @@ impl<'c> Plan<'c> {
                     requests_per_unit: limit.requests_per_unit,
                     unit,
                 },
-                role: Role::Binding,
+                role: quota_or(Role::Binding),
             });
             return Ok(());
         }
@@ -117,7 +118,7 @@ impl<'c> Plan<'c> {
         } else if node.quota_mode {
             Role::Quota
         } else {
-            Role::Binding
+            quota_or(Role::Binding)
         };
         for l in &node.limits {
             self.applied.push(Applied {
@@ -125,11 +126,6 @@ impl<'c> Plan<'c> {
                 limit: LimitRef::Config(l),
                 role,
             });
-        }
-        if let Some(md) = &node.metadata {
-            self.metadata
-                .get_or_insert_with(Default::default)
-                .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         Ok(())
     }

@@ -73,6 +73,13 @@ pub struct Settings {
     pub request_limits: RequestLimits,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which hits of a refused request are kept.
     pub refused_hits: RefusedHits,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health is SERVING only while a config with at
+    /// least one domain is live (files; xDS reads it in its own settings too).
+    pub healthy_only_with_config: bool,
+    /// `QUOTA_MODE`: every limit is a quota limit.
+    pub global_quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: answers carry envoyproxy/ratelimit's dynamic metadata.
+    pub response_dynamic_metadata: bool,
     /// How long in-flight calls get to finish after SIGTERM.
     pub shutdown_grace: Duration,
     /// Queued requests in the whole process, across all keys; more are refused at once.
@@ -174,6 +181,9 @@ impl Settings {
             global_shadow_mode: env.flag("SHADOW_MODE", false)?,
             near_limit_ratio: env.fraction("NEAR_LIMIT_RATIO", 0.8)?,
             request_limits: RequestLimits::default(),
+            global_quota_mode: env.flag("QUOTA_MODE", false)?,
+            healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
             refused_hits: match env.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
                 None => RefusedHits::KeepReports,
                 Some(_) if env.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true)? => {

@@ -71,6 +71,7 @@ pub(super) fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> 
 
 fn raw_file(c: pb::RateLimitConfig) -> RawFile {
     RawFile {
+        name: Some(c.name),
         domain: Some(c.domain),
         descriptors: Some(c.descriptors.into_iter().map(raw_descriptor).collect()),
         rate_api: None,
