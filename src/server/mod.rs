@@ -120,7 +120,8 @@ impl Health {
         };
         let gated = (settings.xds.as_ref()).is_some_and(|x| !x.healthy_before_first_config());
         let files_gated = settings.xds.is_none() && settings.healthy_only_with_config;
-        health.set(!gated && !(files_gated && domains == 0)).await;
+        let waiting = gated || (files_gated && domains == 0);
+        health.set(!waiting).await;
         (health, service, gated)
     }
 
