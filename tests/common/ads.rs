@@ -213,4 +213,3 @@ impl AggregatedDiscoveryService for FakeAds {
         Err(Status::unimplemented("state of the world only"))
     }
 }
-
