@@ -51,7 +51,7 @@ if ! command -v "${podman_cmd[0]}" >/dev/null 2>&1; then
     die "${podman_cmd[0]} is not installed (Debian: apt-get install podman runc)"
   fi
 fi
-for tool in ldd objcopy git; do
+for tool in ldd objcopy objdump git; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (Debian: apt-get install libc-bin binutils git)"
 done
 
@@ -77,9 +77,10 @@ if [ "${SKIP_CARGO:-}" != 1 ]; then
   cargo auditable build --release --locked --bin turnstile
 fi
 [ -x "$bin" ] || die "$bin is missing (run without SKIP_CARGO=1)"
-if ! objdump -h "$bin" | grep -q '\.dep-v0'; then
-  die "$bin has no embedded dependency list (.dep-v0): build it with cargo auditable"
-fi
+case "$(objdump -h "$bin")" in
+  *.dep-v0*) ;;
+  *) die "$bin has no embedded dependency list (.dep-v0): build it with cargo auditable" ;;
+esac
 
 # --- 2. the root file system ---------------------------------------------------------------
 ctx="target/image/context"
