@@ -79,6 +79,9 @@ struct Pod {
     mounts: Vec<(PathBuf, String)>,
     /// `runAsUser:runAsGroup`.
     user: String,
+    /// Host names the container resolves to the host's loopback, through its /etc/hosts (as a
+    /// cluster's DNS resolves Service names): `redis`, `envoy-gateway`.
+    hosts: Vec<String>,
 }
 
 impl Pod {
@@ -105,11 +108,17 @@ impl Pod {
             env: all,
             mounts: Vec::new(),
             user: "65532:65532".into(),
+            hosts: Vec::new(),
         }
     }
 
     fn mount(mut self, host: &Path, at: &str) -> Pod {
         self.mounts.push((host.to_owned(), at.to_owned()));
+        self
+    }
+
+    fn host(mut self, name: &str) -> Pod {
+        self.hosts.push(name.to_owned());
         self
     }
 
@@ -149,6 +158,10 @@ impl Pod {
         for (k, v) in &self.env {
             args.push("--env".into());
             args.push(format!("{k}={v}"));
+        }
+        for name in &self.hosts {
+            args.push("--add-host".into());
+            args.push(format!("{name}:127.0.0.1"));
         }
         for (host, at) in &self.mounts {
             args.push("--volume".into());
@@ -376,14 +389,15 @@ async fn client(grpc: &str) -> RateLimitServiceClient<tonic::transport::Channel>
 
 // ---------------------------------------------------------------- tests
 
-/// Istio's sample: `/bin/ratelimit`, settings from the environment only, Redis named by host
-/// name (resolved inside the image through glibc's NSS), the example ConfigMap mounted read-only.
+/// Istio's sample: `/bin/ratelimit`, settings from the environment only, Redis named `redis` as
+/// in the sample (resolved inside the image through glibc's NSS), the example ConfigMap mounted
+/// read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
     let Some(image) = image() else { return };
     let redis = Redis::start();
     let config = ConfigMapVolume::new(&example_configmap());
-    let redis_url = format!("localhost:{}", redis.port);
+    let redis_url = format!("redis:{}", redis.port);
     let pod = Pod::ratelimit(&[
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_URL", &redis_url),
@@ -392,7 +406,8 @@ async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
         ("RUNTIME_WATCH_ROOT", "false"),
         ("RUNTIME_IGNOREDOTFILES", "true"),
     ])
-    .mount(config.path(), "/data/ratelimit/config");
+    .mount(config.path(), "/data/ratelimit/config")
+    .host("redis");
     let c = pod.run(&image);
     let at = c.ready();
 
@@ -414,7 +429,7 @@ async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
         "OK"
     );
 
-    // The counters are in the host's Redis, which the container found as `localhost`.
+    // The counters are in the host's Redis, which the container found as `redis`.
     let keys = redis::cli(redis.port, &["--scan"]);
     assert!(
         keys.lines().any(|k| k.contains("productpage")),
@@ -492,8 +507,8 @@ async fn a_configmap_edit_is_picked_up_and_a_bad_one_refused() {
     assert!(c.running());
 }
 
-/// Envoy Gateway's deployment: no files, the limits from an ADS server (here on the host, named
-/// `localhost` as EG names its controller by Service name), Redis by host name.
+/// Envoy Gateway's deployment: no files, the limits from an ADS server on the host, named
+/// `envoy-gateway` as EG names its controller's Service, and Redis by host name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_limits_arrive_over_xds() {
     let Some(image) = image() else { return };
@@ -514,8 +529,8 @@ async fn envoy_gateway_limits_arrive_over_xds() {
     let mut ads = Ads::start().await;
     ads.push("v1", vec![limit(2)]);
     let redis = Redis::start();
-    let xds_url = format!("localhost:{}", ads.addr.port());
-    let redis_url = format!("localhost:{}", redis.port);
+    let xds_url = format!("envoy-gateway:{}", ads.addr.port());
+    let redis_url = format!("redis:{}", redis.port);
     let pod = Pod {
         // Any uid, as OpenShift assigns: nothing in the image depends on being 65532.
         user: "1000710000:0".into(),
@@ -531,6 +546,8 @@ async fn envoy_gateway_limits_arrive_over_xds() {
             ("RUNTIME_WATCH_ROOT", "false"),
             ("RUNTIME_IGNOREDOTFILES", "true"),
         ])
+        .host("envoy-gateway")
+        .host("redis")
     };
     let c = pod.run(&image);
     let at = c.ready();
