@@ -23,9 +23,9 @@
 #   IMAGE           image name (default turnstile:<Cargo.toml version>; turnstile:latest too)
 #   IMAGE_SOURCE    org.opencontainers.image.source (default: the git remote `origin`, else
 #                   the repository's directory)
-#   PODMAN          the podman command (default: podman with the flags this kind of machine
-#                   needs: vfs storage, runc, cgroupfs); `PODMAN=buildah` or `PODMAN=docker`
-#                   work too for the build (the save step uses `save -o`).
+#   PODMAN          the container tool's command line (default: podman with the flags this
+#                   kind of machine needs: vfs storage, runc, cgroupfs); `PODMAN=docker` builds
+#                   the same image with Docker.
 #   SKIP_CARGO=1    use the existing target/release/turnstile (it must have been built with
 #                   `cargo auditable build --release`)
 set -euo pipefail
@@ -102,14 +102,14 @@ copy_file() {
 
 libs=()
 while read -r lib; do
-  [ -n "$lib" ] && libs+=("$lib")
+  if [ -n "$lib" ]; then libs+=("$lib"); fi
 done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 [ "${#libs[@]}" -gt 0 ] || die "ldd lists no libraries for $bin (a static binary needs no such step)"
 libdir="$(dirname "$(ldd "$bin" | awk '$1 ~ /^libc\.so/ { print $3 }')")"
 # Name resolution: glibc loads these for `hosts: files dns` (built into libc.so.6 itself since
 # glibc 2.34, where the files left are empty stubs: copied anyway, they are 14 KB each).
 for nss in libnss_files.so.2 libnss_dns.so.2 libresolv.so.2; do
-  [ -e "$libdir/$nss" ] && libs+=("$libdir/$nss")
+  if [ -e "$libdir/$nss" ]; then libs+=("$libdir/$nss"); fi
 done
 for lib in "${libs[@]}"; do
   copy_file "$lib"
@@ -147,7 +147,7 @@ if command -v dpkg-query >/dev/null 2>&1; then
     # dpkg knows a file by the path its package installed (/lib/... on a merged-/usr system).
     p="$(dpkg-query -S "$f" 2>/dev/null || dpkg-query -S "$(readlink -f "$f")" 2>/dev/null || true)"
     p="$(echo "$p" | head -n1 | cut -d: -f1)"
-    [ -n "$p" ] && pkgs+=("$p")
+    if [ -n "$p" ]; then pkgs+=("$p"); fi
   done
   pkgs+=(ca-certificates)
   for p in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
@@ -157,14 +157,22 @@ if command -v dpkg-query >/dev/null 2>&1; then
       cp -L "/usr/share/doc/$p/copyright" "$rootfs/usr/share/doc/$p/copyright"
     fi
   done
-  [ -f /etc/os-release ] && cp -L /etc/os-release "$rootfs/etc/os-release"
-  [ -f /etc/debian_version ] && cp -L /etc/debian_version "$rootfs/etc/debian_version"
+  cp -L /etc/os-release "$rootfs/etc/os-release"
+  if [ -f /etc/debian_version ]; then cp -L /etc/debian_version "$rootfs/etc/debian_version"; fi
 fi
 
 # --- 3. the image --------------------------------------------------------------------------
-# The image this name pointed to before, removed below once nothing else names it (each
+# podman keeps an intermediate image per Containerfile step unless told not to; docker has no
+# such flag.
+no_cache_layers=()
+if [ "$(basename "${podman_cmd[0]}")" = podman ]; then no_cache_layers=(--layers=false); fi
+# The images these names pointed to before, removed below once nothing else names them (each
 # rebuild would otherwise leave a 20 MB untagged copy behind).
-previous="$("${podman_cmd[@]}" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
+previous=()
+for name in "$image" turnstile:latest; do
+  id="$("${podman_cmd[@]}" image inspect --format '{{.Id}}' "$name" 2>/dev/null || true)"
+  if [ -n "$id" ]; then previous+=("$id"); fi
+done
 log "building $image ($("${podman_cmd[@]}" --version))"
 "${podman_cmd[@]}" build \
   --file "$ctx/Containerfile" \
@@ -175,12 +183,13 @@ log "building $image ($("${podman_cmd[@]}" --version))"
   --build-arg "CREATED=$created" \
   --tag "$image" \
   --tag "turnstile:latest" \
-  --layers=false \
+  "${no_cache_layers[@]}" \
   "$ctx"
 current="$("${podman_cmd[@]}" image inspect --format '{{.Id}}' "$image")"
-if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
-  "${podman_cmd[@]}" rmi "$previous" >/dev/null 2>&1 || true
-fi
+for id in "${previous[@]}"; do
+  # Fails, and is left alone, while another name still points to it.
+  if [ "$id" != "$current" ]; then "${podman_cmd[@]}" rmi "$id" >/dev/null 2>&1 || true; fi
+done
 
 mkdir -p target/image
 rm -f target/image/turnstile.tar

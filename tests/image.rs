@@ -5,11 +5,11 @@
 //! `scripts/image.sh` builds the image and `scripts/test.sh` runs these with `TURNSTILE_IMAGE`
 //! naming it; without that variable each test returns at once and says so (a plain `cargo test`
 //! builds no image). podman runs the containers with the flags scripts/image.sh uses (`PODMAN`
-//! overrides them), each as a Kubernetes pod with the security context of
-//! examples/kubernetes/rate-limit-service.yaml would run: read-only root file system, a non-root
-//! uid, every capability dropped, no privilege escalation, the config mounted read-only. They
-//! share the host's network: Redis and the ADS server run on the host, and the servers in the
-//! containers listen on ports the kernel picks (port 0), read back from their ready line.
+//! overrides them), each locked down as examples/kubernetes/rate-limit-service.yaml locks its
+//! pods down: read-only root file system, a non-root uid, every capability dropped, no privilege
+//! escalation, the config mounted read-only. They share the host's network: Redis and the ADS
+//! server run on the host, and the servers in the containers listen on ports the kernel picks
+//! (port 0), read back from their ready line.
 
 mod common;
 
