@@ -17,6 +17,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::ads::Ads;
@@ -319,6 +320,90 @@ fn example_configmap() -> Vec<(String, String)> {
         .collect()
 }
 
+// ---------------------------------------------------------------- cluster DNS
+
+/// A cluster's DNS as a pod sees it, for the names a test registers: a UDP server answering A
+/// queries for them with 127.0.0.1 (the host, whose network the containers share), NXDOMAIN for
+/// any other name, no records for other types; and the pod's resolv.conf pointing at it, with
+/// Kubernetes' search path and ndots:5, to mount over /etc/resolv.conf. The image resolves
+/// `redis` as a pod does: glibc's dns module tries `redis.default.svc.cluster.local` first.
+struct ClusterDns {
+    dir: TempDir,
+    /// Every name asked for, as the server received it.
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClusterDns {
+    fn start(names: &[&str]) -> ClusterDns {
+        // Port 53 (resolv.conf cannot name another) on an address of 127/8 of this process's
+        // own, so that two test runs on one machine do not meet; binding 53 needs root, as
+        // podman here does.
+        let pid = std::process::id();
+        let ip = std::net::Ipv4Addr::new(127, 53, (pid >> 8) as u8, (pid as u8).max(1));
+        let socket = std::net::UdpSocket::bind((ip, 53))
+            .unwrap_or_else(|e| panic!("cluster DNS on {ip}:53 (needs root): {e}"));
+        let known: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n}.default.svc.cluster.local"))
+            .collect();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                if let Some((name, reply)) = dns_reply(&buf[..n], &known) {
+                    log.lock().unwrap().push(name);
+                    let _ = socket.send_to(&reply, from);
+                }
+            }
+        });
+        let dir = TempDir::new("dns");
+        dir.write(
+            "resolv.conf",
+            &format!(
+                "nameserver {ip}\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+            ),
+        );
+        ClusterDns { dir, asked }
+    }
+
+    fn resolv_conf(&self) -> PathBuf {
+        self.dir.path().join("resolv.conf")
+    }
+}
+
+/// The answer to one query: the name asked and the reply packet; `None` for what is not a query.
+fn dns_reply(query: &[u8], known: &[String]) -> Option<(String, Vec<u8>)> {
+    // Header (12 bytes), then one question: labels, a zero byte, type and class.
+    let mut at = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *query.get(at)? as usize;
+        at += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(query.get(at..at + len)?).to_lowercase());
+        at += len;
+    }
+    let qtype = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
+    let question_end = at + 4;
+    query.get(..question_end)?;
+    let name = labels.join(".");
+    let found = known.contains(&name);
+    let answer_a = found && qtype == 1;
+    let mut reply = query[..question_end].to_vec();
+    // Response, recursion desired and available; NXDOMAIN for an unknown name.
+    reply[2] = 0x81;
+    reply[3] = if found { 0x80 } else { 0x83 };
+    reply[4..12].copy_from_slice(&[0, 1, 0, answer_a as u8, 0, 0, 0, 0]);
+    if answer_a {
+        // The name by pointer to the question, A, IN, TTL 30 s, 4 bytes: 127.0.0.1.
+        reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 1]);
+    }
+    Some((name, reply))
+}
+
 // ---------------------------------------------------------------- clients
 
 /// One ShouldRateLimit call from the host with grpcurl and the repository's proto files, as a
@@ -390,12 +475,13 @@ async fn client(grpc: &str) -> RateLimitServiceClient<tonic::transport::Channel>
 // ---------------------------------------------------------------- tests
 
 /// Istio's sample: `/bin/ratelimit`, settings from the environment only, Redis named `redis` as
-/// in the sample (resolved inside the image through glibc's NSS), the example ConfigMap mounted
-/// read-only.
+/// in the sample and resolved inside the image through a cluster's DNS (glibc's dns module, the
+/// pod's search path), the example ConfigMap mounted read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
     let Some(image) = image() else { return };
     let redis = Redis::start();
+    let dns = ClusterDns::start(&["redis"]);
     let config = ConfigMapVolume::new(&example_configmap());
     let redis_url = format!("redis:{}", redis.port);
     let pod = Pod::ratelimit(&[
@@ -407,7 +493,7 @@ async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
         ("RUNTIME_IGNOREDOTFILES", "true"),
     ])
     .mount(config.path(), "/data/ratelimit/config")
-    .host("redis");
+    .mount(&dns.resolv_conf(), "/etc/resolv.conf");
     let c = pod.run(&image);
     let at = c.ready();
 
@@ -429,7 +515,12 @@ async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
         "OK"
     );
 
-    // The counters are in the host's Redis, which the container found as `redis`.
+    // The counters are in the host's Redis, which the container found as `redis` through DNS.
+    let asked = dns.asked.lock().unwrap().clone();
+    assert!(
+        asked.iter().any(|n| n == "redis.default.svc.cluster.local"),
+        "the image asked the cluster DNS for redis, as a pod does; it asked for {asked:?}"
+    );
     let keys = redis::cli(redis.port, &["--scan"]);
     assert!(
         keys.lines().any(|k| k.contains("productpage")),
@@ -508,7 +599,8 @@ async fn a_configmap_edit_is_picked_up_and_a_bad_one_refused() {
 }
 
 /// Envoy Gateway's deployment: no files, the limits from an ADS server on the host, named
-/// `envoy-gateway` as EG names its controller's Service, and Redis by host name.
+/// `envoy-gateway` as EG names its controller's Service, and Redis by host name (both through
+/// /etc/hosts entries here: glibc's files module; the Istio test covers DNS).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_limits_arrive_over_xds() {
     let Some(image) = image() else { return };
