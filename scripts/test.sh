@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs the external programs the tests drive
-# (Envoy, grpcurl, redis-server, h2load) when missing, then checks formatting and lints, runs
-# every test, the black-box suites a second time on a many-worker layout, and a short soak.
-# `.ci/run` calls exactly this.
+# (Envoy, grpcurl, redis-server, h2load, podman) when missing, then checks formatting and lints,
+# runs every test, the black-box suites a second time on a many-worker layout, a short soak, and
+# builds the container image and runs it as clusters do. `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
