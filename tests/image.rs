@@ -239,11 +239,22 @@ impl Container {
         }
     }
 
-    /// Waits for the container to exit; its exit code.
+    /// Waits for the container to exit (`podman wait` has no time limit: polled instead); its
+    /// exit code.
     fn wait(&self) -> i32 {
-        let code = podman_ok(&["wait", &self.name]);
+        let deadline = Instant::now() + DEADLINE;
+        while self.running() {
+            assert!(
+                Instant::now() < deadline,
+                "{} still running after {DEADLINE:?}:\n{}",
+                self.name,
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let code = podman_ok(&["inspect", "--format", "{{.State.ExitCode}}", &self.name]);
         code.parse()
-            .unwrap_or_else(|_| panic!("podman wait printed {code:?}"))
+            .unwrap_or_else(|_| panic!("podman inspect printed exit code {code:?}"))
     }
 }
 
