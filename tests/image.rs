@@ -1,6 +1,6 @@
 //! The image, run the way clusters run it: Istio's sample (settings from the environment, the
-//! config a mounted ConfigMap, Redis by host name), Envoy Gateway's (limits over xDS), a config
-//! edit, SIGTERM, a bad config.
+//! config a mounted ConfigMap, Redis by host name), Envoy Gateway's (limits over xDS, mTLS), a
+//! config edit, SIGTERM, a bad config.
 //!
 //! `scripts/image.sh` builds the image and `scripts/test.sh` runs these with `TURNSTILE_IMAGE`
 //! naming it; without that variable each test returns at once and says so (a plain `cargo test`
@@ -27,6 +27,7 @@ use common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tokio::task::JoinSet;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 use turnstile::config::xds::pb;
 
 /// Long enough for a container to start on a loaded 2-core machine; tests poll, never sleep to
@@ -415,6 +416,50 @@ fn dns_reply(query: &[u8], known: &[String]) -> Option<(String, Vec<u8>)> {
     Some((name, reply))
 }
 
+// ---------------------------------------------------------------- certificates
+
+/// Envoy Gateway's certificates, made here: a CA; the rate-limit service's certificate (server
+/// and client use, named `envoy-ratelimit`) in a Secret-like directory with `ca.crt`, `tls.crt`,
+/// `tls.key`; the ADS server's (`envoy-gateway`) and Envoy's client certificate as PEM pairs.
+struct Pki {
+    secret: TempDir,
+    ca: String,
+    xds_server: (String, String),
+    envoy: (String, String),
+}
+
+impl Pki {
+    fn new() -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose as Eku,
+            IsCa, KeyPair,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let leaf = |name: &str, usages: Vec<Eku>| {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            params.extended_key_usages = usages;
+            (
+                params.signed_by(&key, &ca).unwrap().pem(),
+                key.serialize_pem(),
+            )
+        };
+        let (cert, key) = leaf("envoy-ratelimit", vec![Eku::ServerAuth, Eku::ClientAuth]);
+        let secret = TempDir::new("certs");
+        secret.write("ca.crt", &ca.pem());
+        secret.write("tls.crt", &cert);
+        secret.write("tls.key", &key);
+        Pki {
+            secret,
+            ca: ca.pem(),
+            xds_server: leaf("envoy-gateway", vec![Eku::ServerAuth]),
+            envoy: leaf("envoy", vec![Eku::ClientAuth]),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- clients
 
 /// One ShouldRateLimit call from the host with grpcurl and the repository's proto files, as a
@@ -611,7 +656,9 @@ async fn a_configmap_edit_is_picked_up_and_a_bad_one_refused() {
 
 /// Envoy Gateway's deployment: no files, the limits from an ADS server on the host, named
 /// `envoy-gateway` as EG names its controller's Service, and Redis by host name (both through
-/// /etc/hosts entries here: glibc's files module; the Istio test covers DNS).
+/// /etc/hosts entries here: glibc's files module; the Istio test covers DNS). mTLS on both
+/// connections, as EG sets it up: one certificate from the Secret mounted at /certs serves gRPC
+/// (clients must present a certificate of the CA) and is the xDS client's certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_limits_arrive_over_xds() {
     let Some(image) = image() else { return };
@@ -629,7 +676,11 @@ async fn envoy_gateway_limits_arrive_over_xds() {
             ..Default::default()
         }],
     };
-    let mut ads = Ads::start().await;
+    let pki = Pki::new();
+    let ads_tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(&pki.xds_server.0, &pki.xds_server.1))
+        .client_ca_root(Certificate::from_pem(&pki.ca));
+    let mut ads = Ads::start_with(Some(ads_tls)).await;
     ads.push("v1", vec![limit(2)]);
     let redis = Redis::start();
     let xds_url = format!("envoy-gateway:{}", ads.addr.port());
@@ -648,7 +699,16 @@ async fn envoy_gateway_limits_arrive_over_xds() {
             ("RUNTIME_SUBDIRECTORY", "ratelimit"),
             ("RUNTIME_WATCH_ROOT", "false"),
             ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
         ])
+        .mount(pki.secret.path(), "/certs")
         .host("envoy-gateway")
         .host("redis")
     };
@@ -665,7 +725,19 @@ async fn envoy_gateway_limits_arrive_over_xds() {
     );
     assert!(first.error_detail.is_none(), "v1 accepted: {first:?}");
 
-    let mut rls = client(&at.grpc).await;
+    // Envoy's side: a client certificate of the CA, the server checked under its Service name.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&pki.ca))
+        .identity(Identity::from_pem(&pki.envoy.0, &pki.envoy.1))
+        .domain_name("envoy-ratelimit");
+    let channel = Endpoint::from_shared(format!("https://{}", at.grpc))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("an mTLS connection to the container");
+    let mut rls = RateLimitServiceClient::new(channel);
     let mut codes = Vec::new();
     for _ in 0..3 {
         let r = rls
