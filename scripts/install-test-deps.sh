@@ -12,6 +12,8 @@
 #   chromium               apt  chromium (headless: loads the debug port's status page, tests/ops_status_page.rs)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
+#   podman, runc           apt  podman, runc (builds and runs the image: scripts/image.sh, tests/image.rs)
+#   kubernetes-validate    pip  kubernetes-validate (examples/kubernetes against the API schemas, offline)
 #
 # Idempotent: anything already on PATH is left alone, and `apt-get update` runs once, only when
 # an apt package has to be installed. Non-interactive (fine under CI=true with no stdin). Runs
@@ -140,6 +142,9 @@ have chromium || apt_packages+=("chromium")
 # Redis client libraries the RESP transport is tested with (tests/clients/).
 python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
 have node && have npm || apt_packages+=("nodejs" "npm")
+have podman || apt_packages+=("podman")
+have runc || apt_packages+=("runc")
+have kubernetes-validate || pip_packages+=("kubernetes-validate")
 node_clients() {  # tests/clients/node_modules from its lock file
   [ -d "$root/tests/clients/node_modules/ioredis" ] && [ -d "$root/tests/clients/node_modules/redis" ] && return 0
   [ "$check_only" = true ] && { log "missing: tests/clients/node_modules"; return 1; }
@@ -149,7 +154,7 @@ node_clients() {  # tests/clients/node_modules from its lock file
 
 if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
   node_clients
-  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients"
+  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients, podman, runc, kubernetes-validate"
   exit 0
 fi
 
@@ -167,7 +172,7 @@ if [ "${#pip_packages[@]}" -gt 0 ]; then
   installed+=("pip: ${pip_packages[*]}")
 fi
 
-for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool chromium node npm; do
+for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool chromium node npm podman runc kubernetes-validate; do
   have "$tool" || missing_after+=("$tool")
 done
 node_clients || missing_after+=("tests/clients/node_modules")

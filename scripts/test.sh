@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs the external programs the tests drive
-# (Envoy, grpcurl, redis-server, h2load) when missing, then checks formatting and lints, runs
-# every test, the black-box suites a second time on a many-worker layout, and a short soak.
-# `.ci/run` calls exactly this.
+# (Envoy, grpcurl, redis-server, h2load, podman) when missing, then checks formatting and lints,
+# runs every test, the black-box suites a second time on a many-worker layout, a short soak, and
+# builds the container image and runs it as clusters do. `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +32,33 @@ bash scripts/shutdown-rounds.sh 3
 # A short soak on the debug build `cargo test` made: mixed load, a key flood and bad requests,
 # RSS bounded and counts exact (scripts/soak.sh; run it for minutes on a release build by hand).
 SOAK_SECONDS=45 SOAK_PROFILE=debug bash scripts/soak.sh
+
+# The image, run the way clusters run it (README "Container image"): scripts/image.sh builds the
+# release binary (cargo auditable) and the image with podman, tests/image.rs runs it (Istio's
+# sample, Envoy Gateway's xDS, a ConfigMap edit, SIGTERM, a bad config). Where podman cannot run
+# a container this fails and says why; TURNSTILE_SKIP_IMAGE=1 skips the image on purpose.
+PODMAN="${PODMAN:-podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs}"
+export PODMAN
+banner() {
+  printf '\n%s\n' "########################################################################" >&2
+  printf 'test.sh: %s\n' "$@" >&2
+  printf '%s\n\n' "########################################################################" >&2
+}
+if [ "${TURNSTILE_SKIP_IMAGE:-}" = 1 ]; then
+  banner "IMAGE NOT BUILT OR TESTED: TURNSTILE_SKIP_IMAGE=1" \
+    "scripts/image.sh and tests/image.rs did not run; nothing here says the image works."
+  bash scripts/check-kubernetes-examples.sh target/debug/turnstile
+else
+  bash scripts/image.sh
+  # shellcheck disable=SC2086 # PODMAN is a command line
+  if ! probe="$($PODMAN run --rm --network host --ulimit nofile=1024:1024 \
+      --ulimit nproc=1000:1000 turnstile:latest --version 2>&1)"; then
+    banner "PODMAN CANNOT RUN CONTAINERS ON THIS MACHINE, so the image is untested:" \
+      "$probe" \
+      "(set PODMAN to a working command line, or TURNSTILE_SKIP_IMAGE=1 to skip knowingly)"
+    exit 1
+  fi
+  echo "test.sh: the image runs: $probe"
+  bash scripts/check-kubernetes-examples.sh target/release/turnstile
+  TURNSTILE_IMAGE=turnstile:latest cargo test --all-features --test image
+fi

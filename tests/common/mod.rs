@@ -1,8 +1,10 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
 //! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
-//! Redis (`redis`), a temp dir (`tempdir`), Envoys with the RLQS filter and paced load (`rlqs`).
+//! Redis (`redis`), an xDS management server (`ads`), a temp dir (`tempdir`), Envoys with the
+//! RLQS filter and paced load (`rlqs`).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod ads;
 pub mod backend;
 pub mod envoy;
 pub mod redis;

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Checks every manifest under examples/kubernetes/, offline:
+#   - each document against the Kubernetes API schemas (PyPI kubernetes-validate, which ships
+#     them; --strict: an unknown field is an error). Istio's EnvoyFilter has no schema there: it
+#     is reported as not validated;
+#   - each limits file inside a ConfigMap with `turnstile check` (the keys ending in .yaml/.yml,
+#     written out as the mounted directory would hold them);
+#   - what a production team expects of each Deployment's pods: readiness and liveness probes,
+#     resource requests and a memory limit, non-root, no privilege escalation, read-only root
+#     file system, all capabilities dropped, no service-account token; a PodDisruptionBudget for
+#     each Deployment of more than one replica.
+#
+#   scripts/check-kubernetes-examples.sh [TURNSTILE_BINARY]   (default: target/release/turnstile,
+#                                                             else target/debug/turnstile)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dir=examples/kubernetes
+bin="${1:-}"
+if [ -z "$bin" ]; then
+  for b in target/release/turnstile target/debug/turnstile; do
+    [ -x "$b" ] && { bin="$b"; break; }
+  done
+fi
+[ -n "$bin" ] && [ -x "$bin" ] || {
+  echo "check-kubernetes-examples: no turnstile binary (cargo build first, or pass its path)" >&2
+  exit 1
+}
+command -v kubernetes-validate >/dev/null 2>&1 || {
+  echo "check-kubernetes-examples: kubernetes-validate is missing (scripts/install-test-deps.sh installs it)" >&2
+  exit 1
+}
+
+mapfile -t manifests < <(find "$dir" -name '*.yaml' -o -name '*.yml' | sort)
+[ "${#manifests[@]}" -gt 0 ] || { echo "check-kubernetes-examples: no manifests in $dir" >&2; exit 1; }
+
+echo "check-kubernetes-examples: schemas (kubernetes-validate --strict)"
+kubernetes-validate --strict --quiet "${manifests[@]}"
+
+# Which python runs kubernetes-validate: it has PyYAML.
+py="$(head -n1 "$(command -v kubernetes-validate)" | sed -n 's/^#!//p')"
+case "$py" in *python*) ;; *) py=python3 ;; esac
+"$py" -c 'import yaml' 2>/dev/null || py=python3
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+"$py" - "$work" "${manifests[@]}" <<'EOF'
+import os, sys, yaml
+
+work, files = sys.argv[1], sys.argv[2:]
+problems = []
+deployments, pdbs = [], []
+configmaps = 0
+for path in files:
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    for doc in docs:
+        kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
+        where = f"{path}: {kind}/{name}"
+        if kind == "ConfigMap":
+            out = os.path.join(work, f"{configmaps:02d}-{name}")
+            os.makedirs(out)
+            configmaps += 1
+            with open(out + ".source", "w") as s:
+                s.write(where)
+            for key, value in (doc.get("data") or {}).items():
+                if key.endswith((".yaml", ".yml")):
+                    with open(os.path.join(out, key), "w") as c:
+                        c.write(value)
+        elif kind == "Deployment":
+            deployments.append((where, doc))
+        elif kind == "PodDisruptionBudget":
+            pdbs.append(doc)
+
+for where, d in deployments:
+    spec = d["spec"]
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"].get("labels", {})
+    psc = pod.get("securityContext", {})
+    if pod.get("automountServiceAccountToken") is not False:
+        problems.append(f"{where}: automountServiceAccountToken is not false")
+    for c in pod["containers"]:
+        cw = f"{where} container {c['name']}"
+        sc = c.get("securityContext", {})
+        if not (sc.get("runAsNonRoot") or psc.get("runAsNonRoot")):
+            problems.append(f"{cw}: runAsNonRoot is not set")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{cw}: allowPrivilegeEscalation is not false")
+        if sc.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{cw}: readOnlyRootFilesystem is not true")
+        if "ALL" not in (sc.get("capabilities", {}).get("drop") or []):
+            problems.append(f"{cw}: capabilities are not all dropped")
+        for probe in ("readinessProbe", "livenessProbe"):
+            if probe not in c:
+                problems.append(f"{cw}: no {probe}")
+        res = c.get("resources", {})
+        if not res.get("requests", {}).get("memory") or not res.get("requests", {}).get("cpu"):
+            problems.append(f"{cw}: no cpu and memory requests")
+        if not res.get("limits", {}).get("memory"):
+            problems.append(f"{cw}: no memory limit")
+    if spec.get("replicas", 1) > 1:
+        covered = any(
+            all(labels.get(k) == v for k, v in p["spec"]["selector"].get("matchLabels", {}).items())
+            for p in pdbs
+        )
+        if not covered:
+            problems.append(f"{where}: {spec['replicas']} replicas and no PodDisruptionBudget selecting them")
+
+print(f"check-kubernetes-examples: {len(deployments)} Deployment(s), {len(pdbs)} PodDisruptionBudget(s), {configmaps} ConfigMap(s)")
+for p in problems:
+    print(f"check-kubernetes-examples: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+EOF
+
+for cm in "$work"/*/; do
+  cm="${cm%/}"
+  if ! compgen -G "$cm/*.y*ml" >/dev/null; then
+    continue
+  fi
+  echo "check-kubernetes-examples: turnstile check $(cat "$cm.source")"
+  if ! out="$("$bin" check --config "$cm" 2>&1)"; then
+    echo "$out" >&2
+    echo "check-kubernetes-examples: the limits in $(cat "$cm.source") fail turnstile check" >&2
+    exit 1
+  fi
+  echo "$out" | sed 's/^/  /'
+done
+echo "check-kubernetes-examples: OK"
