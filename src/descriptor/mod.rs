@@ -91,6 +91,78 @@ pub fn counter_key(
     key
 }
 
+/// The stats series a matched descriptor counts in, as envoyproxy/ratelimit names it after its
+/// domain (`GetLimit` in its `src/config/config_impl.go`), when that is not the matched node's
+/// own stat key; `None` when it is. With `detailed_metric` on the leaf, every level is
+/// `key_value` of the request (a `share_threshold` wildcard level keeps its pattern, and then
+/// the other levels drop an empty value's `_`); otherwise levels matched by value keep it,
+/// `value_to_metric` levels matched by key or wildcard take the request's value, and wildcard
+/// levels otherwise keep their pattern.
+pub fn stat_path(entries: &[Entry], m: &Matched<'_>) -> Option<String> {
+    let leaf = m.node();
+    if !leaf.detailed_metric && !m.path.iter().any(|n| n.value_to_metric) {
+        return None;
+    }
+    fn pattern(n: &Node) -> Option<&str> {
+        n.value.as_deref().filter(|v| v.contains('*'))
+    }
+    fn shared(n: &Node) -> Option<&str> {
+        pattern(n).filter(|_| n.share_threshold)
+    }
+    let any_shared = m.path.iter().any(|n| shared(n).is_some());
+    let mut out = String::with_capacity(64);
+    for (i, (e, n)) in entries.iter().zip(&m.path).enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        out.push_str(&e.key);
+        let value = if let Some(p) = shared(n) {
+            p
+        } else if leaf.detailed_metric {
+            if any_shared && e.value.is_empty() {
+                continue;
+            }
+            out.push('_');
+            out.push_str(&e.value);
+            continue;
+        } else if let Some(p) = pattern(n) {
+            if n.value_to_metric {
+                &e.value
+            } else {
+                p
+            }
+        } else if n.value.is_some() || n.value_to_metric {
+            &e.value
+        } else {
+            ""
+        };
+        if !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    }
+    let own = leaf.stat_key.split_once('.').map_or("", |(_, path)| path);
+    (out != own).then_some(out)
+}
+
+/// The stats series of a descriptor carrying Envoy's `limit` override, after its domain: the
+/// request's entries, `key_value` (or `key` for an empty value), joined by dots (the
+/// reference's `descriptorKey`).
+pub fn override_stat_path(entries: &[Entry]) -> String {
+    let mut out = String::with_capacity(64);
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        out.push_str(&e.key);
+        if !e.value.is_empty() {
+            out.push('_');
+            out.push_str(&e.value);
+        }
+    }
+    out
+}
+
 /// FNV-1a of the counter key: picks the shard, and is reused as the shard's table hash.
 pub fn key_hash(key: &str) -> u64 {
     let mut h = FnvHasher::default();
@@ -256,5 +328,86 @@ descriptors:
                 assert_eq!(shard_of(h, n), shard_of(key_hash(&format!("k{i}")), n));
             }
         }
+    }
+
+    /// Series names from envoyproxy/ratelimit's `test/config/config_test.go`: the stats key its
+    /// `GetLimit` gives, after the domain.
+    #[test]
+    fn stat_paths_are_the_references() {
+        let c = config(
+            r#"
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: "read*"
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: wild
+    value: "foo*"
+    descriptors:
+      - key: other
+        value_to_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: files
+    value: "files/*"
+    share_threshold: true
+    value_to_metric: true
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: plain
+    value: p
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"#,
+        );
+        let d = c.domain("d").unwrap();
+        let path = |pairs: &[(&str, &str)]| {
+            let e = entries(pairs);
+            stat_path(&e, &find(d, &e).unwrap())
+        };
+        // TestValueToMetric_WithEmptyValue (line 1428): an empty value adds no `_`.
+        assert_eq!(
+            path(&[("route", ""), ("http_method", "GET")]).as_deref(),
+            Some("route.http_method_GET")
+        );
+        // Line 1395: value_to_metric takes the request's value at key and wildcard levels.
+        assert_eq!(
+            path(&[
+                ("user", "alice"),
+                ("action", "readfile"),
+                ("resource", "documents")
+            ])
+            .as_deref(),
+            Some("user_alice.action_readfile.resource")
+        );
+        // A wildcard level without the flag keeps its pattern (`wild_foo*.other_bar`).
+        assert_eq!(
+            path(&[("wild", "foobar"), ("other", "bar")]).as_deref(),
+            Some("wild_foo*.other_bar")
+        );
+        // TestShareThreshold (line 1689): share_threshold wins over value_to_metric and
+        // detailed_metric: the pattern, which is the node's own series.
+        assert_eq!(path(&[("files", "files/a.pdf")]), None);
+        // detailed_metric: key_value of the request.
+        assert_eq!(path(&[("detailed", "x")]).as_deref(), Some("detailed_x"));
+        assert_eq!(path(&[("plain", "p")]), None, "no flag: the node's own");
+        // Overrides (line 285): the request's entries.
+        assert_eq!(
+            override_stat_path(&entries(&[("key1", "value1"), ("subkey1", "something")])),
+            "key1_value1.subkey1_something"
+        );
     }
 }

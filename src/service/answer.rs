@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::{
 use smallvec::SmallVec;
 
 use super::plan::{counts_in_full, hits_of, Applied, LimitRef, Plan};
+use crate::descriptor;
 use crate::limiter::{refuses, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
 
@@ -242,18 +243,16 @@ fn count(
         over && a.role != Role::Shadow,
         a.role == Role::Shadow && over,
     );
-    let matched = plan.matches[i].as_ref();
-    let values = matched.map_or(0u64, |m| {
-        if m.node().detailed_metric {
-            u64::MAX
-        } else {
-            m.path
-                .iter()
-                .enumerate()
-                .filter(|(j, n)| n.value_to_metric && *j < 64)
-                .fold(0, |acc, (j, _)| acc | (1 << j))
-        }
-    });
+    let from_config = matches!(a.limit, LimitRef::Config(_));
+    let matched = plan.matches[i].as_ref().filter(|_| from_config);
+    let entries = &req.descriptors[i].entries;
+    // The reference's series name, when it is not the node's own: per-value series
+    // (`detailed_metric`, `value_to_metric`), or the request's entries for an override.
+    let named = match matched {
+        Some(m) => descriptor::stat_path(entries, m),
+        None if !from_config => Some(descriptor::override_stat_path(entries)),
+        None => None,
+    };
     let verdict = Verdict {
         hits,
         over: counted_over,
@@ -270,14 +269,14 @@ fn count(
         c.top
             .record(m.node(), &d.entries, hits, counted_over, exact);
     }
-    if values == 0 {
-        c.metrics
-            .record(matched.map(|m| c.stats.of(m.node())), verdict, totals);
-    } else {
-        c.metrics.record(None, verdict, totals);
-        let entries = &req.descriptors[i].entries;
-        c.metrics
-            .record_detailed(&req.domain, entries, values, verdict);
+    match named {
+        None => c
+            .metrics
+            .record(matched.map(|m| c.stats.of(m.node())), verdict, totals),
+        Some(path) => {
+            c.metrics.record(None, verdict, totals);
+            c.metrics.record_series(&req.domain, &path, verdict);
+        }
     }
 }
 

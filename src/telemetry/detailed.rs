@@ -105,6 +105,18 @@ impl DetailedSeries {
         });
     }
 
+    /// Runs `f` on the stats of the series `domain` + `path`, as [`DetailedSeries::with_series`].
+    pub fn with_path(&self, domain: &str, path: &str, f: impl Fn(&LimitStats)) {
+        KEY.with(|buf| {
+            let mut key = buf.borrow_mut();
+            key.clear();
+            key.push_str(domain);
+            key.push(SEP);
+            key.push_str(path);
+            self.with_key(&key, domain, f);
+        });
+    }
+
     fn with_key(&self, key: &str, domain: &str, f: impl Fn(&LimitStats)) {
         let h = hash(key);
         {

@@ -147,6 +147,16 @@ impl Metrics {
     /// the request's own entries (`key_value` where bit i of `values` is set, `u64::MAX` for
     /// all). Call it instead of passing the node to [`Metrics::record`] (pass `None` there, so
     /// the totals still count once): the node's own series is then left out of the exposition.
+    /// Counts one descriptor's verdict in the series `domain` + `path` (a name the reference
+    /// gives, see `descriptor::stat_path`), in the capped map of per-value series. Call it
+    /// instead of passing the node to [`Metrics::record`], as [`Metrics::record_detailed`].
+    pub fn record_series(&self, domain: &str, path: &str, v: Verdict) {
+        let near = self.near(&v);
+        self.detailed.with_path(domain, path, |s| {
+            s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
+        });
+    }
+
     pub fn record_detailed(&self, domain: &str, entries: &[Entry], values: u64, v: Verdict) {
         let near = self.near(&v);
         self.detailed.with_series(domain, entries, values, |s| {
