@@ -10,5 +10,6 @@ mod common;
 
 mod reference {
     pub mod integration;
+    pub mod service;
     pub mod support;
 }
