@@ -10,6 +10,8 @@
 //! run): the file is refused and named; turnstile's wording is its own (README, "Running":
 //! `check` names the file and the place in it), so the message is not compared word for word.
 
+#![allow(clippy::type_complexity)] // tables of (entries, expected) cases read best inline
+
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -64,8 +66,14 @@ async fn basic_config() {
     // :42-68: no limit for these.
     assert_eq!(limit_of(&s, d, &[("key1", "something")]).await, None);
     assert_eq!(limit_of(&s, d, &[("key1", "value1")]).await, None);
-    assert_eq!(limit_of(&s, d, &[("key2", "value2"), ("subkey", "subvalue")]).await, None);
-    assert_eq!(limit_of(&s, d, &[("key5", "value5"), ("subkey5", "subvalue")]).await, None);
+    assert_eq!(
+        limit_of(&s, d, &[("key2", "value2"), ("subkey", "subvalue")]).await,
+        None
+    );
+    assert_eq!(
+        limit_of(&s, d, &[("key5", "value5"), ("subkey5", "subvalue")]).await,
+        None
+    );
     // :70
     assert_eq!(
         limit_of(&s, d, &[("key1", "value1"), ("subkey1", "something")]).await,
@@ -77,24 +85,41 @@ async fn basic_config() {
         Some((10, SECOND))
     );
     // :106, :122
-    assert_eq!(limit_of(&s, d, &[("key2", "something")]).await, Some((20, MINUTE)));
-    assert_eq!(limit_of(&s, d, &[("key2", "value2")]).await, Some((30, MINUTE)));
+    assert_eq!(
+        limit_of(&s, d, &[("key2", "something")]).await,
+        Some((20, MINUTE))
+    );
+    assert_eq!(
+        limit_of(&s, d, &[("key2", "value2")]).await,
+        Some((30, MINUTE))
+    );
     // :138 value3 is whitelisted.
     assert_eq!(limit_of(&s, d, &[("key2", "value3")]).await, None);
     // :145 no name; :162 named key4_rate_limit.
     let l = get_limit(&s, d, desc(&[("key3", "foo")])).await.unwrap();
-    assert_eq!((l.requests_per_unit, l.unit, l.name.as_str()), (1, HOUR as i32, ""));
+    assert_eq!(
+        (l.requests_per_unit, l.unit, l.name.as_str()),
+        (1, HOUR as i32, "")
+    );
     let l = get_limit(&s, d, desc(&[("key4", "foo")])).await.unwrap();
     assert_eq!(
         (l.requests_per_unit, l.unit, l.name.as_str()),
         (1, DAY as i32, "key4_rate_limit")
     );
-    // :179 unlimited: OK, remaining MaxUint32, counted in total_hits and within_limit.
+    // :179 unlimited: OK, remaining MaxUint32. The Go test bumps its stats by hand; the
+    // reference's service never counts an unlimited descriptor (ratelimit_test.go:543:
+    // "Unlimited descriptors should not hit the cache"), so neither is asserted here.
     let r = s.call(request(d, &[&[("key6", "foo")]], 1)).await;
     assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
     // :192, :210 detailed_metric: a series per value.
-    assert_eq!(limit_of(&s, d, &[("key7", "unspecified_value")]).await, Some((70, MINUTE)));
-    assert_eq!(limit_of(&s, d, &[("key7", "another_value")]).await, Some((70, MINUTE)));
+    assert_eq!(
+        limit_of(&s, d, &[("key7", "unspecified_value")]).await,
+        Some((70, MINUTE))
+    );
+    assert_eq!(
+        limit_of(&s, d, &[("key7", "another_value")]).await,
+        Some((70, MINUTE))
+    );
 
     let m = metrics(&s).await;
     for key in [
@@ -104,26 +129,33 @@ async fn basic_config() {
         "test-domain.key2_value2",
         "test-domain.key3",
         "test-domain.key4",
-        "test-domain.key6",
         "test-domain.key7_unspecified_value",
         "test-domain.key7_another_value",
     ] {
         assert_eq!(must(&m, key, "total_hits"), 1, "{key}");
     }
-    assert_eq!(must(&m, "test-domain.key6", "within_limit"), 1);
 }
 
 /// `TestDomainMerge` (config_test.go:227): MERGE_DOMAIN_CONFIG=true.
 #[tokio::test]
 async fn domain_merge() {
     let s = server(
-        &[data!("merge_domain_key1.yaml"), data!("merge_domain_key2.yaml")],
+        &[
+            data!("merge_domain_key1.yaml"),
+            data!("merge_domain_key2.yaml"),
+        ],
         &[("MERGE_DOMAIN_CONFIG", "true")],
     )
     .await;
     let d = "test-domain";
-    assert_eq!(limit_of(&s, d, &[("key1", "value1")]).await.map(|l| l.0), Some(10));
-    assert_eq!(limit_of(&s, d, &[("key2", "value2")]).await.map(|l| l.0), Some(20));
+    assert_eq!(
+        limit_of(&s, d, &[("key1", "value1")]).await.map(|l| l.0),
+        Some(10)
+    );
+    assert_eq!(
+        limit_of(&s, d, &[("key2", "value2")]).await.map(|l| l.0),
+        Some(20)
+    );
 }
 
 fn overridden(entries: &[(&str, &str)], rpu: u32, unit: i32) -> RateLimitDescriptor {
@@ -145,23 +177,53 @@ async fn config_limit_override() {
     let day = RateLimitUnit::Day as i32;
     let hour = RateLimitUnit::Hour as i32;
     // :262 no matching domain: nil even with an override.
-    assert_eq!(get_limit(&s, "foo_domain", overridden(&[("k", "v")], 10, day)).await, None);
+    assert_eq!(
+        get_limit(&s, "foo_domain", overridden(&[("k", "v")], 10, day)).await,
+        None
+    );
     let sub = [("key1", "value1"), ("subkey1", "something")];
-    let l = get_limit(&s, "test-domain", overridden(&sub, 10, day)).await.unwrap();
+    let l = get_limit(&s, "test-domain", overridden(&sub, 10, day))
+        .await
+        .unwrap();
     assert_eq!((l.requests_per_unit, l.unit), (10, DAY as i32));
     let m = metrics(&s).await;
-    assert_eq!(must(&m, "test-domain.key1_value1.subkey1_something", "total_hits"), 1);
+    assert_eq!(
+        must(
+            &m,
+            "test-domain.key1_value1.subkey1_something",
+            "total_hits"
+        ),
+        1
+    );
     // :289 a change in the override value keeps the stats.
-    let l = get_limit(&s, "test-domain", overridden(&sub, 42, hour)).await.unwrap();
+    let l = get_limit(&s, "test-domain", overridden(&sub, 42, hour))
+        .await
+        .unwrap();
     assert_eq!((l.requests_per_unit, l.unit), (42, HOUR as i32));
     let m = metrics(&s).await;
-    assert_eq!(must(&m, "test-domain.key1_value1.subkey1_something", "total_hits"), 2);
+    assert_eq!(
+        must(
+            &m,
+            "test-domain.key1_value1.subkey1_something",
+            "total_hits"
+        ),
+        2
+    );
     // :312 a different value is a different counter.
     let other = [("key1", "value1"), ("subkey1", "something_else")];
-    let l = get_limit(&s, "test-domain", overridden(&other, 42, hour)).await.unwrap();
+    let l = get_limit(&s, "test-domain", overridden(&other, 42, hour))
+        .await
+        .unwrap();
     assert_eq!((l.requests_per_unit, l.unit), (42, HOUR as i32));
     let m = metrics(&s).await;
-    assert_eq!(must(&m, "test-domain.key1_value1.subkey1_something_else", "total_hits"), 1);
+    assert_eq!(
+        must(
+            &m,
+            "test-domain.key1_value1.subkey1_something_else",
+            "total_hits"
+        ),
+        1
+    );
 }
 
 fn load_err(files: &[(&str, &str)], merge: bool) -> String {
@@ -186,7 +248,11 @@ fn load_err(files: &[(&str, &str)], merge: bool) -> String {
 fn load_errors() {
     let cases: &[(&[(&str, &str)], bool, &[&str])] = &[
         // :347 "empty_domain.yaml: config file cannot have empty domain"
-        (&[data!("empty_domain.yaml")], false, &["empty_domain.yaml", "domain"]),
+        (
+            &[data!("empty_domain.yaml")],
+            false,
+            &["empty_domain.yaml", "domain"],
+        ),
         // :357 "duplicate_domain.yaml: duplicate domain 'test-domain' in config file"
         (
             &[BASIC, data!("duplicate_domain.yaml")],
@@ -194,27 +260,54 @@ fn load_errors() {
             &["duplicate_domain.yaml", "test-domain"],
         ),
         // :368 "empty_key.yaml: descriptor has empty key"
-        (&[data!("empty_key.yaml")], false, &["empty_key.yaml", "key"]),
+        (
+            &[data!("empty_key.yaml")],
+            false,
+            &["empty_key.yaml", "key"],
+        ),
         // :379 "duplicate_key.yaml: duplicate descriptor composite key 'test-domain.key1_value1'"
-        (&[data!("duplicate_key.yaml")], false, &["duplicate_key.yaml", "key1"]),
+        (
+            &[data!("duplicate_key.yaml")],
+            false,
+            &["duplicate_key.yaml", "key1"],
+        ),
         // :390 "merge_domain_key1.yaml: duplicate descriptor composite key
         // 'test-domain.key1_value1'" (MERGE_DOMAIN_CONFIG=true)
         (
-            &[data!("merge_domain_key1.yaml"), data!("merge_domain_key1.yaml")],
+            &[
+                data!("merge_domain_key1.yaml"),
+                data!("merge_domain_key1.yaml"),
+            ],
             true,
             &["merge_domain_key1.yaml", "key1"],
         ),
         // :403 "bad_limit_unit.yaml: invalid rate limit unit 'foo'"
-        (&[data!("bad_limit_unit.yaml")], false, &["bad_limit_unit.yaml", "foo"]),
+        (
+            &[data!("bad_limit_unit.yaml")],
+            false,
+            &["bad_limit_unit.yaml", "foo"],
+        ),
         // :414 "replaces_self.yaml: replaces should not contain name of same descriptor"
-        (&[data!("replaces_self.yaml")], false, &["replaces_self.yaml", "replaces"]),
+        (
+            &[data!("replaces_self.yaml")],
+            false,
+            &["replaces_self.yaml", "replaces"],
+        ),
         // :425 "replaces_empty.yaml: should not have an empty replaces entry"
-        (&[data!("replaces_empty.yaml")], false, &["replaces_empty.yaml", "replaces"]),
+        (
+            &[data!("replaces_empty.yaml")],
+            false,
+            &["replaces_empty.yaml", "replaces"],
+        ),
         // :436 "bad_yaml.yaml: error loading config file: yaml: line 2: found unexpected end
         // of stream"
         (&[data!("bad_yaml.yaml")], false, &["bad_yaml.yaml"]),
         // :447 "misspelled_key.yaml: config error, unknown key 'ratelimit'"
-        (&[data!("misspelled_key.yaml")], false, &["misspelled_key.yaml", "ratelimit"]),
+        (
+            &[data!("misspelled_key.yaml")],
+            false,
+            &["misspelled_key.yaml", "ratelimit"],
+        ),
         // :457 "misspelled_key2.yaml: config error, unknown key 'requestsperunit'"
         (
             &[data!("misspelled_key2.yaml")],
@@ -222,7 +315,11 @@ fn load_errors() {
             &["misspelled_key2.yaml", "requestsperunit"],
         ),
         // :467 "non_string_key.yaml: config error, key is not of type string: 0.25"
-        (&[data!("non_string_key.yaml")], false, &["non_string_key.yaml"]),
+        (
+            &[data!("non_string_key.yaml")],
+            false,
+            &["non_string_key.yaml"],
+        ),
         // :478 "non_map_list.yaml: config error, yaml file contains list of type other than
         // map: a"
         (&[data!("non_map_list.yaml")], false, &["non_map_list.yaml"]),
@@ -236,7 +333,11 @@ fn load_errors() {
     for (files, merge, needles) in cases {
         let e = load_err(files, *merge);
         for n in *needles {
-            assert!(e.contains(n), "{:?}: {e:?} should mention {n:?}", files[files.len() - 1].0);
+            assert!(
+                e.contains(n),
+                "{:?}: {e:?} should mention {n:?}",
+                files[files.len() - 1].0
+            );
         }
     }
 }
@@ -257,8 +358,18 @@ async fn shadow_mode_config() {
     let d = "test-domain";
     // Limits of 5 and 10 a second, 20 and 30 a minute: one over each, shadow or not.
     let cases: [(&[(&str, &str)], u32, bool, &str); 4] = [
-        (&[("key1", "value1"), ("subkey1", "something")], 5, false, "key1_value1.subkey1"),
-        (&[("key1", "value1"), ("subkey1", "subvalue1")], 10, true, "key1_value1.subkey1_subvalue1"),
+        (
+            &[("key1", "value1"), ("subkey1", "something")],
+            5,
+            false,
+            "key1_value1.subkey1",
+        ),
+        (
+            &[("key1", "value1"), ("subkey1", "subvalue1")],
+            10,
+            true,
+            "key1_value1.subkey1_subvalue1",
+        ),
         (&[("key2", "something")], 20, true, "key2"),
         (&[("key2", "value2")], 30, false, "key2_value2"),
     ];
@@ -268,7 +379,11 @@ async fn shadow_mode_config() {
         }
         let r = s.call(request(d, &[entries], 1)).await;
         // shadow_mode: over the limit but answered OK.
-        let code = if shadow { crate::common::OK } else { crate::common::OVER };
+        let code = if shadow {
+            crate::common::OK
+        } else {
+            crate::common::OVER
+        };
         assert_eq!(r.statuses[0].code, code, "{key}");
         let m = metrics(&s).await;
         let sk = format!("{d}.{key}");
@@ -280,7 +395,11 @@ async fn shadow_mode_config() {
 
 /// One request per (entries, expected stats key, expected limit), on one server; `None`: no
 /// limit matched.
-async fn stats_keys(s: &TestServer, domain: &str, cases: &[(&[(&str, &str)], Option<&str>, Option<u32>)]) {
+async fn stats_keys(
+    s: &TestServer,
+    domain: &str,
+    cases: &[(&[(&str, &str)], Option<&str>, Option<u32>)],
+) {
     for (entries, key, limit) in cases {
         let before = metrics(s).await;
         let got = limit_of(s, domain, entries).await.map(|l| l.0);
@@ -288,7 +407,15 @@ async fn stats_keys(s: &TestServer, domain: &str, cases: &[(&[(&str, &str)], Opt
         if let Some(key) = key {
             let m = metrics(s).await;
             let was = stat(&before, key, "total_hits").unwrap_or(0);
-            assert_eq!(must(&m, key, "total_hits"), was + 1, "{entries:?} counts in {key}");
+            assert_eq!(
+                must(&m, key, "total_hits"),
+                was + 1,
+                "{entries:?} counts in {key}; exposed:\n{}",
+                (m.lines())
+                    .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
         }
     }
 }
@@ -316,14 +443,34 @@ async fn wildcard_config() {
             (&[("wild", "bar")], None, None),
             (&[("noWild", "foo1")], None, None),
             // :642 middle wildcard, :659 empty middle.
-            (&[("midWild", "barab")], Some("test-domain.midWild_bar*b"), Some(20)),
-            (&[("midWild", "bar123b")], Some("test-domain.midWild_bar*b"), Some(20)),
-            (&[("midWild", "barb")], Some("test-domain.midWild_bar*b"), Some(20)),
+            (
+                &[("midWild", "barab")],
+                Some("test-domain.midWild_bar*b"),
+                Some(20),
+            ),
+            (
+                &[("midWild", "bar123b")],
+                Some("test-domain.midWild_bar*b"),
+                Some(20),
+            ),
+            (
+                &[("midWild", "barb")],
+                Some("test-domain.midWild_bar*b"),
+                Some(20),
+            ),
             (&[("midWild", "bara")], None, None),
             (&[("midWild", "xbarb")], None, None),
             // :681 several wildcards.
-            (&[("multiWild", "foo123bar456baz")], Some("test-domain.multiWild_foo*bar*baz"), Some(10)),
-            (&[("multiWild", "foobarbaz")], Some("test-domain.multiWild_foo*bar*baz"), Some(10)),
+            (
+                &[("multiWild", "foo123bar456baz")],
+                Some("test-domain.multiWild_foo*bar*baz"),
+                Some(10),
+            ),
+            (
+                &[("multiWild", "foobarbaz")],
+                Some("test-domain.multiWild_foo*bar*baz"),
+                Some(10),
+            ),
             (&[("multiWild", "foo123baz")], None, None),
             (&[("multiWild", "bar456baz")], None, None),
         ],
@@ -385,10 +532,22 @@ async fn detailed_metric() {
     for (yaml, entries, key) in [
         (yaml_detailed(true, false), &one[..], "nested.key-1_value-1"),
         (yaml_detailed(false, false), &one[..], "nested.key-1"),
-        (yaml_detailed(true, true), &two[..], "nested.key-1_value-1.key-2_value-2"),
+        (
+            yaml_detailed(true, true),
+            &two[..],
+            "nested.key-1_value-1.key-2_value-2",
+        ),
         (yaml_detailed(false, false), &two[..], "nested.key-1.key-2"),
-        (REALISTIC.into(), &[("key_1", "value-for-key-1")][..], "nested.key_1_value-for-key-1"),
-        (REALISTIC.into(), &[("key_2", "key-2-value")][..], "nested.key_2_key-2-value"),
+        (
+            REALISTIC.into(),
+            &[("key_1", "value-for-key-1")][..],
+            "nested.key_1_value-for-key-1",
+        ),
+        (
+            REALISTIC.into(),
+            &[("key_2", "key-2-value")][..],
+            "nested.key_2_key-2-value",
+        ),
         (
             REALISTIC.into(),
             &[("key_2", "key-2-value"), ("key_3", "requested-key3-value")][..],
@@ -396,7 +555,16 @@ async fn detailed_metric() {
         ),
     ] {
         let s = server(&[("n.yaml", &yaml)], &[]).await;
-        stats_keys(&s, "nested", &[(entries, Some(key), limit_of(&s, "nested", entries).await.map(|l| l.0))]).await;
+        stats_keys(
+            &s,
+            "nested",
+            &[(
+                entries,
+                Some(key),
+                limit_of(&s, "nested", entries).await.map(|l| l.0),
+            )],
+        )
+        .await;
     }
 }
 
@@ -424,7 +592,11 @@ async fn value_to_metric() {
         "domain",
         &[
             (
-                &[("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+                &[
+                    ("route", "draw"),
+                    ("http_method", "GET"),
+                    ("subject_id", "123"),
+                ],
                 Some("domain.route_draw.http_method_GET.subject_id"),
                 Some(60),
             ),
@@ -435,7 +607,11 @@ async fn value_to_metric() {
                 Some(60),
             ),
             (
-                &[("route", "draw"), ("http_method", ""), ("subject_id", "123")],
+                &[
+                    ("route", "draw"),
+                    ("http_method", ""),
+                    ("subject_id", "123"),
+                ],
                 Some("domain.route_draw.http_method.subject_id"),
                 Some(60),
             ),
@@ -507,7 +683,11 @@ descriptors:
             detailed_metric: true
             rate_limit: {unit: minute, requests_per_unit: 60}
 ",
-            &[("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+            &[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ],
             "domain.route_draw.http_method_GET.subject_id_123",
         ),
     ];
@@ -543,12 +723,20 @@ descriptors:
         "test-domain",
         &[
             (
-                &[("route", "api"), ("http_method", "GET"), ("subject_id", "user123")],
+                &[
+                    ("route", "api"),
+                    ("http_method", "GET"),
+                    ("subject_id", "user123"),
+                ],
                 Some("test-domain.route_api.http_method_GET.subject_id"),
                 Some(60),
             ),
             (
-                &[("route", "api"), ("http_method", "POST"), ("subject_id", "user456")],
+                &[
+                    ("route", "api"),
+                    ("http_method", "POST"),
+                    ("subject_id", "user456"),
+                ],
                 Some("test-domain.route_api.http_method_POST.subject_id"),
                 Some(30),
             ),
@@ -575,12 +763,20 @@ descriptors:
         "domain",
         &[
             (
-                &[("user", "alice"), ("action", "readfile"), ("resource", "documents")],
+                &[
+                    ("user", "alice"),
+                    ("action", "readfile"),
+                    ("resource", "documents"),
+                ],
                 Some("domain.user_alice.action_readfile.resource"),
                 Some(100),
             ),
             (
-                &[("user", "bob"), ("action", "readdata"), ("resource", "database")],
+                &[
+                    ("user", "bob"),
+                    ("action", "readdata"),
+                    ("resource", "database"),
+                ],
                 Some("domain.user_bob.action_readdata.resource"),
                 Some(100),
             ),
@@ -600,9 +796,21 @@ async fn share_threshold() {
         t,
         &[
             // Case 1 (:1675)
-            (&[("files", "files/a.pdf")], Some("test-domain.files_files/*"), Some(100)),
-            (&[("files", "files/b.csv")], Some("test-domain.files_files/*"), Some(100)),
-            (&[("files", "files/c.txt")], Some("test-domain.files_files/*"), Some(100)),
+            (
+                &[("files", "files/a.pdf")],
+                Some("test-domain.files_files/*"),
+                Some(100),
+            ),
+            (
+                &[("files", "files/b.csv")],
+                Some("test-domain.files_files/*"),
+                Some(100),
+            ),
+            (
+                &[("files", "files/c.txt")],
+                Some("test-domain.files_files/*"),
+                Some(100),
+            ),
             // Case 2 (:1704): share_threshold before value_to_metric and detailed_metric.
             (
                 &[("route", "api/v1"), ("method", "GET")],
@@ -631,28 +839,80 @@ async fn share_threshold() {
                 Some(120),
             ),
             (
-                &[("user", "user/alice"), ("resource", "res/file1"), ("action", "read")],
+                &[
+                    ("user", "user/alice"),
+                    ("resource", "res/file1"),
+                    ("action", "read"),
+                ],
                 Some("test-domain.user_user/*.resource_res/*.action"),
                 Some(150),
             ),
             // Case 4 (:1810): the exact value wins over the wildcard.
-            (&[("file", "test1")], Some("test-domain.file_test1"), Some(50)),
-            (&[("file", "test2")], Some("test-domain.file_test*"), Some(100)),
-            (&[("file", "test23")], Some("test-domain.file_test*"), Some(100)),
-            (&[("file", "test123")], Some("test-domain.file_test*"), Some(100)),
+            (
+                &[("file", "test1")],
+                Some("test-domain.file_test1"),
+                Some(50),
+            ),
+            (
+                &[("file", "test2")],
+                Some("test-domain.file_test*"),
+                Some(100),
+            ),
+            (
+                &[("file", "test23")],
+                Some("test-domain.file_test*"),
+                Some(100),
+            ),
+            (
+                &[("file", "test123")],
+                Some("test-domain.file_test*"),
+                Some(100),
+            ),
             // Case 5 (:1871)
-            (&[("midpath", "/api/v1")], Some("test-domain.midpath_/api*v1"), Some(100)),
-            (&[("midpath", "/api-beta-v1")], Some("test-domain.midpath_/api*v1"), Some(100)),
-            (&[("midpath", "/apiXYZv1")], Some("test-domain.midpath_/api*v1"), Some(100)),
+            (
+                &[("midpath", "/api/v1")],
+                Some("test-domain.midpath_/api*v1"),
+                Some(100),
+            ),
+            (
+                &[("midpath", "/api-beta-v1")],
+                Some("test-domain.midpath_/api*v1"),
+                Some(100),
+            ),
+            (
+                &[("midpath", "/apiXYZv1")],
+                Some("test-domain.midpath_/api*v1"),
+                Some(100),
+            ),
             (&[("midpath", "/api/v2")], None, None),
             // Case 6 (:1903)
-            (&[("multiroute", "svcAepBrpc")], Some("test-domain.multiroute_svc*ep*rpc"), Some(50)),
-            (&[("multiroute", "svcXXXepYYYrpc")], Some("test-domain.multiroute_svc*ep*rpc"), Some(50)),
-            (&[("multiroute", "svceprpc")], Some("test-domain.multiroute_svc*ep*rpc"), Some(50)),
+            (
+                &[("multiroute", "svcAepBrpc")],
+                Some("test-domain.multiroute_svc*ep*rpc"),
+                Some(50),
+            ),
+            (
+                &[("multiroute", "svcXXXepYYYrpc")],
+                Some("test-domain.multiroute_svc*ep*rpc"),
+                Some(50),
+            ),
+            (
+                &[("multiroute", "svceprpc")],
+                Some("test-domain.multiroute_svc*ep*rpc"),
+                Some(50),
+            ),
             (&[("multiroute", "svcABCrpc")], None, None),
             // Case 7 (:1935)
-            (&[("midroute", "/api/v2")], Some("test-domain.midroute_/api*v2"), Some(80)),
-            (&[("midroute", "/api-beta-v2")], Some("test-domain.midroute_/api*v2"), Some(80)),
+            (
+                &[("midroute", "/api/v2")],
+                Some("test-domain.midroute_/api*v2"),
+                Some(80),
+            ),
+            (
+                &[("midroute", "/api-beta-v2")],
+                Some("test-domain.midroute_/api*v2"),
+                Some(80),
+            ),
             // Case 8 (:1954)
             (
                 &[("tenant", "t1prod"), ("resource", "resAv2")],
@@ -679,14 +939,29 @@ async fn wildcard_stats_behavior() {
     };
     let cases = [
         (one("foo*", ""), "foo1", "test-domain.wild_foo*"),
-        (one("foo*", "    value_to_metric: true\n"), "foo1", "test-domain.wild_foo1"),
-        (one("foo*", "    share_threshold: true\n"), "foo1", "test-domain.wild_foo*"),
         (
-            one("foo*", "    share_threshold: true\n    value_to_metric: true\n"),
+            one("foo*", "    value_to_metric: true\n"),
+            "foo1",
+            "test-domain.wild_foo1",
+        ),
+        (
+            one("foo*", "    share_threshold: true\n"),
             "foo1",
             "test-domain.wild_foo*",
         ),
-        (one("foo*bar*", ""), "foo123bar456", "test-domain.wild_foo*bar*"),
+        (
+            one(
+                "foo*",
+                "    share_threshold: true\n    value_to_metric: true\n",
+            ),
+            "foo1",
+            "test-domain.wild_foo*",
+        ),
+        (
+            one("foo*bar*", ""),
+            "foo123bar456",
+            "test-domain.wild_foo*bar*",
+        ),
         (one("foo*bar*", ""), "fooXbarY", "test-domain.wild_foo*bar*"),
         (
             one("foo*bar*", "    value_to_metric: true\n"),
@@ -696,7 +971,12 @@ async fn wildcard_stats_behavior() {
     ];
     for (yaml, value, key) in &cases {
         let s = server(&[("w.yaml", yaml)], &[]).await;
-        stats_keys(&s, "test-domain", &[(&[("wild", value)], Some(key), Some(20))]).await;
+        stats_keys(
+            &s,
+            "test-domain",
+            &[(&[("wild", value)], Some(key), Some(20))],
+        )
+        .await;
     }
     // :2114 value_to_metric on another level keeps the wildcard's pattern.
     let yaml = "domain: test-domain
@@ -727,24 +1007,43 @@ descriptors:
 /// under a `metadata` key (RESPONSE_DYNAMIC_METADATA=true). Waits for the src fix.
 #[tokio::test]
 async fn metadata() {
-    let s = server(&[data!("metadata.yaml")], &[("RESPONSE_DYNAMIC_METADATA", "true")]).await;
+    let s = server(
+        &[data!("metadata.yaml")],
+        &[("RESPONSE_DYNAMIC_METADATA", "true")],
+    )
+    .await;
     let r = s
-        .call(request("test-domain", &[&[("key1", "value1"), ("subkey1", "something")]], 1))
+        .call(request(
+            "test-domain",
+            &[&[("key1", "value1"), ("subkey1", "something")]],
+            1,
+        ))
         .await;
     assert_eq!(
-        r.statuses[0].current_limit.as_ref().map(|l| (l.requests_per_unit, l.unit)),
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit)),
         Some((5, SECOND as i32))
     );
     let md = to_json(r.dynamic_metadata.as_ref().expect("metadata"));
     assert_eq!(md["metadata"]["name"], "service_1", "{md}");
 
-    let r = s.call(request("test-domain", &[&[("key2", "something")]], 1)).await;
+    let r = s
+        .call(request("test-domain", &[&[("key2", "something")]], 1))
+        .await;
     assert_eq!(
-        r.statuses[0].current_limit.as_ref().map(|l| (l.requests_per_unit, l.unit)),
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| (l.requests_per_unit, l.unit)),
         Some((20, MINUTE as i32))
     );
     let md = to_json(r.dynamic_metadata.as_ref().expect("metadata"));
-    assert_eq!(md["metadata"]["service_with_quota"]["name"], "service_2", "{md}");
+    assert_eq!(
+        md["metadata"]["service_with_quota"]["name"], "service_2",
+        "{md}"
+    );
     let m = metrics(&s).await;
     assert_eq!(must(&m, "test-domain.key1_value1.subkey1", "total_hits"), 1);
     assert_eq!(must(&m, "test-domain.key2", "total_hits"), 1);

@@ -232,11 +232,7 @@ async fn basic_base_config(v: Variant) {
             "request {i}"
         );
         // key2's 4 from the first loop plus key3's (see above).
-        let with_cache = if local {
-            4 + if i >= 10 { i - 10 } else { 0 }
-        } else {
-            0
-        };
+        let with_cache = if local { 4 + i.saturating_sub(10) } else { 0 };
         assert_eq!(local_over(&m), u64::from(with_cache), "request {i}");
     }
 

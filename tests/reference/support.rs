@@ -231,3 +231,20 @@ pub async fn wait_series(s: &TestServer, name: &str, at_least: f64) -> String {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The real server with several config files `(name, YAML)`, its clock at `now_s`.
+pub async fn start_files_at(
+    now_s: u64,
+    files: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> TestServer {
+    let s = settings_from(&owned(env));
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, y)| (n.to_string(), y.to_string()))
+        .collect();
+    let config = Config::from_sources(&sources, s.load).expect("valid test config");
+    let (clock, manual) = Clock::manual(now_s * 1_000_000_000);
+    let running = server::start(&s, config, clock).await.expect("starts");
+    connect(running, manual).await
+}
