@@ -70,7 +70,7 @@ fn op(key: &str, params: Params) -> Op {
         params,
         hits: 1,
         refund: false,
-        in_full: false,
+        counting: turnstile::limiter::Counting::IfAdmitted,
         role: Role::Binding,
         queue: None,
         grant: None,

@@ -52,7 +52,7 @@ async fn drive(
                     },
                     hits: 1,
                     refund: false,
-                    in_full: false,
+                    counting: turnstile::limiter::Counting::IfAdmitted,
                     role: Role::Binding,
                     queue: None,
                     grant: None,

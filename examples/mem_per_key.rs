@@ -74,7 +74,7 @@ fn main() {
         params,
         hits: 1,
         refund: false,
-        in_full: false,
+        counting: turnstile::limiter::Counting::IfAdmitted,
         role: Role::Binding,
         queue: None,
         grant: None,

@@ -24,6 +24,11 @@ descriptors:
       unit: second
       requests_per_unit: 1
       queue: {max_waiting: 1, max_wait: 1500ms}
+  - key: slow
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      queue: {max_waiting: 10, max_wait: 1500ms}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: free
@@ -141,6 +146,63 @@ async fn a_newcomer_never_passes_a_waiter() {
     assert_eq!((second.overall_code, third.overall_code), (OK, OK));
 }
 
+/// Room in the window is not enough to pass a waiter: one asking 2 hits with 1 free waits, and
+/// a newcomer asking 1 (which would fit) queues behind it; each is admitted in order.
+#[tokio::test]
+async fn a_newcomer_waits_behind_a_waiter_even_with_room_for_itself() {
+    let s = TestServer::start(CONFIG).await;
+    assert_eq!(
+        codes(&s.call(one("q", &[("job", "r")])).await),
+        vec![(OK, 1)]
+    );
+    // A weighted request (the request's own hits_addend) of 2, with 1 left: it waits.
+    let mut two = one("q", &[("job", "r")]);
+    two.hits_addend = 2;
+    let big = spawn_call(&s, two);
+    until_waiting(&s, 1).await;
+    let newcomer = spawn_call(&s, one("q", &[("job", "r")]));
+    until_waiting(&s, 2).await;
+    assert!(!big.is_finished() && !newcomer.is_finished());
+    // The next window admits the 2-hit waiter and is full again: the newcomer still waits.
+    s.advance(Duration::from_secs(1));
+    let r = tokio::time::timeout(Duration::from_secs(5), big)
+        .await
+        .expect("the head is admitted")
+        .unwrap();
+    assert_eq!(codes(&r), vec![(OK, 0)]);
+    until_waiting(&s, 1).await;
+    assert!(
+        !newcomer.is_finished(),
+        "the newcomer did not pass the head"
+    );
+    s.advance(Duration::from_secs(1));
+    let r = tokio::time::timeout(Duration::from_secs(5), newcomer)
+        .await
+        .expect("then the newcomer")
+        .unwrap();
+    assert_eq!(codes(&r), vec![(OK, 1)]);
+}
+
+/// A wait that could only end after `max_wait` is refused at once, with nothing queued: 0.7 s
+/// into a full window of 1 a second, the first waiter is admitted in 0.3 s, the second in 1.3 s
+/// (within 1.5 s), the third not before 2.3 s.
+#[tokio::test]
+async fn a_wait_longer_than_max_wait_is_refused_at_once() {
+    let s = TestServer::start(CONFIG).await;
+    s.advance(Duration::from_millis(700));
+    assert_eq!(s.call(one("q", &[("slow", "x")])).await.overall_code, OK);
+    let mut w = queue_up(&s, &[("slow", "x")], 2).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), s.call(one("q", &[("slow", "x")])))
+        .await
+        .expect("answered at once, not queued");
+    assert_eq!(codes(&r), vec![(OVER, 0)]);
+    assert_eq!(waiting(&s), 2, "the hopeless one never queued");
+    s.advance(Duration::from_millis(300));
+    assert_eq!(w.remove(0).await.unwrap().overall_code, OK);
+    s.advance(Duration::from_secs(1));
+    assert_eq!(w.remove(0).await.unwrap().overall_code, OK);
+}
+
 #[tokio::test]
 async fn a_full_queue_or_a_hopeless_wait_is_refused_at_once() {
     let s = TestServer::start(CONFIG).await;
@@ -160,8 +222,7 @@ async fn a_full_queue_or_a_hopeless_wait_is_refused_at_once() {
     s.advance(Duration::from_secs(1));
     assert_eq!(w.remove(0).await.unwrap().overall_code, OK);
 
-    // 0.7 s into a full window, with one hit waiting ahead: the earliest admission is two
-    // windows away (1.3 s) ... fits in 1.5 s; a second one ahead would not, but the queue holds one.
+    // Two hits on a limit of one per second never fit one window.
     let t = TestServer::start(CONFIG).await;
     t.advance(Duration::from_millis(700));
     t.call(one("q", &[("small", "y")])).await;

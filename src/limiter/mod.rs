@@ -50,11 +50,8 @@ pub struct Op {
     pub hits: u64,
     /// `is_negative_hits`: give `hits` back instead of taking them.
     pub refund: bool,
-    /// The hits count in full, whether or not they fit and whether or not the request is
-    /// admitted: usage reported after the fact (a descriptor's own `hits_addend`), or every
-    /// hit under `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`. Otherwise a refused request
-    /// consumes nothing.
-    pub in_full: bool,
+    /// Whether the hits count when the request is refused.
+    pub counting: Counting,
     pub role: Role,
     pub queue: Option<QueueSpec>,
     /// Direct API: the request id under which an admitted hit can be released again.
@@ -64,10 +61,25 @@ pub struct Op {
     pub local_first: Option<bool>,
 }
 
+/// Which hits of a refused request count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Counting {
+    /// Only an admitted request's: a refused request consumes nothing.
+    #[default]
+    IfAdmitted,
+    /// Refused or not (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), as envoyproxy/ratelimit
+    /// counts them, and like it: a fixed window known to be full is answered from the local
+    /// over-limit cache without counting more.
+    Always,
+    /// Usage reported after the fact (a descriptor's own `hits_addend`): counted in full, past
+    /// the limit if need be, and always stored.
+    Usage,
+}
+
 impl Op {
     /// Whether this op's hits are counted whatever the verdict.
     pub fn counts_in_full(&self) -> bool {
-        self.in_full && self.hits > 0 && !self.refund
+        self.counting != Counting::IfAdmitted && self.hits > 0 && !self.refund
     }
 }
 

@@ -12,9 +12,9 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
-use super::plan::{counts_in_full, hits_of, Applied, LimitRef, Plan};
+use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
 use crate::descriptor;
-use crate::limiter::{refuses, Decision, Outcome, Role};
+use crate::limiter::{refuses, Counting, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
@@ -57,7 +57,7 @@ pub enum RefusedHits {
 }
 
 /// Where an answer's stats go.
-pub(super) struct Counting<'a> {
+pub(super) struct Recorders<'a> {
     pub(super) metrics: &'a Metrics,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
@@ -81,7 +81,7 @@ pub(super) fn answer(
     plan: &mut Plan<'_>,
     decision: &Decision,
     settings: &AnswerSettings,
-    counting: Counting<'_>,
+    recorders: Recorders<'_>,
 ) -> RateLimitResponse {
     let n = req.descriptors.len();
     let mut statuses = ok_statuses(n);
@@ -108,9 +108,9 @@ pub(super) fn answer(
         let Some((ai, out)) = b else { continue };
         let a = &plan.applied[*ai];
         set_status(&mut statuses[i], a, out);
-        count(req, plan, i, a, out, &counting, &mut totals);
+        count(req, plan, i, a, out, &recorders, &mut totals);
     }
-    counting.metrics.record_totals(&totals);
+    recorders.metrics.record_totals(&totals);
     let overall = overall_code(&statuses, &plan.applied, settings.global_shadow_mode);
     let mut response = RateLimitResponse {
         overall_code: overall as i32,
@@ -234,11 +234,13 @@ fn count(
     i: usize,
     a: &Applied<'_>,
     out: &Outcome,
-    c: &Counting<'_>,
+    c: &Recorders<'_>,
     totals: &mut Tally,
 ) {
     let over = out.over || out.blocked;
     let hits = hits_of(req, &req.descriptors[i]).0;
+    // A shadow-mode descriptor over its limit counts in `over_limit` and `shadow_mode` (the
+    // reference's cache counts both) but is not refused, nor listed as limited.
     let (counted_over, shadow) = (
         over && a.role != Role::Shadow,
         a.role == Role::Shadow && over,
@@ -255,7 +257,7 @@ fn count(
     };
     let verdict = Verdict {
         hits,
-        over: counted_over,
+        over,
         shadow,
         remaining: out.remaining,
         limit: a.limit.requests_per_unit(),
@@ -265,7 +267,7 @@ fn count(
     if let Some(m) = matched {
         let d = &req.descriptors[i];
         // Usage counted in full is ranked exactly: budgets are compared by what was used.
-        let exact = counted_over || counts_in_full(c.refused_hits, d);
+        let exact = counted_over || counting_of(c.refused_hits, d) == Counting::Usage;
         c.top
             .record(m.node(), &d.entries, hits, counted_over, exact);
     }

@@ -104,7 +104,7 @@ impl RateLimiter {
             .engine
             .decide(ops, self.answer.global_shadow_mode)
             .await?;
-        let counting = answer::Counting {
+        let recorders = answer::Recorders {
             metrics: &self.metrics,
             stats: &live.stats,
             top: &live.top,
@@ -115,7 +115,7 @@ impl RateLimiter {
             &mut plan,
             &decision,
             &self.answer,
-            counting,
+            recorders,
         ))
     }
 

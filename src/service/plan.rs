@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
-use crate::limiter::{Op, Params, Role};
+use crate::limiter::{Counting, Op, Params, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -161,7 +161,7 @@ impl<'c> Plan<'c> {
                 }
             }
             let (hits, refund) = hits_of(req, d);
-            let in_full = counts_in_full(refused_hits, d);
+            let counting = counting_of(refused_hits, d);
             let matched = self.matches[a.descriptor].as_ref();
             let index = match a.limit {
                 LimitRef::Config(l) => matched
@@ -184,7 +184,7 @@ impl<'c> Plan<'c> {
                 },
                 hits,
                 refund,
-                in_full,
+                counting,
                 role: a.role,
                 queue,
                 grant: None,
@@ -217,15 +217,15 @@ fn hash_keys(ops: &mut [Op]) {
     }
 }
 
-/// Whether descriptor `d`'s hits count in full, refused or not: usage reported after the fact
-/// (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
-/// `apply_on_stream_done` reports included), unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-/// says otherwise.
-pub(super) fn counts_in_full(rule: RefusedHits, d: &RateLimitDescriptor) -> bool {
+/// Which of descriptor `d`'s hits count when its request is refused: usage reported after the
+/// fact (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
+/// `apply_on_stream_done` reports included) counts in full, other hits only when admitted,
+/// unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` says otherwise.
+pub(super) fn counting_of(rule: RefusedHits, d: &RateLimitDescriptor) -> Counting {
     match rule {
-        RefusedHits::KeepReports => d.hits_addend.is_some(),
-        RefusedHits::KeepAll => true,
-        RefusedHits::KeepNone => false,
+        RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
+        RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
+        RefusedHits::KeepAll => Counting::Always,
     }
 }
 

@@ -121,7 +121,7 @@ pub async fn take(limiter: &RateLimiter, ask: &RateAsk) -> Result<RateAnswer, Ra
         role: Role::Binding,
         queue,
         grant: Some(id),
-        in_full: false,
+        counting: crate::limiter::Counting::IfAdmitted,
         local_first: Some(false),
     };
     let mut gave_up = GaveUp {

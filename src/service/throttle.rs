@@ -310,7 +310,7 @@ pub fn op_for(
         role: Role::Binding,
         queue: None,
         grant: None,
-        in_full: false,
+        counting: crate::limiter::Counting::IfAdmitted,
         local_first: Some(false),
     })
 }

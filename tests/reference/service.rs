@@ -68,7 +68,9 @@ async fn service() {
         "a.yaml",
         "domain: test-domain\ndescriptors:\n  - key: hello\n    value: world\n",
     );
-    let s = start_dir(NOW, dir.path(), &[]).await;
+    // Loads by explicit reloads only, as the reference's test sends config events: a poller
+    // seeing the same change would count a second load.
+    let s = start_dir(NOW, dir.path(), &[("TURNSTILE_RELOAD_INTERVAL_MS", "0")]).await;
     let r = s
         .call(request("test-domain", &[&[("hello", "world")]], 1))
         .await;
@@ -123,7 +125,15 @@ async fn service() {
 async fn service_global_shadow_mode() {
     let dir = TempDir::new("reference-global-shadow");
     dir.write("d.yaml", DIFFERENT_DOMAIN);
-    let s = start_dir(NOW, dir.path(), &[("SHADOW_MODE", "true")]).await;
+    let s = start_dir(
+        NOW,
+        dir.path(),
+        &[
+            ("SHADOW_MODE", "true"),
+            ("TURNSTILE_RELOAD_INTERVAL_MS", "0"),
+        ],
+    )
+    .await;
     s.running().reload_config().expect("reload");
     hits(&s, request("different-domain", &[&[("foo", "bar")]], 1), 10).await;
     let r = s
@@ -386,7 +396,10 @@ async fn health_status_at_least_one_config_loaded() {
     let s = start_dir(
         NOW,
         dir.path(),
-        &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
+        &[
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+            ("TURNSTILE_RELOAD_INTERVAL_MS", "0"),
+        ],
     )
     .await;
     let health = || http_get_code(format!("{}/healthcheck", s.http));

@@ -48,7 +48,7 @@ impl Shard {
                 role: Role::Binding,
                 queue: None,
                 grant: None,
-                in_full: false,
+                counting: crate::limiter::Counting::IfAdmitted,
                 local_first: Some(false),
             };
             self.give_back(&op, now);

@@ -15,9 +15,10 @@ use super::decide::{judge, Commit, Verdict};
 use super::round_trip::{InFlight, StoreBound};
 use super::synced::with_hits;
 use super::{Decide, Shard, Waiter};
+use crate::config::Algorithm;
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, StoreReply};
-use crate::limiter::{Hits, Op, Outcome, Reply, Role};
+use crate::limiter::{Counting, Hits, Op, Outcome, Reply, Role};
 
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
@@ -39,11 +40,18 @@ impl Shard {
         }
         // A key known to be full refuses a lone op at once, without a round trip; a check
         // (hits 0) fits even a full window, as in memory. A request with other descriptors goes
-        // to Redis, which answers what is left on them; usage counted in full always goes.
+        // to Redis, which answers what is left on them. Usage always goes (it is stored in
+        // full), and so do hits kept when refused unless more of them change nothing (a full
+        // fixed window).
         let cached = d.ops.iter().position(|op| {
+            let counts = match op.counting {
+                Counting::IfAdmitted => false,
+                Counting::Always => op.params.algorithm != Algorithm::FixedWindow,
+                Counting::Usage => true,
+            };
             d.ops.len() == 1
                 && !op.refund
-                && !op.in_full
+                && !counts
                 && op.hits > 0
                 && op.queue.is_none()
                 && op.role == Role::Binding
@@ -307,11 +315,7 @@ impl Shard {
         }
         let counted = hits > 0 && allowed.unwrap_or(true);
         // Remember keys with no room left at all, until room comes back.
-        let full = if op.counts_in_full() {
-            before.add(p, now, hits).eval(p, now, 1)
-        } else {
-            before.eval(p, now, 1)
-        };
+        let full = before.eval(p, now, 1);
         if op.role == Role::Binding && full.over && full.retry_ns != u64::MAX {
             let r = self.remote.as_mut().expect("remote mode");
             if r.over.len() >= r.over_cap {

@@ -388,7 +388,7 @@ mod tests {
             role: Role::Binding,
             queue: None,
             grant: None,
-            in_full: false,
+            counting: crate::limiter::Counting::IfAdmitted,
             local_first,
         }
     }

@@ -37,7 +37,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
             role: Role::Binding,
             queue,
             grant: None,
-            in_full: false,
+            counting: crate::limiter::Counting::IfAdmitted,
             local_first: None,
         }],
         whole: true,
