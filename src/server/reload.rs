@@ -2,10 +2,9 @@
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
 //! is logged and counted.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use crate::config::{Config, ConfigError, LoadOptions};
+use crate::config::{Config, ConfigError, Sources};
 use crate::service::RateLimiter;
 
 /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
@@ -38,24 +37,30 @@ pub(super) fn apply(
     }
 }
 
-/// Loads the config location again and applies it.
+/// Loads the config location (and GoCC's key file, `CONFIG_FILE`) again and applies it.
 pub(super) struct Reloader {
-    path: PathBuf,
-    opts: LoadOptions,
+    sources: Sources,
     limiter: RateLimiter,
 }
 
 impl Reloader {
-    pub(super) fn new(path: PathBuf, opts: LoadOptions, limiter: RateLimiter) -> Reloader {
-        Reloader {
-            path,
-            opts,
-            limiter,
-        }
+    pub(super) fn new(sources: Sources, limiter: RateLimiter) -> Reloader {
+        Reloader { sources, limiter }
     }
 
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
-        let source = self.path.display().to_string();
-        apply(&self.limiter, &source, Config::load(&self.path, self.opts))
+        let source = self.sources.path.display().to_string();
+        let loaded = self.sources.load();
+        if let Ok(c) = &loaded {
+            log_gocc_warnings(c);
+        }
+        apply(&self.limiter, &source, loaded)
+    }
+}
+
+/// GoCC's key file's fields GoCC would skip silently, as warnings.
+pub(crate) fn log_gocc_warnings(config: &Config) {
+    for (file, why) in (config.gocc.iter()).flat_map(|g| g.warnings.iter().map(|w| (&g.file, w))) {
+        tracing::warn!(file = %file, "{why}");
     }
 }
