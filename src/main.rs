@@ -17,7 +17,7 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let (flags, check) = match Cli::command() {
-        Command::Check { config } => (Overrides::config(config), true),
+        Command::Check { config } => (config.map(Overrides::config).unwrap_or_default(), true),
         Command::Serve(args) => (args.into(), false),
     };
     let settings = match Settings::from_process(flags) {

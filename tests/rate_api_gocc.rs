@@ -160,3 +160,53 @@ async fn goccs_settings_are_checked_as_goccs_bounds() {
         assert!(e.starts_with(&format!("{k}={v}")), "{e}");
     }
 }
+
+/// `turnstile check`, on GoCC's key file named by `--config` or by `CONFIG_FILE`.
+fn check(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("check")
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("run turnstile check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn check_reads_goccs_key_file() {
+    let dir = TempDir::new("gocc-check");
+    let good = dir.write(
+        "gocc.json",
+        &KEYS.replace("\"guest\",", "\"guest\", \"note\": 1,"),
+    );
+    let (code, err) = check(&["--config", good.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("GoCC key file OK") && err.contains("(4 key(s))"),
+        "{err}"
+    );
+    assert!(
+        err.contains("keys[1]: unknown field \"note\" ignored"),
+        "{err}"
+    );
+    let (code, err) = check(&[], &[("CONFIG_FILE", good.to_str().unwrap())]);
+    assert_eq!(code, Some(0), "no YAML location is needed: {err}");
+
+    let bad = dir.write(
+        "bad.json",
+        r#"{"keys": [{"key_pattern": "user-(", "key_pattern_is_regex": true}]}"#,
+    );
+    let (code, err) = check(&[], &[("CONFIG_FILE", bad.to_str().unwrap())]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: keys[0].key_pattern: \"user-(\"",
+            bad.display()
+        )),
+        "{err}"
+    );
+}

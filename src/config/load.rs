@@ -23,12 +23,31 @@ pub struct Sources {
 
 impl Sources {
     pub fn load(&self) -> Result<Config, ConfigError> {
-        let mut config = if self.optional && std::fs::symlink_metadata(&self.path).is_err() {
-            Config::default()
-        } else {
-            Config::load(&self.path, self.opts)?
+        // `--config gocc.json`: GoCC's key file named as the location (JSON is YAML too, but a
+        // GoCC file is no turnstile YAML).
+        let json = self.path.extension().is_some_and(|e| e == "json") && self.path.is_file();
+        let gocc_file = match (&self.gocc_file, json) {
+            (Some(f), true) => {
+                return Err(ConfigError {
+                    file: self.path.display().to_string(),
+                    path: String::new(),
+                    message: format!(
+                        "is read as GoCC's key file, and CONFIG_FILE names another ({}): \
+                         name one",
+                        f.display()
+                    ),
+                })
+            }
+            (None, true) => Some(&self.path),
+            (f, false) => f.as_ref(),
         };
-        if let Some(f) = &self.gocc_file {
+        let mut config =
+            if json || (self.optional && std::fs::symlink_metadata(&self.path).is_err()) {
+                Config::default()
+            } else {
+                Config::load(&self.path, self.opts)?
+            };
+        if let Some(f) = gocc_file {
             config.gocc = Some(GoccKeys::load(f)?);
         }
         Ok(config)
