@@ -41,9 +41,9 @@ async fn debug(s: &TestServer, key: &str) -> Value {
     serde_json::from_str(&body).unwrap_or(Value::Null)
 }
 
-#[tokio::test]
-async fn a_gocc_deployment_runs_unchanged() {
-    let dir = TempDir::new("gocc-deploy");
+/// The server as a GoCC deployment starts it: GoCC's variables only, and its key file.
+async fn gocc_server(tag: &str) -> (TestServer, TempDir, std::path::PathBuf) {
+    let dir = TempDir::new(tag);
     let file = dir.write("gocc.json", KEYS);
     let s = TestServer::start_from_env(&[
         ("MAX_REQUESTS", "3"),
@@ -56,6 +56,12 @@ async fn a_gocc_deployment_runs_unchanged() {
         ("LOG_LEVEL", "INFO"),
     ])
     .await;
+    (s, dir, file)
+}
+
+#[tokio::test]
+async fn a_gocc_deployment_runs_unchanged() {
+    let (s, _dir, _) = gocc_server("gocc-deploy").await;
 
     // `curl http://localhost:8080/rate/x`: the global defaults (MAX_REQUESTS=3).
     for want in [200, 200, 200, 429] {
@@ -88,7 +94,11 @@ async fn a_gocc_deployment_runs_unchanged() {
     // A regex matches anywhere in the key (config.go:168 `MatchString`).
     let late = debug_after_one(&s, "much-later").await;
     assert_eq!(late["Config"]["MaxRequestsPerWindow"], 5);
+}
 
+#[tokio::test]
+async fn readme_overrides_are_sticky_until_the_key_file_reloads() {
+    let (s, _dir, file) = gocc_server("gocc-reload").await;
     // README's example request: reconfigures `my-api-key` to 200 a window and 400 queued.
     let (code, _) = post(
         &s,

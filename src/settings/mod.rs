@@ -44,6 +44,13 @@ pub struct PrometheusSettings {
     pub path: String,
 }
 
+/// The variables that name the config location (`Settings::config_optional`).
+const LOCATION_VARS: [&str; 3] = [
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+];
+
 /// Everything the server needs besides the limits themselves.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -165,13 +172,8 @@ impl Settings {
         let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
         let xds = sections::xds(&env)?;
         let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
-        let named = [
-            "RUNTIME_ROOT",
-            "RUNTIME_SUBDIRECTORY",
-            "RUNTIME_APPDIRECTORY",
-        ];
         Ok(Settings {
-            config_optional: named.iter().all(|k| env.get(k).is_none()),
+            config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
             gocc_file,
             rate,
             xds,

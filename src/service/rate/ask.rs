@@ -149,8 +149,8 @@ mod tests {
     #[test]
     fn go_parse_rules() {
         let ok = |q| check(&ask(" k ", q), &OPEN).unwrap();
-        assert_eq!(ok([Some(" T "), None, None]).can_wait, true);
-        assert_eq!(ok([Some(""), None, None]).can_wait, false);
+        assert!(ok([Some(" T "), None, None]).can_wait);
+        assert!(!ok([Some(""), None, None]).can_wait);
         assert_eq!(ok([None, Some(" +7 "), None]).max_requests, Some(7));
         assert_eq!(ok([None, Some("-1000000000"), None]).max_requests, None);
         assert_eq!(ok([None, None, Some("0")]).max_in_queue, Some(0));
