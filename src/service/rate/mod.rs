@@ -146,28 +146,29 @@ impl RateApiService {
         }
     }
 
-    /// A key's limits now: configured, with its sticky overrides (after `set`) over them.
-    fn limits(&self, live: &Arc<Live>, key: &str, set: Overrides) -> (Resolved, KeyLimits) {
-        let r = self.resolve(live, key);
+    /// A key's limits now: as `r` configures them, with its sticky overrides (after `set`)
+    /// over them.
+    fn limits(&self, live: &Arc<Live>, key: &str, r: &Resolved, set: Overrides) -> KeyLimits {
         let now = self.limiter.engine().clock().now();
         let window_ns = r.limits.window.as_nanos() as u64;
         let o = self.sticky.touch(live, key, now, window_ns, set);
         let mut l = r.limits;
         l.max_requests = o.max_requests.unwrap_or(l.max_requests);
         l.max_in_queue = o.max_in_queue.unwrap_or(l.max_in_queue);
-        (r, l)
+        l
     }
 
     /// Takes one hit of the key, waiting in its queue when asked and allowed.
     pub async fn take(&self, raw: &RawAsk) -> Result<RateAnswer, RateError> {
         let live = self.limiter.live();
         let key = ask::key(&raw.key)?;
-        let ask = ask::check(raw, &self.resolve(&live, key).rules)?;
+        let resolved = self.resolve(&live, key);
+        let ask = ask::check(raw, &resolved.rules)?;
         let set = Overrides {
             max_requests: ask.max_requests,
             max_in_queue: ask.max_in_queue,
         };
-        let (resolved, l) = self.limits(&live, &ask.key, set);
+        let l = self.limits(&live, &ask.key, &resolved, set);
         // GoCC queues only when the queue has room (`limiter_instance.go:162-176`): a queue of
         // 0 refuses a waiting caller as a full one, 429.
         let queue = (ask.can_wait && l.max_in_queue > 0 && l.max_requests > 0).then(|| QueueSpec {
@@ -221,7 +222,8 @@ impl RateApiService {
             return Err(RateError::BadRequest("empty id provided".into()));
         }
         // A release is a use of the key (`limiter_instance.go:192`).
-        self.limits(&self.limiter.live(), key, Overrides::default());
+        let live = self.limiter.live();
+        self.limits(&live, key, &self.resolve(&live, key), Overrides::default());
         let Ok(id) = id.parse::<u64>() else {
             return Ok(());
         };
