@@ -21,10 +21,12 @@ pub struct Cli {
 pub enum Command {
     /// Serve gRPC and HTTP. Settings not given here come from envoyproxy/ratelimit's environment.
     Serve(ServeArgs),
-    /// Validate a config, print every loaded limit, exit non-zero on any error.
+    /// Validate a config, print every loaded limit, exit non-zero on any error. `--config`
+    /// names a YAML file or directory, or GoCC's JSON key file (`*.json`); without it, the
+    /// environment's locations are checked (RUNTIME_*, GoCC's CONFIG_FILE).
     Check {
         #[arg(long)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
 }
 

@@ -26,7 +26,7 @@
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; the RLQS demand exchange | `limiter`, `config` |
 //! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
 //! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |
-//! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS; the duration grammar | nothing |
+//! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS, and GoCC's JSON key file; the duration grammar; Go regexps | nothing |
 //!
 //! Why `settings` sits above the subsystems rather than at the bottom: it fills each
 //! subsystem's own settings struct (`backend::redis::RedisSettings`, `config::xds::XdsSettings`,

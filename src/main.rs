@@ -17,7 +17,7 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let (flags, check) = match Cli::command() {
-        Command::Check { config } => (Overrides::config(config), true),
+        Command::Check { config } => (config.map(Overrides::config).unwrap_or_default(), true),
         Command::Serve(args) => (args.into(), false),
     };
     let settings = match Settings::from_process(flags) {
@@ -53,9 +53,13 @@ fn main() -> ExitCode {
 
 /// `turnstile check`: every loaded limit on stdout, or the error naming file and path.
 fn check_config(settings: &Settings) -> ExitCode {
-    match Config::load(&settings.config_path, settings.load) {
+    match settings.sources().load() {
         Ok(c) => {
             c.describe().iter().for_each(|line| println!("{line}"));
+            if let Some(g) = &c.gocc {
+                g.warnings.iter().for_each(|w| eprintln!("{}: {w}", g.file));
+                eprintln!("GoCC key file OK: {} ({} key(s))", g.file, g.entries.len());
+            }
             // Valid for ShouldRateLimit; only Envoy's quota filter (RLQS) cannot use these.
             for why in turnstile::quota::refusals(&c) {
                 eprintln!("RLQS: {why}");
@@ -75,8 +79,15 @@ fn serve(settings: &Settings) -> ExitCode {
     // (Envoy Gateway points RUNTIME_ROOT at a directory that may be empty).
     let config = match settings.xds {
         Some(_) => Config::default(),
-        None => match Config::load(&settings.config_path, settings.load) {
-            Ok(c) => c,
+        None => match settings.sources().load() {
+            Ok(c) => {
+                if let Some(g) = &c.gocc {
+                    g.warnings
+                        .iter()
+                        .for_each(|w| tracing::warn!(file = %g.file, "{w}"));
+                }
+                c
+            }
             Err(e) => {
                 tracing::error!(error = %e, "invalid config");
                 return ExitCode::from(EXIT_CONFIG);

@@ -1,4 +1,7 @@
-//! The direct HTTP API (GoCC's): `/rate/{key}`, release, `/debug`, `/healthz`.
+//! The direct HTTP API (GoCC's): `/rate/{key}`, release, `/debug`, `/healthz`, answered as
+//! kivra/GoCC's server answers them. File and line references are to kivra/GoCC at 0dbe72a
+//! (`endpoint_rate.go` is `pkg/server/endpoints/endpoint_rate.go`, `limiter_instance.go` is
+//! `pkg/limiter/limiter_instance/limiter_instance.go`).
 
 mod common;
 
@@ -22,36 +25,50 @@ rate_api:
       max_requests: 1
 "#;
 
-async fn post(s: &TestServer, path: &str) -> (u16, Value) {
+/// echo's `c.String` content type (labstack/echo `echo.go`, `MIMETextPlainCharsetUTF8`).
+const TEXT: &str = "text/plain; charset=UTF-8";
+
+/// An answer: status, content type (empty when none), body.
+struct Answer {
+    code: u16,
+    content_type: String,
+    body: String,
+}
+
+async fn send(s: &TestServer, method: reqwest::Method, path: &str) -> Answer {
     let r = reqwest::Client::new()
-        .post(format!("{}{path}", s.http))
+        .request(method, format!("{}{path}", s.http))
         .send()
         .await
         .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    let code = r.status().as_u16();
+    let content_type = (r.headers().get("content-type"))
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    Answer {
+        code,
+        content_type,
+        body: r.text().await.unwrap(),
+    }
 }
 
-async fn get(s: &TestServer, path: &str) -> (u16, Value) {
-    let r = reqwest::get(format!("{}{path}", s.http)).await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+async fn post(s: &TestServer, path: &str) -> Answer {
+    send(s, reqwest::Method::POST, path).await
 }
 
-async fn delete(s: &TestServer, path: &str) -> u16 {
-    reqwest::Client::new()
-        .delete(format!("{}{path}", s.http))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+async fn delete(s: &TestServer, path: &str) -> Answer {
+    send(s, reqwest::Method::DELETE, path).await
+}
+
+async fn debug(s: &TestServer, key: &str) -> Value {
+    let a = send(s, reqwest::Method::GET, &format!("/debug/{key}")).await;
+    serde_json::from_str(&a.body).unwrap_or(Value::Null)
 }
 
 async fn until_waiting(s: &TestServer, key: &str, n: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let (_, v) = get(s, &format!("/debug/{key}")).await;
+        let v = debug(s, key).await;
         if v["NumWaiting"].as_u64().unwrap_or(0) == n {
             return;
         }
@@ -63,126 +80,282 @@ async fn until_waiting(s: &TestServer, key: &str, n: u64) {
     }
 }
 
-#[tokio::test]
-async fn admits_to_the_limit_then_429_and_a_new_window_admits_again() {
-    let s = TestServer::start(CONFIG).await;
-    let (c1, b1) = post(&s, "/rate/job-a").await;
-    assert_eq!((c1, b1["remaining"].as_u64()), (200, Some(1)));
-    assert!(b1["request_id"].as_str().is_some_and(|id| !id.is_empty()));
-    assert_eq!(get(&s, "/rate/job-a").await.0, 200, "GET works like POST");
-    let (c3, b3) = post(&s, "/rate/job-a").await;
-    assert_eq!(c3, 429);
-    assert_eq!(b3["retry_after_ms"], 1000);
-    s.advance(Duration::from_secs(1));
-    assert_eq!(post(&s, "/rate/job-a").await.0, 200);
-    // Windows in milliseconds: 1 per 250 ms for other keys.
-    assert_eq!(post(&s, "/rate/other").await.0, 200);
-    assert_eq!(post(&s, "/rate/other").await.0, 429);
-    s.advance(Duration::from_millis(250));
-    assert_eq!(post(&s, "/rate/other").await.0, 200);
+fn waiter(s: &TestServer, path: &str) -> tokio::task::JoinHandle<u16> {
+    let url = format!("{}{path}", s.http);
+    tokio::spawn(async move {
+        let r = reqwest::Client::new().post(url).send().await.unwrap();
+        r.status().as_u16()
+    })
 }
 
-#[tokio::test]
-async fn a_waiter_gets_the_released_slot_before_any_newcomer() {
-    let s = TestServer::start(CONFIG).await;
-    let (_, first) = post(&s, "/rate/job-r").await;
-    post(&s, "/rate/job-r").await;
-    let http = s.http.clone();
-    let waiter = tokio::spawn(async move {
-        let r = reqwest::Client::new()
-            .post(format!("{http}/rate/job-r?canWait=true"))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json::<Value>().await.unwrap())
-    });
-    until_waiting(&s, "job-r", 1).await;
-    // A newcomer does not take a slot while someone waits.
-    assert_eq!(post(&s, "/rate/job-r").await.0, 429);
-    let id = first["request_id"].as_str().unwrap();
-    assert_eq!(delete(&s, &format!("/rate/job-r/{id}")).await, 200);
-    let (code, body) = tokio::time::timeout(Duration::from_secs(5), waiter)
+async fn joined(w: tokio::task::JoinHandle<u16>) -> u16 {
+    tokio::time::timeout(Duration::from_secs(5), w)
         .await
+        .expect("the waiter is answered")
         .unwrap()
-        .unwrap();
-    assert_eq!(code, 200, "{body}");
-    // Released once only; unknown ids are 404.
-    assert_eq!(delete(&s, &format!("/rate/job-r/{id}")).await, 404);
-    assert_eq!(delete(&s, "/rate/job-r/ffff").await, 404);
-    assert_eq!(delete(&s, "/rate/job-r/not-hex").await, 404);
 }
 
 #[tokio::test]
-async fn a_release_after_the_window_is_404() {
+async fn answers_are_goccs_id_as_text_then_429_with_no_body() {
     let s = TestServer::start(CONFIG).await;
-    let (_, b) = post(&s, "/rate/job-w").await;
-    s.advance(Duration::from_secs(1));
-    let id = b["request_id"].as_str().unwrap();
-    assert_eq!(delete(&s, &format!("/rate/job-w/{id}")).await, 404);
-}
-
-#[tokio::test]
-async fn overrides_apply_to_one_request_only() {
-    let s = TestServer::start(CONFIG).await;
-    post(&s, "/rate/job-o").await;
-    post(&s, "/rate/job-o").await;
-    assert_eq!(post(&s, "/rate/job-o?maxRequests=5").await.0, 200);
-    // Not sticky: the next caller gets the configured limit of 2 again.
-    assert_eq!(post(&s, "/rate/job-o").await.0, 429);
+    let a = post(&s, "/rate/job-a").await;
+    // endpoint_rate.go:135: `c.String(http.StatusOK, requestID)`, a decimal counter
+    // (limiter_manager.go:162).
+    assert_eq!((a.code, a.content_type.as_str()), (200, TEXT));
+    assert!(a.body.parse::<u64>().is_ok(), "{}", a.body);
+    let b = send(&s, reqwest::Method::GET, "/rate/job-a").await;
+    assert_eq!(b.code, 200, "GET works like POST (main.go:113-114)");
+    assert_ne!(a.body, b.body, "each request gets its own id");
+    // endpoint_rate.go:137: `c.NoContent(http.StatusTooManyRequests)`.
+    let c = post(&s, "/rate/job-a").await;
     assert_eq!(
-        post(&s, "/rate/job-o?maxRequests=5000").await.0,
-        400,
-        "over the cap"
+        (c.code, c.content_type.as_str(), c.body.as_str()),
+        (429, "", "")
     );
+    s.advance(Duration::from_secs(1));
+    assert_eq!(post(&s, "/rate/job-a").await.code, 200);
+    // Windows in milliseconds: 1 per 250 ms for other keys.
+    assert_eq!(post(&s, "/rate/other").await.code, 200);
+    assert_eq!(post(&s, "/rate/other").await.code, 429);
+    s.advance(Duration::from_millis(250));
+    assert_eq!(post(&s, "/rate/other").await.code, 200);
+}
 
+#[tokio::test]
+async fn keys_are_trimmed_and_an_empty_key_or_id_is_400() {
+    let s = TestServer::start(CONFIG).await;
+    // endpoint_rate.go:70: `strings.TrimSpace(c.Param("key"))`.
+    assert_eq!(post(&s, "/rate/%20job-t%09").await.code, 200);
+    assert_eq!(post(&s, "/rate/job-t").await.code, 200);
+    assert_eq!(post(&s, "/rate/job-t").await.code, 429, "the same key");
+    // endpoint_rate.go:77-80 and 163-171.
+    for (path, want) in [
+        ("/rate/%20", "empty key provided"),
+        ("/rate/", "empty key provided"),
+    ] {
+        let a = post(&s, path).await;
+        assert_eq!((a.code, a.content_type.as_str()), (400, TEXT), "{path}");
+        assert_eq!(a.body, want);
+    }
+    for (path, want) in [
+        ("/rate/%20/1", "empty key provided"),
+        ("/rate/job-t/%20", "empty id provided"),
+        ("/rate/job-t/", "empty id provided"),
+    ] {
+        let a = delete(&s, path).await;
+        assert_eq!((a.code, a.body.as_str()), (400, want), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn release_is_200_always_and_the_waiter_gets_the_slot_before_any_newcomer() {
+    let s = TestServer::start(CONFIG).await;
+    let first = post(&s, "/rate/job-r").await.body;
+    post(&s, "/rate/job-r").await;
+    let w = waiter(&s, "/rate/job-r?canWait=true");
+    until_waiting(&s, "job-r", 1).await;
+    // Kept from turnstile: a newcomer does not take a slot while someone waits.
+    assert_eq!(post(&s, "/rate/job-r").await.code, 429);
+    let r = delete(&s, &format!("/rate/job-r/{first}")).await;
+    // endpoint_rate.go:182: `c.NoContent(http.StatusOK)`.
+    assert_eq!(
+        (r.code, r.content_type.as_str(), r.body.as_str()),
+        (200, "", "")
+    );
+    assert_eq!(joined(w).await, 200, "release admits the head of the queue");
+    // GoCC answers 200 whatever the id or key (endpoint_rate.go:180-182,
+    // limiter_manager.go:297-302); here a repeat frees nothing more.
+    for path in [
+        format!("/rate/job-r/{first}"),
+        "/rate/job-r/12345".into(),
+        "/rate/job-r/not-a-number".into(),
+        "/rate/never-seen/1".into(),
+    ] {
+        assert_eq!(delete(&s, &path).await.code, 200, "{path}");
+    }
+    assert_eq!(post(&s, "/rate/job-r").await.code, 429, "still full");
+    // A release after its window has ended changes nothing in the next one either.
+    let old = post(&s, "/rate/job-w").await.body;
+    s.advance(Duration::from_secs(1));
+    assert_eq!(delete(&s, &format!("/rate/job-w/{old}")).await.code, 200);
+    for want in [200, 200, 429] {
+        assert_eq!(post(&s, "/rate/job-w").await.code, want);
+    }
+}
+
+#[tokio::test]
+async fn overrides_are_sticky_until_the_key_idles_three_windows() {
+    let s = TestServer::start(CONFIG).await;
+    post(&s, "/rate/job-o").await;
+    post(&s, "/rate/job-o").await;
+    // limiter_instance.go:153-159: the override is written into the key's config before the
+    // decision, and stays for every later caller.
+    assert_eq!(post(&s, "/rate/job-o?maxRequests=4").await.code, 200);
+    assert_eq!(post(&s, "/rate/job-o").await.code, 200, "sticky");
+    assert_eq!(post(&s, "/rate/job-o").await.code, 429);
+    assert_eq!(
+        debug(&s, "job-o").await["Config"]["MaxRequestsPerWindow"],
+        4
+    );
+    s.advance(Duration::from_secs(3));
+    for _ in 0..4 {
+        assert_eq!(
+            post(&s, "/rate/job-o").await.code,
+            200,
+            "still 4 after 3 windows"
+        );
+    }
+    // limiter_instance.go:85-89: idle for more than 3 windows, the key expires and its next
+    // caller starts from the configured limit again.
+    s.advance(Duration::from_millis(3_001));
+    for want in [200, 200, 429] {
+        assert_eq!(post(&s, "/rate/job-o").await.code, want);
+    }
+    // A sticky queue of 0 (allowed: config.go:99) turns waiting callers away once full.
+    s.advance(Duration::from_secs(1));
+    assert_eq!(post(&s, "/rate/job-o?maxRequestsInQueue=0").await.code, 200);
+    post(&s, "/rate/job-o").await;
+    assert_eq!(post(&s, "/rate/job-o?canWait=true").await.code, 429);
+}
+
+#[tokio::test]
+async fn parameters_are_read_with_gos_rules() {
+    let s = TestServer::start(CONFIG).await;
+    // strconv.ParseBool after TrimSpace (endpoint_rate.go:234-240); empty is false.
+    for v in [
+        "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False",
+    ] {
+        s.advance(Duration::from_secs(1));
+        let a = post(&s, &format!("/rate/job-p?canWait=%20{v}%20")).await;
+        assert_eq!(a.code, 200, "canWait={v}: {}", a.body);
+    }
+    assert_eq!(post(&s, "/rate/job-p?canWait=").await.code, 200);
+    // strconv.ParseInt(t, 10, 32) after TrimSpace (endpoint_rate.go:242-252); GoCC's NoChange
+    // (limiter_api.go:55) is no override; maxRequests is 1 to the cap (config.go:98, here
+    // rate_api.max_requests_cap), maxRequestsInQueue 0 to it (config.go:99).
+    for (query, code, why) in [
+        (
+            "canWait=yes",
+            400,
+            "failed to parse canWait query parameter",
+        ),
+        (
+            "maxRequests=5x",
+            400,
+            "failed to parse maxRequests query parameter",
+        ),
+        ("maxRequests=1_0", 400, "failed to parse maxRequests"),
+        ("maxRequests=2147483648", 400, "failed to parse maxRequests"),
+        ("maxRequests=0", 400, "maxRequests out of bounds"),
+        ("maxRequests=1001", 400, "maxRequests out of bounds"),
+        (
+            "maxRequestsInQueue=-1",
+            400,
+            "maxRequestsInQueue out of bounds",
+        ),
+        (
+            "maxRequestsInQueue=x",
+            400,
+            "failed to parse maxRequestsInQueue",
+        ),
+        // Checked in GoCC's order (endpoint_rate.go:82-122): the first fault answers.
+        ("canWait=x&maxRequests=0", 400, "canWait"),
+        (
+            "maxRequests=0&maxRequestsInQueue=x",
+            400,
+            "parse maxRequestsInQueue",
+        ),
+    ] {
+        let a = post(&s, &format!("/rate/job-q?{query}")).await;
+        assert_eq!((a.code, a.content_type.as_str()), (code, TEXT), "{query}");
+        assert!(a.body.contains(why), "{query}: {}", a.body);
+    }
+    for query in [
+        "maxRequests=%20%2B5%20",
+        "maxRequests=-1000000000",
+        "maxRequests=",
+    ] {
+        s.advance(Duration::from_secs(1));
+        assert_eq!(
+            post(&s, &format!("/rate/job-v?{query}")).await.code,
+            200,
+            "{query}"
+        );
+    }
+    // The first of repeated parameters counts (url.Values.Get).
+    s.advance(Duration::from_secs(1));
+    assert_eq!(post(&s, "/rate/job-z?canWait=1&canWait=x").await.code, 200);
+}
+
+#[tokio::test]
+async fn overrides_switched_off_are_403() {
     let strict =
         TestServer::start(&CONFIG.replace("allow_overrides: true", "allow_overrides: false")).await;
-    let (code, body) = post(&strict, "/rate/job-o?maxRequests=5").await;
-    assert_eq!(code, 400);
-    assert!(body["error"]
-        .as_str()
-        .unwrap()
-        .contains("overrides are disabled"));
+    // endpoint_rate.go:94-97 and 105-108.
+    for (query, name) in [
+        ("maxRequests=5", "maxRequests query parameter is disabled"),
+        (
+            "maxRequestsInQueue=5",
+            "maxRequestsInQueue query parameter is disabled",
+        ),
+    ] {
+        let a = post(&strict, &format!("/rate/job-s?{query}")).await;
+        assert_eq!((a.code, a.content_type.as_str()), (403, TEXT), "{query}");
+        assert!(a.body.contains(name), "{query}: {}", a.body);
+    }
+    assert_eq!(
+        post(&strict, "/rate/job-s").await.code,
+        200,
+        "nothing was counted"
+    );
+    // GoCC's own switches, for keys no rate_api key matches.
+    let gocc = TestServer::start_with(
+        "domain: d\ndescriptors: []\n",
+        &[
+            ("REQUESTS_CAN_SET_RATE", "false"),
+            ("REQUESTS_CAN_MOD_QUEUE", "F"),
+        ],
+    )
+    .await;
+    let a = post(&gocc, "/rate/k?maxRequests=5").await;
+    assert_eq!(a.code, 403);
+    assert!(a.body.contains("REQUESTS_CAN_SET_RATE=false"), "{}", a.body);
+    let a = post(&gocc, "/rate/k?maxRequestsInQueue=5").await;
+    assert_eq!(a.code, 403);
+    assert!(
+        a.body.contains("REQUESTS_CAN_MOD_QUEUE=false"),
+        "{}",
+        a.body
+    );
 }
 
 #[tokio::test]
-async fn queue_full_and_no_queue_are_refused() {
+async fn waiting_on_a_queue_of_0_is_200_with_room_and_429_without() {
+    let s = TestServer::start(CONFIG).await;
+    // limiter_instance.go:162-176: a caller that may wait is queued only while the queue has
+    // room; `other` (the "*" key) has max_in_queue 0.
+    assert_eq!(post(&s, "/rate/other?canWait=true").await.code, 200);
+    assert_eq!(post(&s, "/rate/other?canWait=true").await.code, 429);
+}
+
+#[tokio::test]
+async fn queue_full_is_429_and_waiters_are_admitted_window_by_window() {
     let s = TestServer::start(CONFIG).await;
     post(&s, "/rate/job-f").await;
     post(&s, "/rate/job-f").await;
     let mut waiters = Vec::new();
     for i in 0..3 {
-        let http = s.http.clone();
-        waiters.push(tokio::spawn(async move {
-            reqwest::Client::new()
-                .post(format!("{http}/rate/job-f?canWait=true"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }));
+        waiters.push(waiter(&s, "/rate/job-f?canWait=true"));
         until_waiting(&s, "job-f", i + 1).await;
     }
-    assert_eq!(
-        post(&s, "/rate/job-f?canWait=true").await.0,
-        429,
-        "max_in_queue 3"
-    );
-    // `other` has no queue configured.
-    assert_eq!(post(&s, "/rate/other?canWait=true").await.0, 400);
+    let a = post(&s, "/rate/job-f?canWait=true").await;
+    assert_eq!((a.code, a.body.as_str()), (429, ""), "max_in_queue 3");
     // One window at a time: a clock that jumps two windows at once skips one window's room.
     s.advance(Duration::from_secs(1));
     until_waiting(&s, "job-f", 1).await;
     s.advance(Duration::from_secs(1));
     for w in waiters {
-        assert_eq!(
-            tokio::time::timeout(Duration::from_secs(5), w)
-                .await
-                .unwrap()
-                .unwrap(),
-            200
-        );
+        assert_eq!(joined(w).await, 200);
     }
 }
 
@@ -200,8 +373,8 @@ async fn a_caller_that_gives_up_leaves_the_queue() {
     until_waiting(&s, "job-g", 0).await;
     s.advance(Duration::from_secs(1));
     // Nothing was consumed by the caller that left: both slots of the new window are free.
-    assert_eq!(post(&s, "/rate/job-g").await.0, 200);
-    assert_eq!(post(&s, "/rate/job-g").await.0, 200);
+    assert_eq!(post(&s, "/rate/job-g").await.code, 200);
+    assert_eq!(post(&s, "/rate/job-g").await.code, 200);
 }
 
 #[tokio::test]
@@ -210,23 +383,41 @@ async fn debug_shows_each_keys_window_and_healthz_answers() {
     post(&s, "/rate/job-d").await;
     post(&s, "/rate/job-d").await;
     post(&s, "/rate/job-d").await;
-    let (code, one) = get(&s, "/debug/job-d").await;
-    assert_eq!(code, 200);
+    let one = debug(&s, "job-d").await;
     assert_eq!(one["Config"]["WindowMillis"], 1000);
     assert_eq!(one["Config"]["MaxRequestsPerWindow"], 2);
+    assert_eq!(one["Config"]["MaxRequestsInQueue"], 3);
     assert_eq!(one["NumApprovedThisWindow"], 2);
     assert_eq!(one["NumDeniedThisWindow"], 1);
     assert_eq!(one["NumWaiting"], 0);
-    let (_, all) = get(&s, "/debug").await;
+    let all = send(&s, reqwest::Method::GET, "/debug").await;
+    let all: Value = serde_json::from_str(&all.body).unwrap();
     assert_eq!(all["Instances"]["job-d"]["NumApprovedThisWindow"], 2);
-    let (code, none) = get(&s, "/debug/never-seen").await;
-    assert_eq!((code, none["Found"].as_bool()), (404, Some(false)));
-    assert_eq!(get(&s, "/healthz").await.0, 200);
-    // No rate_api section: 404 naming the problem.
-    let plain = TestServer::start("domain: d\ndescriptors: []\n").await;
-    let (code, body) = post(&plain, "/rate/x").await;
-    assert_eq!(code, 404);
-    assert!(body["error"].as_str().unwrap().contains("rate_api"));
+    // endpoint_debug.go:22: `c.String(http.StatusNotFound, "Key not found")`.
+    let none = send(&s, reqwest::Method::GET, "/debug/never-seen").await;
+    assert_eq!((none.code, none.body.as_str()), (404, "Key not found"));
+    assert_eq!(send(&s, reqwest::Method::GET, "/healthz").await.code, 200);
+}
+
+#[tokio::test]
+async fn every_key_is_served_with_goccs_defaults_when_no_rate_api_key_matches() {
+    // No rate_api section: GoCC's defaults (config.go:26-28), here from its variables.
+    let s = TestServer::start_with(
+        "domain: d\ndescriptors: []\n",
+        &[("MAX_REQUESTS", "2"), ("WINDOW_MILLIS", "500")],
+    )
+    .await;
+    for want in [200, 200, 429] {
+        assert_eq!(post(&s, "/rate/anything").await.code, want);
+    }
+    s.advance(Duration::from_millis(500));
+    assert_eq!(post(&s, "/rate/anything").await.code, 200);
+    let d = debug(&s, "anything").await;
+    assert_eq!(d["Config"]["WindowMillis"], 500);
+    assert_eq!(
+        d["Config"]["MaxRequestsInQueue"], 400,
+        "GoCC's default queue"
+    );
 }
 
 #[tokio::test]
@@ -241,16 +432,19 @@ async fn a_queue_override_over_its_cap_is_refused_with_or_without_can_wait() {
         "/rate/job-a?maxRequestsInQueue=11&canWait=true",
         "/rate/job-a?maxRequestsInQueue=11&canWait=false",
     ] {
-        let (code, body) = post(&s, path).await;
-        assert_eq!(code, 400, "{path}: {body}");
+        let a = post(&s, path).await;
+        assert_eq!(a.code, 400, "{path}: {}", a.body);
         assert!(
-            body["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("maxRequestsInQueue 11 is over the cap of 10")),
-            "{path}: {body}"
+            a.body
+                .contains("maxRequestsInQueue out of bounds: 11 is not from 0 to 10"),
+            "{path}: {}",
+            a.body
         );
     }
     // At the cap it is fine, and nothing above was counted.
-    let (code, body) = post(&s, "/rate/job-a?maxRequestsInQueue=10").await;
-    assert_eq!((code, body["remaining"].as_u64()), (200, Some(1)), "{body}");
+    assert_eq!(
+        post(&s, "/rate/job-a?maxRequestsInQueue=10").await.code,
+        200
+    );
+    assert_eq!(post(&s, "/rate/job-a").await.code, 200);
 }

@@ -56,6 +56,7 @@ impl Builder {
         Config {
             domains: self.domains,
             rate_api: self.rate_api,
+            gocc: None,
             node_count: next,
         }
     }
@@ -492,12 +493,7 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
                 }
                 d
             }
-            // Long enough to drain a full queue, at most a day (the cap on any max_wait).
-            None => {
-                let windows = u64::from(max_in_queue).div_ceil(u64::from(max_requests.max(1))) + 1;
-                let ms = (window.as_millis() as u64).saturating_mul(windows);
-                Duration::from_millis(ms.min(86_400_000))
-            }
+            None => super::default_max_wait(window, max_requests, max_in_queue),
         };
         keys.push(RateApiKey {
             pattern,

@@ -1,10 +1,63 @@
-//! Reading a config location: a YAML file, or every `*.yaml`/`*.yml` of a directory.
+//! Reading a config location: a YAML file, or every `*.yaml`/`*.yml` of a directory; and
+//! GoCC's key file beside it.
 
 use std::path::{Path, PathBuf};
 
 use super::build::{parse_file, Builder};
 use super::raw::RawFile;
-use super::{Config, ConfigError, LoadOptions};
+use super::{Config, ConfigError, GoccKeys, LoadOptions};
+
+/// Everything the limits are read from when they come from files: the start, every reload and
+/// `turnstile check` read them through [`Sources::load`].
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The YAML location (a file or a directory).
+    pub path: PathBuf,
+    /// A missing `path` loads as no YAML at all rather than an error: true when the location is
+    /// the default one, never named by a setting (a GoCC deployment has no YAML).
+    pub optional: bool,
+    /// GoCC's key file (`CONFIG_FILE`).
+    pub gocc_file: Option<PathBuf>,
+    pub opts: LoadOptions,
+}
+
+impl Sources {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        // `--config gocc.json`: GoCC's key file named as the location (JSON is YAML too, but a
+        // GoCC file is no turnstile YAML).
+        let json = self.path.extension().is_some_and(|e| e == "json") && self.path.is_file();
+        let gocc_file = match (&self.gocc_file, json) {
+            (Some(f), true) => {
+                return Err(ConfigError {
+                    file: self.path.display().to_string(),
+                    path: String::new(),
+                    message: format!(
+                        "is read as GoCC's key file, and CONFIG_FILE names another ({}): \
+                         name one",
+                        f.display()
+                    ),
+                })
+            }
+            (None, true) => Some(&self.path),
+            (f, false) => f.as_ref(),
+        };
+        let mut config =
+            if json || (self.optional && std::fs::symlink_metadata(&self.path).is_err()) {
+                Config::default()
+            } else {
+                Config::load(&self.path, self.opts)?
+            };
+        if let Some(f) = gocc_file {
+            config.gocc = Some(GoccKeys::load(f)?);
+        }
+        Ok(config)
+    }
+
+    /// The plain files to watch besides the YAML location.
+    pub fn extra_files(&self) -> Vec<PathBuf> {
+        self.gocc_file.iter().cloned().collect()
+    }
+}
 
 impl Config {
     /// Loads a YAML file, or every `*.yaml`/`*.yml` of a directory (dotfiles ignored), in name order.

@@ -5,9 +5,12 @@
 //! path inside it, e.g. `config/a.yaml: descriptors[1].rate_limit.unit: invalid unit "fortnite"`.
 
 mod build;
+pub mod go_regex;
+pub mod gocc;
 pub mod grammar;
 mod load;
-pub use load::list_files;
+pub use gocc::{GoccKeys, KeyLimits};
+pub use load::{list_files, Sources};
 mod raw;
 pub mod watch;
 pub mod xds;
@@ -238,15 +241,17 @@ pub struct Domain {
 pub struct Config {
     pub domains: FnvHashMap<String, Domain>,
     pub rate_api: Option<RateApi>,
+    /// GoCC's key file (`CONFIG_FILE`): limits for the `/rate` keys no `rate_api` key matches.
+    pub gocc: Option<GoccKeys>,
     /// Nodes in all the trees (see `Node::index`).
     node_count: usize,
 }
 
 /// Limits for the direct HTTP API (`/rate/{key}`): GoCC's model, with windows aligned to the
-/// epoch and no sticky overrides.
+/// epoch; keys no pattern here matches fall to GoCC's defaults and key file (`Config::gocc`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateApi {
-    /// Whether callers may pass `maxRequests` / `maxRequestsInQueue` (for their request only).
+    /// Whether callers may pass `maxRequests` / `maxRequestsInQueue` (sticky, as in GoCC).
     pub allow_overrides: bool,
     pub max_requests_cap: u32,
     pub max_in_queue_cap: u32,
@@ -263,6 +268,14 @@ pub struct RateApiKey {
     /// 0: `canWait` is refused for these keys.
     pub max_in_queue: u32,
     pub max_wait: Duration,
+}
+
+/// How long a `/rate` caller may wait when the config does not say: long enough to drain a
+/// full queue, plus a window, at most a day (the cap on any wait).
+pub fn default_max_wait(window: Duration, max_requests: u32, max_in_queue: u32) -> Duration {
+    let windows = u64::from(max_in_queue).div_ceil(u64::from(max_requests.max(1))) + 1;
+    let ms = (window.as_millis() as u64).saturating_mul(windows);
+    Duration::from_millis(ms.min(86_400_000))
 }
 
 impl RateApi {

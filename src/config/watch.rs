@@ -21,6 +21,8 @@ pub enum Watched {
         path: PathBuf,
         root: Option<PathBuf>,
         include_dotfiles: bool,
+        /// Files read with the location (GoCC's key file, `CONFIG_FILE`).
+        extra: Vec<PathBuf>,
     },
     /// Plain files, such as TLS certificates (Kubernetes Secrets also swap `..data`).
     Files(Vec<PathBuf>),
@@ -35,11 +37,15 @@ pub fn fingerprint(w: &Watched) -> u64 {
             path,
             root,
             include_dotfiles,
+            extra,
         } => {
             if let Some(root) = root {
                 hash_resolved(root, &mut h);
             }
             hash_location(path, *include_dotfiles, &mut h);
+            for f in extra {
+                hash_file(f, &mut h);
+            }
         }
         Watched::Files(files) => {
             for f in files {
@@ -149,6 +155,7 @@ mod tests {
             path: dir.clone(),
             root: None,
             include_dotfiles: false,
+            extra: Vec::new(),
         };
         let f0 = fingerprint(&w);
         std::fs::write(dir.join(".hidden.yaml"), "x").unwrap();

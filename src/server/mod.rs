@@ -36,6 +36,7 @@ use crate::config::watch::{fingerprint, Watched};
 use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine, ShardTask};
 use crate::quota::QuotaHub;
+use crate::service::rate::RateApiService;
 use crate::service::{AnswerSettings, RateLimiter};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
@@ -235,14 +236,10 @@ fn tls_and_reloader(
         .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
         .transpose()
         .map_err(StartError::Tls)?;
-    let reloader = settings.xds.is_none().then(|| {
-        Arc::new(Reloader::new(
-            settings.config_path.clone(),
-            settings.load,
-            limiter.clone(),
-            domains,
-        ))
-    });
+    let reloader = settings
+        .xds
+        .is_none()
+        .then(|| Arc::new(Reloader::new(settings.sources(), limiter.clone(), domains)));
     Ok((tls, reloader))
 }
 
@@ -253,6 +250,7 @@ fn watched_config(settings: &Settings) -> (Watched, u64) {
         root: Some(settings.runtime_root.clone())
             .filter(|r| settings.watch_root && settings.config_path.starts_with(r)),
         include_dotfiles: settings.load.include_dotfiles,
+        extra: settings.sources().extra_files(),
     };
     let baseline = fingerprint(&watched);
     (watched, baseline)
@@ -269,6 +267,7 @@ fn http_servers(
         limiter: limiter.clone(),
         serving: health.serving.clone(),
         throttle: settings.throttle,
+        rate: RateApiService::new(limiter.clone(), settings.rate),
     };
     let mut out = vec![("HTTP", port, http::router(state))];
     if let Some(l) = debug {

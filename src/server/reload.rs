@@ -2,12 +2,11 @@
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
 //! is logged and counted.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, ConfigError, LoadOptions};
+use crate::config::{Config, ConfigError, Sources};
 use crate::service::RateLimiter;
 
 /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
@@ -40,10 +39,9 @@ pub(super) fn apply(
     }
 }
 
-/// Loads the config location again and applies it.
+/// Loads the config location (and GoCC's key file, `CONFIG_FILE`) again and applies it.
 pub(super) struct Reloader {
-    path: PathBuf,
-    opts: LoadOptions,
+    sources: Sources,
     limiter: RateLimiter,
     /// How many domains the live config has (for health under
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
@@ -51,23 +49,20 @@ pub(super) struct Reloader {
 }
 
 impl Reloader {
-    pub(super) fn new(
-        path: PathBuf,
-        opts: LoadOptions,
-        limiter: RateLimiter,
-        domains: usize,
-    ) -> Reloader {
+    pub(super) fn new(sources: Sources, limiter: RateLimiter, domains: usize) -> Reloader {
         Reloader {
-            path,
-            opts,
+            sources,
             limiter,
             domains: watch::Sender::new(domains),
         }
     }
 
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
-        let source = self.path.display().to_string();
-        let loaded = Config::load(&self.path, self.opts);
+        let source = self.sources.path.display().to_string();
+        let loaded = self.sources.load();
+        if let Ok(c) = &loaded {
+            log_gocc_warnings(c);
+        }
         let domains = loaded.as_ref().ok().map(|c| c.domains.len());
         let applied = apply(&self.limiter, &source, loaded);
         if let Some(n) = domains {
@@ -79,5 +74,11 @@ impl Reloader {
     /// The live config's domain count, as reloads change it.
     pub(super) fn domains(&self) -> watch::Receiver<usize> {
         self.domains.subscribe()
+    }
+}
+/// GoCC's key file's fields GoCC would skip silently, as warnings.
+pub(crate) fn log_gocc_warnings(config: &Config) {
+    for (file, why) in (config.gocc.iter()).flat_map(|g| g.warnings.iter().map(|w| (&g.file, w))) {
+        tracing::warn!(file = %file, "{why}");
     }
 }

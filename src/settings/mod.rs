@@ -16,7 +16,8 @@ pub use env::{host_port, resolve, Env};
 
 use crate::backend::redis::RedisSettings;
 use crate::config::xds::XdsSettings;
-use crate::config::LoadOptions;
+use crate::config::{LoadOptions, Sources};
+use crate::service::rate::RateDefaults;
 use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::telemetry::top::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::telemetry::{LogSettings, TracingSettings};
@@ -43,10 +44,25 @@ pub struct PrometheusSettings {
     pub path: String,
 }
 
+/// The variables that name the config location (`Settings::config_optional`).
+const LOCATION_VARS: [&str; 3] = [
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+];
+
 /// Everything the server needs besides the limits themselves.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub config_path: PathBuf,
+    /// No `RUNTIME_*` setting or `--config` named the location: a missing one is no YAML at
+    /// all (a GoCC deployment has none), not an error.
+    pub config_optional: bool,
+    /// GoCC's `CONFIG_FILE`: its JSON key file, read and watched with the YAML.
+    pub gocc_file: Option<PathBuf>,
+    /// GoCC's `MAX_REQUESTS`, `MAX_REQUESTS_IN_QUEUE`, `WINDOW_MILLIS`,
+    /// `REQUESTS_CAN_SET_RATE`, `REQUESTS_CAN_MOD_QUEUE`: the `/rate` API's defaults.
+    pub rate: RateDefaults,
     /// Keys held in memory in all (`TURNSTILE_MAX_KEYS`); a key flood evicts past it.
     pub max_keys: usize,
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come over ADS, not from files.
@@ -161,8 +177,13 @@ impl Settings {
         // calls/s at 9.2 µs CPU each, two serve 63k at 17.7 µs.
         let workers = env.number("TURNSTILE_WORKERS", cores.saturating_sub(1).max(1))?;
         let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
+        let xds = sections::xds(&env)?;
+        let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
         Ok(Settings {
-            xds: sections::xds(&env)?,
+            config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
+            gocc_file,
+            rate,
+            xds,
             resp: sections::resp(&env)?,
             throttle: sections::throttle(&env)?,
             redis: sections::redis(&env)?,
@@ -232,6 +253,16 @@ impl Settings {
         Ok(s)
     }
 
+    /// Where the limits are read from when they come from files.
+    pub fn sources(&self) -> Sources {
+        Sources {
+            path: self.config_path.clone(),
+            optional: self.config_optional,
+            gocc_file: self.gocc_file.clone(),
+            opts: self.load,
+        }
+    }
+
     /// `LOG_LEVEL` and `LOG_FORMAT` alone, for reporting when the rest cannot be read.
     pub fn log_from_process() -> LogSettings {
         let lookup = |k: &str| std::env::var(k).ok();
@@ -242,6 +273,7 @@ impl Settings {
     pub fn apply(&mut self, flags: Overrides) -> Result<(), String> {
         if let Some(c) = flags.config {
             self.config_path = c;
+            self.config_optional = false;
         }
         if let Some(g) = flags.grpc_addr {
             self.grpc_addr = host_port(&g).map_err(|e| format!("--grpc-addr {g}: {e}"))?;

@@ -9,9 +9,11 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
 use crate::backend::redis::{RedisSettings, RedisTarget, RedisType};
+use crate::config::gocc::MAX_COUNT;
 use crate::config::xds::{XdsSettings, XdsTls};
-use crate::config::LoadOptions;
+use crate::config::{KeyLimits, LoadOptions};
 use crate::limiter::{FailureMode, StorePolicy};
+use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
 use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::resp::RespSettings;
@@ -339,7 +341,57 @@ pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
     }))
 }
 
-/// Settings of envoyproxy/ratelimit that are set but change nothing here, each with the reason.
+/// GoCC's settings (kivra/GoCC `pkg/config/config.go:26-31`, bounds `config.go:98-100`):
+/// `MAX_REQUESTS` (1 to 10⁹, default 100), `MAX_REQUESTS_IN_QUEUE` (0 to 10⁹, default 400),
+/// `WINDOW_MILLIS` (10 to 3600000, default 1000), `REQUESTS_CAN_SET_RATE` and
+/// `REQUESTS_CAN_MOD_QUEUE` (default true); and `CONFIG_FILE`, GoCC's key file.
+pub(super) fn gocc(env: &Env<'_>, xds: bool) -> Result<(RateDefaults, Option<PathBuf>)> {
+    let d = RateDefaults::default();
+    let defaults = RateDefaults {
+        limits: KeyLimits {
+            max_requests: env.number_in("MAX_REQUESTS", 100, 1, MAX_COUNT)? as u32,
+            max_in_queue: env.number_in("MAX_REQUESTS_IN_QUEUE", 400, 0, MAX_COUNT)? as u32,
+            window: Duration::from_millis(env.number_in("WINDOW_MILLIS", 1000, 10, 3_600_000)?),
+        },
+        can_set_rate: env.flag("REQUESTS_CAN_SET_RATE", d.can_set_rate)?,
+        can_mod_queue: env.flag("REQUESTS_CAN_MOD_QUEUE", d.can_mod_queue)?,
+    };
+    let file = env.get("CONFIG_FILE").map(PathBuf::from);
+    if file.is_some() && xds {
+        return Err(
+            "CONFIG_FILE (GoCC's key file) is read with limits from files; \
+                    CONFIG_TYPE=GRPC_XDS_SOTW takes them from xDS: unset one"
+                .into(),
+        );
+    }
+    Ok((defaults, file))
+}
+
+/// GoCC's settings (`config.go:35-40`) that change nothing here.
+const GOCC_UNUSED: [(&str, &str); 6] = [
+    (
+        "INSTANCE_URLS",
+        "requests are not forwarded between instances; replicas share counters in Redis \
+         (BACKEND_TYPE=redis), so any replica can answer any key",
+    ),
+    ("SERVER_TYPE", "one HTTP server serves HTTP/1.1 and h2c"),
+    ("LOG_INCLUDES_SOURCE", "log lines name no source location"),
+    (
+        "LOG_2XX",
+        "requests are not logged one by one; see /metrics",
+    ),
+    (
+        "LOG_4XX",
+        "requests are not logged one by one; see /metrics",
+    ),
+    (
+        "LOG_5XX",
+        "requests are not logged one by one; see /metrics",
+    ),
+];
+
+/// Settings of envoyproxy/ratelimit and GoCC that are set but change nothing here, each with
+/// the reason.
 pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
     let mut out = Vec::new();
     for k in ["USE_STATSD", "USE_DOG_STATSD"] {
@@ -368,7 +420,7 @@ pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
             "stats are atomics that cost nothing to keep",
         ),
     ];
-    for (k, why) in unused {
+    for (k, why) in unused.iter().chain(&GOCC_UNUSED) {
         if env.get(k).is_some() {
             out.push(format!("{k} is ignored: {why}"));
         }

@@ -1,7 +1,7 @@
 //! The environment's grammar and each subsystem's variables, read as the binary reads them.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
@@ -311,4 +311,47 @@ fn settings_bad_values_name_the_variable() {
     assert!(e.contains("LIMIT_RESPONSE_HEADERS_ENABLED"), "{e}");
     let e = settings_err(&[("RUNTIME_IGNOREDOTFILES", "nah")]);
     assert!(e.contains("RUNTIME_IGNOREDOTFILES"), "{e}");
+}
+
+#[test]
+fn goccs_settings_fill_the_rate_defaults() {
+    // kivra/GoCC pkg/config/config.go:26-31: names and defaults.
+    let d = ok_settings(&[]);
+    assert_eq!(d.rate, crate::service::rate::RateDefaults::default());
+    assert!(d.config_optional && d.gocc_file.is_none());
+    let s = ok_settings(&[
+        ("MAX_REQUESTS", "7"),
+        ("MAX_REQUESTS_IN_QUEUE", "0"),
+        ("WINDOW_MILLIS", "250"),
+        ("REQUESTS_CAN_SET_RATE", "f"),
+        ("REQUESTS_CAN_MOD_QUEUE", "0"),
+        ("CONFIG_FILE", "/etc/gocc/keys.json"),
+        ("RUNTIME_ROOT", "/srv"),
+    ]);
+    assert_eq!(
+        (s.rate.limits.max_requests, s.rate.limits.max_in_queue),
+        (7, 0)
+    );
+    assert_eq!(s.rate.limits.window, Duration::from_millis(250));
+    assert!(!s.rate.can_set_rate && !s.rate.can_mod_queue);
+    assert_eq!(
+        s.gocc_file.as_deref(),
+        Some(Path::new("/etc/gocc/keys.json"))
+    );
+    assert!(!s.config_optional, "RUNTIME_ROOT names the location");
+    let e = settings_err(&[("CONFIG_FILE", "k.json"), ("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
+    assert!(e.contains("CONFIG_FILE"), "{e}");
+}
+
+#[test]
+fn goccs_settings_without_effect_are_named() {
+    let s = ok_settings(&[("INSTANCE_URLS", "http://a,http://b"), ("LOG_2XX", "true")]);
+    assert!(
+        s.ignored
+            .iter()
+            .any(|w| w.starts_with("INSTANCE_URLS is ignored") && w.contains("Redis")),
+        "{:?}",
+        s.ignored
+    );
+    assert!(s.ignored.iter().any(|w| w.starts_with("LOG_2XX")));
 }

@@ -84,10 +84,20 @@ impl TestServer {
             .expect("server starts")
     }
 
-    async fn try_start_files(
-        files: &[(&str, &str)],
-        env: Vec<(String, String)>,
-    ) -> Result<TestServer, String> {
+    /// Starts as the binary does with `env` alone: the limits are read where the settings say
+    /// (`RUNTIME_*`, GoCC's `CONFIG_FILE`) and watched there, not passed in.
+    pub async fn start_from_env(env: &[(&str, &str)]) -> TestServer {
+        let env: Vec<(String, String)> = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let settings = Self::settings(&env);
+        let config = settings.sources().load().expect("valid config files");
+        Self::try_start_config(settings, config)
+            .await
+            .expect("server starts")
+    }
+
+    fn settings(env: &[(String, String)]) -> Settings {
         let mut settings =
             Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
                 .expect("valid test settings");
@@ -104,12 +114,25 @@ impl TestServer {
         if !env.iter().any(|(k, _)| k == "TURNSTILE_WORKERS") {
             (settings.workers, settings.shards) = layout();
         }
+        settings
+    }
+
+    async fn try_start_files(
+        files: &[(&str, &str)],
+        env: Vec<(String, String)>,
+    ) -> Result<TestServer, String> {
+        let settings = Self::settings(&env);
         let sources: Vec<(String, String)> = (files.iter())
             .map(|(n, y)| (n.to_string(), y.to_string()))
             .collect();
         let config = Config::from_sources(&sources, settings.load).expect("valid test config");
+        Self::try_start_config(settings, config).await
+    }
+
+    async fn try_start_config(settings: Settings, config: Config) -> Result<TestServer, String> {
         let (clock, manual) = Clock::manual(T0);
-        let running = server::start(&settings, config, clock)
+        // Boxed: the server's start is a deep future, and every test binary lays it out.
+        let running = Box::pin(server::start(&settings, config, clock))
             .await
             .map_err(|e| e.to_string())?;
         let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))

@@ -1,6 +1,7 @@
 //! Config layer: YAML → validated `Config` (errors name file + path) and directory loading.
 
 mod files;
+mod gocc;
 mod limits;
 mod queue;
 mod tree;

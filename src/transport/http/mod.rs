@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 pub use json::{response_json, JsonError, JsonRequest};
 
+use crate::service::rate::RateApiService;
 use crate::service::{RateLimiter, RlsError, ThrottleLimits};
 
 /// What the HTTP handlers share.
@@ -29,6 +30,8 @@ pub struct HttpState {
     pub serving: Arc<AtomicBool>,
     /// Caps on what a `POST /throttle` caller may ask.
     pub throttle: ThrottleLimits,
+    /// GoCC's `/rate` API, with its defaults and sticky overrides.
+    pub rate: RateApiService,
 }
 
 impl FromRef<HttpState> for RateLimiter {
@@ -77,7 +80,9 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rate/{key}", get(rate::take).post(rate::take))
+        .route("/rate/", get(rate::empty_key).post(rate::empty_key))
         .route("/rate/{key}/{request_id}", delete(rate::release))
+        .route("/rate/{key}/", delete(rate::empty_id))
         .route("/debug", get(rate::debug_all))
         .route("/debug/{key}", get(rate::debug_key))
         .route("/healthz", get(rate::healthz))

@@ -1,80 +1,62 @@
 //! GoCC's direct API over HTTP: `/rate/{key}`, release, `/debug`, `/healthz`; decided by
-//! `service::rate`.
+//! `service::rate`. Answers are GoCC's (kivra/GoCC `pkg/server/endpoints/endpoint_rate.go`):
+//! 200 with the request id as the text body, 429 with no body, 400 and 403 with a text reason,
+//! and release always 200 with no body. Text is `text/plain; charset=UTF-8`, as echo's
+//! `c.String` writes it.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::HttpState;
-use crate::service::rate::{self, RateAnswer, RateAsk, RateError, RateWindow};
+use crate::service::rate::{RateAnswer, RateError, RateWindow, RawAsk};
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct RateQuery {
-    #[serde(rename = "canWait", default)]
-    can_wait: Option<bool>,
-    #[serde(rename = "maxRequests", default)]
-    max_requests: Option<u32>,
-    #[serde(rename = "maxRequestsInQueue", default)]
-    max_in_queue: Option<u32>,
+/// echo's `MIMETextPlainCharsetUTF8`.
+const TEXT: &str = "text/plain; charset=UTF-8";
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    let mut r = (status, body.into()).into_response();
+    (r.headers_mut()).insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT));
+    r
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
+fn error(e: RateError) -> Response {
+    match e {
+        RateError::BadRequest(m) => text(StatusCode::BAD_REQUEST, m),
+        RateError::Forbidden(m) => text(StatusCode::FORBIDDEN, m),
+        RateError::Unavailable(e) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
 }
 
-/// Whole milliseconds, rounded up (a caller that waits this long is not early).
-fn ms_ceil(d: Duration) -> u64 {
-    d.as_nanos().div_ceil(1_000_000) as u64
+/// The first value of `name`, as Go's `url.Values.Get`.
+fn first(q: &[(String, String)], name: &str) -> Option<String> {
+    q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
 
 /// `POST`/`GET /rate/{key}?canWait=&maxRequests=&maxRequestsInQueue=`.
 pub(crate) async fn take(
     State(s): State<HttpState>,
     Path(key): Path<String>,
-    Query(q): Query<RateQuery>,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    let ask = RateAsk {
+    let raw = RawAsk {
         key,
-        can_wait: q.can_wait.unwrap_or(false),
-        max_requests: q.max_requests,
-        max_in_queue: q.max_in_queue,
+        can_wait: first(&q, "canWait"),
+        max_requests: first(&q, "maxRequests"),
+        max_in_queue: first(&q, "maxRequestsInQueue"),
     };
-    let key = &ask.key;
-    match rate::take(&s.limiter, &ask).await {
-        Err(RateError::NotFound(m)) => error(StatusCode::NOT_FOUND, m),
-        Err(RateError::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
-        Err(RateError::Unavailable(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-        Ok(RateAnswer::Admitted {
-            id,
-            remaining,
-            reset,
-            waited,
-        }) => Json(json!({
-            "request_id": format!("{id:x}"),
-            "key": key,
-            "remaining": remaining,
-            "reset_ms": ms_ceil(reset),
-            "waited_ms": waited.as_millis() as u64,
-        }))
-        .into_response(),
-        Ok(RateAnswer::Refused {
-            timed_out,
-            retry_after,
-        }) => {
-            let retry_ms = retry_after.map(ms_ceil);
-            let body = json!({
-                "key": key,
-                "error": if timed_out { "waited too long" } else { "rate limit exceeded" },
-                "retry_after_ms": retry_ms,
-            });
-            let mut resp = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
-            if let Some(v) = retry_ms.and_then(|ms| ms.div_ceil(1000).to_string().parse().ok()) {
+    match s.rate.take(&raw).await {
+        Err(e) => error(e),
+        Ok(RateAnswer::Admitted { id, .. }) => text(StatusCode::OK, id.to_string()),
+        Ok(RateAnswer::Refused { retry_after, .. }) => {
+            // No body, as GoCC's `c.NoContent(429)`; Retry-After is turnstile's addition.
+            let mut resp = StatusCode::TOO_MANY_REQUESTS.into_response();
+            let secs = retry_after.map(|d| d.as_nanos().div_ceil(1_000_000_000) as u64);
+            if let Some(v) = secs.and_then(|s| HeaderValue::from_str(&s.to_string()).ok()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
             resp
@@ -82,26 +64,25 @@ pub(crate) async fn take(
     }
 }
 
+/// `/rate/` with no key: GoCC's 400 for an empty key.
+pub(crate) async fn empty_key() -> Response {
+    text(StatusCode::BAD_REQUEST, "empty key provided")
+}
+
+/// `DELETE /rate/{key}/` with no id: GoCC's 400 for an empty id.
+pub(crate) async fn empty_id() -> Response {
+    text(StatusCode::BAD_REQUEST, "empty id provided")
+}
+
 /// `DELETE /rate/{key}/{request_id}`: gives the admitted hit back; the queue head gets it.
+/// 200 whatever the id, as GoCC.
 pub(crate) async fn release(
     State(s): State<HttpState>,
     Path((key, request_id)): Path<(String, String)>,
 ) -> Response {
-    let Ok(id) = u64::from_str_radix(&request_id, 16) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("unknown request id \"{request_id}\""),
-        );
-    };
-    match rate::release(&s.limiter, &key, id).await {
-        Ok(true) => {
-            Json(json!({ "released": true, "key": key, "request_id": request_id })).into_response()
-        }
-        Ok(false) => error(
-            StatusCode::NOT_FOUND,
-            format!("request {request_id} of \"{key}\" is unknown or its window has ended"),
-        ),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    match s.rate.release(&key, &request_id).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => error(e),
     }
 }
 
@@ -113,7 +94,6 @@ fn describe(w: &RateWindow) -> Value {
             "WindowMillis": w.window_ms,
             "MaxRequestsPerWindow": w.max_requests,
             "MaxRequestsInQueue": w.max_in_queue,
-            "MaxWaitMillis": w.max_wait_ms,
         },
         "NumApprovedThisWindow": w.approved,
         "NumDeniedThisWindow": w.denied,
@@ -124,28 +104,25 @@ fn describe(w: &RateWindow) -> Value {
 
 /// `GET /debug`: every direct API key's window.
 pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
-    match rate::windows(&s.limiter, None).await {
+    match s.rate.windows(None).await {
         Ok(ws) => {
             let instances: Map<String, Value> =
                 ws.iter().map(|w| (w.key.clone(), describe(w))).collect();
             Json(json!({ "Instances": instances })).into_response()
         }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => error(RateError::Unavailable(e)),
     }
 }
 
-/// `GET /debug/{key}`: one key's window (404 with `"Found": false` when it has none).
+/// `GET /debug/{key}`: one key's window; 404 "Key not found" when it has none, as GoCC
+/// (`pkg/server/endpoints/endpoint_debug.go:22`).
 pub(crate) async fn debug_key(State(s): State<HttpState>, Path(key): Path<String>) -> Response {
-    match rate::windows(&s.limiter, Some(&key)).await {
+    match s.rate.windows(Some(&key)).await {
         Ok(ws) => match ws.first() {
             Some(w) => Json(describe(w)).into_response(),
-            None => (
-                StatusCode::NOT_FOUND,
-                Json(json!({ "Key": key, "Found": false })),
-            )
-                .into_response(),
+            None => text(StatusCode::NOT_FOUND, "Key not found"),
         },
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => error(RateError::Unavailable(e)),
     }
 }
 
