@@ -338,7 +338,10 @@ async fn bad_requests_get_invalid_argument_naming_the_problem() {
     }
     // An oversized message is refused by the transport, not decided.
     let huge = req("edge", vec![desc(&[("k", &"v".repeat(2 << 20))])]);
-    assert!(s.try_call(huge).await.is_err());
+    let refused = s.try_call(huge).await.expect_err("refused");
+    // The decoder's limit (1 MiB): INVALID_ARGUMENT, naming the size.
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("too large"), "{refused:?}");
     // The service is still up.
     assert_eq!(
         s.call(one("edge", &[("api_key", "z")])).await.overall_code,

@@ -152,5 +152,7 @@ async fn health_through_reflection_and_over_limit() {
     .unwrap();
     let second: serde_json::Value = serde_json::from_str(&out.1).unwrap();
     assert_eq!(second["overallCode"], "OVER_LIMIT", "{}", out.0);
-    assert!(out.2.contains("SERVING"), "{}", out.2);
+    // Exactly SERVING: NOT_SERVING contains the word too.
+    let health: serde_json::Value = serde_json::from_str(&out.2).unwrap();
+    assert_eq!(health["status"], "SERVING", "{}", out.2);
 }

@@ -360,6 +360,19 @@ async fn explicit_reload_with_polling_off() {
     let s = settings(&dir, &[("TURNSTILE_RELOAD_INTERVAL_MS", "0")]);
     assert!(s.reload_interval.is_zero());
     let r = start(&s).await;
+    // A change is not loaded by itself: V2's limit `c` stays unknown until the reload (several
+    // of the default poll's intervals later).
+    write(&dir.join("a.yaml"), V2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !rlconfig(&r).await.contains("shop.c:"),
+        "loaded without a reload"
+    );
+    let m = metrics(&r).await;
+    assert_eq!(
+        metric(&m, "ratelimit_service_config_load_success_total"),
+        Some(1.0)
+    );
     write(&dir.join("a.yaml"), BAD);
     let e = r.reload_config().expect_err("bad config refused");
     assert!(e.to_string().contains("fortnight"), "{e}");

@@ -29,21 +29,39 @@ fn err(vars: &[(&str, &str)]) -> String {
 
 #[test]
 fn defaults_match_envoyproxy_ratelimit() {
+    // envoyproxy/ratelimit's `src/settings/settings.go` (f2fb157), line by line.
     let s = ok(&[]);
-    assert_eq!(s.debug_addr, Some("0.0.0.0:6070".parse().unwrap()));
-    let p = s.prometheus.expect("Prometheus on by default");
-    assert_eq!(p.addr, "0.0.0.0:9090".parse().unwrap());
-    assert_eq!(p.path, "/metrics");
-    assert!(s.watch_root);
-    assert_eq!(s.runtime_root, PathBuf::from("/srv/runtime_data/current"));
-    assert_eq!(s.reload_interval, Duration::from_secs(1));
-    assert_eq!(s.grpc_uds, None);
-    assert_eq!(s.tls, None);
-    assert_eq!(s.tracing, None);
-    assert!(!s.log.json);
-    assert_eq!(s.grpc_max_connection_age, Duration::from_secs(24 * 3600));
-    assert_eq!(s.grpc_max_connection_age_grace, Duration::from_secs(3600));
+    assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap()); // HOST, PORT: 18-19
+    assert_eq!(s.debug_addr, Some("0.0.0.0:6070".parse().unwrap())); // DEBUG_*: 20-21
+    assert_eq!(s.grpc_addr, "0.0.0.0:8081".parse().unwrap()); // GRPC_HOST, _PORT: 27-28
+    assert_eq!(s.grpc_uds, None); // GRPC_UDS: 26
+    assert_eq!(s.grpc_max_connection_age, Duration::from_secs(24 * 3600)); // 33
+    assert_eq!(s.grpc_max_connection_age_grace, Duration::from_secs(3600)); // 35
+    assert_eq!(s.tls, None); // GRPC_SERVER_USE_TLS false: 37
+    assert!(!s.log.json); // LOG_FORMAT text: 50
+    let p = s
+        .prometheus
+        .expect("Prometheus on by default (turnstile's choice, below)");
+    assert_eq!(p.addr, "0.0.0.0:9090".parse().unwrap()); // PROMETHEUS_ADDR :9090: 94
+    assert_eq!(p.path, "/metrics"); // PROMETHEUS_PATH: 95
+    assert_eq!(s.runtime_root, PathBuf::from("/srv/runtime_data/current")); // RUNTIME_ROOT: 100
+    assert!(s.watch_root); // RUNTIME_WATCH_ROOT true: 104
+    assert_eq!(s.near_limit_ratio, 0.8); // NEAR_LIMIT_RATIO: 109
+    assert!(!s.global_shadow_mode && !s.global_quota_mode); // SHADOW_MODE, QUOTA_MODE false
+    assert!(!s.response_dynamic_metadata); // RESPONSE_DYNAMIC_METADATA false: 235
+    assert!(!s.healthy_only_with_config); // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: 124
     assert!(s.ignored.is_empty());
+}
+
+/// Where turnstile's defaults are its own (README, "Settings"): Prometheus is served without
+/// `USE_PROMETHEUS=true` (the reference's default is false and statsd), the config is polled
+/// every second, and tracing is off until asked for.
+#[test]
+fn defaults_of_turnstiles_own() {
+    let s = ok(&[]);
+    assert!(s.prometheus.is_some());
+    assert_eq!(s.reload_interval, Duration::from_secs(1));
+    assert_eq!(s.tracing, None);
 }
 
 #[test]

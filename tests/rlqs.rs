@@ -33,6 +33,8 @@ descriptors:
 struct Envoy {
     reports: mpsc::Sender<RateLimitQuotaUsageReports>,
     actions: Streaming<RateLimitQuotaResponse>,
+    /// The buckets reported on this stream: every answer must be about one of them.
+    reported: Vec<HashMap<String, String>>,
 }
 
 impl Envoy {
@@ -47,10 +49,20 @@ impl Envoy {
             .await
             .expect("stream opens")
             .into_inner();
-        Envoy { reports, actions }
+        Envoy {
+            reports,
+            actions,
+            reported: Vec::new(),
+        }
     }
 
-    async fn report(&self, domain: &str, bucket: &[(&str, &str)], secs: i64, asked: u64) {
+    async fn report(&mut self, domain: &str, bucket: &[(&str, &str)], secs: i64, asked: u64) {
+        let map: HashMap<String, String> = (bucket.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if !self.reported.contains(&map) {
+            self.reported.push(map);
+        }
         let usage = BucketQuotaUsage {
             bucket_id: Some(id(bucket)),
             time_elapsed: Some(PbDuration {
@@ -76,10 +88,17 @@ impl Envoy {
             .expect("an answer within 10 s")
             .expect("no error")
             .expect("stream open");
-        r.bucket_action
-            .into_iter()
+        let actions: Vec<_> = (r.bucket_action.into_iter())
             .map(|a| (a.bucket_id.unwrap().bucket, told(a.bucket_action.unwrap())))
-            .collect()
+            .collect();
+        for (bucket, _) in &actions {
+            assert!(
+                self.reported.contains(bucket),
+                "an answer about {bucket:?}, never reported on this stream ({:?})",
+                self.reported
+            );
+        }
+        actions
     }
 }
 
@@ -173,7 +192,10 @@ async fn a_removed_limit_is_abandoned_and_a_bad_report_ends_the_stream() {
     assert_eq!(got[0].1, Told::Abandon);
     // A report without a domain is refused, naming what is wrong.
     e.report("", &[("user", "a")], 0, 1).await;
-    let err = e.actions.message().await.expect_err("INVALID_ARGUMENT");
+    let err = tokio::time::timeout(Duration::from_secs(10), e.actions.message())
+        .await
+        .expect("an answer within 10 s")
+        .expect_err("INVALID_ARGUMENT");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("domain"), "{err:?}");
 }
@@ -183,11 +205,19 @@ async fn shutdown_ends_open_streams() {
     let mut s = TestServer::start(LIMITS).await;
     let mut e = Envoy::connect(&s).await;
     e.report("q", &[("user", "a")], 0, 1).await;
-    e.next().await;
+    let answer = e.next().await;
+    let user_a: HashMap<String, String> = [("user".to_owned(), "a".to_owned())].into();
+    assert_eq!(
+        answer.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        vec![&user_a],
+        "the answer is about the bucket reported"
+    );
     tokio::time::timeout(Duration::from_secs(10), s.shutdown())
         .await
         .expect("an open RLQS stream does not hold up shutdown");
-    let end = e.actions.message().await;
+    let end = tokio::time::timeout(Duration::from_secs(10), e.actions.message())
+        .await
+        .expect("the stream ends within 10 s of shutdown");
     assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
 }
 

@@ -7,19 +7,27 @@ import sys
 
 import redis
 
+
+
+def expect(got, want, what):
+    """An explicit check: `assert` is dropped under PYTHONOPTIMIZE."""
+    if got != want:
+        sys.exit(f"{what}: got {got!r}, want {want!r}")
+
+
 port = int(sys.argv[1])
 r = redis.Redis(host="127.0.0.1", port=port)
-assert r.ping() is True
+expect(r.ping(), True, 'r.ping()')
 # ThrottleCrab: [allowed, limit, remaining, reset_after, retry_after] (T = 6 s, tau = 12 s)
-assert r.execute_command("THROTTLE", "py", "3", "10", "60") == [1, 3, 2, 12, 0]
+expect(r.execute_command("THROTTLE", "py", "3", "10", "60"), [1, 3, 2, 12, 0], 'r.execute_command("THROTTLE", "py", "3", "10", "60")')
 # redis-cell: README "Response"; tests/e2e.rs it_works (limited, then retry in 2 s)
-assert r.execute_command("CL.THROTTLE", "py:user123", "15", "30", "60") == [0, 16, 15, -1, 2]
-assert r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1") == [0, 1, 0, -1, 2]
-assert r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1") == [1, 1, 0, 2, 2]
-assert r.echo("hi") == b"hi"
+expect(r.execute_command("CL.THROTTLE", "py:user123", "15", "30", "60"), [0, 16, 15, -1, 2], 'r.execute_command("CL.THROTTLE", "py:user123", "15", "30", "60")')
+expect(r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1"), [0, 1, 0, -1, 2], 'r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1")')
+expect(r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1"), [1, 1, 0, 2, 2], 'r.execute_command("CL.THROTTLE", "py:e2e", "0", "1", "2", "1")')
+expect(r.echo("hi"), b"hi", 'r.echo("hi")')
 p = r.pipeline(transaction=False)
 for _ in range(3):
     p.execute_command("THROTTLE", "py-pipe", "2", "10", "60")
-assert [a[0] for a in p.execute()] == [1, 1, 0]
-assert r.client_setname("app") is True
+expect([a[0] for a in p.execute()], [1, 1, 0], '[a[0] for a in p.execute()]')
+expect(r.client_setname("app"), True, 'r.client_setname("app")')
 print(f"redis-py {redis.__version__} ok")
