@@ -579,7 +579,9 @@ async fn a_slow_reader_gets_every_answer_at_sigterm() {
                 if a.overall_code == OVER && slow == Some(OVER) && a.statuses.len() == 41 {
                     answered += 1;
                 } else {
-                    lost.push(format!("a wrong answer: {a:?}"));
+                    let n = a.statuses.len();
+                    let overall = a.overall_code;
+                    lost.push(format!("overall {overall}, slow {slow:?}, {n} statuses"));
                 }
             }
             Ok((status, _)) => lost.push(format!("grpc-status {status}")),
