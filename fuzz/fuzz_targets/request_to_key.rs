@@ -24,10 +24,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
-use turnstile::config::settings::RequestLimits;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::descriptor::{counter_key, find, key_hash, shard_of};
-use turnstile::service::{validate, RlsError};
+use turnstile::service::{validate, RequestLimits, RlsError};
 
 /// Exact values, wildcards anywhere, key-only defaults, nesting, several limits, and
 /// `share_threshold` at the top and under a parent. A second domain with `_` in its name lets

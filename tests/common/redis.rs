@@ -59,14 +59,15 @@ impl Redis {
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        r.spawn();
+        r.spawn(false);
         r
     }
 
     /// Starts redis-server and waits until it answers. The port was free when picked, but a
     /// parallel test may pick it too: the server that answers must be our own child (its
-    /// `process_id`), or we try again on another port.
-    fn spawn(&mut self) {
+    /// `process_id`), or we try again, on another port unless `same_port` (a restart: the
+    /// server under test knows this port, so another would fail the test for the wrong reason).
+    fn spawn(&mut self, same_port: bool) {
         for _ in 0..5 {
             let mut child = Command::new("redis-server")
                 .args([
@@ -105,9 +106,13 @@ impl Redis {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = child.wait();
-            self.port = free_port();
+            if same_port {
+                std::thread::sleep(Duration::from_millis(200));
+            } else {
+                self.port = free_port();
+            }
         }
-        panic!("could not start redis-server on a free port");
+        panic!("could not start redis-server on port {}", self.port);
     }
 
     pub fn url(&self) -> String {
@@ -125,7 +130,7 @@ impl Redis {
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn(true);
     }
 
     pub fn cli(&self, args: &[&str]) -> String {
