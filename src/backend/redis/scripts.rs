@@ -235,26 +235,13 @@ impl RedisStore {
                 },
                 other => other,
             },
-            _ => match self.cmd(op, at, false) {
-                Cmd::Sliding {
-                    cur,
-                    prev,
-                    limit,
-                    hits,
-                    left_ms,
-                    window_ms,
-                    ..
-                } => Cmd::Sliding {
-                    cur,
-                    prev,
-                    limit,
-                    hits,
-                    left_ms,
-                    window_ms,
-                    in_full: true,
-                },
-                other => other,
-            },
+            _ => {
+                let mut c = self.cmd(op, at, false);
+                if let Cmd::Sliding { in_full, .. } = &mut c {
+                    *in_full = true;
+                }
+                c
+            }
         }
     }
 
