@@ -242,10 +242,13 @@ async fn a_full_queue_refuses_at_once() {
                 assert_eq!(r.header("x-envoy-ratelimited"), Some("true"), "{r:#?}");
                 assert_eq!(r.header(WAITED), None, "{r:#?}");
             }
-            assert!(
-                took < Duration::from_millis(500),
-                "the refusals took {took:?}: they should not wait"
-            );
+            // A refusal is answered at once; one that took half a second was either held or
+            // starved by a busy machine: the attempt, not the test, is inconclusive then.
+            if took >= Duration::from_millis(500) {
+                return Err(format!(
+                    "the refusals took {took:?}: held, or a busy machine"
+                ));
+            }
             assert!(!waiter.is_finished(), "the waiter is still held");
 
             let r = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -454,7 +457,9 @@ async fn shipped_example_batch_path_queues_instead_of_refusing() {
             "one token each 200 ms: answered at {at:?} ms"
         );
     }
-    assert!(at[3] < 1000, "answered at {at:?} ms");
+    // The last waiter's token comes 600 ms after the first's: measured from the first answer
+    // (not from the send, which a busy machine may delay), within its 800 ms max_wait.
+    assert!(at[3] - at[0] < 800, "answered at {at:?} ms");
     assert_eq!(upstream.hits(), 4);
 }
 
@@ -539,38 +544,60 @@ async fn token_bucket_headers_count_whole_tokens_and_time_to_full() {
     let yaml = "domain: q\ndescriptors:\n  - key: job\n    rate_limit: {unit: minute, requests_per_unit: 60, burst: 3, algorithm: token_bucket}\n";
     let stack = Stack::start("bucket", &[("limits.yaml", yaml)], &[], &by_job(|_| {})).await;
     let url = stack.url();
-    let c = client();
+    let url = &url;
+    // Calls that reached the upstream, over every attempt.
+    let hits = std::cell::Cell::new(0);
+    let hits = &hits;
+    // The numbers below hold when the burst takes well under a second and the later request
+    // comes 1.2 s after it; on a machine too busy for that, the attempt is inconclusive and
+    // is made again on a fresh key.
+    with_retries(|key| async move {
+        {
+            let headers = [("x-job", key.as_str())];
+            let c = client();
+            let first = Instant::now();
+            // (remaining, reset): each request takes a token and adds a second until full.
+            let mut burst = Vec::new();
+            for _ in 0..4 {
+                burst.push(get(&c, url, &headers).await);
+            }
+            hits.set(hits.get() + burst.iter().filter(|r| r.status == 200).count());
+            if first.elapsed() >= Duration::from_millis(800) {
+                return Err(format!("the burst took {:?}", first.elapsed()));
+            }
+            for (r, (remaining, reset)) in burst.iter().zip([(2u64, 1u64), (1, 2), (0, 3)]) {
+                assert_status(r, 200, &format!("request with {remaining} tokens left"));
+                assert_eq!(r.header("x-ratelimit-limit"), Some("60, 60;w=60"), "{r:#?}");
+                assert_eq!(r.num("x-ratelimit-remaining"), remaining, "{r:#?}");
+                assert_eq!(r.num("x-ratelimit-reset"), reset, "{r:#?}");
+            }
+            let r = &burst[3];
+            assert_status(r, 429, "4th request, bucket empty");
+            assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
+            assert_eq!(r.num("x-ratelimit-reset"), 3, "{r:#?}");
 
-    // (remaining, reset): each request takes a token and adds a second to the time until full.
-    let first = Instant::now();
-    for (remaining, reset) in [(2u64, 1u64), (1, 2), (0, 3)] {
-        let r = get(&c, &url, &[("x-job", "b")]).await;
-        assert_status(&r, 200, &format!("request with {remaining} tokens left"));
-        assert_eq!(r.header("x-ratelimit-limit"), Some("60, 60;w=60"), "{r:#?}");
-        assert_eq!(r.num("x-ratelimit-remaining"), remaining, "{r:#?}");
-        assert_eq!(r.num("x-ratelimit-reset"), reset, "{r:#?}");
-    }
-    let r = get(&c, &url, &[("x-job", "b")]).await;
-    assert_status(&r, 429, "4th request, bucket empty");
-    assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
-    assert_eq!(r.num("x-ratelimit-reset"), 3, "{r:#?}");
-    assert!(
-        first.elapsed() < Duration::from_millis(800),
-        "the burst took {:?}: too slow for the numbers above",
-        first.elapsed()
-    );
-
-    // 1.2 s later the bucket holds 1.2 tokens: one request passes and leaves 0 whole tokens
-    // (0.2), 2.8 s from full; the next is refused.
-    tokio::time::sleep_until((first + Duration::from_millis(1200)).into()).await;
-    let r = get(&c, &url, &[("x-job", "b")]).await;
-    assert_status(&r, 200, "one token back after 1.2 s");
-    assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
-    assert_eq!(r.num("x-ratelimit-reset"), 3, "{r:#?}");
-    let r = get(&c, &url, &[("x-job", "b")]).await;
-    assert_status(&r, 429, "0.2 tokens are not a request");
-    assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
-    assert_eq!(stack.upstream.hits(), 4);
+            // 1.2 s later the bucket holds 1.2 tokens: one request passes and leaves 0 whole
+            // tokens (0.2), 2.8 s from full; the next is refused.
+            tokio::time::sleep_until((first + Duration::from_millis(1200)).into()).await;
+            let one = get(&c, url, &headers).await;
+            let next = get(&c, url, &headers).await;
+            hits.set(hits.get() + usize::from(one.status == 200));
+            if first.elapsed() >= Duration::from_millis(1900) {
+                return Err(format!(
+                    "the later requests came {:?} after",
+                    first.elapsed()
+                ));
+            }
+            assert_status(&one, 200, "one token back after 1.2 s");
+            assert_eq!(one.num("x-ratelimit-remaining"), 0, "{one:#?}");
+            assert_eq!(one.num("x-ratelimit-reset"), 3, "{one:#?}");
+            assert_status(&next, 429, "0.2 tokens are not a request");
+            assert_eq!(next.num("x-ratelimit-remaining"), 0, "{next:#?}");
+            Ok(())
+        }
+    })
+    .await;
+    assert_eq!(stack.upstream.hits(), hits.get());
 }
 
 // ------------------------------------------------------------------------------------------

@@ -599,8 +599,10 @@ async fn a_slow_reader_gets_every_answer_at_sigterm() {
     );
     assert_eq!(answered, CALLS);
     assert!(status.success(), "exit: {status:?}");
+    // The grace (5 s) ends the process whatever is left; twice the grace only catches a
+    // process that hangs, not a busy machine.
     assert!(
-        killed.elapsed() < Duration::from_secs(8),
-        "exited within the grace period"
+        killed.elapsed() < Duration::from_secs(10),
+        "exited once the grace period was over"
     );
 }
