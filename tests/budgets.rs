@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::backend::{test_with_all_backends, Backend};
 use common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 const BUDGETS: &str = r#"
@@ -29,6 +29,10 @@ descriptors:
         rate_limit: {unit: day, requests_per_unit: 2000}
   - key: team
     rate_limit: {unit: month, requests_per_unit: 5000}
+  - key: both
+    rate_limits:
+      - {name: hourly, unit: hour, requests_per_unit: 1000}
+      - {name: daily, unit: day, requests_per_unit: 3000}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket}
   - key: sliding
@@ -276,7 +280,33 @@ async fn plain_requests_refused_consume_nothing(backend: &Backend) {
     );
 }
 
+/// Several limits on one descriptor: a report counts on every one of them.
+async fn every_limit_of_a_descriptor_counts_the_usage(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let b = [("both", "b")];
+    let limit_name = |r: &RateLimitResponse| {
+        let l = r.statuses[0].current_limit.as_ref().expect("a limit");
+        l.name.clone()
+    };
+    // 800 of 1000 an hour, of 3000 a day: the hour is the closer one.
+    let r = s.call(report(&b, 800)).await;
+    assert_eq!(
+        (codes(&r), limit_name(&r)),
+        (vec![(OK, 200)], "hourly".into())
+    );
+    // 2500 more: both passed (3300 of 1000, 3300 of 3000).
+    assert_eq!(s.call(report(&b, 2500)).await.overall_code, OVER);
+    // The next hour (2800 s after T0) opens the hourly limit; the day is still over.
+    s.advance(Duration::from_secs(2800));
+    let r = s.call(check(&b)).await;
+    assert_eq!(
+        (codes(&r), limit_name(&r)),
+        (vec![(OVER, 0)], "daily".into())
+    );
+}
+
 test_with_all_backends!(
+    every_limit_of_a_descriptor_counts_the_usage,
     reports_that_cross_the_budget_close_it,
     a_token_bucket_goes_into_debt,
     a_sliding_window_passes_its_limit,
