@@ -6,8 +6,10 @@
 //! that applies: a counter key, its FNV-1a hash, the limit's parameters and the hits. The ops go
 //! to the `limiter` engine: the hash picks one of N shard actors, each owning the state and the
 //! wait queues of its keys; a request sends one message per shard it touches, a shard decides
-//! the ops of a message together, and a request refused anywhere consumes nothing anywhere.
-//! Counting rules are pure functions of the time, which is a parameter (`limiter::Clock`).
+//! the ops of a message together, and a request refused anywhere consumes nothing anywhere,
+//! except usage reported after the fact (a descriptor's own `hits_addend`), which counts in full
+//! (`limiter::Counting`). Counting rules are pure functions of the time, which is a parameter
+//! (`limiter::Clock`).
 //!
 //! # The house
 //!
