@@ -15,6 +15,9 @@ hash -r
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --all-features -- -D warnings
+# The fuzz crate is its own workspace, outside the build above: checked here so a move in the
+# library cannot break its targets unseen (running them needs cargo-fuzz, see README).
+cargo check --manifest-path fuzz/Cargo.toml --locked --all-targets
 cargo test --all-features
 
 # The black-box suites again on the default layout of a bigger machine (cores - 1 workers, more
