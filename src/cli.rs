@@ -75,3 +75,20 @@ impl From<ServeArgs> for Overrides {
         }
     }
 }
+
+/// `turnstile check`: every loaded limit on stdout, GoCC key file warnings and RLQS refusals on
+/// stderr; the error naming file and path when the config does not load.
+pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::ConfigError> {
+    let c = settings.sources().load()?;
+    c.describe().iter().for_each(|line| println!("{line}"));
+    if let Some(g) = &c.gocc {
+        g.warnings.iter().for_each(|w| eprintln!("{}: {w}", g.file));
+        eprintln!("GoCC key file OK: {} ({} key(s))", g.file, g.entries.len());
+    }
+    // Valid for ShouldRateLimit; only Envoy's quota filter (RLQS) cannot use these.
+    for why in crate::quota::refusals(&c) {
+        eprintln!("RLQS: {why}");
+    }
+    eprintln!("config OK: {} domain(s)", c.domains.len());
+    Ok(())
+}

@@ -51,22 +51,10 @@ fn main() -> ExitCode {
     code
 }
 
-/// `turnstile check`: every loaded limit on stdout, or the error naming file and path.
+/// `turnstile check`: exit 0 when the config loads, 2 (with the error) when not.
 fn check_config(settings: &Settings) -> ExitCode {
-    match settings.sources().load() {
-        Ok(c) => {
-            c.describe().iter().for_each(|line| println!("{line}"));
-            if let Some(g) = &c.gocc {
-                g.warnings.iter().for_each(|w| eprintln!("{}: {w}", g.file));
-                eprintln!("GoCC key file OK: {} ({} key(s))", g.file, g.entries.len());
-            }
-            // Valid for ShouldRateLimit; only Envoy's quota filter (RLQS) cannot use these.
-            for why in turnstile::quota::refusals(&c) {
-                eprintln!("RLQS: {why}");
-            }
-            eprintln!("config OK: {} domain(s)", c.domains.len());
-            ExitCode::SUCCESS
-        }
+    match turnstile::cli::check(settings) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_CONFIG)
@@ -81,11 +69,7 @@ fn serve(settings: &Settings) -> ExitCode {
         Some(_) => Config::default(),
         None => match settings.sources().load() {
             Ok(c) => {
-                if let Some(g) = &c.gocc {
-                    g.warnings
-                        .iter()
-                        .for_each(|w| tracing::warn!(file = %g.file, "{w}"));
-                }
+                turnstile::server::log_gocc_warnings(&c);
                 c
             }
             Err(e) => {

@@ -29,6 +29,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+pub use reload::log_gocc_warnings;
 pub use run::{run, terminated};
 
 use crate::backend::redis::RedisStore;

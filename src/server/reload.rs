@@ -76,8 +76,9 @@ impl Reloader {
         self.domains.subscribe()
     }
 }
+
 /// GoCC's key file's fields GoCC would skip silently, as warnings.
-pub(crate) fn log_gocc_warnings(config: &Config) {
+pub fn log_gocc_warnings(config: &Config) {
     for (file, why) in (config.gocc.iter()).flat_map(|g| g.warnings.iter().map(|w| (&g.file, w))) {
         tracing::warn!(file = %file, "{why}");
     }
