@@ -26,7 +26,9 @@
 mod common;
 
 mod reference {
+    pub mod base_limiter;
     pub mod config;
+    pub mod fixed_cache;
     pub mod integration;
     pub mod service;
     pub mod support;
