@@ -12,6 +12,7 @@
 //! the Go test makes one (`freecache.NewCache(100)`: then turnstile's default 1 MiB).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::fixed_cache::{count, hits4, local_cache_total, n, ref_env, seed, statuses};
 use super::support::*;
@@ -30,7 +31,7 @@ fn yaml(rpu: u32, shadow: bool) -> String {
     )
 }
 
-fn key_value(hits: u32) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+fn key_value(hits: u32) -> RateLimitRequest {
     request("domain", &[&[("key", "value")]], hits)
 }
 

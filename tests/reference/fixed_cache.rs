@@ -22,7 +22,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, DescriptorStatus,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use super::support::*;
 use crate::common::redis::{self, Redis};
@@ -107,16 +107,9 @@ pub fn local_cache_total(text: &str) -> u64 {
     )
 }
 
-pub async fn statuses(
-    s: &TestServer,
-    r: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
-) -> Vec<DescriptorStatus> {
+pub async fn statuses(s: &TestServer, r: RateLimitRequest) -> Vec<DescriptorStatus> {
     let RateLimitResponse { statuses, .. } = s.call(r).await;
     statuses
-}
-
-pub fn env_ref(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
 const REDIS_YAML: &str = "domain: domain
@@ -275,7 +268,7 @@ fn key4_yaml(shadow: bool) -> String {
 /// the second. The Go test's freecache gauges (`localcache.*`, `testLocalCacheStats`) are the
 /// cache library's internals, not ported; what the local cache does is: the fourth call is
 /// answered without Redis (no INCRBY) and counted in `over_limit_with_local_cache`.
-async fn over_limit_with_local_cache(shadow: bool) {
+async fn local_cache_case(shadow: bool) {
     let redis = Redis::start();
     // freecache.NewCache(100): a local cache (freecache's smallest is 512 KiB); turnstile's
     // default size, 1 MiB, is on.
@@ -335,15 +328,28 @@ async fn over_limit_with_local_cache(shadow: bool) {
 
 /// `TestOverLimitWithLocalCache` (fixed_cache_impl_test.go:188).
 #[tokio::test]
-async fn over_limit_with_local_cache_test() {
-    over_limit_with_local_cache(false).await;
+async fn over_limit_with_local_cache() {
+    local_cache_case(false).await;
 }
 
 /// `TestOverLimitWithLocalCacheShadowRule` (fixed_cache_impl_test.go:496).
 #[tokio::test]
 async fn over_limit_with_local_cache_shadow_rule() {
-    over_limit_with_local_cache(true).await;
+    local_cache_case(true).await;
 }
+
+/// (key number, limit, hits, INCRBY's answer, code, remaining, (total, over, near, within),
+/// where in the Go test).
+type HitsCase = (
+    &'static str,
+    u32,
+    u32,
+    u64,
+    i32,
+    u32,
+    (u64, u64, u64, u64),
+    &'static str,
+);
 
 const NEAR_YAML: &str = "domain: domain
 descriptors:
@@ -402,7 +408,7 @@ async fn near_limit() {
     // :362-463: hitsAddend greater than 1, at 1234 s: (key, limit, hits, INCRBY's answer,
     // code, remaining, (total, over, near, within)).
     let s = start_at_env(1234, NEAR_YAML, ref_env(&redis, "", &[])).await;
-    let cases: [(&str, u32, u32, u64, i32, u32, (u64, u64, u64, u64), &str); 6] = [
+    let cases: [HitsCase; 6] = [
         (
             "5",
             20,
@@ -508,6 +514,29 @@ async fn redis_with_jitter() {
     assert!(
         (1..=3600 * 1000).contains(&pttl),
         "PTTL {pttl} ms, expected 1 s + [0, 3600) s"
+    );
+}
+
+/// `TestRedisWithJitter` (fixed_cache_impl_test.go:466) at its bound: the jitter is
+/// `JitterRand.Int63n(EXPIRATION_JITTER_MAX_SECONDS)` (src/redis/fixed_cache_impl.go:170), in
+/// [0, max). With a maximum of 1 the reference's jitter is always 0, so a one-second key
+/// always gets `EXPIRE key 1`. Ten keys, each created by its call.
+#[tokio::test]
+async fn redis_with_jitter_below_max() {
+    let redis = Redis::start();
+    let env = ref_env(&redis, "", &[("EXPIRATION_JITTER_MAX_SECONDS", "1")]);
+    let s = start_at_env(1234, REDIS_YAML, env).await;
+    let mut pttls = Vec::new();
+    for i in 0..10 {
+        s.call(request("domain", &[&[("key", "value")]], 1)).await;
+        let key = format!("domain_key_value_{}", 1234 + i);
+        assert_eq!(count(&redis, &key), Some(1));
+        pttls.push(redis.cli(&["PTTL", &key]).parse::<i64>().unwrap());
+        s.advance(std::time::Duration::from_secs(1));
+    }
+    assert!(
+        pttls.iter().all(|t| (1..=1000).contains(t)),
+        "PTTLs {pttls:?} ms, expected 1 s each (1 + Int63n(1))"
     );
 }
 
