@@ -9,34 +9,23 @@
 //!   DetailedMetric, 9 ValueToMetric, 8 ShareThreshold, 7 WildcardStatsBehavior counted as cases
 //!   within tests), fixed_cache_impl_test.go 6 of its 7 functions (TestRedis's two subtests as
 //!   two tests; +1 case of TestRedisWithJitter at its bound), base_limiter_test.go all 12.
-//! - passing: 67 of 74. 6 of the older ones assert turnstile's documented answer instead
-//!   (README, "Where turnstile differs, on purpose"): the integration run with
+//! - passing: all 74. 7 assert turnstile's documented answer instead (README, "Where
+//!   turnstile differs, on purpose"): the integration run with
 //!   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, EXTRA_TAGS (statsd not offered), INVALID_ARGUMENT
 //!   for an empty domain or descriptor list, Redis down answered from memory, an invalid initial
-//!   config (turnstile exits), stats as Prometheus series rather than statsd names. The
-//!   fixed_cache and base_limiter ports run the Go cache's settings (STOP_..=false, no local
-//!   cache unless the Go test makes one) and read over_limit_with_local_cache as one total; a
-//!   key's TTL is asserted on keys a call creates (README, Redis "Keys": the TTL is set once).
-//! - failing: 7, on differences the README does not document (expected values are the
-//!   reference's):
-//!   - a shadow_mode rule never answers from the local cache: the call goes to Redis (INCRBY)
-//!     and over_limit_with_local_cache stays 0 (fixed_cache
-//!     `over_limit_with_local_cache_shadow_rule`, base_limiter
-//!     `get_response_status_over_limit_with_local_cache_shadow_mode`);
-//!   - over_limit_with_local_cache counts requests, the reference adds the hits
-//!     (`get_response_status_over_limit_with_local_cache`: +1 for a request of 2 hits, not +2);
-//!   - a refused request of several hits that fills the key (count 2 -> 7 of 5, kept under
-//!     STOP_..=false) does not put it in the local cache: the next call INCRBYs again
-//!     (`get_response_status_over_limit`, `.._shadow_mode`);
-//!   - STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: the reference still INCRBYs the key that
-//!     goes over (key5 13 -> 15), turnstile keeps none (13); statuses and stats agree
-//!     (`over_limit_with_stop_cache_key_increment_when_overlimit`);
-//!   - EXPIRATION_JITTER_MAX_SECONDS: turnstile's jitter is in [0, max], the reference's
-//!     `Int63n(max)` in [0, max): with max 1, TTLs of 2 s (`redis_with_jitter_below_max`).
+//!   config (turnstile exits), stats as Prometheus series rather than statsd names, and with
+//!   STOP_..=true the key that goes over keeps nothing either (the reference INCRBYs it:
+//!   `over_limit_with_stop_cache_key_increment_when_overlimit`). The fixed_cache and
+//!   base_limiter ports run the Go cache's settings (STOP_..=false, no local cache unless the
+//!   Go test makes one) and read over_limit_with_local_cache as one total; a key's TTL is
+//!   asserted on keys a call creates (README, Redis "Keys": the TTL is set once).
 //! - fixed in src to pass (were failing when ported): QUOTA_MODE, RESPONSE_DYNAMIC_METADATA and
 //!   the metadata layout, file health under HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, stats key
 //!   names (share_threshold, value_to_metric, overrides), a root-level `name`, the local cache
-//!   under STOP_..=false (x4), shadow-mode hits in `over_limit`.
+//!   under STOP_..=false (x4), shadow-mode hits in `over_limit`; then, from the cache and
+//!   limiter ports: shadow-mode (and quota) keys answered from the local cache, its counter
+//!   adding hits rather than requests, a key that counted hits took past its limit remembered
+//!   at once, and the expiration jitter in [0, max) as `Int63n(max)`.
 //! - internal, not ported: TestServiceTracer, TestRedisTracer (span names), the freecache gauges
 //!   (`localcache.*`, fixed_cache_impl_test.go's `testLocalCacheStats`), `FullKey == Stats.Key`
 //!   (a struct field), hand-bumped unlimited stats, the mocks' call counts where nothing

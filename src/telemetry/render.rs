@@ -89,7 +89,7 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
     (
         "ratelimit_service_rate_limit_over_limit_with_local_cache_total",
         "counter",
-        "Refusals answered from the local over-limit cache without a Redis round trip.",
+        "Hits refused from the local over-limit cache without a Redis round trip (envoyproxy/ratelimit's over_limit_with_local_cache, summed over limits).",
         |s| &s.local_cache_hits,
     ),
     (

@@ -259,7 +259,7 @@ impl RedisStore {
                     Cmd::RefundCount { key, hits: op.hits }
                 } else {
                     let jitter = if self.jitter_max_secs > 0 {
-                        rand::random_range(0..=self.jitter_max_secs) * 1000
+                        rand::random_range(0..self.jitter_max_secs) * 1000
                     } else {
                         0
                     };

@@ -128,7 +128,7 @@ pub struct ShardStats {
     pub redis_errors: AtomicU64,
     /// Decisions made without Redis while its breaker was open.
     pub fallback_decisions: AtomicU64,
-    /// Refusals answered from the local over-limit cache, without a round trip.
+    /// Hits refused from the local over-limit cache, without a round trip.
     pub local_cache_hits: AtomicU64,
     /// Local-first: messages decided from memory, and sync round trips sent.
     pub local_decisions: AtomicU64,

@@ -18,7 +18,7 @@ use super::{Decide, Shard, Waiter};
 use crate::config::Algorithm;
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::store::{FailureMode, StoreReply};
-use crate::limiter::{Counting, Hits, Op, Outcome, Reply, Role};
+use crate::limiter::{Counting, Hits, Op, Outcome, Reply};
 
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
@@ -38,7 +38,8 @@ impl Shard {
         if !ready {
             return self.decide_without_store(d);
         }
-        // A key known to be full refuses a lone op at once, without a round trip; a check
+        // A key known to be full refuses a lone op at once, without a round trip (whatever its
+        // role: shadow mode reports it, as envoyproxy/ratelimit's local cache does); a check
         // (hits 0) fits even a full window, as in memory. A request with other descriptors goes
         // to Redis, which answers what is left on them. Usage always goes (it is stored in
         // full), and so do hits kept when refused unless more of them change nothing (a full
@@ -54,15 +55,13 @@ impl Shard {
                 && !counts
                 && op.hits > 0
                 && op.queue.is_none()
-                && op.role == Role::Binding
-                && !d.global_shadow
                 && r.over
                     .get(op.key.as_str())
                     .is_some_and(|until| *until > now)
         });
         if let Some(i) = cached {
             let until = r.over[d.ops[i].key.as_str()];
-            self.stats.local_cache_hits.fetch_add(1, Ordering::Relaxed);
+            (self.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
             let outcomes = d
                 .ops
                 .iter()
@@ -314,9 +313,15 @@ impl Shard {
             }
         }
         let counted = hits > 0 && allowed.unwrap_or(true);
-        // Remember keys with no room left at all, until room comes back.
-        let full = before.eval(p, now, 1);
-        if op.role == Role::Binding && full.over && full.retry_ns != u64::MAX {
+        // Remember keys with no room left at all, until room comes back: one with no room for
+        // a single hit, or one these hits, counted in full, took past its limit (as
+        // envoyproxy/ratelimit's local cache remembers a key once it answers it over).
+        let full = if counted && op.counts_in_full() && e.over {
+            before.add(p, now, hits).eval(p, now, 1)
+        } else {
+            before.eval(p, now, 1)
+        };
+        if full.over && full.retry_ns != u64::MAX {
             let r = self.remote.as_mut().expect("remote mode");
             if r.over.len() >= r.over_cap {
                 r.over.retain(|_, until| *until > now);
