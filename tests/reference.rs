@@ -9,7 +9,7 @@
 //!   8 ShareThreshold, 7 WildcardStatsBehavior counted as cases within tests).
 //! - passing: all 54; 6 of them assert turnstile's documented answer instead (README, "Where
 //!   turnstile differs, on purpose"): the integration run with
-//!   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, EXTRA_TAGS (statsd not offered), INVALID_ARGUMENT
+//!   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, EXTRA_TAGS (tags on the statsd push only), INVALID_ARGUMENT
 //!   for an empty domain or descriptor list, Redis down answered from memory, an invalid initial
 //!   config (turnstile exits), stats as Prometheus series rather than statsd names.
 //! - fixed in src to pass (were failing when ported): QUOTA_MODE, RESPONSE_DYNAMIC_METADATA and

@@ -153,7 +153,19 @@ impl Metrics {
             "ratelimit_service_request_duration_seconds",
             "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
         );
-        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 8] = [
+            (
+                "ratelimit_service_statsd_packets_total",
+                "Packets (UDP) or writes (TCP) the statsd push sent.",
+                "counter",
+                &self.statsd.packets,
+            ),
+            (
+                "ratelimit_service_statsd_errors_total",
+                "statsd flushes that failed (their counts go with the next flush).",
+                "counter",
+                &self.statsd.errors,
+            ),
             (
                 "ratelimit_service_config_load_success_total",
                 "Config loads that succeeded.",
