@@ -24,7 +24,7 @@
 //! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, the fleet's demand through Redis | `service`, `backend::redis`, `descriptor`, `telemetry`, `config` |
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
-//! | `telemetry` | counters, per-limit stats and heavy hitters (`top`: space-saving per limit) bound by stat key, config load log, Prometheus text, logs, traces | `limiter` (shard gauges), `config` |
+//! | `telemetry` | counters, per-limit stats and heavy hitters (`top`: space-saving per limit) bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `limiter` (shard gauges), `config` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; the RLQS demand exchange | `limiter`, `config` |
 //! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
 //! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |

@@ -1,5 +1,6 @@
 //! The Grafana dashboard and the Prometheus alert rules shipped in `examples/`: the rules pass
-//! `promtool check rules`, and every series either names is one a running server exports.
+//! `promtool check rules` and their own `promtool test rules`, and every series either names is
+//! one a running server exports.
 
 mod common;
 
@@ -85,6 +86,26 @@ fn the_alert_rules_pass_promtool() {
             "check",
             "rules",
             &format!("{ROOT}/examples/prometheus/alerts.yaml"),
+        ])
+        .output()
+        .expect("promtool is on PATH (scripts/install-test-deps.sh installs Debian's prometheus)");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The rules' own unit tests (`examples/prometheus/alerts_test.yaml`): the utilisation alert
+/// fires on a limit used over 90 % for 10 minutes and not on one at 50 %.
+#[test]
+fn the_alert_rules_pass_their_promtool_unit_tests() {
+    let out = Command::new("promtool")
+        .args([
+            "test",
+            "rules",
+            &format!("{ROOT}/examples/prometheus/alerts_test.yaml"),
         ])
         .output()
         .expect("promtool is on PATH (scripts/install-test-deps.sh installs Debian's prometheus)");

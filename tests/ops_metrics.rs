@@ -343,3 +343,67 @@ fn detailed_series_are_bounded() {
     );
     assert_eq!(m.detailed.overflow.load(Ordering::Relaxed), 3);
 }
+
+/// A limit's gauge series, labelled as its hit series plus `limit`.
+fn limit_gauge(text: &str, family: &str, descriptor: &str, limit: &str) -> Option<f64> {
+    metric(
+        text,
+        &format!(
+            "ratelimit_service_rate_limit_{family}{{domain=\"m\",descriptor=\"{descriptor}\",limit=\"{limit}\"}}"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn limits_are_gauges_that_follow_reloads() {
+    let s = settings(&[]);
+    let (r, _clock, _c) = start(&s).await;
+    let prom = format!(
+        "http://{}/metrics",
+        r.prometheus_addr.expect("Prometheus port")
+    );
+    let m = get(prom.clone()).await;
+    assert_valid_exposition(&m);
+    assert_eq!(
+        limit_gauge(&m, "requests_per_unit", "k", "0"),
+        Some(5.0),
+        "{m}"
+    );
+    assert_eq!(limit_gauge(&m, "unit_seconds", "k", "0"), Some(60.0));
+    assert_eq!(limit_gauge(&m, "unit_seconds", "q", "0"), Some(1.0));
+    assert_eq!(limit_gauge(&m, "queue_max_waiting", "q", "0"), Some(5.0));
+    assert_eq!(
+        limit_gauge(&m, "queue_max_wait_seconds", "q", "0"),
+        Some(10.0)
+    );
+    assert_eq!(limit_gauge(&m, "queue_max_waiting", "k", "0"), None);
+    assert_eq!(limit_gauge(&m, "burst", "k", "0"), None);
+
+    // A reload (the one install path files, SIGHUP and xDS share) changes k, adds a named
+    // token bucket beside it and removes the others: the gauges follow, nothing stale stays.
+    let next = "domain: m
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: hour, requests_per_unit: 7}
+      - {name: burst, unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
+";
+    let config = Config::from_sources(&[("m.yaml".into(), next.into())], s.load).unwrap();
+    r.limiter.install(config);
+    let m = get(prom).await;
+    assert_valid_exposition(&m);
+    assert_eq!(
+        limit_gauge(&m, "requests_per_unit", "k", "0"),
+        Some(7.0),
+        "{m}"
+    );
+    assert_eq!(limit_gauge(&m, "unit_seconds", "k", "0"), Some(3600.0));
+    assert_eq!(
+        limit_gauge(&m, "requests_per_unit", "k", "burst"),
+        Some(2.0)
+    );
+    assert_eq!(limit_gauge(&m, "burst", "k", "burst"), Some(4.0));
+    assert_eq!(limit_gauge(&m, "requests_per_unit", "q", "0"), None);
+    assert!(!m.contains("descriptor=\"q\",limit"), "{m}");
+    r.shutdown().await;
+}

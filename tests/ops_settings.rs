@@ -197,15 +197,95 @@ fn refusals_and_warnings() {
     assert!(err(&[("DEBUG_PORT", "x")]).contains("DEBUG_PORT"));
     assert!(err(&[("RUNTIME_WATCH_ROOT", "sometimes")]).contains("RUNTIME_WATCH_ROOT"));
     assert!(err(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).contains("GRPC_MAX_CONNECTION_AGE"));
-    // Envoy Gateway's and Istio's statsd switches: off is silent, on is a warning.
+    // Envoy Gateway's and Istio's statsd switches: off is silent, and so is on (it is honoured).
     assert!(ok(&[("USE_STATSD", "false")]).ignored.is_empty());
     let s = ok(&[
         ("USE_STATSD", "true"),
         ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
     ]);
-    assert_eq!(s.ignored.len(), 2, "{:?}", s.ignored);
-    assert!(s.ignored[0].contains("USE_STATSD"));
-    assert!(s.ignored[1].contains("PROMETHEUS_MAPPER_YAML"));
+    assert_eq!(s.ignored.len(), 1, "{:?}", s.ignored);
+    assert!(s.ignored[0].contains("PROMETHEUS_MAPPER_YAML"));
+}
+
+#[test]
+fn statsd_settings_as_the_reference_reads_them() {
+    use turnstile::telemetry::statsd::Protocol;
+    // Off unless asked for or a statsd is named; on, the reference's defaults.
+    assert!(ok(&[]).statsd.is_none());
+    let s = ok(&[("USE_STATSD", "true")]).statsd.unwrap();
+    assert_eq!((s.host.as_str(), s.port), ("localhost", 8125));
+    assert_eq!(s.protocol, Protocol::Tcp);
+    assert_eq!(s.flush_interval, Duration::from_secs(10));
+    assert!(s.dog.is_none() && s.extra_tags.is_empty());
+    let s = ok(&[("STATSD_HOST", "statsd"), ("STATSD_PORT", "9125")]);
+    let s = s.statsd.expect("a named statsd turns the push on");
+    assert_eq!((s.host.as_str(), s.port), ("statsd", 9125));
+    assert!(ok(&[("STATSD_HOST", "statsd"), ("USE_STATSD", "false")])
+        .statsd
+        .is_none());
+    assert!(ok(&[("USE_STATSD", "true"), ("DISABLE_STATS", "true")])
+        .statsd
+        .is_none());
+    let s = ok(&[("USE_STATSD", "1"), ("EXTRA_TAGS", "b:x.y,a:1,c:")])
+        .statsd
+        .unwrap();
+    let tags: Vec<(&str, &str)> = s
+        .extra_tags
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(tags, [("a", "1"), ("b", "x_y")]);
+    let dog = ok(&[("USE_DOG_STATSD", "true"), ("STATSD_HOST", "dd")])
+        .statsd
+        .unwrap();
+    assert!(dog.dog.is_some_and(|m| m.is_empty()));
+    // Bad input names what is wrong.
+    let e = err(&[("USE_STATSD", "true"), ("USE_DOG_STATSD", "true")]);
+    assert!(
+        e.contains("USE_DOG_STATSD") && e.contains("USE_STATSD=false"),
+        "{e}"
+    );
+    assert!(err(&[("USE_STATSD", "yes please")]).contains("USE_STATSD"));
+    assert!(err(&[("STATSD_PORT", "0")]).contains("STATSD_PORT"));
+    assert!(err(&[("STATSD_PORT", "x")]).contains("STATSD_PORT"));
+    assert!(err(&[("USE_STATSD", "1"), ("STATSD_PROTOCOL", "quic")]).contains("STATSD_PROTOCOL"));
+    assert!(err(&[("USE_STATSD", "1"), ("STATS_FLUSH_INTERVAL", "10")])
+        .contains("STATS_FLUSH_INTERVAL"));
+    assert!(err(&[("USE_STATSD", "1"), ("STATS_FLUSH_INTERVAL", "0s")]).contains("at least 1ms"));
+    assert!(err(&[("USE_STATSD", "1"), ("EXTRA_TAGS", "novalue")]).contains("EXTRA_TAGS"));
+    let dog = [
+        ("USE_DOG_STATSD", "true"),
+        ("USE_DOG_STATSD_MOGRIFIERS", "m"),
+    ];
+    let with = |more: &[(&'static str, &'static str)]| {
+        let mut v = dog.to_vec();
+        v.extend_from_slice(more);
+        v
+    };
+    assert!(err(&dog).contains("DOG_STATSD_MOGRIFIER_M_PATTERN"));
+    let e = err(&with(&[("DOG_STATSD_MOGRIFIER_M_PATTERN", "(")]));
+    assert!(e.contains("DOG_STATSD_MOGRIFIER_M_PATTERN=("), "{e}");
+    let e = err(&with(&[("DOG_STATSD_MOGRIFIER_M_PATTERN", "^a(.*)$")]));
+    assert!(e.contains("DOG_STATSD_MOGRIFIER_M_NAME"), "{e}");
+    let named = [
+        ("DOG_STATSD_MOGRIFIER_M_PATTERN", "^a(.*)$"),
+        ("DOG_STATSD_MOGRIFIER_M_NAME", "a"),
+    ];
+    let e = err(&with(&[
+        named[0],
+        named[1],
+        ("DOG_STATSD_MOGRIFIER_M_TAGS", "k:"),
+    ]));
+    assert!(e.contains("tag k has no value"), "{e}");
+    let s = ok(&with(&[
+        named[0],
+        named[1],
+        ("DOG_STATSD_MOGRIFIER_M_TAGS", "k:$1"),
+    ]));
+    assert_eq!(
+        s.statsd.unwrap().dog.unwrap()[0].tags,
+        [("k".to_string(), "$1".to_string())]
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //!   two tests; +1 case of TestRedisWithJitter at its bound), base_limiter_test.go all 12.
 //! - passing: all 74. 7 assert turnstile's documented answer instead (README, "Where
 //!   turnstile differs, on purpose"): the integration run with
-//!   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, EXTRA_TAGS (statsd not offered), INVALID_ARGUMENT
+//!   STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, EXTRA_TAGS (tags on the statsd push only), INVALID_ARGUMENT
 //!   for an empty domain or descriptor list, Redis down answered from memory, an invalid initial
 //!   config (turnstile exits), stats as Prometheus series rather than statsd names, and with
 //!   STOP_..=true the key that goes over keeps nothing either (the reference INCRBYs it:

@@ -16,6 +16,7 @@ use super::{runtime, Health, StartError};
 use crate::config::watch::{poll, Watched};
 use crate::config::xds::XdsSettings;
 use crate::service::RateLimiter;
+use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::transport::resp::RespSettings;
 
 /// What the admin thread serves and watches.
@@ -33,6 +34,8 @@ pub(super) struct Admin {
     pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
     pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
     pub(super) interval: Duration,
+    /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path.
+    pub(super) statsd: Option<StatsdSettings>,
 }
 
 /// Starts the admin thread; it ends once every server on it has drained after the stop.
@@ -56,6 +59,13 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     tasks.extend(run_xds(settings, gate, &admin.limiter, &stop));
                 }
                 tasks.push(tokio::spawn(tick_top(admin.limiter.clone(), stop.clone())));
+                if let Some(settings) = admin.statsd {
+                    tasks.push(tokio::spawn(push_statsd(
+                        settings,
+                        admin.limiter.clone(),
+                        stop.clone(),
+                    )));
+                }
                 if let Some((domains, health)) = admin.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
                 }
@@ -98,6 +108,16 @@ async fn tick_top(limiter: RateLimiter, mut stop: watch::Receiver<bool>) {
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// Pushes the reference's stats to statsd every flush interval, and once more at the stop.
+async fn push_statsd(settings: StatsdSettings, limiter: RateLimiter, stop: watch::Receiver<bool>) {
+    let metrics = limiter.metrics().clone();
+    let collect = move |e: &statsd::Exporter, s: &StatsdSettings| {
+        let live = limiter.live();
+        e.collect(s.format(), limiter.metrics(), &live.config, &live.stats)
+    };
+    statsd::run(settings, metrics, collect, stop).await;
 }
 
 async fn serve_resp(

@@ -205,6 +205,7 @@ pub async fn start(
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
+        statsd: settings.statsd.clone(),
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {

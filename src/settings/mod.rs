@@ -7,6 +7,7 @@
 
 mod env;
 mod sections;
+mod stats;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use crate::config::xds::XdsSettings;
 use crate::config::{LoadOptions, Sources};
 use crate::service::rate::RateDefaults;
 use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
+use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::top::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
@@ -113,6 +115,9 @@ pub struct Settings {
     pub debug_addr: Option<SocketAddr>,
     /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics).
     pub prometheus: Option<PrometheusSettings>,
+    /// `USE_STATSD` or `USE_DOG_STATSD`: the reference's stats pushed to statsd every
+    /// `STATS_FLUSH_INTERVAL`, beside Prometheus.
+    pub statsd: Option<StatsdSettings>,
     /// `GRPC_UDS`: serve gRPC on this unix socket instead of `grpc_addr`.
     pub grpc_uds: Option<PathBuf>,
     pub tls: Option<TlsSettings>,
@@ -226,6 +231,7 @@ impl Settings {
             reload_interval: env.millis("TURNSTILE_RELOAD_INTERVAL_MS", 1000)?,
             debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
             prometheus: prometheus(&env)?,
+            statsd: stats::statsd(&env)?,
             grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
             tls: tls(&env)?,
             log: sections::log(&env),

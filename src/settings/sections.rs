@@ -394,32 +394,17 @@ const GOCC_UNUSED: [(&str, &str); 6] = [
 /// the reason.
 pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
     let mut out = Vec::new();
-    for k in ["USE_STATSD", "USE_DOG_STATSD"] {
-        if env.flag(k, false).unwrap_or(false) {
-            out.push(format!(
-                "{k}=true: statsd is not offered; metrics are Prometheus (USE_PROMETHEUS)"
-            ));
-        }
+    if env.flag("DISABLE_STATS", false).unwrap_or(false) {
+        out.push(
+            "DISABLE_STATS=true turns the statsd push off; Prometheus series stay \
+             (USE_PROMETHEUS=false turns them off)"
+                .into(),
+        );
     }
-    let statsd = "statsd is not offered";
-    let unused: [(&str, &str); 7] = [
-        ("STATSD_HOST", statsd),
-        ("STATSD_PORT", statsd),
-        ("USE_DOG_STATSD_MOGRIFIERS", statsd),
-        ("EXTRA_TAGS", statsd),
-        (
-            "STATS_FLUSH_INTERVAL",
-            "Prometheus is scraped, nothing is flushed",
-        ),
-        (
-            "PROMETHEUS_MAPPER_YAML",
-            "metrics are native Prometheus series, no statsd mapping is applied",
-        ),
-        (
-            "DISABLE_STATS",
-            "stats are atomics that cost nothing to keep",
-        ),
-    ];
+    let unused: [(&str, &str); 1] = [(
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics are native Prometheus series, no statsd mapping is applied",
+    )];
     for (k, why) in unused.iter().chain(&GOCC_UNUSED) {
         if env.get(k).is_some() {
             out.push(format!("{k} is ignored: {why}"));

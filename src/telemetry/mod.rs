@@ -7,6 +7,7 @@ mod limit_stats;
 pub mod quota;
 mod reloads;
 mod render;
+pub mod statsd;
 pub mod throttle;
 pub mod top;
 pub mod trace;
@@ -64,6 +65,8 @@ pub struct Metrics {
     pub top: TopTable,
     /// What the last config loads did, for the status page.
     pub reloads: ReloadLog,
+    /// The statsd push: packets sent, flushes that failed.
+    pub statsd: statsd::StatsdStats,
 }
 
 impl Default for Metrics {
@@ -89,6 +92,7 @@ impl Default for Metrics {
             quota: QuotaStats::default(),
             top: TopTable::default(),
             reloads: ReloadLog::default(),
+            statsd: statsd::StatsdStats::default(),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BoundStats, Metrics};
-use crate::config::{Config, Domain};
+use crate::config::{Algorithm, Config, Domain, RateLimit};
 use crate::limiter::ShardStats;
 
 /// One unlabelled series with its HELP and TYPE lines.
@@ -124,6 +124,7 @@ impl Metrics {
         self.throttle.render(&mut out);
         self.quota.render(&mut out);
         self.render_limits(&mut out, config, stats);
+        render_limit_gauges(&mut out, config);
         out
     }
 
@@ -153,7 +154,19 @@ impl Metrics {
             "ratelimit_service_request_duration_seconds",
             "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
         );
-        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 8] = [
+            (
+                "ratelimit_service_statsd_packets_total",
+                "Packets (UDP) or writes (TCP) the statsd push sent.",
+                "counter",
+                &self.statsd.packets,
+            ),
+            (
+                "ratelimit_service_statsd_errors_total",
+                "statsd flushes that failed (their counts go with the next flush).",
+                "counter",
+                &self.statsd.errors,
+            ),
             (
                 "ratelimit_service_config_load_success_total",
                 "Config loads that succeeded.",
@@ -283,6 +296,70 @@ impl Metrics {
             "gauge",
             detailed.len() as u64,
         );
+    }
+}
+
+type GaugeField = fn(&RateLimit) -> Option<f64>;
+
+/// The limits' own parameters, one family each, labelled as their hit series plus `limit`.
+const LIMIT_GAUGES: [(&str, &str, GaugeField); 5] = [
+    (
+        "ratelimit_service_rate_limit_requests_per_unit",
+        "Requests a limit allows per unit (unlimited limits are left out).",
+        |l| (!l.unlimited).then_some(f64::from(l.requests_per_unit)),
+    ),
+    (
+        "ratelimit_service_rate_limit_unit_seconds",
+        "A limit's unit in seconds (week, month, year: 7, 30, 365 days).",
+        |l| (!l.unlimited).then_some(l.unit.seconds() as f64),
+    ),
+    (
+        "ratelimit_service_rate_limit_burst",
+        "A token-bucket limit's burst.",
+        |l| match l.algorithm {
+            Algorithm::TokenBucket { burst } if !l.unlimited => Some(f64::from(burst)),
+            _ => None,
+        },
+    ),
+    (
+        "ratelimit_service_rate_limit_queue_max_waiting",
+        "Requests a queued limit lets wait at once.",
+        |l| l.queue.map(|q| f64::from(q.max_waiting)),
+    ),
+    (
+        "ratelimit_service_rate_limit_queue_max_wait_seconds",
+        "How long a queued limit lets a request wait.",
+        |l| l.queue.map(|q| q.max_wait.as_secs_f64()),
+    ),
+];
+
+/// Every limit of the live config as gauges: `{domain, descriptor}` as its hit series (the
+/// node's path), and `limit`, its `name` or its place among the node's limits (`0`, `1`...),
+/// so a node with two limits has two series. Read from the live config at each scrape, so a
+/// reload changes them and a removed limit's series goes.
+fn render_limit_gauges(out: &mut String, config: &Config) {
+    let mut domains: Vec<&Domain> = config.domains.values().collect();
+    domains.sort_by(|a, b| a.name.cmp(&b.name));
+    for (name, help, field) in LIMIT_GAUGES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for d in &domains {
+            d.root.walk(&mut |n| {
+                for (i, l) in n.limits.iter().enumerate() {
+                    let Some(v) = field(l) else { continue };
+                    let limit = l
+                        .name
+                        .as_deref()
+                        .map_or_else(|| i.to_string(), str::to_owned);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{domain=\"{}\",descriptor=\"{}\",limit=\"{}\"}} {v}",
+                        escape(&d.name),
+                        escape(descriptor_path(&n.stat_key)),
+                        escape(&limit)
+                    );
+                }
+            });
+        }
     }
 }
 

@@ -293,9 +293,9 @@ variants! {
     basic_turnstile_default_counting => Variant { stop: None, ..DEFAULT }, "694";
 }
 
-/// `TestBasicConfig_ExtraTags` (integration_test.go:125). EXTRA_TAGS tags statsd series;
-/// turnstile offers no statsd (README, Settings: "not offered: metrics are pulled"), so the tags
-/// are not there; the counters the test reads are.
+/// `TestBasicConfig_ExtraTags` (integration_test.go:125). EXTRA_TAGS tags statsd series (the
+/// statsd push, off here, is tested in tests/ops_statsd.rs); the Prometheus series carry no
+/// tags, and the counters the test reads are there.
 #[tokio::test]
 async fn basic_config_extra_tags() {
     let main = Redis::start();

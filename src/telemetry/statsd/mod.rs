@@ -1,0 +1,242 @@
+//! envoyproxy/ratelimit's statsd and DogStatsD stats, pushed beside the Prometheus exposition.
+//!
+//! The reference counts with lyft/gostats and flushes every `STATS_FLUSH_INTERVAL`: each counter
+//! as the change since its last flush, skipped when zero (`stats.go`, `statStore.Flush`). Here the
+//! counters are the same atomics Prometheus reads; [`Exporter`] remembers what it last sent and
+//! writes the differences, under the reference's names (`stats/manager_impl.go`,
+//! `metrics/metrics.go`). The push runs on the admin runtime: the request path never waits on it.
+
+mod send;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use regex::Regex;
+
+use super::histogram::BUCKETS_US;
+use super::{BoundStats, Metrics};
+use crate::config::Config;
+
+pub use send::{run, Sink};
+pub use wire::{sanitize, tag_value, Format, Kind, UDP_PACKET};
+
+/// How statsd is reached (gostats' `STATSD_PROTOCOL`, default `tcp`; DogStatsD is UDP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Udp,
+    Tcp,
+}
+
+/// `USE_STATSD` or `USE_DOG_STATSD` and their settings.
+#[derive(Debug, Clone)]
+pub struct StatsdSettings {
+    /// `STATSD_HOST` (localhost), resolved at every flush that needs a connection.
+    pub host: String,
+    /// `STATSD_PORT` (8125).
+    pub port: u16,
+    pub protocol: Protocol,
+    /// `USE_DOG_STATSD`: DogStatsD tags, and the mogrifiers named by `USE_DOG_STATSD_MOGRIFIERS`.
+    pub dog: Option<Vec<Mogrifier>>,
+    /// `EXTRA_TAGS`, sorted by key, values cleaned as gostats cleans them.
+    pub extra_tags: Vec<(String, String)>,
+    /// `STATS_FLUSH_INTERVAL` (10s).
+    pub flush_interval: Duration,
+}
+
+impl StatsdSettings {
+    /// How lines are written: DogStatsD's tags, or gostats' names with tags folded in.
+    pub fn format(&self) -> Format<'_> {
+        match &self.dog {
+            Some(mogrifiers) => Format::Dog {
+                tags: &self.extra_tags,
+                mogrifiers,
+            },
+            None => Format::Statsd {
+                tags: &self.extra_tags,
+            },
+        }
+    }
+}
+
+/// One of `USE_DOG_STATSD_MOGRIFIERS` (`godogstats/mogrifier_map.go`): names matching `pattern`
+/// are renamed to `name` and tagged with `tags`, `$N` standing for the N-th submatch.
+#[derive(Debug, Clone)]
+pub struct Mogrifier {
+    pub pattern: Regex,
+    pub name: String,
+    /// Sorted by key (the reference's order is Go's random map order).
+    pub tags: Vec<(String, String)>,
+}
+
+/// The first mogrifier matching `name` rewrites it (`mogrifierMap.mogrify`); otherwise it is
+/// left alone with no tags.
+pub(crate) fn mogrify(mogrifiers: &[Mogrifier], name: &str) -> (String, Vec<(String, String)>) {
+    for m in mogrifiers {
+        let Some(caps) = m.pattern.captures(name) else {
+            continue;
+        };
+        let groups: Vec<&str> = caps.iter().map(|g| g.map_or("", |g| g.as_str())).collect();
+        let tags = m
+            .tags
+            .iter()
+            .map(|(k, v)| (k.clone(), substitute(v, &groups)))
+            .collect();
+        return (substitute(&m.name, &groups), tags);
+    }
+    (name.to_owned(), Vec::new())
+}
+
+/// `makePatternHandler`: each `$N` becomes submatch N; a `$N` past the last stays as it is.
+fn substitute(pattern: &str, groups: &[&str]) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let group = after[..digits].parse::<usize>().ok();
+        match group.and_then(|i| groups.get(i)) {
+            Some(g) => out.push_str(g),
+            None => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// envoyproxy/ratelimit's per-limit counters (`manager_impl.go:33-38`), in `LimitStats::fields`
+/// order.
+const LIMIT_FIELDS: [&str; 5] = [
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "shadow_mode",
+];
+
+/// The gRPC call's timer (`metrics/metrics.go:25`, scope `ratelimit_server`, `runner.go:181`).
+const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
+
+/// What the push has sent, so each flush sends changes; and what it has failed to send.
+#[derive(Debug, Default)]
+pub struct Exporter {
+    /// Counter values at the last flush, by name; only names the live config still has.
+    sent: BTreeMap<String, u64>,
+    /// The latency histogram's bucket counts at the last flush.
+    sent_buckets: Vec<u64>,
+}
+
+/// Packets and what sending them would commit.
+#[derive(Debug)]
+pub struct Flush {
+    pub lines: Vec<String>,
+    counters: BTreeMap<String, u64>,
+    buckets: Vec<u64>,
+}
+
+/// Push outcomes, rendered on `/metrics`.
+#[derive(Debug, Default)]
+pub struct StatsdStats {
+    pub packets: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+impl Exporter {
+    /// Every counter's change since the last committed flush, and the response-time timer.
+    pub fn collect(
+        &self,
+        format: Format<'_>,
+        metrics: &Metrics,
+        config: &Config,
+        stats: &BoundStats,
+    ) -> Flush {
+        let counters = counters(metrics, config, stats);
+        let mut lines = Vec::new();
+        for (name, &v) in &counters {
+            let before = self.sent.get(name).copied().unwrap_or(0);
+            // A counter below what was sent is a new one under an old name: send it whole.
+            let delta = if v >= before { v - before } else { v };
+            if delta > 0 {
+                let mut line = String::new();
+                format.line(&mut line, name, Kind::Counter, delta as f64);
+                lines.push(line);
+            }
+        }
+        let buckets = metrics.latency.bucket_counts();
+        for (i, &n) in buckets.iter().enumerate() {
+            let before = self.sent_buckets.get(i).copied().unwrap_or(0);
+            let seen = n.saturating_sub(before);
+            if seen > 0 {
+                // One line standing for `seen` timings at the bucket's upper bound.
+                let ms = *BUCKETS_US
+                    .get(i)
+                    .unwrap_or(&(BUCKETS_US[BUCKETS_US.len() - 1] * 2))
+                    as f64
+                    / 1000.0;
+                let kind = Kind::Timer {
+                    rate: 1.0 / seen as f64,
+                };
+                let mut line = String::new();
+                format.line(&mut line, RESPONSE_TIME, kind, ms);
+                lines.push(line);
+            }
+        }
+        Flush {
+            lines,
+            counters,
+            buckets,
+        }
+    }
+
+    /// The flush was sent: the next one sends changes from here.
+    pub fn commit(&mut self, flush: Flush) {
+        self.sent = flush.counters;
+        self.sent_buckets = flush.buckets;
+    }
+}
+
+/// Every counter the reference would flush, by its name, summed when names meet (gostats keeps
+/// one counter per name).
+fn counters(metrics: &Metrics, config: &Config, stats: &BoundStats) -> BTreeMap<String, u64> {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let mut out = BTreeMap::new();
+    let mut add = |name: String, v: u64| *out.entry(name).or_insert(0) += v;
+    let service = "ratelimit.service";
+    add(
+        format!("{service}.config_load_success"),
+        load(&metrics.config_load_success),
+    );
+    add(
+        format!("{service}.config_load_error"),
+        load(&metrics.config_load_error),
+    );
+    // `service/ratelimit.go:427-432`: Redis errors, and the service's own errors.
+    let call = "ratelimit.service.call.should_rate_limit";
+    add(format!("{call}.redis_error"), load(&metrics.unavailable));
+    let service_errors = load(&metrics.invalid_argument) + load(&metrics.overloaded);
+    add(format!("{call}.service_error"), service_errors);
+    add(
+        "ratelimit_server.ShouldRateLimit.total_requests".into(),
+        load(&metrics.requests),
+    );
+    let mut limit = |key: &str, fields: [&AtomicU64; 5]| {
+        let key = sanitize(key);
+        for (field, c) in LIMIT_FIELDS.iter().zip(fields) {
+            add(
+                format!("ratelimit.service.rate_limit.{key}.{field}"),
+                load(c),
+            );
+        }
+    };
+    config.for_each_node(&mut |n| limit(&n.stat_key, stats.of(n).fields()));
+    for (domain, path, s) in metrics.detailed.snapshot() {
+        limit(&format!("{domain}.{path}"), s.fields());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
