@@ -38,9 +38,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_SETTINGS);
         }
     };
-    for why in &settings.ignored {
-        tracing::warn!("{why}");
-    }
+    settings
+        .ignored
+        .iter()
+        .for_each(|why| tracing::warn!("{why}"));
     let code = if check {
         check_config(&settings)
     } else {
@@ -78,15 +79,7 @@ fn serve(settings: &Settings) -> ExitCode {
             }
         },
     };
-    let served = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| {
-            let shutdown = turnstile::server::terminated();
-            let run = turnstile::server::run(settings, config, shutdown);
-            rt.block_on(run).map_err(|e| e.to_string())
-        });
+    let served = turnstile::server::serve_until_terminated(settings, config);
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -30,7 +30,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 pub use reload::log_gocc_warnings;
-pub use run::{run, terminated};
+pub use run::{run, serve_until_terminated, terminated};
 
 use crate::backend::redis::RedisStore;
 use crate::config::watch::{fingerprint, Watched};

@@ -98,13 +98,32 @@ async fn reload_on_hangup(running: &Running) {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn terminated() {
+/// Serves `config` on a runtime of its own until SIGTERM or SIGINT, the signal handlers
+/// installed before anything listens (what the binary's `serve` does).
+pub fn serve_until_terminated(settings: &Settings, config: Config) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let shutdown = {
+        let _in_runtime = rt.enter();
+        terminated()
+    };
+    rt.block_on(run(settings, config, shutdown))
+        .map_err(|e| e.to_string())
+}
+
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is called (inside a
+/// runtime), not when the future is first polled: a SIGTERM that arrives while the server is
+/// still starting is then a shutdown, not the default action that kills the process.
+pub fn terminated() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
