@@ -360,10 +360,10 @@ async fn explicit_reload_with_polling_off() {
     let s = settings(&dir, &[("TURNSTILE_RELOAD_INTERVAL_MS", "0")]);
     assert!(s.reload_interval.is_zero());
     let r = start(&s).await;
-    // A change is not loaded by itself: V2's limit `c` stays unknown until the reload (several
-    // of the default poll's intervals later).
+    // A change is not loaded by itself: V2's limit `c` stays unknown until the reload, one and
+    // a half of the default poll's intervals (1 s) later.
     write(&dir.join("a.yaml"), V2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !rlconfig(&r).await.contains("shop.c:"),
         "loaded without a reload"
