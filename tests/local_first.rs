@@ -99,6 +99,41 @@ fn unseen_before(admitted: &Admitted, from: u64, t: u64) -> usize {
         })
 }
 
+/// Round trips the replicas counted as failed (errors, or slower than the 50 ms deadline).
+async fn redis_failures(replicas: &[TestServer]) -> f64 {
+    let mut sum = 0.0;
+    for r in replicas {
+        let url = format!("{}/metrics", r.http);
+        let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+        sum += metric_sum(&text, "ratelimit_service_redis_errors_total");
+    }
+    sum
+}
+
+/// Runs a fleet scenario up to three times. README's bound holds while Redis answers within the
+/// deadline (50 ms here); on a machine too busy for that, a round trip fails, the replicas
+/// decide on their own for a while, and the attempt shows nothing about the bound: it is made
+/// again on fresh keys. A scenario that fails with every round trip in time fails the test.
+async fn fleet_attempts<F, Fut>(mut scenario: F)
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = (Result<(), String>, f64)>,
+{
+    let mut why = Vec::new();
+    for attempt in 1..=3 {
+        let (result, failed_round_trips) = scenario(format!("a{attempt}_")).await;
+        match result {
+            Ok(()) => return,
+            Err(e) if failed_round_trips > 0.0 => {
+                eprintln!("attempt {attempt} inconclusive ({failed_round_trips} slow or failed round trips): {e}");
+                why.push(e);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("Redis was too slow for the deadline in all 3 attempts: {why:?}");
+}
+
 async fn replicas(redis: &Redis, prefix: &str) -> Vec<TestServer> {
     let mut out = Vec::new();
     for _ in 0..3 {
@@ -110,9 +145,19 @@ async fn replicas(redis: &Redis, prefix: &str) -> Vec<TestServer> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_admit_at_most_the_limit_plus_the_bound_in_every_window() {
     let redis = Redis::start();
-    let replicas = replicas(&redis, "lf3_").await;
-    // 3 windows of 1 s; each replica gets 4 calls per 10 ms step (400/s, 1200/s in all).
-    let admitted = load(&replicas, "user", 300, 4).await;
+    let redis = &redis;
+    fleet_attempts(|prefix| async move {
+        let replicas = replicas(redis, &format!("lf3_{prefix}")).await;
+        let result = fixed_window_bound(&replicas).await;
+        (result, redis_failures(&replicas).await)
+    })
+    .await;
+}
+
+/// 3 windows of 1 s; each replica gets 4 calls per 10 ms step (400/s, 1200/s in all): every
+/// window admits at most the limit plus the bound, and at least the limit.
+async fn fixed_window_bound(replicas: &[TestServer]) -> Result<(), String> {
+    let admitted = load(replicas, "user", 300, 4).await;
     let start = T0 / 1_000_000;
     let mut windows = 0;
     for w in 0..4u64 {
@@ -127,15 +172,17 @@ async fn three_replicas_admit_at_most_the_limit_plus_the_bound_in_every_window()
             continue;
         }
         let bound = unseen_before(&admitted, lo, hi);
-        assert!(
-            total <= 300 + bound,
-            "window {w}: {total} admitted by three replicas, limit 300 + bound {bound}"
-        );
+        if total > 300 + bound {
+            return Err(format!(
+                "window {w}: {total} admitted by three replicas, limit 300 + bound {bound}"
+            ));
+        }
         // Without syncing, three replicas would admit up to 900.
-        assert!(
-            total < 600,
-            "window {w}: {total} admitted, the sync is not working"
-        );
+        if total >= 600 {
+            return Err(format!(
+                "window {w}: {total} admitted, the sync is not working"
+            ));
+        }
         // A full window under load fills: the limit is not lost either.
         if lo >= STEP_MS && hi <= 300 * STEP_MS {
             assert!(total >= 300, "window {w}: only {total} admitted under load");
@@ -144,7 +191,7 @@ async fn three_replicas_admit_at_most_the_limit_plus_the_bound_in_every_window()
     }
     assert!(windows >= 2, "the test covered {windows} full windows");
     // Every replica decided locally (no round trip) for most of its calls.
-    for r in &replicas {
+    for r in replicas {
         let metrics = reqwest::get(format!("{}/metrics", r.http))
             .await
             .unwrap()
@@ -152,36 +199,47 @@ async fn three_replicas_admit_at_most_the_limit_plus_the_bound_in_every_window()
             .await
             .unwrap();
         let local = metric_sum(&metrics, "ratelimit_service_local_first_decisions_total");
-        assert!(
-            local > 600.0,
-            "only {local} local decisions of 1200:\n{metrics}"
-        );
+        if local <= 600.0 {
+            return Err(format!("only {local} local decisions of 1200"));
+        }
         assert!(metric_sum(&metrics, "ratelimit_service_local_first_syncs_total") > 0.0);
     }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_a_token_bucket_within_the_bound() {
     let redis = Redis::start();
-    let replicas = replicas(&redis, "lfb_").await;
-    // 2 s at 1200/s offered against 300/s with a burst of 300.
+    let redis = &redis;
+    fleet_attempts(|prefix| async move {
+        let replicas = replicas(redis, &format!("lfb_{prefix}")).await;
+        let result = token_bucket_bound(&replicas).await;
+        (result, redis_failures(&replicas).await)
+    })
+    .await;
+}
+
+/// 2 s at 1200/s offered against 300/s with a burst of 300: within burst + rate x time plus
+/// the bound, and at least 90 % of it.
+async fn token_bucket_bound(replicas: &[TestServer]) -> Result<(), String> {
     let steps = 200;
-    let admitted = load(&replicas, "bucket", steps, 4).await;
+    let admitted = load(replicas, "bucket", steps, 4).await;
     let bound = unseen_before(&admitted, 0, u64::MAX);
     let allowed = 300 + 300 * steps * STEP_MS / 1000;
     let total = admitted.len() as u64;
-    assert!(
-        total <= allowed + bound as u64,
-        "{total} admitted, burst + rate x time = {allowed}, bound {bound}"
-    );
+    if total > allowed + bound as u64 {
+        return Err(format!(
+            "{total} admitted, burst + rate x time = {allowed}, bound {bound}"
+        ));
+    }
     assert!(
         total >= allowed * 9 / 10,
         "only {total} of {allowed} admitted"
     );
-    assert!(
-        total < allowed + 600,
-        "{total} admitted: the sync is not working"
-    );
+    if total >= allowed + 600 {
+        return Err(format!("{total} admitted: the sync is not working"));
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
