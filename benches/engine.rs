@@ -344,8 +344,20 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
 
 fn service_decide(c: &mut Criterion) {
     let mut g = c.benchmark_group("service_decide");
-    let mixes: [(&str, Vec<RateLimitDescriptor>, Code); 3] = [
+    // Usage reported after the response (a descriptor's own hits_addend), counted in full:
+    // within its budget, and past it (stored over the limit, never given back).
+    let report = |entries: &[(&str, &str)]| RateLimitDescriptor {
+        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: 1 }),
+        ..descriptor(entries)
+    };
+    let mixes: [(&str, Vec<RateLimitDescriptor>, Code); 5] = [
         ("one", vec![descriptor(&[("api_key", "k1")])], Code::Ok),
+        ("report", vec![report(&[("api_key", "k1")])], Code::Ok),
+        (
+            "report_over",
+            vec![report(&[("blocked", "yes")])],
+            Code::OverLimit,
+        ),
         (
             "multi",
             vec![
