@@ -10,7 +10,6 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use hashbrown::HashTable;
 
 use super::LimitStats;
@@ -76,36 +75,7 @@ impl DetailedSeries {
         self.len() == 0
     }
 
-    /// Runs `f` on the stats of the series `domain` + `entries` names: `key_value` for each entry
-    /// whose bit is set in `values` (bit i for entry i; `u64::MAX` for all), `key` alone otherwise,
-    /// joined by `.` as envoyproxy/ratelimit names its stats.
-    pub fn with_series(
-        &self,
-        domain: &str,
-        entries: &[Entry],
-        values: u64,
-        f: impl Fn(&LimitStats),
-    ) {
-        KEY.with(|buf| {
-            let mut key = buf.borrow_mut();
-            key.clear();
-            key.push_str(domain);
-            key.push(SEP);
-            for (i, e) in entries.iter().enumerate() {
-                if i > 0 {
-                    key.push('.');
-                }
-                key.push_str(&e.key);
-                if i >= 64 || values & (1 << i) != 0 {
-                    key.push('_');
-                    key.push_str(&e.value);
-                }
-            }
-            self.with_key(&key, domain, f);
-        });
-    }
-
-    /// Runs `f` on the stats of the series `domain` + `path`, as [`DetailedSeries::with_series`].
+    /// Runs `f` on the stats of the series `domain` + `path` (its name after the domain).
     pub fn with_path(&self, domain: &str, path: &str, f: impl Fn(&LimitStats)) {
         KEY.with(|buf| {
             let mut key = buf.borrow_mut();
@@ -176,25 +146,18 @@ impl DetailedSeries {
 mod tests {
     use super::*;
 
-    fn e(k: &str, v: &str) -> Entry {
-        Entry {
-            key: k.into(),
-            value: v.into(),
-        }
-    }
-
     #[test]
-    fn names_follow_the_value_mask_and_the_cap_holds() {
+    fn series_are_named_by_their_path_and_the_cap_holds() {
         let d = DetailedSeries::new(2);
         let add = |s: &LimitStats| {
             s.total_hits.fetch_add(1, Ordering::Relaxed);
         };
-        d.with_series("dom", &[e("k", "a"), e("sub", "x")], u64::MAX, add);
-        d.with_series("dom", &[e("k", "a"), e("sub", "x")], u64::MAX, add);
-        d.with_series("dom", &[e("k", "b"), e("sub", "x")], 0b01, add);
+        d.with_path("dom", "k_a.sub_x", add);
+        d.with_path("dom", "k_a.sub_x", add);
+        d.with_path("dom", "k_b.sub", add);
         // Full: a third value goes to `_other`, twice.
-        d.with_series("dom", &[e("k", "c")], u64::MAX, add);
-        d.with_series("dom", &[e("k", "d")], u64::MAX, add);
+        d.with_path("dom", "k_c", add);
+        d.with_path("dom", "k_d", add);
         let snap: Vec<_> = d
             .snapshot()
             .into_iter()

@@ -16,8 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-
 use crate::limiter::ShardStats;
 
 pub use detailed::DetailedSeries;
@@ -147,23 +145,14 @@ impl Metrics {
         used.saturating_sub(threshold).min(v.hits)
     }
 
-    /// Counts one descriptor's verdict in the series of a `detailed_metric` descriptor, named by
-    /// the request's own entries (`key_value` where bit i of `values` is set, `u64::MAX` for
-    /// all). Call it instead of passing the node to [`Metrics::record`] (pass `None` there, so
-    /// the totals still count once): the node's own series is then left out of the exposition.
     /// Counts one descriptor's verdict in the series `domain` + `path` (a name the reference
-    /// gives, see `descriptor::stat_path`), in the capped map of per-value series. Call it
-    /// instead of passing the node to [`Metrics::record`], as [`Metrics::record_detailed`].
+    /// gives, see `descriptor::stat_path`: per-value series of `detailed_metric` and
+    /// `value_to_metric`, overrides), in the capped map of per-value series. Call it instead of
+    /// passing the node to [`Metrics::record`] (pass `None` there, so the totals still count
+    /// once): the node's own series is then left out of the exposition.
     pub fn record_series(&self, domain: &str, path: &str, v: Verdict) {
         let near = self.near(&v);
         self.detailed.with_path(domain, path, |s| {
-            s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
-        });
-    }
-
-    pub fn record_detailed(&self, domain: &str, entries: &[Entry], values: u64, v: Verdict) {
-        let near = self.near(&v);
-        self.detailed.with_series(domain, entries, values, |s| {
             s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
         });
     }
