@@ -43,6 +43,64 @@
 //! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
 //! survive it.
 
+//! # Where the house is going (the second pass)
+//!
+//! The table above is the house today. The second pass moves it, in steps that each keep every
+//! test green, to this tree (one concept a room, one word a concept); a step's row says what is
+//! done.
+//!
+//! ```text
+//! src/
+//!   main.rs, cli.rs      CLI → settings → telemetry → server::run (≤ 100 lines in main.rs)
+//!   server/              builds one context and hands each adapter what it uses; the one
+//!                        reload path (the only place a config load is recorded)
+//!   source/              where configs come from: files (poll, SIGHUP) and xDS (ADS client);
+//!                        each yields the first config and a stream of updates for `server`
+//!   settings/            the one reader of the environment
+//!   transport/           thin adapters: grpc/, http/, resp/, rlqs
+//!   quota/               RLQS: book (pure), hub; the fleet exchange as a trait that
+//!                        backend::redis implements
+//!   service/             validate → plan → engine → answer; the direct APIs' decisions
+//!   telemetry/           counters each subsystem owns, Prometheus text, statsd, logs, traces
+//!   hitters/             the heavy-hitters feature (`/debug/top`, space-saving per limit)
+//!   backend/redis/       the store contract over Redis: connections, keys, scripts
+//!   limiter/
+//!     mod.rs             Engine: routes a request's ops to the shards owning their keys
+//!     key.rs             Key: the counter key's text and its hash together; the shard choice
+//!     op.rs              Op, Role, Counting, Outcome: the vocabulary of one decision
+//!     protocol.rs        every message a shard takes and every answer it gives
+//!     verdict.rs         the request's verdict, worked out once and carried in the Decision
+//!     algorithm/         fixed window, sliding window, token bucket (pure; time a parameter)
+//!     store.rs           the store contract (memory keeps no store; Redis is one)
+//!     shard/
+//!       mod.rs           Shard = Counters + Queues + Mode; `handle` dispatches a message
+//!       counters.rs      the key table, its cap, eviction, sweep, the refused set, grants
+//!       queues.rs        FIFO wait queues, their events, the process-wide waiter budget
+//!       link/            Mode::Store: the batch, round trips in order, the Breaker (an enum),
+//!                        local-first views and their syncs
+//!       decide.rs        a message against the counters, or through the link
+//!       actor.rs, same_thread.rs   how callers reach a shard
+//!   descriptor/          matching a request's descriptors against the limit tree (only that)
+//!   config/              the validated model (pure: no I/O, no clients)
+//! tests/it/              one integration-test binary, a folder per concern, shared helpers
+//! docs/                  the reference by topic; README is the way in
+//! ```
+//!
+//! | step | what moves | state |
+//! |---|---|---|
+//! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples | in progress |
+//! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | planned |
+//! | 3 | `limiter::key::Key` (text + hash; `descriptor` only matches), `protocol.rs`, the verdict in `Decision` | planned |
+//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | planned |
+//! | 5 | `source/` out of `config`; `hitters/` out of `telemetry`; the fleet exchange a trait | planned |
+//! | 6 | one context from `server`, counters owned by their subsystems, loads recorded once | planned |
+//! | 7 | one word a concept: "refund" for giving hits back (today also give_back, Undo, unview, release), "store" for the backend (also Remote, Redis), "verdict" only for the request's | planned |
+//!
+//! A memory decision then crosses at most 8 files: `transport/grpc.rs` → `service/mod.rs`
+//! (validate, plan) → `descriptor/mod.rs` (match) → `limiter/mod.rs` (route) →
+//! `limiter/shard/decide.rs` → `limiter/algorithm/*.rs` → `limiter/verdict.rs` →
+//! `service/answer.rs`.
+
 pub mod backend;
 pub mod cli;
 pub mod config;
