@@ -12,9 +12,10 @@ use common::*;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-use turnstile::config::xds::{self, pb, XdsSettings, TYPE_URL};
+use turnstile::config::xds::{self, pb, TYPE_URL};
 use turnstile::config::{Config, LoadOptions};
 use turnstile::settings::Settings;
+use turnstile::source::xds::{run as run_xds, XdsSettings};
 
 /// Long enough for anything on a loaded 2-core machine; tests poll and never sleep to wait.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -54,7 +55,7 @@ fn start_client_with(
     let limiter = server.running().limiter.clone();
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
-    let task = tokio::spawn(xds::run(
+    let task = tokio::spawn(run_xds(
         settings,
         move |update| {
             let seen = match update {

@@ -12,7 +12,6 @@ mod load;
 pub use gocc::{GoccKeys, KeyLimits};
 pub use load::{list_files, Sources};
 mod raw;
-pub mod watch;
 pub mod xds;
 
 use std::fmt;

@@ -13,9 +13,9 @@ use super::reload::{self, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
-use crate::config::watch::{poll, Watched};
-use crate::config::xds::XdsSettings;
 use crate::service::RateLimiter;
+use crate::source::files::{poll, Watched};
+use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::transport::resp::RespSettings;
 
@@ -174,7 +174,7 @@ fn run_xds(
             let _ = reload::apply(&limiter, "xDS", r);
         };
         tokio::select! {
-            _ = crate::config::xds::run(settings, apply, ready_tx) => {}
+            _ = crate::source::xds::run(settings, apply, ready_tx) => {}
             _ = stopped.wait_for(|s| *s) => {}
         }
     })];

@@ -33,13 +33,13 @@ pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
 use crate::backend::redis::RedisStore;
-use crate::config::watch::{fingerprint, Watched};
 use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine, ShardTask};
 use crate::quota::QuotaHub;
 use crate::service::rate::RateApiService;
 use crate::service::{AnswerSettings, RateLimiter};
 use crate::settings::Settings;
+use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::Metrics;
 use crate::transport::http::{self, HttpState};
 use admin::Admin;

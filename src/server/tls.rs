@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::watch::Watched;
 use crate::settings::TlsSettings;
+use crate::source::files::Watched;
 use crate::telemetry::Metrics;
 
 /// A client that has not finished its handshake by then is dropped.

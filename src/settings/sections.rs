@@ -10,11 +10,11 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use super::env::{resolve, Env, Result};
 use crate::backend::redis::{RedisSettings, RedisTarget, RedisType};
 use crate::config::gocc::MAX_COUNT;
-use crate::config::xds::{XdsSettings, XdsTls};
 use crate::config::{KeyLimits, LoadOptions};
 use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
+use crate::source::xds::{XdsSettings, XdsTls};
 use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::resp::RespSettings;
 

@@ -43,7 +43,7 @@ pub fn config_from_protos(
     Config::from_raw(files, opts)
 }
 
-pub(super) fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
+pub fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
     if any.type_url == WRAPPED_TYPE_URL {
         let wrapped = Resource::decode(any.value.as_slice())
             .map_err(|e| format!("cannot decode {WRAPPED_TYPE_URL}: {e}"))?;

@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataKey;
 
-use super::{config_from_resources, XdsSettings, INVALID_ARGUMENT, TYPE_URL};
+use super::{XdsSettings, INVALID_ARGUMENT};
+use crate::config::xds::{config_from_resources, TYPE_URL};
 use crate::config::{Config, ConfigError};
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
