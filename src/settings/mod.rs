@@ -17,11 +17,11 @@ pub use env::{host_port, resolve, Env};
 
 use crate::backend::redis::RedisSettings;
 use crate::config::{LoadOptions, Sources};
+use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::service::rate::RateDefaults;
 use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::StatsdSettings;
-use crate::telemetry::top::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::resp::RespSettings;
 

@@ -9,7 +9,6 @@ mod reloads;
 mod render;
 pub mod statsd;
 pub mod throttle;
-pub mod top;
 pub mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,13 +17,13 @@ use std::time::Duration;
 
 use crate::limiter::ShardStats;
 
+pub use crate::hitters::{BoundTop, TopTable};
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
 pub use quota::{QuotaLimit, QuotaStats};
 pub use reloads::{ConfigLoad, ReloadLog};
 pub use throttle::ThrottleStats;
-pub use top::{BoundTop, TopTable};
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.

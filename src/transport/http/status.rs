@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 
 use super::DebugState;
 use crate::config::Config;
+use crate::hitters::{TopLists, WINDOW_SECS};
 use crate::limiter::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 use crate::service::RateLimiter;
-use crate::telemetry::top::{TopLists, WINDOW_SECS};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");

@@ -1,7 +1,7 @@
 //! Heavy hitters per limit: which descriptor values take the most hits and the most over-limit
 //! answers, in bounded memory whatever the number of distinct values.
 //!
-//! Each limit (a config node, by its stat key, as [`super::LimitStatsTable`] binds them) has
+//! Each limit (a config node, by its stat key, as the per-limit stats bind them) has
 //! [`STRIPES`] stripes, a value going to the stripe its hash picks, each behind its own lock so
 //! that workers deciding different values rarely meet. A stripe keeps two windows of
 //! [`WINDOW_SECS`] aligned to the epoch, the current one and the previous one; a reader sees
@@ -244,8 +244,7 @@ pub struct TopLists {
     pub by_hits: Vec<TopValue>,
 }
 
-/// Every stat key's heavy hitters, bound to the configs as [`super::LimitStatsTable`] binds
-/// stats: a limit that keeps its stat key across a reload keeps its lists.
+/// Every stat key's heavy hitters, bound to the configs as the per-limit stats are: a limit that keeps its stat key across a reload keeps its lists.
 #[derive(Debug)]
 pub struct TopTable {
     n: usize,
