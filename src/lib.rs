@@ -23,11 +23,11 @@
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
 //! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each hands what it read to `server`'s reload | `config` |
 //! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
-//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, the fleet's demand through Redis | `service`, `backend::redis`, `descriptor`, `telemetry`, `config` |
+//! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `config` |
+//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `telemetry`, `config` |
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key, behind `/debug/top` and the status page | `config` |
-//! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; the RLQS demand exchange | `limiter`, `config` |
 //! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
 //! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
@@ -61,11 +61,11 @@
 //!   settings/            the one reader of the environment
 //!   transport/           thin adapters: grpc/, http/, resp/, rlqs
 //!   quota/               RLQS: book (pure), hub; the fleet exchange as a trait that
-//!                        backend::redis implements
+//!                        backend::redis implements (above quota, as it implements it)
 //!   service/             validate → plan → engine → answer; the direct APIs' decisions
 //!   telemetry/           counters each subsystem owns, Prometheus text, statsd, logs, traces
 //!   hitters/             the heavy-hitters feature (`/debug/top`, space-saving per limit)
-//!   backend/redis/       the store contract over Redis: connections, keys, scripts
+//!   backend/redis/       the store and exchange contracts over Redis: connections, keys, scripts
 //!   limiter/
 //!     mod.rs             Engine: routes a request's ops to the shards owning their keys
 //!     key.rs             Key: the counter key's text and its hash together; the shard choice
@@ -94,7 +94,7 @@
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
 //! | 3 | `limiter::key::Key` (text + hash; `descriptor` only matches), `protocol.rs`, the verdict in `Decision` | planned |
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | planned |
-//! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait | in progress |
+//! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
 //! | 6 | one context from `server`, counters owned by their subsystems, loads recorded once | planned |
 //! | 7 | one word a concept: "refund" for giving hits back (today also give_back, Undo, unview, release), "store" for the backend (also Remote, Redis), "verdict" only for the request's | planned |
 //!

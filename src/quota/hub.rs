@@ -15,8 +15,7 @@ use tokio::sync::mpsc;
 
 use super::book::{Book, Outbox, StreamId, Usage};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
-use crate::backend::redis::fleet::{encode, ReplicaDemands};
-use crate::backend::redis::RedisStore;
+use super::exchange::{DemandExchange, ReplicaDemands};
 use crate::service::{Live, RateLimiter};
 use crate::telemetry::QuotaLimit;
 
@@ -73,7 +72,7 @@ struct Inner {
 
 /// Shares computed over every replica's streams, through Redis.
 struct Fleet {
-    store: Arc<RedisStore>,
+    exchange: Arc<dyn DemandExchange>,
     replica: u64,
     /// When the last exchange started; one at a time, one a second.
     last: Mutex<Option<Instant>>,
@@ -91,11 +90,12 @@ struct State {
 }
 
 impl QuotaHub {
-    /// The hub of this process; with `redis`, limits are split over every replica's streams.
-    pub fn new(limiter: RateLimiter, redis: Option<Arc<RedisStore>>) -> QuotaHub {
+    /// The hub of this process; with an `exchange` (Redis), limits are split over every
+    /// replica's streams.
+    pub fn new(limiter: RateLimiter, exchange: Option<Arc<dyn DemandExchange>>) -> QuotaHub {
         let replica = rand::random::<u64>();
-        let fleet = redis.map(|store| Fleet {
-            store,
+        let fleet = exchange.map(|exchange| Fleet {
+            exchange,
             replica,
             last: Mutex::new(None),
             published: Mutex::new(BTreeSet::new()),
@@ -209,27 +209,23 @@ impl QuotaHub {
             *last = Some(Instant::now());
         }
         let mine = self.with(|st| (st.book.local_demands(), Vec::new()));
-        let mut asks: Vec<(String, String)> = Vec::with_capacity(mine.len());
+        let mut asks: Vec<(String, Vec<Option<f64>>)> = Vec::with_capacity(mine.len());
         {
             let mut published = fleet.published.lock().unwrap_or_else(|e| e.into_inner());
             let now: BTreeSet<String> = mine.iter().map(|(k, _)| k.clone()).collect();
-            asks.extend(
-                published
-                    .difference(&now)
-                    .map(|k| (k.clone(), String::new())),
-            );
+            asks.extend(published.difference(&now).map(|k| (k.clone(), Vec::new())));
             *published = now;
         }
-        asks.extend(mine.iter().map(|(k, d)| (k.clone(), encode(d))));
+        asks.extend(mine);
         let now_ms = self.now() / 1_000_000;
         let mut got: Vec<(String, Vec<ReplicaDemands>)> = Vec::with_capacity(asks.len());
         for batch in asks.chunks(FLEET_BATCH) {
             let calls = batch.iter().map(|(key, demands)| {
-                let store = &fleet.store;
+                let exchange = &fleet.exchange;
                 async move {
-                    let r =
-                        (store.exchange_demand(key, fleet.replica, demands, now_ms, FLEET_HOLD))
-                            .await;
+                    let r = exchange
+                        .exchange(key, fleet.replica, demands, now_ms, FLEET_HOLD)
+                        .await;
                     (key.clone(), demands.is_empty(), r)
                 }
             });

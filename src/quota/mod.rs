@@ -3,15 +3,18 @@
 //!
 //! `bucket` maps a reported bucket onto a limit of the config tree, `share` splits a limit,
 //! `assign` turns a share into what Envoy 1.40 enforces, `book` keeps every stream's buckets and
-//! decides what to send when (pure, time as a parameter), and `hub` is the process-wide handle
-//! the gRPC streams of every worker share.
+//! decides what to send when (pure, time as a parameter), `hub` is the process-wide handle
+//! the gRPC streams of every worker share, and `exchange` the contract of the place where
+//! replicas meet to split limits over the fleet.
 
 pub mod assign;
 pub mod book;
 pub mod bucket;
+pub mod exchange;
 pub mod hub;
 pub mod share;
 
 pub use book::{Book, LimitView, Outbox, StreamId, Usage};
 pub use bucket::refusals;
+pub use exchange::{DemandExchange, ReplicaDemands};
 pub use hub::QuotaHub;

@@ -35,6 +35,7 @@ pub use run::{run, serve_until_terminated, terminated};
 use crate::backend::redis::RedisStore;
 use crate::config::{Config, ConfigError};
 use crate::limiter::{Clock, Engine, ShardTask};
+use crate::quota::DemandExchange;
 use crate::quota::QuotaHub;
 use crate::service::rate::RateApiService;
 use crate::service::{AnswerSettings, RateLimiter};
@@ -179,7 +180,10 @@ pub async fn start(
         &limiter,
         health_service,
         tls.clone(),
-        QuotaHub::new(limiter.clone(), redis),
+        QuotaHub::new(
+            limiter.clone(),
+            redis.map(|r| -> Arc<dyn DemandExchange> { r }),
+        ),
         stop_rx.clone(),
     );
     let mut threads = Vec::with_capacity(workers + 1);

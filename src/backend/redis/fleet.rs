@@ -16,6 +16,7 @@ use redis::Value;
 
 use super::connect::query;
 use super::RedisStore;
+use crate::quota::exchange::{DemandExchange, ExchangeFuture, ReplicaDemands};
 
 /// Publishes this replica's demands of one limit and reads the others'.
 ///
@@ -48,11 +49,8 @@ end
 return out
 ";
 
-/// One other replica's demands of a limit (`None`: not known yet).
-pub type ReplicaDemands = (u64, Vec<Option<f64>>);
-
 /// The demands as stored in a field.
-pub fn encode(demands: &[Option<f64>]) -> String {
+fn encode(demands: &[Option<f64>]) -> String {
     let parts: Vec<String> = demands
         .iter()
         .map(|d| d.map_or_else(|| "u".to_string(), |d| format!("{d:.3}")))
@@ -69,14 +67,25 @@ fn decode(text: &str) -> Option<Vec<Option<f64>>> {
         .collect()
 }
 
+impl DemandExchange for RedisStore {
+    fn exchange<'a>(
+        &'a self,
+        key: &'a str,
+        replica: u64,
+        demands: &'a [Option<f64>],
+        now_ms: u64,
+        hold: Duration,
+    ) -> ExchangeFuture<'a> {
+        Box::pin(self.exchange_demand(key, replica, encode(demands), now_ms, hold))
+    }
+}
+
 impl RedisStore {
-    /// Publishes `demands` (empty: withdraws) of the limit with counter key `key` for
-    /// `replica`, holding `hold`; answers the other replicas' demands of it.
-    pub async fn exchange_demand(
+    async fn exchange_demand(
         &self,
         key: &str,
         replica: u64,
-        demands: &str,
+        demands: String,
         now_ms: u64,
         hold: Duration,
     ) -> Result<Vec<ReplicaDemands>, String> {
