@@ -21,9 +21,9 @@
 //! | `main.rs`, `cli` | CLI → settings → telemetry → `server::run` with a shutdown future | all |
 //! | `server` | listeners, worker runtimes, the admin thread, the one reload path, lingering close, drain | the layers below |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
-//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
+//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up and reset), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, the fleet's demand through Redis | `service`, `backend::redis`, `descriptor`, `telemetry`, `config` |
-//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
+//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions; admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats and heavy hitters (`top`: space-saving per limit) bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `limiter` (shard gauges), `config` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; the RLQS demand exchange | `limiter`, `config` |
 //! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |

@@ -16,6 +16,9 @@
 //!   script) live in one slot;
 //! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time.
 //!
+//! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
+//! by the same `RedisStore::cmd`.
+//!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
