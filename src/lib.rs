@@ -22,10 +22,10 @@
 //! | `server` | listeners, worker runtimes, the admin thread, the one reload path, lingering close, drain | the layers below |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
 //! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each hands what it read to `server`'s reload | `config` |
-//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
+//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up and reset), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `config` |
 //! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `telemetry`, `config` |
-//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions | `limiter`, `descriptor`, `telemetry`, `config` |
+//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions; admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key, behind `/debug/top` and the status page | `config` |
 //! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |

@@ -115,6 +115,29 @@ impl State {
         }
     }
 
+    /// What the state holds against the limit at `now`, in hits: the current window's count
+    /// (fixed), the weighted estimate a decision compares with the limit (sliding), the tokens
+    /// taken and not yet back (token bucket, rounded up). May pass the limit when usage
+    /// reported in full did.
+    pub fn used(&self, p: &Params, now: u64) -> u64 {
+        let w = p.window_ns();
+        let idx = now / w;
+        match *self {
+            State::Fixed { .. } => self.count_in_window(p, now),
+            State::Sliding { window, prev, cur } => {
+                let (prev, cur) = match age(window, idx) {
+                    0 => (u64::from(prev), u64::from(cur)),
+                    1 => (u64::from(cur), 0),
+                    _ => (0, 0),
+                };
+                let left = w - (now - idx * w);
+                let weighted = (u128::from(prev) * u128::from(left)).div_ceil(u128::from(w));
+                weighted as u64 + cur
+            }
+            State::Gcra { tat } => tat.saturating_sub(now).div_ceil(p.interval_ns().max(1)),
+        }
+    }
+
     /// When the state, evaluated or stored at `now`, carries no information any more and may be
     /// dropped.
     pub fn expires_at(&self, p: &Params, now: u64) -> u64 {

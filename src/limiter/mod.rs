@@ -22,8 +22,10 @@ pub use clock::{Clock, ManualClock};
 use shard::{
     find_on_this_thread, Answer, Decide, Msg, OnThisThread, ReplyTo, SameThreadShard, Shard,
 };
-pub use shard::{KeyInfo, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
-pub use store::{FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply};
+pub use shard::{KeyInfo, LookedUp, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub use store::{
+    DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
+};
 pub use verdict::refuses;
 
 use crate::config::QueueSpec;
@@ -165,6 +167,9 @@ pub enum EngineError {
     Stopped,
     #[error("backend unavailable")]
     Unavailable,
+    /// An admin look-up or reset could not reach the store (the message says why).
+    #[error("{0}")]
+    Store(String),
 }
 
 /// A cheap `Clone` handle to the shard actors.
@@ -361,6 +366,46 @@ impl Engine {
             },
         )?;
         rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    /// Admin: the state of `op`'s key now, counting nothing. With a store, the store's count
+    /// plus this replica's local-first hits it has not seen yet; in memory (or while the
+    /// store's breaker is open), the shard's own.
+    pub async fn look_up(&self, op: Op) -> Result<LookedUp, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(self.shard_for(op.hash), Msg::LookUp { op, reply: tx })?;
+        let peeking = rx.await.map_err(|_| EngineError::Stopped)?;
+        peeking.finish().await.map_err(|e| EngineError::Store(e.0))
+    }
+
+    /// Admin: counts `op`'s key from zero again. The owning shard forgets the key's state, its
+    /// over-limit cache entry and its local-first view (waiters get the room, which in memory
+    /// they take at once); with a store it then deletes the key's store keys, and forgets
+    /// once more what answers in flight across the deletion put back. Answers how many store
+    /// keys were deleted (`None` without a store).
+    pub async fn reset(&self, op: Op) -> Result<Option<u64>, EngineError> {
+        let shard = self.shard_for(op.hash);
+        let forget = |op: Op, delete: bool| {
+            let (tx, rx) = oneshot::channel();
+            self.send(
+                shard,
+                Msg::Reset {
+                    op,
+                    delete,
+                    reply: tx,
+                },
+            )
+            .map(|()| rx)
+        };
+        let deleting = forget(op.clone(), true)?
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        let Some(deleting) = deleting.0 else {
+            return Ok(None);
+        };
+        let deleted = deleting.await.map_err(|e| EngineError::Store(e.0))?;
+        forget(op, false)?.await.map_err(|_| EngineError::Stopped)?;
+        Ok(Some(deleted))
     }
 
     /// Shutdown: every shard answers its waiters now, admitting them or not.

@@ -18,7 +18,19 @@ pub trait Store: Send + Sync + 'static {
     /// turned into commands before this returns; the future only does the round trip. Answers
     /// one [`StoreReply`] per op, in order.
     fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture;
+
+    /// Reads the state of `op`'s key at `now` without counting, creating or touching anything
+    /// (a look-up): one [`StoreReply`] whose `before` is the state now, `allowed` `None`.
+    fn peek(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> StoreFuture;
+
+    /// Deletes every key the store holds for `op`'s counter at `now` (all its algorithm reads
+    /// to decide), so every replica counts it from zero again (a reset). Answers how many keys
+    /// there were.
+    fn delete(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> DeleteFuture;
 }
+
+/// A reset's deletion in flight: how many keys were deleted.
+pub type DeleteFuture = Pin<Box<dyn Future<Output = Result<u64, StoreError>> + Send>>;
 
 /// A round trip in flight.
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Vec<StoreReply>, StoreError>> + Send>>;

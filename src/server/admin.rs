@@ -1,5 +1,5 @@
 //! The admin thread: one small current-thread runtime for everything besides gRPC: HTTP, the
-//! debug and Prometheus ports, the RESP transport, the xDS client, and the config and
+//! debug, Prometheus and admin ports, the RESP transport, the xDS client, and the config and
 //! certificate pollers.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -22,7 +22,8 @@ use crate::transport::resp::RespSettings;
 /// What the admin thread serves and watches.
 pub(super) struct Admin {
     pub(super) limiter: RateLimiter,
-    /// The HTTP port, then the optional ones (`debug`, `Prometheus`), each with its router.
+    /// The HTTP port, then the optional ones (`debug`, `Prometheus`, `admin`), each with its
+    /// router.
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
     pub(super) resp: Option<(StdListener, RespSettings)>,
     /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
@@ -200,7 +201,7 @@ async fn serve_http(
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    // The peer address lets `/throttle` answer loopback callers only.
+    // The peer address lets `/throttle` and the admin port answer loopback callers only.
     let app = router.into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

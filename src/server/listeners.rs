@@ -1,5 +1,6 @@
 //! Every socket the server serves, bound before anything starts, so a taken port fails the start
 //! (except the debug and Prometheus ports, which are optional as in envoyproxy/ratelimit).
+//! The admin listener is not: it is off unless asked for, and then a taken port fails the start.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::unix::fs::FileTypeExt;
@@ -27,6 +28,8 @@ pub(super) struct Listeners {
     pub(super) debug: Option<StdListener>,
     pub(super) prometheus: Option<StdListener>,
     pub(super) resp: Option<StdListener>,
+    /// `TURNSTILE_ADMIN_ADDR`: asked for explicitly, so a taken port fails the start.
+    pub(super) admin: Option<StdListener>,
 }
 
 impl Listeners {
@@ -54,6 +57,10 @@ impl Listeners {
             None => None,
         };
         let http = bind_shared(settings.http_addr, 1)?.remove(0);
+        let admin = match &settings.admin {
+            Some(a) => Some(bind_shared(a.addr, 1)?.remove(0)),
+            None => None,
+        };
         // The debug and Prometheus ports are not needed to answer Envoy: a port already taken is
         // logged and the service runs without it, as envoyproxy/ratelimit does with its debug port.
         let debug = settings.debug_addr.and_then(|a| bind_optional(a, "debug"));
@@ -68,7 +75,28 @@ impl Listeners {
             debug,
             prometheus,
             resp,
+            admin,
         })
+    }
+}
+
+/// The addresses the optional listeners got; `None` for those not bound.
+pub(super) struct OptionalAddrs {
+    pub(super) debug: Option<SocketAddr>,
+    pub(super) prometheus: Option<SocketAddr>,
+    pub(super) resp: Option<SocketAddr>,
+    pub(super) admin: Option<SocketAddr>,
+}
+
+impl Listeners {
+    pub(super) fn optional_addrs(&self) -> OptionalAddrs {
+        let bound = |l: &Option<StdListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        OptionalAddrs {
+            debug: bound(&self.debug),
+            prometheus: bound(&self.prometheus),
+            resp: bound(&self.resp),
+            admin: bound(&self.admin),
+        }
     }
 }
 

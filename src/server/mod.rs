@@ -5,7 +5,7 @@
 //! with its share of the shard actors in its `LocalSet` (`worker`): a call whose key lives on its
 //! own worker decides synchronously, with no message. A do-nothing tonic service costs about
 //! 9 µs of CPU per call on a current-thread runtime against 21 µs on the multi-thread one, so
-//! nothing here uses work stealing. HTTP, the debug and Prometheus ports, the RESP transport,
+//! nothing here uses work stealing. HTTP, the debug, Prometheus and admin ports, the RESP transport,
 //! xDS and the pollers run on one more small thread (`admin`). Sockets are bound first
 //! (`listeners`); a new config goes live through `reload`; `run` is what the binary calls.
 
@@ -64,6 +64,8 @@ pub struct Running {
     pub prometheus_addr: Option<SocketAddr>,
     /// The RESP THROTTLE transport's address, when `TURNSTILE_RESP_ADDR` is set.
     pub resp_addr: Option<SocketAddr>,
+    /// The admin listener's address, when `TURNSTILE_ADMIN_ADDR` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub limiter: RateLimiter,
     /// Reloads the config location; none when limits come over xDS.
     reloader: Option<Arc<Reloader>>,
@@ -149,18 +151,9 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     // Taken first, before anything is read: a change made from here on is a change to reload.
     let (config_watched, config_baseline) = watched_config(settings);
-    let tls_watched = settings.tls.as_ref().map(|t| {
-        let w = tls::watched(t);
-        (fingerprint(&w), w)
-    });
-    let Listeners {
-        grpc: grpc_listeners,
-        grpc_addr,
-        http,
-        debug,
-        prometheus,
-        resp,
-    } = Listeners::bind(settings)?;
+    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
+    let listeners = Listeners::bind(settings)?;
+    let bound = listeners.optional_addrs();
     let (limiter, shard_tasks, redis) = limiter(settings, config, clock).await?;
     let domains = limiter.live().config.domains.len();
     let (tls, reloader) = tls_and_reloader(settings, &limiter, domains)?;
@@ -188,18 +181,20 @@ pub async fn start(
     );
     let mut threads = Vec::with_capacity(workers + 1);
     let shards = deal(shard_tasks, workers);
-    for (w, (listener, mine)) in grpc_listeners.into_iter().zip(shards).enumerate() {
+    for (w, (listener, mine)) in listeners.grpc.into_iter().zip(shards).enumerate() {
         threads.push(worker::spawn(w, listener, mine, &grpc, stopping())?);
     }
-    let bound = |l: &Option<StdListener>| l.as_ref().and_then(|l| l.local_addr().ok());
-    let (debug_addr, prometheus_addr, resp_addr) =
-        (bound(&debug), bound(&prometheus), bound(&resp));
-    let http_addr = local_addr(&http, settings.http_addr)?;
-    let http = http_servers(settings, &limiter, &health, (http, debug, prometheus));
+    let http_addr = local_addr(&listeners.http, settings.http_addr)?;
+    let ports = (
+        listeners.http,
+        listeners.debug,
+        listeners.prometheus,
+        listeners.admin,
+    );
     let admin = Admin {
         limiter: limiter.clone(),
-        http,
-        resp: resp.zip(settings.resp.clone()),
+        http: http_servers(settings, &limiter, &health, ports),
+        resp: listeners.resp.zip(settings.resp.clone()),
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         health_by_domains: (reloader.as_ref())
@@ -213,12 +208,13 @@ pub async fn start(
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {
-        grpc_addr,
+        grpc_addr: listeners.grpc_addr,
         grpc_uds: settings.grpc_uds.clone(),
         http_addr,
-        debug_addr,
-        prometheus_addr,
-        resp_addr,
+        debug_addr: bound.debug,
+        prometheus_addr: bound.prometheus,
+        resp_addr: bound.resp,
+        admin_addr: bound.admin,
         limiter,
         reloader,
         tls,
@@ -262,12 +258,12 @@ fn watched_config(settings: &Settings) -> (Watched, u64) {
     (watched, baseline)
 }
 
-/// The HTTP port and, when bound, the debug and Prometheus ports, each with its router.
+/// The HTTP port and, when bound, the debug, Prometheus and admin ports, each with its router.
 fn http_servers(
     settings: &Settings,
     limiter: &RateLimiter,
     health: &Health,
-    (port, debug, prometheus): (StdListener, Option<StdListener>, Option<StdListener>),
+    (port, debug, prometheus, admin): HttpPorts,
 ) -> Vec<(&'static str, StdListener, axum::Router)> {
     let state = HttpState {
         limiter: limiter.clone(),
@@ -290,8 +286,23 @@ fn http_servers(
             http::prometheus_router(limiter.clone(), &p.path),
         ));
     }
+    if let (Some(l), Some(a)) = (admin, &settings.admin) {
+        let state = http::AdminState {
+            limiter: limiter.clone(),
+            token: a.token.clone(),
+        };
+        out.push(("admin", l, http::admin_router(state)));
+    }
     out
 }
+
+/// The HTTP port, then the optional debug, Prometheus and admin ports.
+type HttpPorts = (
+    StdListener,
+    Option<StdListener>,
+    Option<StdListener>,
+    Option<StdListener>,
+);
 
 /// The engine (with its store, when Redis is set) and the service on top of it; the Redis
 /// store again, for the RLQS fleet.

@@ -56,6 +56,7 @@ fn announce(settings: &Settings, running: &Running) {
         "serving"
     );
     let resp = optional(running.resp_addr);
+    let admin = optional(running.admin_addr);
     if settings.log.json {
         // Every line the process writes is JSON then, the ready line too: a log event on stdout.
         let mut timestamp = String::new();
@@ -71,12 +72,13 @@ fn announce(settings: &Settings, running: &Running) {
                 "debug": debug_port,
                 "metrics": metrics_port,
                 "resp": resp,
+                "admin": admin,
             },
         });
         println!("{event}");
     } else {
         println!(
-            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp}",
+            "turnstile: listening grpc={grpc} http={} debug={debug_port} metrics={metrics_port} resp={resp} admin={admin}",
             running.http_addr
         );
     }

@@ -17,7 +17,9 @@ impl From<EngineError> for RlsError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Overloaded => RlsError::Overloaded,
-            EngineError::Stopped | EngineError::Unavailable => RlsError::Unavailable,
+            EngineError::Stopped | EngineError::Unavailable | EngineError::Store(_) => {
+                RlsError::Unavailable
+            }
         }
     }
 }

@@ -1,7 +1,9 @@
 //! A request's way through: validate → plan (descriptors → ops) → engine → answer. The gRPC
 //! adapter and the HTTP `/json` endpoint both call [`RateLimiter::decide`]; the direct APIs'
-//! decisions (`throttle`) use the same engine.
+//! decisions (`throttle`) use the same engine, and so do the admin listener's look-ups and
+//! resets (`admin`), planned as a request is.
 
+mod admin;
 mod answer;
 mod error;
 mod plan;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
 pub use throttle::ThrottleLimits;

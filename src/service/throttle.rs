@@ -236,7 +236,9 @@ impl From<EngineError> for ThrottleError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Overloaded => ThrottleError::Overloaded,
-            EngineError::Stopped | EngineError::Unavailable => ThrottleError::Unavailable,
+            EngineError::Stopped | EngineError::Unavailable | EngineError::Store(_) => {
+                ThrottleError::Unavailable
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! The only module that reads the environment. Every value goes through one grammar (`env`):
 //! Go's booleans and durations, whole numbers, `HOST:PORT` addresses; an error names the
 //! variable and its value and stops the start. Each subsystem receives a plain typed struct
-//! (`sections` fills the Redis, xDS, RESP, THROTTLE and tracing ones).
+//! (`sections` fills the Redis, xDS, RESP, THROTTLE, admin and tracing ones).
 
 mod env;
 mod sections;
@@ -23,6 +23,7 @@ use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{LogSettings, TracingSettings};
+use crate::transport::http::AdminSettings;
 use crate::transport::resp::RespSettings;
 
 /// `GRPC_SERVER_USE_TLS` and its files: TLS, and mTLS when a client CA is given.
@@ -71,6 +72,9 @@ pub struct Settings {
     pub xds: Option<XdsSettings>,
     /// `TURNSTILE_RESP_ADDR`: the Redis-protocol THROTTLE transport (off when unset).
     pub resp: Option<RespSettings>,
+    /// `TURNSTILE_ADMIN_ADDR`, `TURNSTILE_ADMIN_TOKEN_FILE`: the admin listener, looking limits
+    /// up and resetting them (off when unset).
+    pub admin: Option<AdminSettings>,
     /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
     pub throttle: ThrottleLimits,
     /// `BACKEND_TYPE=redis`: counters shared by replicas in Redis; `None` keeps them in memory.
@@ -190,6 +194,7 @@ impl Settings {
             rate,
             xds,
             resp: sections::resp(&env)?,
+            admin: sections::admin(&env)?,
             throttle: sections::throttle(&env)?,
             redis: sections::redis(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),

@@ -16,6 +16,7 @@ use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
 use crate::source::xds::{XdsSettings, XdsTls};
 use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
+use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
 /// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
@@ -264,7 +265,8 @@ pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
         return Ok(None);
     };
     let d = RespSettings::default();
-    let addr = resp_addr(&text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?;
+    let addr =
+        listener_addr(&text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?;
     let s = RespSettings {
         addr,
         allow_remote: env.flag("TURNSTILE_RESP_ALLOW_REMOTE", false)?,
@@ -286,7 +288,38 @@ pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
     Ok(Some(s))
 }
 
-fn resp_addr(text: &str, default: SocketAddr) -> std::result::Result<SocketAddr, String> {
+/// `TURNSTILE_ADMIN_ADDR` (off when unset) and `TURNSTILE_ADMIN_TOKEN_FILE`, read now so a
+/// missing or empty file stops the start. A non-loopback address needs the token.
+pub(super) fn admin(env: &Env<'_>) -> Result<Option<AdminSettings>> {
+    let token = match env.get("TURNSTILE_ADMIN_TOKEN_FILE") {
+        None => None,
+        Some(path) => {
+            let bad = |why: String| format!("TURNSTILE_ADMIN_TOKEN_FILE={path}: {why}");
+            let text = std::fs::read_to_string(&path).map_err(|e| bad(format!("{e}")))?;
+            Some(AdminToken::new(&text).map_err(bad)?)
+        }
+    };
+    let Some(text) = env.get("TURNSTILE_ADMIN_ADDR") else {
+        if token.is_some() {
+            return Err(
+                "TURNSTILE_ADMIN_TOKEN_FILE is set but TURNSTILE_ADMIN_ADDR is not: \
+                        the admin listener is off"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    };
+    let default: SocketAddr = DEFAULT_ADMIN_ADDR.parse().expect("a valid default");
+    let addr =
+        listener_addr(&text, default).map_err(|e| format!("TURNSTILE_ADMIN_ADDR={text}: {e}"))?;
+    let s = AdminSettings { addr, token };
+    s.check()?;
+    Ok(Some(s))
+}
+
+/// A listener of turnstile's own: `HOST:PORT`, a bare `PORT` on the default host, or `true`
+/// for the default address.
+fn listener_addr(text: &str, default: SocketAddr) -> std::result::Result<SocketAddr, String> {
     if let Ok(port) = text.parse::<u16>() {
         return Ok(SocketAddr::new(default.ip(), port));
     }

@@ -355,3 +355,57 @@ fn goccs_settings_without_effect_are_named() {
     );
     assert!(s.ignored.iter().any(|w| w.starts_with("LOG_2XX")));
 }
+
+/// A token file in the temp dir, named after the test so parallel tests do not share it.
+fn token_file(name: &str, text: &str) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "turnstile-settings-{}-{name}.token",
+        std::process::id()
+    ));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn the_admin_listener_is_off_loopback_only_or_needs_a_token() {
+    assert_eq!(ok_settings(&[]).admin, None);
+    let on = ok_settings(&[("TURNSTILE_ADMIN_ADDR", "true")])
+        .admin
+        .unwrap();
+    assert_eq!(on.addr.to_string(), "127.0.0.1:6071");
+    assert_eq!(on.token, None);
+    let e = settings_err(&[("TURNSTILE_ADMIN_ADDR", "0.0.0.0:6071")]);
+    assert!(
+        e.contains("TURNSTILE_ADMIN_ADDR=0.0.0.0:6071 is not a loopback address")
+            && e.contains("TURNSTILE_ADMIN_TOKEN_FILE"),
+        "{e}"
+    );
+    let secret = "s3cret-token-0123456789";
+    let file = token_file("good", &format!("{secret}\n"));
+    let s = ok_settings(&[
+        ("TURNSTILE_ADMIN_ADDR", "0.0.0.0:6071"),
+        ("TURNSTILE_ADMIN_TOKEN_FILE", &file),
+    ]);
+    assert!(s.admin.as_ref().unwrap().token.is_some());
+    // The token never shows in the settings' debug form (logged at start on errors).
+    assert!(!format!("{s:?}").contains(secret));
+    let e = settings_err(&[("TURNSTILE_ADMIN_TOKEN_FILE", &file)]);
+    assert!(e.contains("TURNSTILE_ADMIN_ADDR is not"), "{e}");
+    let short = token_file("short", "abc");
+    let e = settings_err(&[
+        ("TURNSTILE_ADMIN_ADDR", "true"),
+        ("TURNSTILE_ADMIN_TOKEN_FILE", &short),
+    ]);
+    assert!(
+        e.contains(&format!("TURNSTILE_ADMIN_TOKEN_FILE={short}")) && e.contains("16"),
+        "{e}"
+    );
+    let e = settings_err(&[
+        ("TURNSTILE_ADMIN_ADDR", "true"),
+        ("TURNSTILE_ADMIN_TOKEN_FILE", "/nonexistent/admin.token"),
+    ]);
+    assert!(
+        e.contains("TURNSTILE_ADMIN_TOKEN_FILE=/nonexistent/admin.token"),
+        "{e}"
+    );
+}

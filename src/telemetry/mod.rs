@@ -1,6 +1,7 @@
 //! Counters for the stats envoyproxy/ratelimit reports, kept as atomics (no allocation on the
 //! hot path), their Prometheus exposition, and logs and traces setup.
 
+pub mod admin;
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
@@ -64,6 +65,8 @@ pub struct Metrics {
     pub reloads: ReloadLog,
     /// The statsd push: packets sent, flushes that failed.
     pub statsd: statsd::StatsdStats,
+    /// The admin listener's look-ups and resets.
+    pub admin: admin::AdminStats,
 }
 
 impl Default for Metrics {
@@ -90,6 +93,7 @@ impl Default for Metrics {
             top: TopTable::default(),
             reloads: ReloadLog::default(),
             statsd: statsd::StatsdStats::default(),
+            admin: admin::AdminStats::default(),
         }
     }
 }

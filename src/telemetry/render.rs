@@ -122,6 +122,7 @@ impl Metrics {
         self.render_service(&mut out);
         self.render_shards(&mut out);
         self.throttle.render(&mut out);
+        self.admin.render(&mut out);
         self.quota.render(&mut out);
         self.render_limits(&mut out, config, stats);
         render_limit_gauges(&mut out, config);

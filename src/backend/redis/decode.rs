@@ -97,6 +97,34 @@ impl Asked {
     }
 }
 
+/// The state a decision at `now` (ns) would start from, from the values of the keys
+/// `RedisStore::keys_of` names, in its order (`None`: the key is not there): the fixed window's
+/// count; the sliding window's current and previous counts; the bucket's TAT in microseconds.
+pub(super) fn stored(p: &Params, now: u64, values: &[Option<i64>]) -> State {
+    let idx = (now / (p.window_ms.max(1) * 1_000_000)) as u32;
+    let count = |i: usize| {
+        let n = values.get(i).copied().flatten().unwrap_or(0).max(0);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    };
+    match p.algorithm {
+        Algorithm::FixedWindow => State::Fixed {
+            window: idx,
+            count: count(0),
+        },
+        Algorithm::SlidingWindow => State::Sliding {
+            window: idx,
+            cur: count(0),
+            prev: count(1),
+        },
+        Algorithm::TokenBucket { .. } => State::Gcra {
+            tat: match values.first().copied().flatten() {
+                Some(us) if us > 0 => (us as u64).saturating_mul(1000),
+                _ => now,
+            },
+        },
+    }
+}
+
 /// A reply's integers (at most three: no script answers more), kept inline.
 pub(super) type Ints = SmallVec<[i64; 3]>;
 

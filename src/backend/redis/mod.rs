@@ -1,5 +1,6 @@
 //! Redis as the shared store of many replicas: the limiter's store contract over Redis.
 
+mod admin;
 mod connect;
 mod decode;
 pub mod fleet;
@@ -13,7 +14,7 @@ use decode::Asked;
 use scripts::Cmd;
 pub use settings::{RedisSettings, RedisTarget, RedisType};
 
-use crate::limiter::{Store, StoreError, StoreFuture, StoreOp};
+use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
 
 /// Shared by the shards: connections and key layout.
 pub struct RedisStore {
@@ -83,15 +84,40 @@ impl Store for RedisStore {
                 }
                 Ok(out)
             };
-            let raw = match tokio::time::timeout(deadline, fut).await {
-                Ok(r) => r.map_err(StoreError)?,
-                Err(_) => {
-                    return Err(StoreError(format!(
-                        "Redis did not answer within {deadline:?}"
-                    )))
-                }
-            };
+            let raw = within(deadline, fut).await?;
             Ok(asked.iter().zip(&raw).map(|(a, r)| a.decode(r)).collect())
         })
+    }
+
+    fn peek(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> StoreFuture {
+        self.read_keys(lane, op, now, deadline)
+    }
+
+    fn delete(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> DeleteFuture {
+        self.delete_keys(lane, op, now, deadline)
+    }
+}
+
+impl RedisStore {
+    /// The deployment counting `p`'s keys: the per-second Redis for one-second windows, when
+    /// one is set.
+    fn deployment(&self, p: &Params) -> &Deployment {
+        match &self.per_second {
+            Some(d) if p.window_ms == 1000 => d,
+            _ => &self.main,
+        }
+    }
+}
+
+/// `fut`'s answer, or an error once `deadline` has passed.
+async fn within<T>(
+    deadline: Duration,
+    fut: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(r) => r.map_err(StoreError),
+        Err(_) => Err(StoreError(format!(
+            "Redis did not answer within {deadline:?}"
+        ))),
     }
 }

@@ -16,6 +16,9 @@
 //!   script) live in one slot;
 //! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time.
 //!
+//! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
+//! by the same `RedisStore::cmd`.
+//!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
@@ -161,6 +164,14 @@ pub(super) enum Cmd {
         now_us: u64,
         interval_us: u64,
         hits: u64,
+    },
+    /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
+    Get {
+        key: String,
+    },
+    /// `DEL key`: a reset; answers 1 if the key was there.
+    Del {
+        key: String,
     },
 }
 
@@ -355,6 +366,22 @@ pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
         }
         Cmd::Expire { key, ttl_ms } => {
             pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms);
+        }
+        Cmd::Get { key } => {
+            pipe.cmd("GET").arg(key);
+        }
+        Cmd::Del { key } => {
+            pipe.cmd("DEL").arg(key);
+        }
+        _ => add_script(pipe, c, by_sha),
+    }
+}
+
+/// Adds a script call (`c` runs one of the scripts above).
+fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
+    match c {
+        Cmd::Fixed { .. } | Cmd::Expire { .. } | Cmd::Get { .. } | Cmd::Del { .. } => {
+            unreachable!("a plain command is added by `add`")
         }
         Cmd::Sliding {
             cur,

@@ -293,3 +293,35 @@ fn usage_past_the_limit_is_measured_and_refuses_checks() {
     let e = s.eval(&lim, T0 + 30 * NS, 0);
     assert_eq!((e.over, e.remaining, e.past), (false, 0, 0));
 }
+
+/// What a look-up reports as used agrees with what a check (hits 0) leaves: used + remaining is
+/// the limit (the burst for a bucket) while within it, for every algorithm and at any time.
+#[test]
+fn used_and_remaining_add_up_to_the_limit() {
+    for alg in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket { burst: 10 },
+    ] {
+        let lim = p(alg, 10, 60);
+        let mut s = State::fresh(&lim, T0);
+        assert_eq!(s.used(&lim, T0), 0, "{alg:?}");
+        for (i, dt) in [0, 1, 7, 30, 45, 61, 95, 130].into_iter().enumerate() {
+            let now = T0 + dt * NS;
+            hit(&mut s, &lim, now, 1 + i as u64 % 3);
+            let e = s.eval(&lim, now, 0);
+            if !e.over {
+                assert_eq!(
+                    s.used(&lim, now) + u64::from(e.remaining),
+                    10,
+                    "{alg:?} at +{dt}s"
+                );
+            }
+        }
+    }
+    // The fixed window counts only its own window; usage in full passes the limit.
+    let lim = p(Algorithm::FixedWindow, 10, 60);
+    let s = State::fresh(&lim, T0).add(&lim, T0, 13);
+    assert_eq!(s.used(&lim, T0), 13);
+    assert_eq!(s.used(&lim, T0 + 40 * NS), 0);
+}

@@ -17,6 +17,7 @@ use super::waiters::WaiterBudget;
 use super::{Clock, Op, Reply};
 
 mod actor;
+mod admin;
 mod decide;
 mod evict;
 mod grants;
@@ -31,6 +32,8 @@ mod table;
 mod tests;
 
 pub(crate) use actor::run;
+pub use admin::LookedUp;
+pub(crate) use admin::{Deleting, Peeking};
 pub(crate) use decide::uncount;
 use grants::Grant;
 pub use inspect::KeyInfo;
@@ -69,6 +72,18 @@ pub(crate) enum Msg {
         hash: u64,
         id: u64,
         reply: oneshot::Sender<bool>,
+    },
+    /// Admin: the key's state, counting nothing (with a store, a read to finish).
+    LookUp {
+        op: Op,
+        reply: oneshot::Sender<Peeking>,
+    },
+    /// Admin: forget the key's state here; with `delete` and a store, answer the deletion of
+    /// its store keys to wait for.
+    Reset {
+        op: Op,
+        delete: bool,
+        reply: oneshot::Sender<Deleting>,
     },
 }
 
@@ -260,6 +275,12 @@ impl Shard {
             } => {
                 let found = self.release(key, hash, id);
                 let _ = reply.send(found);
+            }
+            Msg::LookUp { op, reply } => {
+                let _ = reply.send(self.look_up(&op));
+            }
+            Msg::Reset { op, delete, reply } => {
+                let _ = reply.send(self.reset(&op, delete));
             }
         }
     }

@@ -20,7 +20,9 @@ use tokio::sync::mpsc;
 
 use super::synced::{SyncOp, Synced};
 use super::{Decide, Shard, Waiter};
-use crate::limiter::store::{Store, StoreError, StoreOp, StorePolicy, StoreReply};
+use crate::limiter::store::{
+    DeleteFuture, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
+};
 use crate::limiter::Op;
 
 /// What a finished round trip reports to its shard: its number, Redis's answers, its latency.
@@ -28,6 +30,9 @@ pub(crate) type Done = (u64, Result<Vec<StoreReply>, StoreError>, Duration);
 
 /// Round trips out at once per shard.
 const MAX_IN_FLIGHT: usize = 2;
+
+/// The least time an admin look-up or reset waits for the store.
+const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Breaker states as the shard's stats show them.
 pub const BREAKER_CLOSED: u64 = 0;
@@ -182,6 +187,20 @@ impl Remote {
         } else {
             u64::MAX
         }
+    }
+
+    /// Admin: the store's read of `op`'s key, on this shard's connection. Off the request
+    /// path, so it gets a second at least whatever the round trips' deadline.
+    pub(super) fn peek(&self, op: &Op, now: u64) -> StoreFuture {
+        let deadline = self.policy.deadline.max(ADMIN_DEADLINE);
+        self.store.peek(self.lane, op, now, deadline)
+    }
+
+    /// Admin: the deletion of `op`'s store keys, on this shard's connection (so it reaches
+    /// Redis after every round trip this shard sent before it).
+    pub(super) fn delete(&self, op: &Op, now: u64) -> DeleteFuture {
+        let deadline = self.policy.deadline.max(ADMIN_DEADLINE);
+        self.store.delete(self.lane, op, now, deadline)
     }
 
     /// Hits of `key` given back in Redis after the round trip being judged read it (waiting to

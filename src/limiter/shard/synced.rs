@@ -197,6 +197,13 @@ impl Synced {
         self.late.extend(late);
     }
 
+    /// A reset: forgets `key`'s view and the hits waiting to go to the store with it (those of
+    /// a sync already out still land).
+    pub(super) fn forget(&mut self, key: &str) {
+        self.views.remove(key);
+        self.late.retain(|s| s.op.key != key);
+    }
+
     /// When the next sync is due.
     pub(super) fn next_sync(&self) -> u64 {
         if self.views.is_empty() && self.late.is_empty() {

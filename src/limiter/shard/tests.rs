@@ -9,7 +9,7 @@ use super::*;
 use crate::config::{Algorithm, QueueSpec};
 use crate::descriptor::key_hash;
 use crate::limiter::store::{
-    FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
+    DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 use crate::limiter::{Op, Params, Role, State};
 
@@ -138,6 +138,22 @@ impl Store for HeldStore {
         let hits = batch.iter().map(|o| o.op.hits).collect();
         self.sent.lock().unwrap().push((hits, tx));
         Box::pin(async move { rx.await.map_err(|_| StoreError("dropped".into())) })
+    }
+
+    /// An empty store: every key reads fresh.
+    fn peek(&self, _: usize, op: &Op, now: u64, _: Duration) -> StoreFuture {
+        let before = State::fresh(&op.params, now);
+        Box::pin(async move {
+            Ok(vec![StoreReply {
+                before,
+                allowed: None,
+            }])
+        })
+    }
+
+    /// An empty store: nothing to delete.
+    fn delete(&self, _: usize, _: &Op, _: u64, _: Duration) -> DeleteFuture {
+        Box::pin(async { Ok(0) })
     }
 }
 

@@ -1,6 +1,7 @@
 //! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, the direct APIs (`rate`,
-//! `throttle`), and the debug and Prometheus ports' routers.
+//! `throttle`), and the debug, Prometheus and admin ports' routers.
 
+mod admin;
 mod json;
 mod rate;
 mod status;
@@ -17,6 +18,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
+pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
 pub use json::{response_json, JsonError, JsonRequest};
 
 use crate::service::rate::RateApiService;

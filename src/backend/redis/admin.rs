@@ -1,0 +1,70 @@
+//! A counter's keys read and deleted for the admin listener's look-up and reset, named by the
+//! same code that names them for deciding (`RedisStore::cmd`), so a reset reaches exactly the
+//! keys every replica counts in.
+
+use std::time::Duration;
+
+use super::connect::exec;
+use super::decode::stored;
+use super::scripts::Cmd;
+use super::{within, RedisStore};
+use crate::limiter::{DeleteFuture, Op, StoreFuture, StoreReply};
+
+impl RedisStore {
+    /// The keys `op`'s algorithm reads to decide at `now` (ns): the fixed window's key of the
+    /// current window; the sliding window's current and previous windows' keys; the token
+    /// bucket's TAT key.
+    fn keys_of(&self, op: &Op, now: u64) -> Vec<String> {
+        match self.cmd(op, now, false) {
+            Cmd::Fixed { key, .. } | Cmd::Gcra { key, .. } => vec![key],
+            Cmd::Sliding { cur, prev, .. } => vec![cur, prev],
+            other => unreachable!("a deciding command is fixed, sliding or GCRA: {other:?}"),
+        }
+    }
+
+    /// `GET` of each key (`INCRBY key 0` would create a fixed window's key), decoded into the
+    /// state a decision at `now` would start from.
+    pub(super) fn read_keys(
+        &self,
+        lane: usize,
+        op: &Op,
+        now: u64,
+        deadline: Duration,
+    ) -> StoreFuture {
+        let cmds: Vec<Cmd> = (self.keys_of(op, now).into_iter())
+            .map(|key| Cmd::Get { key })
+            .collect();
+        let conn = self.deployment(&op.params).conn(lane);
+        let params = op.params;
+        Box::pin(async move {
+            let replies = within(deadline, exec(conn, &cmds)).await?;
+            let values: Vec<Option<i64>> = replies.iter().map(|r| r.first().copied()).collect();
+            Ok(vec![StoreReply {
+                before: stored(&params, now, &values),
+                allowed: None,
+            }])
+        })
+    }
+
+    /// `DEL` of each key; answers how many were there.
+    pub(super) fn delete_keys(
+        &self,
+        lane: usize,
+        op: &Op,
+        now: u64,
+        deadline: Duration,
+    ) -> DeleteFuture {
+        let cmds: Vec<Cmd> = (self.keys_of(op, now).into_iter())
+            .map(|key| Cmd::Del { key })
+            .collect();
+        let conn = self.deployment(&op.params).conn(lane);
+        Box::pin(async move {
+            let replies = within(deadline, exec(conn, &cmds)).await?;
+            Ok(replies
+                .iter()
+                .filter_map(|r| r.first())
+                .map(|n| (*n).max(0) as u64)
+                .sum())
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! Acting on a limit (the admin listener): looking up what a request's descriptors have used of
+//! each limit that applies, counting nothing, and resetting their counters. Both are planned as
+//! a request is (`plan`), so they act on exactly the counter keys decisions count in.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use super::plan::{self, LimitRef, Plan};
+use super::{validate, AnswerSettings, Live, RateLimiter};
+use crate::config::{Algorithm, Unit};
+use crate::limiter::{EngineError, LookedUp, Op, Role};
+
+/// Why an admin action was not done; the message names what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// The request is malformed (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The domain, a descriptor's limit or the named limit is not in the loaded config (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The engine or the store could not act (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A limit that applies to one descriptor of the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applies {
+    /// The descriptor's place in the request.
+    pub descriptor: usize,
+    /// The limit's `name` ("" when it has none).
+    pub name: String,
+    /// The counter key it counts in ("" for an unlimited one).
+    pub key: String,
+    pub unit: Unit,
+    pub requests_per_unit: u32,
+    pub algorithm: Algorithm,
+    pub role: Role,
+    pub unlimited: bool,
+}
+
+/// What a look-up found of one limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// Hits held against the limit now (see `limiter::State::used`).
+    pub used: u64,
+    /// What a request of one hit would be told is left after a check (0 when over).
+    pub remaining: u32,
+    /// Until the window ends (fixed, sliding) or the bucket is full again (token bucket).
+    pub resets_in_ns: u64,
+    /// The engine's time of the look-up (ns since the epoch).
+    pub now: u64,
+    /// Requests waiting in this replica's queue of the key.
+    pub waiting: usize,
+}
+
+/// One limit: what applies, and (unless it is unlimited) its usage or its reset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acted<T> {
+    pub limit: Applies,
+    pub done: Option<T>,
+}
+
+/// A limit's planned op, if it counts.
+type Target = (Applies, Option<Op>);
+
+impl RateLimiter {
+    /// Every limit that applies to the request's descriptors, with what each has used. Counts
+    /// nothing anywhere: a decision after a look-up is the decision without it.
+    pub async fn look_up(&self, req: &RateLimitRequest) -> Result<Vec<Acted<Usage>>, AdminError> {
+        let live = self.live();
+        let mut out = Vec::new();
+        for (limit, op) in targets(&live, req, &self.answer, None)? {
+            let done = match op {
+                None => None,
+                Some(op) => {
+                    let found = self.engine.look_up(op.clone()).await;
+                    Some(usage(&op, found.map_err(unavailable)?))
+                }
+            };
+            out.push(Acted { limit, done });
+        }
+        Ok(out)
+    }
+
+    /// Counts the request's descriptors from zero on every limit that applies (only the one
+    /// named `only`, when given), in this replica and in the store; logs each reset. Answers,
+    /// per limit, how many store keys were deleted (`None` in memory).
+    pub async fn reset(
+        &self,
+        req: &RateLimitRequest,
+        only: Option<&str>,
+    ) -> Result<Vec<Acted<Option<u64>>>, AdminError> {
+        let live = self.live();
+        let targets = targets(&live, req, &self.answer, only)?;
+        let mut out = Vec::with_capacity(targets.len());
+        for (limit, op) in targets {
+            let Some(op) = op else {
+                out.push(Acted { limit, done: None });
+                continue;
+            };
+            let deleted = self.engine.reset(op).await.map_err(|e| {
+                let before = out.iter().filter(|a| a.done.is_some()).count();
+                AdminError::Unavailable(format!(
+                    "{} (limits reset before it: {before})",
+                    unavailable(e)
+                ))
+            })?;
+            tracing::info!(
+                domain = %req.domain,
+                descriptor = %entries(req, limit.descriptor),
+                limit = %limit.name,
+                key = %limit.key,
+                store_keys_deleted = ?deleted,
+                "limit reset"
+            );
+            out.push(Acted {
+                limit,
+                done: Some(deleted),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn usage(op: &Op, found: LookedUp) -> Usage {
+    let (p, now) = (&op.params, found.now);
+    let check = found.state.eval(p, now, 0);
+    Usage {
+        used: found.state.used(p, now),
+        remaining: check.remaining,
+        resets_in_ns: check.reset_ns,
+        now,
+        waiting: found.waiting,
+    }
+}
+
+fn unavailable(e: EngineError) -> AdminError {
+    AdminError::Unavailable(match e {
+        EngineError::Store(m) => format!("the store could not be reached: {m}"),
+        e => e.to_string(),
+    })
+}
+
+/// A descriptor's entries as `key=value, key=value`, for messages and logs.
+fn entries(req: &RateLimitRequest, i: usize) -> String {
+    let parts: Vec<String> = req.descriptors[i]
+        .entries
+        .iter()
+        .map(|e| format!("{}={}", e.key, e.value))
+        .collect();
+    parts.join(", ")
+}
+
+/// The limits that apply, each with its op, as a request with these descriptors plans them;
+/// only the one named `only`, when given. Every descriptor must match a limit.
+fn targets(
+    live: &Live,
+    req: &RateLimitRequest,
+    answer: &AnswerSettings,
+    only: Option<&str>,
+) -> Result<Vec<Target>, AdminError> {
+    validate(req, &answer.request_limits).map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    takes_no_hits(req)?;
+    let Some(domain) = live.config.domain(&req.domain) else {
+        let mut known: Vec<&str> = live.config.domains.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        return Err(AdminError::NotFound(format!(
+            "no domain {:?} in the loaded config (domains: {})",
+            req.domain,
+            known.join(", ")
+        )));
+    };
+    let mut plan = Plan::default();
+    let ops = plan::plan(&mut plan, domain, req, answer)
+        .map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
+    let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
+    for (ai, a) in plan.applied.iter().enumerate() {
+        let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
+        let (algorithm, unlimited) = match a.limit {
+            LimitRef::Config(l) => (l.algorithm, l.unlimited),
+            LimitRef::Override { .. } => (Algorithm::FixedWindow, false),
+        };
+        let applies = Applies {
+            descriptor: a.descriptor,
+            name: a.limit.name().to_owned(),
+            key: op.as_ref().map_or_else(String::new, |o| o.key.clone()),
+            unit: a.limit.unit(),
+            requests_per_unit: a.limit.requests_per_unit(),
+            algorithm,
+            role: a.role,
+            unlimited,
+        };
+        out.push((applies, op));
+    }
+    if let Some(i) =
+        (0..req.descriptors.len()).find(|i| out.iter().all(|(a, _)| a.descriptor != *i))
+    {
+        return Err(AdminError::NotFound(format!(
+            "descriptors[{i}] ({}) matches no limit in domain {:?} (see /rlconfig)",
+            entries(req, i),
+            req.domain
+        )));
+    }
+    if let Some(name) = only {
+        let names: Vec<String> = out.iter().map(|(a, _)| format!("{:?}", a.name)).collect();
+        out.retain(|(a, _)| a.name == name);
+        if out.is_empty() {
+            return Err(AdminError::NotFound(format!(
+                "no limit named {name:?} applies to these descriptors (limits: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// A look-up and a reset count nothing: hits in the request would be ignored, so they are
+/// refused rather than silently dropped.
+fn takes_no_hits(req: &RateLimitRequest) -> Result<(), AdminError> {
+    let refuse = |what: String| {
+        Err(AdminError::BadRequest(format!(
+            "{what}: a look-up or a reset takes no hits"
+        )))
+    };
+    if req.hits_addend != 0 {
+        return refuse("hits_addend".into());
+    }
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if d.hits_addend.is_some() {
+            return refuse(format!("descriptors[{i}].hits_addend"));
+        }
+        if d.is_negative_hits {
+            return refuse(format!("descriptors[{i}].is_negative_hits"));
+        }
+    }
+    Ok(())
+}
