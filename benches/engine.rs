@@ -337,7 +337,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             global_quota_mode: false,
             response_dynamic_metadata: false,
         },
-        Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::telemetry::top::DEFAULT_SAMPLE)),
+        Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::hitters::DEFAULT_SAMPLE)),
     );
     (rt, limiter)
 }
