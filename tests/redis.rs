@@ -382,7 +382,11 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
     // Bounded by the 100 ms deadline, never Redis's usual multi-second hang (a liveness
     // bound with room for a loaded machine, not a benchmark).
     assert!(slowest < Duration::from_secs(2), "slowest call {slowest:?}");
-    assert!(breaker(&s).contains(&BREAKER_OPEN), "{:?}", breaker(&s));
+    assert!(
+        breaker(&s).contains(&BreakerState::Open.gauge()),
+        "{:?}",
+        breaker(&s)
+    );
     let health = reqwest::get(format!("{}/healthcheck", s.http))
         .await
         .unwrap();
@@ -416,7 +420,10 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         run(2).await;
-        if breaker(&s).iter().all(|b| *b == BREAKER_CLOSED) {
+        if breaker(&s)
+            .iter()
+            .all(|b| *b == BreakerState::Closed.gauge())
+        {
             break;
         }
         assert!(

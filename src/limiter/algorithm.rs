@@ -221,7 +221,7 @@ impl State {
         }
     }
 
-    /// Gives `hits` back (a refund, or the undo of a request refused elsewhere).
+    /// Gives `hits` back (a negative hit, or the refund of a request refused elsewhere).
     pub fn refund(&mut self, p: &Params, now: u64, hits: u64) {
         match self {
             State::Fixed { window, count } => {

@@ -22,7 +22,7 @@ pub use clock::{Clock, ManualClock};
 use shard::{
     find_on_this_thread, Answer, Decide, Msg, OnThisThread, ReplyTo, SameThreadShard, Shard,
 };
-pub use shard::{KeyInfo, LookedUp, ShardStats, BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+pub use shard::{BreakerState, KeyInfo, LookedUp, ShardStats};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
@@ -114,13 +114,13 @@ pub(crate) struct Reply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hits {
     /// Not counted: the message was refused, or answered without counting (fail-open, a part
-    /// cancelled or undone).
+    /// cancelled or refunded).
     NotCounted,
     /// Not counted: the message waited in a queue until its deadline.
     TimedOut,
-    /// Counted in the shard's table (so an undo goes there).
+    /// Counted in the shard's table (so a refund goes there).
     InMemory,
-    /// Counted in the store (so an undo goes there).
+    /// Counted in the store (so a refund goes there).
     InStore,
     /// Not counted: the store could not decide (failure mode `fail_closed`), so the request fails.
     StoreFailed,

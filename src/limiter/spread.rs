@@ -35,10 +35,10 @@ impl Engine {
                 .map(|(o, out)| (o.role, out.over))
         });
         if refused || verdict::refuses(judged, global_shadow) {
-            request.undo();
+            request.refund_committed();
         }
         request.done = true;
-        // After the undo: the answers say what is left without what was given back.
+        // After the refund: the answers say what is left without what was given back.
         let mut decision = Decision::default();
         for (p, i) in placed {
             let reply = request.parts[p].reply.as_ref().expect("collected");
@@ -113,7 +113,7 @@ impl SpreadRequest<'_> {
             // Phase two: the parts over a queued limit wait (each shard admits its part in FIFO
             // order and consumes only then); phase three decides the rest once they are in, so
             // nothing is held elsewhere while a part waits.
-            self.undo();
+            self.refund_committed();
             let (waiting, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = all
                 .iter()
                 .copied()
@@ -220,7 +220,7 @@ impl SpreadRequest<'_> {
     }
 
     /// After a refusal: parts that may be waiting in a queue are cancelled (they leave it and
-    /// consume nothing); an answer already sent is taken, so it can be undone. A cancelled part
+    /// consume nothing); an answer already sent is taken, so it can be refunded. A cancelled part
     /// reports its queued ops as over (it was waiting because they were) and the rest as within.
     fn cancel_rest(&mut self) {
         for p in self.parts.iter_mut() {
@@ -260,7 +260,7 @@ impl SpreadRequest<'_> {
 
     /// Gives back what the parts consumed (usage counted in full stays counted); their
     /// answers then say what is left without it.
-    fn undo(&mut self) {
+    fn refund_committed(&mut self) {
         for p in self.parts.iter_mut() {
             if p.reply.as_ref().is_some_and(|r| r.committed()) {
                 let ops: Vec<Op> = p
@@ -275,11 +275,11 @@ impl SpreadRequest<'_> {
                 if !ops.is_empty() {
                     let in_store = p.reply.as_ref().is_some_and(|r| r.hits == Hits::InStore);
                     // Best effort when the shard's queue is full: the window ends anyway.
-                    let _ = self.engine.send(p.shard, Msg::Undo { ops, in_store });
+                    let _ = self.engine.send(p.shard, Msg::Refund { ops, in_store });
                 }
                 if let Some(r) = p.reply.as_mut() {
                     r.hits = Hits::NotCounted;
-                    super::shard::uncount(&p.ops, &mut r.outcomes);
+                    super::shard::refund_in_outcomes(&p.ops, &mut r.outcomes);
                 }
             }
         }
@@ -290,7 +290,7 @@ impl Drop for SpreadRequest<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.cancel_rest();
-            self.undo();
+            self.refund_committed();
         }
     }
 }

@@ -39,9 +39,9 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Vec<StoreReply>, Store
 #[derive(Debug, Clone, Copy)]
 pub struct StoreOp<'a> {
     pub op: &'a Op,
-    /// Give `op.hits` back instead of taking them: an op with `refund`, or the undo of hits a
+    /// Give `op.hits` back instead of taking them: an op with `refund`, or the refund of hits a
     /// refused request had counted.
-    pub give_back: bool,
+    pub refund: bool,
     /// Local-first sync: add `op.hits`, admitted here already, whatever the limit says, to the
     /// window holding this time (ns); the reply's `before` is the store's state before them.
     pub sync_at: Option<u64>,

@@ -29,7 +29,7 @@ impl WaiterBudget {
     }
 
     /// A waiter left its queue (answered, timed out, cancelled or drained).
-    pub(crate) fn give_back(&self) {
+    pub(crate) fn free(&self) {
         let _ = self
             .taken
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
@@ -53,7 +53,7 @@ mod tests {
             .map(|t| t.join().unwrap())
             .sum();
         assert_eq!(taken, 1000);
-        b.give_back();
+        b.free();
         assert!(b.try_take());
         assert!(!b.try_take());
     }

@@ -27,10 +27,7 @@ use turnstile::settings::Settings;
 // What tests read of the crate besides the server, named here so that a move in src/ touches
 // this file only.
 #[allow(unused_imports)] // by the test files that do not read them
-pub use turnstile::{
-    limiter::{BREAKER_CLOSED, BREAKER_OPEN},
-    service::WAITED_HEADER,
-};
+pub use turnstile::{limiter::BreakerState, service::WAITED_HEADER};
 
 /// The envoyproxy/ratelimit-style config of the gRPC answers (tests/grpc.rs) and of the counting
 /// scenarios run on every backend (tests/backends.rs).

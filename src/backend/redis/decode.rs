@@ -10,7 +10,7 @@ use crate::limiter::{Params, State, StoreReply};
 pub(super) struct Asked {
     pub(super) params: Params,
     pub(super) hits: u64,
-    pub(super) give_back: bool,
+    pub(super) refund: bool,
     /// Counted whatever the limit says: the reply holds the hits, and the shard judges.
     pub(super) in_full: bool,
     /// The time the op was counted at (its window), ns since the epoch.
@@ -28,7 +28,7 @@ impl Asked {
         let idx = (now / w) as u32;
         let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let first = reply.first().copied().unwrap_or(0);
-        if self.give_back {
+        if self.refund {
             // REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
             let before = match p.algorithm {
                 Algorithm::FixedWindow => State::Fixed {

@@ -36,11 +36,11 @@ impl Store for RedisStore {
         let mut asked = Vec::with_capacity(batch.len());
         for (i, b) in batch.iter().enumerate() {
             let at = b.sync_at.unwrap_or(now);
-            let in_full = b.sync_at.is_some() || (b.in_full && !b.give_back);
+            let in_full = b.sync_at.is_some() || (b.in_full && !b.refund);
             let c = match b.sync_at {
                 Some(at) => self.sync_cmd(b.op, at, now),
                 None if in_full => self.sync_cmd(b.op, now, now),
-                None => self.cmd(b.op, now, b.give_back),
+                None => self.cmd(b.op, now, b.refund),
             };
             if self.per_second.is_some() && c.per_second(&b.op.params) {
                 second.push((i, c));
@@ -50,7 +50,7 @@ impl Store for RedisStore {
             asked.push(Asked {
                 params: b.op.params,
                 hits: b.op.hits,
-                give_back: b.give_back,
+                refund: b.refund,
                 in_full,
                 at,
             });

@@ -108,7 +108,7 @@ impl Shard {
             Some(r) => {
                 r.over.remove(op.key.as_str());
                 r.synced.forget(&op.key);
-                r.undo.retain(|u| u.key != op.key);
+                r.refunds.retain(|u| u.key != op.key);
                 delete.then(|| r.delete(op, now))
             }
             None => None,

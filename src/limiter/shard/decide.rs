@@ -98,7 +98,7 @@ impl Shard {
         let now = self.clock.now();
         // Refunds first: capacity given back goes to the head of the queue before anyone else.
         for op in d.ops.iter().filter(|o| o.refund) {
-            self.give_back(op, now);
+            self.refund(op, now);
         }
         // Waiters of these keys go before this newcomer.
         for i in 0..d.ops.len() {
@@ -145,7 +145,7 @@ impl Shard {
         if !matches!(verdict, Verdict::Admit) {
             // Usage counted in full stays counted; the rest of the message consumes nothing.
             match &commit {
-                Commit::Remote(done) => self.remote_undo(&d.ops, done),
+                Commit::Remote(done) => self.refund_in_store(&d.ops, done),
                 Commit::Memory(scratch) => self.commit_in_full(&d.ops, scratch, now),
             }
         }
@@ -153,7 +153,7 @@ impl Shard {
             Verdict::Admit => self.admit(d, outcomes, &commit, now, since),
             Verdict::Refuse => {
                 let mut outcomes = outcomes;
-                uncount(&d.ops, &mut outcomes);
+                refund_in_outcomes(&d.ops, &mut outcomes);
                 self.count_denied(&d.ops, now);
                 self.protect(&d.ops, &outcomes, now);
                 self.answer(
@@ -203,10 +203,10 @@ impl Shard {
             match commit {
                 Commit::Memory(_) => {
                     for op in d.ops.iter().filter(|o| !o.refund && !o.counts_in_full()) {
-                        self.give_back(op, now);
+                        self.refund(op, now);
                     }
                 }
-                Commit::Remote(done) => self.remote_undo(&d.ops, done),
+                Commit::Remote(done) => self.refund_in_store(&d.ops, done),
             }
         }
     }
@@ -307,7 +307,7 @@ impl Shard {
 
 /// A refused message's ops that fit report what is left without their hits, which were not
 /// counted (usage counted in full excepted).
-pub(crate) fn uncount(ops: &[Op], outcomes: &mut [Outcome]) {
+pub(crate) fn refund_in_outcomes(ops: &[Op], outcomes: &mut [Outcome]) {
     for (op, out) in ops.iter().zip(outcomes.iter_mut()) {
         if !(out.over || out.blocked || op.refund || op.counts_in_full()) {
             let hits = u32::try_from(op.hits).unwrap_or(u32::MAX);

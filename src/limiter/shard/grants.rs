@@ -51,7 +51,7 @@ impl Shard {
                 counting: crate::limiter::Counting::IfAdmitted,
                 local_first: Some(false),
             };
-            self.give_back(&op, now);
+            self.refund(&op, now);
         }
         found
     }

@@ -34,11 +34,11 @@ mod tests;
 pub(crate) use actor::run;
 pub use admin::LookedUp;
 pub(crate) use admin::{Deleting, Peeking};
-pub(crate) use decide::uncount;
+pub(crate) use decide::refund_in_outcomes;
 use grants::Grant;
 pub use inspect::KeyInfo;
+pub use round_trip::BreakerState;
 pub(crate) use round_trip::Remote;
-pub use round_trip::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
 pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use table::Table;
 
@@ -47,7 +47,7 @@ use table::Table;
 pub(crate) enum Msg {
     Decide(Decide),
     /// Gives back what a request consumed here when another shard refused it.
-    Undo {
+    Refund {
         ops: Vec<Op>,
         /// Counted in the store rather than in the shard's table.
         in_store: bool,
@@ -138,7 +138,7 @@ pub struct ShardStats {
     pub wait_ns_total: AtomicU64,
     /// Keys dropped before their window ended because the shard held its cap.
     pub evictions: AtomicU64,
-    /// Redis mode: the breaker (`BREAKER_CLOSED`, `BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
+    /// Redis mode: the breaker, as [`BreakerState::gauge`] gives it.
     pub breaker: AtomicU64,
     pub redis_errors: AtomicU64,
     /// Decisions made without Redis while its breaker was open.
@@ -249,17 +249,17 @@ impl Shard {
     pub(crate) fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Decide(d) => self.decide_any(d),
-            Msg::Undo {
+            Msg::Refund {
                 ops,
                 in_store: true,
-            } => self.undo_remote_ops(&ops),
-            Msg::Undo {
+            } => self.refund_all_in_store(&ops),
+            Msg::Refund {
                 ops,
                 in_store: false,
             } => {
                 let now = self.clock.now();
                 for op in &ops {
-                    self.give_back(op, now);
+                    self.refund(op, now);
                 }
             }
             Msg::Inspect { prefix, reply } => {

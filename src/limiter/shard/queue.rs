@@ -11,7 +11,7 @@ use crate::limiter::{Hits, Op, Outcomes, Reply};
 
 impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.
-    pub(super) fn give_back(&mut self, op: &Op, now: u64) {
+    pub(super) fn refund(&mut self, op: &Op, now: u64) {
         if let Some(r) = self.remote.as_mut() {
             r.synced.record(op, -(op.hits as i64), now);
         }
@@ -110,7 +110,7 @@ impl Shard {
     }
 
     pub(super) fn left_queue(&mut self) {
-        self.budget.give_back();
+        self.budget.free();
         self.waiters = self.waiters.saturating_sub(1);
         self.stats
             .waiting

@@ -148,7 +148,7 @@ impl Shard {
     }
 
     /// Gives back, through Redis, what the ops at `done` counted there.
-    pub(super) fn remote_undo(&mut self, ops: &[Op], done: &[usize]) {
+    pub(super) fn refund_in_store(&mut self, ops: &[Op], done: &[usize]) {
         if done.is_empty() {
             return;
         }
@@ -165,31 +165,31 @@ impl Shard {
             return;
         }
         for &i in &done {
-            r.undo.push(ops[i].clone());
+            r.refunds.push(ops[i].clone());
         }
-        self.unview(ops, &done);
+        self.refund_views(ops, &done);
         self.flush();
     }
 
     /// Gives back ops that another shard's refusal undid; `remote` says where they counted.
-    pub(super) fn undo_remote_ops(&mut self, ops: &[Op]) {
+    pub(super) fn refund_all_in_store(&mut self, ops: &[Op]) {
         let all: SmallVec<[usize; 2]> = (0..ops.len()).collect();
-        self.remote_undo(ops, &all);
+        self.refund_in_store(ops, &all);
     }
 
     pub(super) fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let InFlight {
             messages,
-            undo,
+            refunds,
             sync,
             now,
             ..
         } = flight;
-        let undone = undo.len();
+        let refunded = refunds.len();
         let n_msgs: usize = messages.iter().map(|p| p.ops().len()).sum();
         self.judge_stored(messages, &replies, now);
         // The sync went last in the pipeline: its counts are the latest, and make the views.
-        let sync_at = (n_msgs + undone).min(replies.len());
+        let sync_at = (n_msgs + refunded).min(replies.len());
         self.synced(sync, &replies[sync_at..], now);
     }
 
@@ -238,11 +238,11 @@ impl Shard {
                     if w.msg.reply.is_closed() {
                         self.left_queue();
                         self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                        self.remote_undo(&w.msg.ops, &counted);
+                        self.refund_in_store(&w.msg.ops, &counted);
                     } else {
                         match verdict {
                             Verdict::Wait(i) if i == op => {
-                                self.remote_undo(&w.msg.ops, &counted);
+                                self.refund_in_store(&w.msg.ops, &counted);
                                 let retry = outcomes[i].retry_ns;
                                 self.requeue_head(w, &key, now.saturating_add(retry));
                                 continue;

@@ -8,7 +8,7 @@
 //! carries a queue head or a local-first sync goes only when none is out, because their
 //! bookkeeping (`heads`, a view's one sync in flight) holds one round trip at a time; nothing
 //! else goes ahead of it meanwhile. Hits given back go in the next pipeline; a count read before
-//! they went is that much too high (`Remote::queued_undo`).
+//! they went is that much too high (`Remote::queued_refunds`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -34,10 +34,47 @@ const MAX_IN_FLIGHT: usize = 2;
 /// The least time an admin look-up or reset waits for the store.
 const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
 
-/// Breaker states as the shard's stats show them.
-pub const BREAKER_CLOSED: u64 = 0;
-pub const BREAKER_OPEN: u64 = 1;
-pub const BREAKER_HALF_OPEN: u64 = 2;
+/// Where a shard's breaker to the store stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Decisions go to the store.
+    Closed,
+    /// The store failed: decisions follow the failure mode until the cooldown ends.
+    Open,
+    /// One batch has gone to the store as a probe; its answer closes or reopens the breaker.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// The value of the `ratelimit_service_redis_breaker_state` gauge.
+    pub const fn gauge(self) -> u64 {
+        match self {
+            BreakerState::Closed => 0,
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+        }
+    }
+
+    /// The state a gauge value stands for.
+    pub fn from_gauge(value: u64) -> Option<BreakerState> {
+        [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ]
+        .into_iter()
+        .find(|s| s.gauge() == value)
+    }
+
+    /// The state as the status page names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
+    }
+}
 
 /// Opens after consecutive failures (errors, deadlines, or slow round trips); after a cooldown
 /// one batch goes to Redis as a probe, and its success closes it again.
@@ -56,11 +93,11 @@ impl Breaker {
         }
     }
 
-    fn state(&self) -> u64 {
+    fn state(&self) -> BreakerState {
         match (self.open_until, self.probing) {
-            (None, _) => BREAKER_CLOSED,
-            (Some(_), true) => BREAKER_HALF_OPEN,
-            (Some(_), false) => BREAKER_OPEN,
+            (None, _) => BreakerState::Closed,
+            (Some(_), true) => BreakerState::HalfOpen,
+            (Some(_), false) => BreakerState::Open,
         }
     }
 }
@@ -88,7 +125,7 @@ pub(super) struct InFlight {
     pub(super) has_head: bool,
     pub(super) messages: Vec<StoreBound>,
     /// Hits given back in this round trip, after its messages' ops.
-    pub(super) undo: Vec<Op>,
+    pub(super) refunds: Vec<Op>,
     pub(super) sync: Vec<SyncOp>,
     pub(super) now: u64,
 }
@@ -100,7 +137,7 @@ pub(crate) struct Remote {
     lane: usize,
     pub(super) breaker: Breaker,
     pub(super) batch: Vec<StoreBound>,
-    pub(super) undo: Vec<Op>,
+    pub(super) refunds: Vec<Op>,
     /// Round trips out, oldest first; answers that came before an older one's wait in `arrived`.
     in_flight: VecDeque<InFlight>,
     arrived: Vec<Done>,
@@ -147,7 +184,7 @@ impl Remote {
                 probing: false,
             },
             batch: Vec::new(),
-            undo: Vec::new(),
+            refunds: Vec::new(),
             in_flight: VecDeque::with_capacity(MAX_IN_FLIGHT),
             arrived: Vec::with_capacity(MAX_IN_FLIGHT),
             next_seq: 0,
@@ -205,9 +242,9 @@ impl Remote {
 
     /// Hits of `key` given back in Redis after the round trip being judged read it (waiting to
     /// go, or in a round trip sent later): that count is that much too high.
-    pub(super) fn queued_undo(&self, key: &str) -> i64 {
-        let later = self.in_flight.iter().flat_map(|f| f.undo.iter());
-        self.undo
+    pub(super) fn queued_refunds(&self, key: &str) -> i64 {
+        let later = self.in_flight.iter().flat_map(|f| f.refunds.iter());
+        self.refunds
             .iter()
             .chain(later)
             .filter(|u| u.key == key)
@@ -229,7 +266,7 @@ impl Shard {
             return;
         }
         let sync = r.synced.take_due(now);
-        if r.batch.is_empty() && r.undo.is_empty() && sync.is_empty() {
+        if r.batch.is_empty() && r.refunds.is_empty() && sync.is_empty() {
             return;
         }
         if r.breaker.open_until.is_some() {
@@ -237,8 +274,8 @@ impl Shard {
             r.breaker.probing = true;
         }
         let messages = std::mem::take(&mut r.batch);
-        let undo = std::mem::take(&mut r.undo);
-        let mut batch = Vec::with_capacity(messages.len() + undo.len() + sync.len());
+        let refunds = std::mem::take(&mut r.refunds);
+        let mut batch = Vec::with_capacity(messages.len() + refunds.len() + sync.len());
         for p in &messages {
             let d = match p {
                 StoreBound::New(d) => d,
@@ -247,16 +284,16 @@ impl Shard {
             for op in &d.ops {
                 batch.push(StoreOp {
                     op,
-                    give_back: op.refund,
+                    refund: op.refund,
                     sync_at: None,
                     in_full: op.counts_in_full(),
                 });
             }
         }
-        for op in &undo {
+        for op in &refunds {
             batch.push(StoreOp {
                 op,
-                give_back: true,
+                refund: true,
                 sync_at: None,
                 in_full: false,
             });
@@ -273,7 +310,7 @@ impl Shard {
             seq,
             has_head,
             messages,
-            undo,
+            refunds,
             sync,
             now,
         });
@@ -284,7 +321,12 @@ impl Shard {
             let _ = tx.send((seq, result, started.elapsed()));
         });
         self.stats.breaker.store(
-            self.remote.as_ref().expect("remote").breaker.state(),
+            self.remote
+                .as_ref()
+                .expect("remote")
+                .breaker
+                .state()
+                .gauge(),
             Ordering::Relaxed,
         );
     }
@@ -349,7 +391,7 @@ impl Shard {
         }
         self.stats
             .breaker
-            .store(r.breaker.state(), Ordering::Relaxed);
+            .store(r.breaker.state().gauge(), Ordering::Relaxed);
         match result {
             Ok(replies) => self.apply(flight, replies),
             Err(_) => {

@@ -45,7 +45,7 @@ struct View {
 pub(super) struct SyncOp {
     pub(super) op: Op,
     pub(super) at: u64,
-    pub(super) give_back: bool,
+    pub(super) refund: bool,
 }
 
 impl SyncOp {
@@ -55,7 +55,7 @@ impl SyncOp {
         SyncOp {
             op,
             at,
-            give_back: hits < 0,
+            refund: hits < 0,
         }
     }
 }
@@ -273,7 +273,7 @@ impl Shard {
         for s in sent {
             batch.push(StoreOp {
                 op: &s.op,
-                give_back: s.give_back,
+                refund: s.refund,
                 sync_at: Some(s.at),
                 in_full: false,
             });
@@ -302,14 +302,14 @@ impl Shard {
                 _ => s.at,
             };
             // A give-back answers the state after it; an add, the state before.
-            let total = if s.give_back {
+            let total = if s.refund {
                 reply.before
             } else {
                 reply.before.add(&p, when, v.sending.unsigned_abs())
             };
             v.sending = 0;
             v.read_at = started;
-            let local = Synced::pending(v, now) - r.queued_undo(&s.op.key);
+            let local = Synced::pending(v, now) - r.queued_refunds(&s.op.key);
             let state = with_hits(total, &p, now, local);
             self.set_view(&s.op, state, now);
         }
@@ -332,7 +332,7 @@ impl Shard {
             if !r.synced.applies(op) {
                 continue;
             }
-            let undo = r.queued_undo(&op.key);
+            let refunds = r.queued_refunds(&op.key);
             let Some(v) = r.synced.view(op, started) else {
                 continue;
             };
@@ -341,14 +341,14 @@ impl Shard {
             if counted.contains(&i) {
                 state = state.add(&op.params, started, op.hits);
             }
-            let state = with_hits(state, &op.params, now, Synced::pending(v, now) - undo);
+            let state = with_hits(state, &op.params, now, Synced::pending(v, now) - refunds);
             self.set_view(op, state, now);
         }
     }
 
     /// Hits counted in Redis are being given back there: the views of local-first keys that
     /// hold them give them back too (their table state; nothing to sync).
-    pub(super) fn unview(&mut self, ops: &[Op], done: &[usize]) {
+    pub(super) fn refund_views(&mut self, ops: &[Op], done: &[usize]) {
         let now = self.clock.now();
         for &i in done {
             let op = &ops[i];

@@ -105,7 +105,7 @@ async fn healthcheck(State(s): State<HttpState>) -> Response {
             .collect();
         let open = states
             .iter()
-            .filter(|b| **b != crate::limiter::BREAKER_CLOSED)
+            .filter(|b| **b != crate::limiter::BreakerState::Closed.gauge())
             .count();
         if open == 0 {
             (StatusCode::OK, "OK").into_response()

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::DebugState;
 use crate::config::Config;
 use crate::hitters::{TopLists, WINDOW_SECS};
-use crate::limiter::{BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN};
+use crate::limiter::BreakerState;
 use crate::service::RateLimiter;
 
 /// The status page: one file, no external assets.
@@ -235,10 +235,5 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
 }
 
 fn breaker(state: u64) -> &'static str {
-    match state {
-        BREAKER_CLOSED => "closed",
-        BREAKER_OPEN => "open",
-        BREAKER_HALF_OPEN => "half-open",
-        _ => "unknown",
-    }
+    BreakerState::from_gauge(state).map_or("unknown", BreakerState::name)
 }
