@@ -92,7 +92,7 @@
 //! |---|---|---|
 //! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples | in progress |
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
-//! | 3 | `limiter::key::Key` (text + hash; `descriptor` only matches), `protocol.rs`, the verdict in `Decision` | planned |
+//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); `limiter::key::Key` (text + hash; `descriptor` only matches) and the verdict in `Decision` | in progress |
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | planned |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
 //! | 6 | one context from `server`, counters owned by their subsystems, loads recorded once | planned |

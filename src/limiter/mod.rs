@@ -1,8 +1,11 @@
 //! Algorithms (time is a parameter), shard actors and their wait queues, and the engine handle
-//! that routes a request's ops to the shards owning their keys.
+//! that routes a request's ops to the shards owning their keys. The vocabulary of a decision is
+//! in `op`, the messages between callers and shards in `protocol`.
 
 mod algorithm;
 mod clock;
+mod op;
+mod protocol;
 mod shard;
 mod spread;
 mod store;
@@ -14,141 +17,22 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-use shard::{
-    find_on_this_thread, Answer, Decide, Msg, OnThisThread, ReplyTo, SameThreadShard, Shard,
-};
-pub use shard::{BreakerState, KeyInfo, LookedUp, ShardStats};
+pub use op::{Counting, Op, Outcome, Outcomes, Role};
+use protocol::{Answer, Decide, Msg, ReplyTo};
+pub use protocol::{KeyInfo, LookedUp};
+use shard::{find_on_this_thread, OnThisThread, SameThreadShard, Shard};
+pub use shard::{BreakerState, ShardStats};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 pub use verdict::refuses;
 
-use crate::config::QueueSpec;
 use crate::descriptor::shard_of;
 use waiters::WaiterBudget;
-
-/// How an op's verdict weighs on the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Over the limit refuses the request.
-    Binding,
-    /// `quota_mode`: refuses only when every quota op of the request is over.
-    Quota,
-    /// `shadow_mode`: reported, never refuses.
-    Shadow,
-}
-
-/// One limit to decide for one counter key.
-#[derive(Debug, Clone)]
-pub struct Op {
-    pub key: String,
-    pub hash: u64,
-    pub params: Params,
-    pub hits: u64,
-    /// `is_negative_hits`: give `hits` back instead of taking them.
-    pub refund: bool,
-    /// Whether the hits count when the request is refused.
-    pub counting: Counting,
-    pub role: Role,
-    pub queue: Option<QueueSpec>,
-    /// Direct API: the request id under which an admitted hit can be released again.
-    pub grant: Option<u64>,
-    /// With a store: decide from memory and sync in the background (`Some(true)`), exactly
-    /// (`Some(false)`), or as the store policy's default says (`None`).
-    pub local_first: Option<bool>,
-}
-
-/// Which hits of a refused request count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Counting {
-    /// Only an admitted request's: a refused request consumes nothing.
-    #[default]
-    IfAdmitted,
-    /// Refused or not (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), as envoyproxy/ratelimit
-    /// counts them, and like it: a fixed window known to be full is answered from the local
-    /// over-limit cache without counting more.
-    Always,
-    /// Usage reported after the fact (a descriptor's own `hits_addend`): counted in full, past
-    /// the limit if need be, and always stored.
-    Usage,
-}
-
-impl Op {
-    /// Whether this op's hits are counted whatever the verdict.
-    pub fn counts_in_full(&self) -> bool {
-        self.counting != Counting::IfAdmitted && self.hits > 0 && !self.refund
-    }
-}
-
-/// The verdict on one op.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    pub over: bool,
-    pub remaining: u32,
-    /// How far past the limit the key is with this op's hits (0 when within it): the part of
-    /// the hits that is over, when it is less than all of them.
-    pub past: u64,
-    pub reset_ns: u64,
-    pub retry_ns: u64,
-    /// Refused only because waiters of its key were ahead of it.
-    pub blocked: bool,
-}
-
-/// Verdicts in the order of the ops given.
-pub type Outcomes = SmallVec<[Outcome; 1]>;
-
-/// A shard's answer to one message.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) outcomes: Outcomes,
-    pub(crate) hits: Hits,
-    pub(crate) waited_ns: u64,
-}
-
-/// What became of the hits of a message's ops that fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hits {
-    /// Not counted: the message was refused, or answered without counting (fail-open, a part
-    /// cancelled or refunded).
-    NotCounted,
-    /// Not counted: the message waited in a queue until its deadline.
-    TimedOut,
-    /// Counted in the shard's table (so a refund goes there).
-    InMemory,
-    /// Counted in the store (so a refund goes there).
-    InStore,
-    /// Not counted: the store could not decide (failure mode `fail_closed`), so the request fails.
-    StoreFailed,
-}
-
-impl Reply {
-    /// An answer that consumed nothing: refused, or decided without counting.
-    pub(crate) fn refused(outcomes: Outcomes, waited_ns: u64) -> Reply {
-        Reply {
-            outcomes,
-            hits: Hits::NotCounted,
-            waited_ns,
-        }
-    }
-
-    /// Whether the shard consumed the hits of the ops that fit.
-    pub(crate) fn committed(&self) -> bool {
-        matches!(self.hits, Hits::InMemory | Hits::InStore)
-    }
-
-    pub(crate) fn timed_out(&self) -> bool {
-        self.hits == Hits::TimedOut
-    }
-
-    pub(crate) fn failed(&self) -> bool {
-        self.hits == Hits::StoreFailed
-    }
-}
 
 /// What the engine says about a whole request.
 #[derive(Debug, Default)]

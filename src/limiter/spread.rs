@@ -4,8 +4,9 @@
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
-use super::shard::{Answer, Decide, Msg, ReplyTo};
-use super::{verdict, Decision, Engine, EngineError, Hits, Op, Outcome, Reply, Role};
+use super::op::{Op, Outcome, Role};
+use super::protocol::{Answer, Decide, Hits, Msg, Reply, ReplyTo};
+use super::{verdict, Decision, Engine, EngineError};
 use crate::descriptor::shard_of;
 
 /// Where each op of the request went: (part, index in the part).

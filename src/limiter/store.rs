@@ -9,7 +9,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::{Op, State};
+use crate::limiter::algorithm::State;
+
+use crate::limiter::op::Op;
 
 /// A store shared by replicas (Redis): counts batches of ops.
 pub trait Store: Send + Sync + 'static {

@@ -8,41 +8,13 @@
 //! not reached from here: their over-limit cache entries refuse until they expire (the window's
 //! end, as the reference's local cache), their views take the store's count at their next sync.
 
-use std::fmt;
-
 use super::synced::with_hits;
 use super::table::to_secs_ceil;
 use super::Shard;
-use crate::limiter::store::{DeleteFuture, StoreError, StoreFuture};
-use crate::limiter::{Op, Params, State};
-
-/// What a look-up found of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LookedUp {
-    /// The state the key's next decision starts from (fresh when the key is unknown).
-    pub state: State,
-    /// Requests waiting in this replica's queue of the key.
-    pub waiting: usize,
-    /// The shard's time when it looked (ns since the epoch).
-    pub now: u64,
-}
-
-/// A shard's answer to a look-up: what it holds, and with a store the read to finish it.
-pub(crate) struct Peeking {
-    here: LookedUp,
-    /// The store's read of the key, this replica's local-first hits the store has not counted
-    /// yet, and the limit to add them with.
-    store: Option<(StoreFuture, i64, Params)>,
-}
-
-impl fmt::Debug for Peeking {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Peeking")
-            .field("here", &self.here)
-            .field("store", &self.store.is_some())
-            .finish()
-    }
-}
+use crate::limiter::algorithm::State;
+use crate::limiter::op::Op;
+use crate::limiter::protocol::{Deleting, LookedUp, Peeking};
+use crate::limiter::store::StoreError;
 
 impl Peeking {
     /// The key's state: the shard's, or the store's with this replica's unsynced hits.
@@ -59,15 +31,6 @@ impl Peeking {
             state: with_hits(before, &params, self.here.now, unsynced),
             ..self.here
         })
-    }
-}
-
-/// A shard's answer to a reset: the deletion of the key's store keys to wait for, if any.
-pub(crate) struct Deleting(pub(crate) Option<DeleteFuture>);
-
-impl fmt::Debug for Deleting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Deleting").field(&self.0.is_some()).finish()
     }
 }
 

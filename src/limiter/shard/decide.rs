@@ -6,10 +6,12 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::table::to_secs_ceil;
-use super::{Decide, Shard};
+use super::Shard;
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::op::{Op, Outcome, Outcomes, Role};
+use crate::limiter::protocol::Decide;
+use crate::limiter::protocol::{Hits, Reply};
 use crate::limiter::verdict;
-use crate::limiter::{Hits, Op, Outcome, Outcomes, Reply, Role};
 
 /// (op index, next state, the key's position in the table if it has one) of the ops of a
 /// message that fit, to store if the message is admitted.

@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 use super::table::to_secs_ceil;
 use super::Shard;
 use crate::descriptor::key_hash;
-use crate::limiter::{Op, Outcome, Params, State};
+use crate::limiter::algorithm::{Params, State};
+use crate::limiter::op::{Op, Outcome};
 
 impl Shard {
     /// Drops keys whose state no longer matters, so memory follows the active keys.

@@ -2,7 +2,8 @@
 //! them back while their window lasts.
 
 use super::Shard;
-use crate::limiter::{Op, Params, Role};
+use crate::limiter::algorithm::Params;
+use crate::limiter::op::{Op, Role};
 
 /// A hit admitted through the direct API, so `DELETE /rate/{key}/{id}` can give it back.
 pub(super) struct Grant {

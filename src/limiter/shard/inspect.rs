@@ -1,19 +1,8 @@
 //! What `/debug` shows of a shard's keys, and the direct API refusals counted for it.
 
 use super::Shard;
-use crate::limiter::{Op, State};
-
-/// A key's state as `/debug` shows it; the caller knows the limit, so it interprets the state.
-#[derive(Debug, Clone)]
-pub struct KeyInfo {
-    pub key: String,
-    pub state: State,
-    /// Direct API refusals: (window index, count in that window).
-    pub denied: (u64, u64),
-    pub waiting: usize,
-    /// The shard's time when it answered.
-    pub now: u64,
-}
+use crate::limiter::op::Op;
+use crate::limiter::protocol::KeyInfo;
 
 impl Shard {
     /// Every key (or those starting with `prefix`) with its state, sorted by key.

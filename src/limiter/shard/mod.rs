@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::clock::Clock;
+use super::op::Op;
+use super::protocol::{Decide, Msg, Reply, ReplyTo};
 use super::waiters::WaiterBudget;
-use super::{Clock, Op, Reply};
 
 mod actor;
 mod admin;
@@ -32,98 +34,12 @@ mod table;
 mod tests;
 
 pub(crate) use actor::run;
-pub use admin::LookedUp;
-pub(crate) use admin::{Deleting, Peeking};
 pub(crate) use decide::refund_in_outcomes;
 use grants::Grant;
-pub use inspect::KeyInfo;
 pub use round_trip::BreakerState;
 pub(crate) use round_trip::Remote;
 pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use table::Table;
-
-/// What callers send a shard.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    Decide(Decide),
-    /// Gives back what a request consumed here when another shard refused it.
-    Refund {
-        ops: Vec<Op>,
-        /// Counted in the store rather than in the shard's table.
-        in_store: bool,
-    },
-    /// Lists keys for `/debug`: every key, or the ones starting with the prefix.
-    Inspect {
-        prefix: Option<String>,
-        reply: oneshot::Sender<Vec<KeyInfo>>,
-    },
-    /// Shutdown: answer every waiter now (admitting them or not) and stop queueing newcomers.
-    Drain {
-        admit: bool,
-    },
-    /// A caller waiting on this key went away: drop it from the queue now.
-    Cancelled {
-        key: String,
-        hash: u64,
-    },
-    /// Direct API: give back the hit admitted under `id`; answers whether it was found.
-    Release {
-        key: String,
-        hash: u64,
-        id: u64,
-        reply: oneshot::Sender<bool>,
-    },
-    /// Admin: the key's state, counting nothing (with a store, a read to finish).
-    LookUp {
-        op: Op,
-        reply: oneshot::Sender<Peeking>,
-    },
-    /// Admin: forget the key's state here; with `delete` and a store, answer the deletion of
-    /// its store keys to wait for.
-    Reset {
-        op: Op,
-        delete: bool,
-        reply: oneshot::Sender<Deleting>,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct Decide {
-    pub(crate) ops: Vec<Op>,
-    /// All ops of the request are in this message, so the shard can decide the request alone.
-    pub(crate) whole: bool,
-    pub(crate) global_shadow: bool,
-    /// Whether an over-limit queued op may wait; when false it is refused like any other.
-    pub(crate) may_wait: bool,
-    pub(crate) reply: ReplyTo,
-}
-
-/// Where a message's answer goes.
-#[derive(Debug)]
-pub(crate) enum ReplyTo {
-    /// A caller on another thread, or one that is waiting.
-    Caller(oneshot::Sender<Reply>),
-    /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
-    /// A message that must be held (in a queue, or for Redis) gets a channel first.
-    InPlace,
-}
-
-impl ReplyTo {
-    /// Whether the caller went away.
-    pub(crate) fn is_closed(&self) -> bool {
-        match self {
-            ReplyTo::Caller(tx) => tx.is_closed(),
-            ReplyTo::InPlace => false,
-        }
-    }
-}
-
-/// A synchronous caller's answer: now, or on a channel when its message was held.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    Now(Reply),
-    Later(oneshot::Receiver<Reply>),
-}
 
 /// Counters the shard keeps for metrics; read without locks.
 #[derive(Debug, Default)]

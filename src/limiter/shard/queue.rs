@@ -4,10 +4,12 @@ use std::cmp::Reverse;
 use std::sync::atomic::Ordering;
 
 use super::decide::{Evaluated, Verdict};
-use super::{Decide, Shard, Waiter};
+use super::{Shard, Waiter};
 use crate::descriptor::key_hash;
 use crate::limiter::algorithm::State;
-use crate::limiter::{Hits, Op, Outcomes, Reply};
+use crate::limiter::op::{Op, Outcomes};
+use crate::limiter::protocol::Decide;
+use crate::limiter::protocol::{Hits, Reply};
 
 impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.

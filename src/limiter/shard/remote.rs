@@ -14,11 +14,13 @@ use smallvec::SmallVec;
 use super::decide::{judge, Commit, Verdict};
 use super::round_trip::{InFlight, StoreBound};
 use super::synced::with_hits;
-use super::{Decide, Shard, Waiter};
+use super::{Shard, Waiter};
 use crate::config::Algorithm;
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::op::{Counting, Op, Outcome};
+use crate::limiter::protocol::Decide;
+use crate::limiter::protocol::{Hits, Reply};
 use crate::limiter::store::{FailureMode, StoreReply};
-use crate::limiter::{Counting, Hits, Op, Outcome, Reply};
 
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).

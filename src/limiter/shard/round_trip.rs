@@ -19,11 +19,12 @@ use fnv::{FnvHashMap, FnvHashSet};
 use tokio::sync::mpsc;
 
 use super::synced::{SyncOp, Synced};
-use super::{Decide, Shard, Waiter};
+use super::{Shard, Waiter};
+use crate::limiter::op::Op;
+use crate::limiter::protocol::Decide;
 use crate::limiter::store::{
     DeleteFuture, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
-use crate::limiter::Op;
 
 /// What a finished round trip reports to its shard: its number, Redis's answers, its latency.
 pub(crate) type Done = (u64, Result<Vec<StoreReply>, StoreError>, Duration);

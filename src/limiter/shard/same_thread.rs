@@ -6,7 +6,8 @@ use std::task::Waker;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Answer, Decide, Msg, Shard};
+use super::Shard;
+use crate::limiter::protocol::{Answer, Decide, Msg};
 
 /// A shard with its mailbox, shared by the shard's task and by callers on the same thread.
 ///

@@ -21,8 +21,9 @@ use fnv::FnvHashMap;
 use super::table::to_secs_ceil;
 use super::Shard;
 use crate::config::Algorithm;
+use crate::limiter::algorithm::State;
+use crate::limiter::op::Op;
 use crate::limiter::store::{StoreOp, StoreReply};
-use crate::limiter::{Op, State};
 
 /// A key's local-first bookkeeping.
 struct View {
@@ -379,7 +380,8 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Params, Role};
+    use crate::limiter::algorithm::Params;
+    use crate::limiter::op::Role;
 
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {

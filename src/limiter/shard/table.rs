@@ -11,7 +11,7 @@
 
 use hashbrown::HashTable;
 
-use crate::limiter::State;
+use crate::limiter::algorithm::State;
 
 /// One key's state.
 pub(super) struct Entry {

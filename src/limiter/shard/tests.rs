@@ -8,10 +8,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
 use crate::descriptor::key_hash;
+use crate::limiter::algorithm::{Params, State};
+use crate::limiter::op::{Op, Role};
+use crate::limiter::protocol::Answer;
 use crate::limiter::store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
-use crate::limiter::{Op, Params, Role, State};
 
 const T0: u64 = 1_700_000_000 * NS_PER_SEC;
 

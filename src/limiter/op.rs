@@ -1,0 +1,77 @@
+//! The vocabulary of one decision: an op (one limit for one counter key), how its hits count,
+//! how its verdict weighs on the request, and the verdict itself.
+
+use smallvec::SmallVec;
+
+use super::algorithm::Params;
+use crate::config::QueueSpec;
+
+/// How an op's verdict weighs on the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Over the limit refuses the request.
+    Binding,
+    /// `quota_mode`: refuses only when every quota op of the request is over.
+    Quota,
+    /// `shadow_mode`: reported, never refuses.
+    Shadow,
+}
+
+/// One limit to decide for one counter key.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub key: String,
+    pub hash: u64,
+    pub params: Params,
+    pub hits: u64,
+    /// `is_negative_hits`: give `hits` back instead of taking them.
+    pub refund: bool,
+    /// Whether the hits count when the request is refused.
+    pub counting: Counting,
+    pub role: Role,
+    pub queue: Option<QueueSpec>,
+    /// Direct API: the request id under which an admitted hit can be released again.
+    pub grant: Option<u64>,
+    /// With a store: decide from memory and sync in the background (`Some(true)`), exactly
+    /// (`Some(false)`), or as the store policy's default says (`None`).
+    pub local_first: Option<bool>,
+}
+
+/// Which hits of a refused request count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Counting {
+    /// Only an admitted request's: a refused request consumes nothing.
+    #[default]
+    IfAdmitted,
+    /// Refused or not (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), as envoyproxy/ratelimit
+    /// counts them, and like it: a fixed window known to be full is answered from the local
+    /// over-limit cache without counting more.
+    Always,
+    /// Usage reported after the fact (a descriptor's own `hits_addend`): counted in full, past
+    /// the limit if need be, and always stored.
+    Usage,
+}
+
+impl Op {
+    /// Whether this op's hits are counted whatever the verdict.
+    pub fn counts_in_full(&self) -> bool {
+        self.counting != Counting::IfAdmitted && self.hits > 0 && !self.refund
+    }
+}
+
+/// The verdict on one op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub over: bool,
+    pub remaining: u32,
+    /// How far past the limit the key is with this op's hits (0 when within it): the part of
+    /// the hits that is over, when it is less than all of them.
+    pub past: u64,
+    pub reset_ns: u64,
+    pub retry_ns: u64,
+    /// Refused only because waiters of its key were ahead of it.
+    pub blocked: bool,
+}
+
+/// Verdicts in the order of the ops given.
+pub type Outcomes = SmallVec<[Outcome; 1]>;
