@@ -154,7 +154,7 @@ pub async fn start(
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let (limiter, shard_tasks, redis) = limiter(settings, config, clock).await?;
+    let (limiter, shard_tasks, fleet) = limiter(settings, config, clock).await?;
     let domains = limiter.live().config.domains.len();
     let (tls, reloader) = tls_and_reloader(settings, &limiter, domains)?;
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
@@ -173,10 +173,7 @@ pub async fn start(
         &limiter,
         health_service,
         tls.clone(),
-        QuotaHub::new(
-            limiter.clone(),
-            redis.map(|r| -> Arc<dyn DemandExchange> { r }),
-        ),
+        QuotaHub::new(limiter.clone(), fleet),
         stop_rx.clone(),
     );
     let mut threads = Vec::with_capacity(workers + 1);
@@ -310,13 +307,13 @@ async fn limiter(
     settings: &Settings,
     config: Config,
     clock: Clock,
-) -> Result<(RateLimiter, Vec<ShardTask>, Option<Arc<RedisStore>>), StartError> {
+) -> Result<(RateLimiter, Vec<ShardTask>, Option<Arc<dyn DemandExchange>>), StartError> {
     let mut fleet = None;
     let redis = match &settings.redis {
         None => None,
         Some(r) => {
             let store = Arc::new(RedisStore::connect(r).await.map_err(StartError::Redis)?);
-            fleet = Some(store.clone());
+            fleet = Some(store.clone() as Arc<dyn DemandExchange>);
             let store: Arc<dyn crate::limiter::Store> = store;
             Some((store, r.policy.clone()))
         }
