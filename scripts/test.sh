@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
-# One build from scratch: incremental caches would only take disk (gigabytes, with 30 test binaries).
+# One build from scratch: incremental caches would only take disk (gigabytes of it).
 export CARGO_INCREMENTAL=0
 # pip may have put new launchers on PATH (pyenv shims, ~/.local/bin).
 export PATH="$HOME/.local/bin:$PATH"
@@ -18,16 +18,17 @@ cargo clippy --all-targets --all-features -- -D warnings
 # The fuzz crate is its own workspace, outside the build above: checked here so a move in the
 # library cannot break its targets unseen (running them needs cargo-fuzz, see README).
 cargo check --manifest-path fuzz/Cargo.toml --locked --all-targets
+# The unit and doc tests, then tests/it/: every black-box test, one binary.
 cargo test --all-features
 
 # The black-box suites again on the default layout of a bigger machine (cores - 1 workers, more
 # shards): cross-worker calls, requests spread over shards and shared budgets are the normal
 # path there, and a 2-core CI machine would otherwise run 1 worker and 1 shard.
-TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features \
-    --test grpc --test queue --test algorithms --test backends --test redis \
-    --test hostile_limits --test hostile_overload --test hostile_regressions \
-    --test hostile_shutdown --test key_flood --test rate_api --test transport --test local_first \
-    --test rlqs
+# (A filter selects every test whose path contains it: each one here ends in `::`, so
+# `direct::rate_api::` leaves `direct::rate_api_gocc::` out.)
+TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
+    rls::answers:: rls::queue:: rls::algorithms:: backends:: hostile:: \
+    direct::rate_api:: direct::transport:: rlqs::stream::
 
 # Shutdown loses nothing, a few rounds more (scripts/shutdown-rounds.sh 30 by hand).
 bash scripts/shutdown-rounds.sh 3
@@ -37,7 +38,7 @@ bash scripts/shutdown-rounds.sh 3
 SOAK_SECONDS=45 SOAK_PROFILE=debug bash scripts/soak.sh
 
 # The image, run the way clusters run it (README "Container image"): scripts/image.sh builds the
-# release binary (cargo auditable) and the image with podman, tests/image.rs runs it (Istio's
+# release binary (cargo auditable) and the image with podman, tests/it/image.rs runs it (Istio's
 # sample, Envoy Gateway's xDS, a ConfigMap edit, SIGTERM, a bad config). Where podman cannot run
 # a container this fails and says why; TURNSTILE_SKIP_IMAGE=1 skips the image on purpose.
 PODMAN="${PODMAN:-podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs}"
@@ -49,7 +50,7 @@ banner() {
 }
 if [ "${TURNSTILE_SKIP_IMAGE:-}" = 1 ]; then
   banner "IMAGE NOT BUILT OR TESTED: TURNSTILE_SKIP_IMAGE=1" \
-    "scripts/image.sh and tests/image.rs did not run; nothing here says the image works."
+    "scripts/image.sh and tests/it/image.rs did not run; nothing here says the image works."
   bash scripts/check-kubernetes-examples.sh target/debug/turnstile
 else
   bash scripts/image.sh
@@ -63,5 +64,5 @@ else
   fi
   echo "test.sh: the image runs: $probe"
   bash scripts/check-kubernetes-examples.sh target/release/turnstile
-  TURNSTILE_IMAGE=turnstile:latest cargo test --all-features --test image
+  TURNSTILE_IMAGE=turnstile:latest cargo test --all-features --test it -- image::
 fi

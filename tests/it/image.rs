@@ -11,8 +11,6 @@
 //! server run on the host, and the servers in the containers listen on ports the kernel picks
 //! (port 0), read back from their ready line.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -20,10 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::ads::Ads;
-use common::redis::{self, Redis};
-use common::tempdir::TempDir;
-use common::*;
+use crate::common::ads::Ads;
+use crate::common::redis::{self, Redis};
+use crate::common::tempdir::TempDir;
+use crate::common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tokio::task::JoinSet;

@@ -3,12 +3,10 @@
 //! states, in every window; a replica keeps deciding while Redis is away and hands its hits over
 //! when Redis is back. Time is each server's manual clock, moved in 10 ms steps by the test.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::{env, Redis};
-use common::*;
+use crate::common::redis::{env, Redis};
+use crate::common::*;
 use futures_util::future::join_all;
 
 /// The sync interval the replicas run with, and the README's bound for it: a replica decides

@@ -1,15 +1,13 @@
 //! Redis specifics: envoyproxy/ratelimit's key layout, replicas sharing limits, Cluster,
 //! Sentinel, unix sockets and AUTH, and what happens when Redis goes away.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::redis::{cli, env, free_port, Redis};
-use common::tempdir::TempDir;
-use common::*;
+use crate::common::redis::{cli, env, free_port, Redis};
+use crate::common::tempdir::TempDir;
+use crate::common::*;
 
 const CONFIG: &str = r#"
 domain: edge

@@ -2,12 +2,10 @@
 //! scenario a test of its own on each backend (`negative_hits_refund::memory`,
 //! `negative_hits_refund::redis`, ...).
 
-mod common;
-
 use std::time::Duration;
 
-use common::backend::{test_with_all_backends, Backend};
-use common::*;
+use crate::common::backend::{test_with_all_backends, Backend};
+use crate::common::*;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 test_with_all_backends!(
@@ -23,7 +21,7 @@ test_with_all_backends!(
 );
 
 // ------------------------------------------------------------------------------------------
-// Counting, on the config of tests/grpc.rs (envoyproxy/ratelimit's answers).
+// Counting, on the config of `rls::answers` (envoyproxy/ratelimit's answers).
 
 async fn counts_to_the_limit_then_over_limit_with_full_status(backend: &Backend) {
     let s = backend.start(EDGE).await;

@@ -1,7 +1,7 @@
 //! An ADS management server (state of the world) for RateLimitConfig resources: serves one
 //! snapshot to every stream, records every request, and can break streams or refuse new ones to
-//! play a restart. Used by tests/xds.rs (the client in-process) and tests/image.rs (the image,
-//! as Envoy Gateway configures it).
+//! play a restart. Used by `ops::xds` (the client in-process) and `image` (the image, as Envoy
+//! Gateway configures it).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

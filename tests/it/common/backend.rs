@@ -61,7 +61,6 @@ impl Backend {
 /// gives the tests `a::memory`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
 /// may share a name: they live in different namespaces.) A scenario behaves the same on every
 /// backend; a difference is a bug to fix, not a test to skip.
-#[allow(unused_macros)] // by the test files that have no scenarios
 macro_rules! test_with_all_backends {
     ($($scenario:ident),+ $(,)?) => {$(
         mod $scenario {
@@ -84,5 +83,4 @@ macro_rules! test_with_all_backends {
         }
     )+};
 }
-#[allow(unused_imports)]
 pub(crate) use test_with_all_backends;

@@ -2,7 +2,6 @@
 //! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
 //! Redis (`redis`), an xDS management server (`ads`), a temp dir (`tempdir`), Envoys with the
 //! RLQS filter and paced load (`rlqs`).
-#![allow(dead_code, unreachable_pub)]
 
 pub mod ads;
 pub mod backend;
@@ -26,14 +25,13 @@ use turnstile::settings::Settings;
 
 // What tests read of the crate besides the server, named here so that a move in src/ touches
 // this file only.
-#[allow(unused_imports)] // by the test files that do not read them
 pub use turnstile::{
     limiter::{BREAKER_CLOSED, BREAKER_OPEN},
     service::WAITED_HEADER,
 };
 
-/// The envoyproxy/ratelimit-style config of the gRPC answers (tests/grpc.rs) and of the counting
-/// scenarios run on every backend (tests/backends.rs).
+/// The envoyproxy/ratelimit-style config of the gRPC answers (`rls::answers`) and of the counting
+/// scenarios run on every backend (`backends::scenarios`).
 pub const EDGE: &str = include_str!("edge.yaml");
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.

@@ -3,11 +3,9 @@
 //! (`endpoint_rate.go` is `pkg/server/endpoints/endpoint_rate.go`, `limiter_instance.go` is
 //! `pkg/limiter/limiter_instance/limiter_instance.go`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const CONFIG: &str = r#"

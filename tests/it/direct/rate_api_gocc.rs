@@ -3,12 +3,10 @@
 //! `maxRequests` / `maxRequestsInQueue` example, `DELETE /rate/:key/:requestId`, `/debug`).
 //! References are to kivra/GoCC at 0dbe72a.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::tempdir::TempDir;
-use common::*;
+use crate::common::tempdir::TempDir;
+use crate::common::*;
 use serde_json::Value;
 
 /// GoCC README's "Configuration file" example, less the admin entry, plus one for the reload.

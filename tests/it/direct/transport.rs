@@ -6,15 +6,13 @@
 //! is used: lazureykis/throttlecrab 0.4.40 (commit 5d4a947) and brandur/redis-cell 0.5.0 (commit
 //! 4d42338).
 
-mod common;
-
 use std::io;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::common::*;
 use bytes::BytesMut;
-use common::*;
 use redis_protocol::resp2::decode::decode;
 use redis_protocol::resp2::types::OwnedFrame;
 use serde_json::Value;

@@ -12,12 +12,10 @@
 //! Limits use hour windows so a window boundary does not fall inside a test; before counting,
 //! a test also waits out the last seconds of a window if it happens to start there.
 
-mod common;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use common::envoy::*;
+use crate::common::envoy::*;
 use serde_json::json;
 
 // ------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! headers of the sliding window and the token bucket, and the Redis backend.
 //!
 //! The fixture (turnstile as a binary, an upstream, Envoy with a generated config) is `Stack`
-//! in tests/common/envoy.rs. Queues only make sense in real time, so these tests use one-second
+//! in tests/it/common/envoy.rs. Queues only make sense in real time, so these tests use one-second
 //! windows and wait for real; each test first moves to the start of a second, so that what it
 //! counts happens inside one window. When the machine is so slow that a step meant to happen
 //! inside one second did not, the test says why and starts over with a fresh key (at most three
@@ -12,15 +12,13 @@
 //! "Pending" is checked from the outside: Envoy's admin reports how many calls to turnstile are
 //! in flight (`cluster.turnstile.upstream_rq_active`), and the client's task has not completed.
 
-mod common;
-
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::envoy::*;
-use common::redis::Redis;
+use crate::common::envoy::*;
+use crate::common::redis::Redis;
 use serde_json::json;
 use tokio::task::JoinHandle;
 

@@ -1,11 +1,9 @@
 //! A client sending a new descriptor value on every request cannot grow memory without bound,
 //! and cannot make the service forget who is over the limit.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 
-use common::*;
+use crate::common::*;
 
 const CONFIG: &str = r#"
 domain: f

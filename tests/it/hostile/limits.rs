@@ -2,9 +2,7 @@
 //! naming the limit, the limit itself is decided, a refused request consumes nothing, and the
 //! service keeps answering after every refusal.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;

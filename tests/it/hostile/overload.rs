@@ -6,11 +6,9 @@
 //! gRPC flood on a one-worker server is never shed; calls from another thread (here `/json`,
 //! served by the admin thread) go through the shard's mailbox, and a full mailbox sheds them.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tokio::task::JoinSet;
 use tonic::Code;
 

@@ -18,16 +18,14 @@
 //! Anything else (UNKNOWN, INTERNAL, CANCELLED, a reset stream, or no answer within the liveness
 //! bound) is a call lost by the shutdown, and fails the test.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::layout;
-use common::tempdir::TempDir;
+use crate::common::layout;
+use crate::common::tempdir::TempDir;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;

@@ -3,9 +3,7 @@
 //! whose request lines carry the request id, and OTLP traces continuing Envoy's context
 //! (W3C `traceparent` and b3) received by a collector in this test.
 
-mod common;
-
-use common::tempdir::TempDir;
+use crate::common::tempdir::TempDir;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};

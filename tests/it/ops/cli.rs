@@ -4,9 +4,7 @@
 //! Every process gets a cleared environment plus the variables a test sets, ports chosen by
 //! the OS (port 0, read back from the `turnstile: listening ...` line), and its own temp dir.
 
-mod common;
-
-use common::tempdir::TempDir;
+use crate::common::tempdir::TempDir;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

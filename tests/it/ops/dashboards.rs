@@ -2,12 +2,10 @@
 //! `promtool check rules` and their own `promtool test rules`, and every series either names is
 //! one a running server exports.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const CONFIG: &str = r#"
 domain: d

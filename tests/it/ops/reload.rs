@@ -3,9 +3,7 @@
 //! symlink swap are seen, dotfiles are ignored, and `reload_config` (what SIGHUP calls) works
 //! with polling off. Tests wait on `/rlconfig` or the load counters, with a deadline.
 
-mod common;
-
-use common::tempdir::TempDir;
+use crate::common::tempdir::TempDir;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,15 +4,13 @@
 //! and phone widths are real images with content. `TURNSTILE_UPDATE_SCREENSHOT=1` also writes
 //! the laptop one to docs/status-page.png, the README's picture.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::tempdir::TempDir;
-use common::{one, TestServer, OVER};
+use crate::common::tempdir::TempDir;
+use crate::common::{one, TestServer, OVER};
 
 const WEB: &str = "
 domain: web

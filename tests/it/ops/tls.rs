@@ -1,13 +1,11 @@
 //! gRPC over TLS and mTLS with certificates made here (rcgen), certificate rotation picked up
 //! without a restart, `GRPC_CLIENT_TLS_SAN`, and gRPC on a unix socket (`GRPC_UDS`).
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::tempdir::TempDir;
+use crate::common::tempdir::TempDir;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;

@@ -2,9 +2,7 @@
 //! HTTP client: `/debug/top` lists who is limited, its filters, `/debug/status`, and `/`
 //! answering a browser with the status page and other clients with the endpoint list.
 
-mod common;
-
-use common::{one, TestServer, OVER};
+use crate::common::{one, TestServer, OVER};
 use serde_json::Value;
 
 const WEB: &str = "
@@ -111,7 +109,7 @@ async fn the_client_over_its_limit_is_first_in_over_limit_order() {
         web["by_hits"][0]["value"],
         format!("remote_address={LIMITED}")
     );
-    let seen = common::T0 / 1_000_000_000;
+    let seen = crate::common::T0 / 1_000_000_000;
     assert_eq!(
         (first["first_seen"].as_u64(), first["last_seen"].as_u64()),
         (Some(seen), Some(seen))
@@ -192,7 +190,7 @@ async fn status_has_the_limits_their_counters_the_shards_and_the_config() {
     );
     assert_eq!(body["backend"], "memory");
     let shards = body["shards"].as_array().unwrap();
-    assert_eq!(shards.len(), common::layout().1);
+    assert_eq!(shards.len(), crate::common::layout().1);
     assert!(shards
         .iter()
         .all(|s| s["breaker"] == "closed" && s["waiting"] == 0));

@@ -1,14 +1,12 @@
 //! Config over xDS: an in-test ADS management server (tonic) feeds RateLimitConfig resources to
 //! the client, and a real turnstile server decides with whatever the client last accepted.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::ads::{any, nonce, Ads};
-use common::tempdir::TempDir;
-use common::*;
+use crate::common::ads::{any, nonce, Ads};
+use crate::common::tempdir::TempDir;
+use crate::common::*;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};

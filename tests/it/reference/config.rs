@@ -1,5 +1,5 @@
 //! envoyproxy/ratelimit's test/config/config_test.go (commit f2fb157), with its YAML files
-//! (tests/reference/data/config). The Go tests call `GetLimit` and increment the returned
+//! (tests/it/reference/data/config). The Go tests call `GetLimit` and increment the returned
 //! limit's stats by hand; here `GetLimit` is a real request: "nil" is a status without a limit,
 //! a limit is the status's `current_limit`, and the stats key is the series the request counts
 //! in (`ratelimit_service_rate_limit_total_hits{domain,descriptor}`: README, Settings, native

@@ -1,5 +1,5 @@
 //! envoyproxy/ratelimit's test/integration/integration_test.go (commit f2fb157), against
-//! turnstile on a real Redis: the same runtime directory (tests/reference/data/integration, its
+//! turnstile on a real Redis: the same runtime directory (tests/it/reference/data/integration, its
 //! `runtime/current/ratelimit/config` files), the same requests, the same answers and stats.
 //! The reference sleeps and waits for its watcher; here time is the manual clock and reloads
 //! are polled with a deadline.
@@ -294,7 +294,7 @@ variants! {
 }
 
 /// `TestBasicConfig_ExtraTags` (integration_test.go:125). EXTRA_TAGS tags statsd series (the
-/// statsd push, off here, is tested in tests/ops_statsd.rs); the Prometheus series carry no
+/// statsd push, off here, is tested in tests/it/ops/statsd.rs); the Prometheus series carry no
 /// tags, and the counters the test reads are there.
 #[tokio::test]
 async fn basic_config_extra_tags() {

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! What the ported cases share: servers started at any time (the reference's tests run their
 //! mocked clock at 1234 s and 1 000 000 s), servers reading a config directory (reloads), the
 //! expected statuses built as envoyproxy/ratelimit builds them, and stats read from the
@@ -7,7 +6,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     rate_limit::Unit, DescriptorStatus, RateLimit,
 };
@@ -98,11 +96,6 @@ pub fn request_per_descriptor(
         d.hits_addend = Some(UInt64Value { value: *h });
     }
     r
-}
-
-pub fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
-    d.hits_addend = Some(UInt64Value { value: hits });
-    d
 }
 
 fn settings_from(env: &[(String, String)]) -> Settings {

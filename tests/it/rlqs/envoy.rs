@@ -11,11 +11,9 @@
 //! most N·(T+1) in T seconds plus, across one change, the old capacity of the Envoy that lost
 //! share; the windows below start after the changes settle.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::rlqs::{Fleet, Load};
+use crate::common::rlqs::{Fleet, Load};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -174,8 +172,8 @@ async fn a_reload_that_lowers_the_limit_reaches_the_envoy_and_one_that_removes_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_sharing_redis_split_one_limit_over_both_their_envoys() {
-    let redis = common::redis::Redis::start();
-    let env = common::redis::env(&redis, "rlqs-envoy:");
+    let redis = crate::common::redis::Redis::start();
+    let env = crate::common::redis::env(&redis, "rlqs-envoy:");
     // Two turnstile replicas, one Envoy each: the limit holds over both.
     let one = Fleet::start_with("replica-one", SHARED, &env);
     let two = Fleet::start_with("replica-two", SHARED, &env);

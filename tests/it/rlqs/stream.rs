@@ -2,12 +2,10 @@
 //! client against the server on port 0: what each kind of bucket is assigned, pushes to one
 //! Envoy when another arrives, abandon on a removed limit, bad reports, and shutdown.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{load, TestServer};
+use crate::common::{load, TestServer};
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
@@ -241,8 +239,8 @@ async fn until(e: &mut Envoy, want: Told) {
 
 #[tokio::test]
 async fn two_replicas_split_a_limit_over_both_their_envoys_through_redis() {
-    let redis = common::redis::Redis::start();
-    let env = common::redis::env(&redis, "rlqs-fleet:");
+    let redis = crate::common::redis::Redis::start();
+    let env = crate::common::redis::env(&redis, "rlqs-fleet:");
     let one = TestServer::start_env(LIMITS, env.clone()).await;
     let two = TestServer::start_env(LIMITS, env).await;
     let mut a = Envoy::connect(&one).await;
@@ -261,7 +259,7 @@ async fn two_replicas_split_a_limit_over_both_their_envoys_through_redis() {
     b.report("q", &[("user", "shared")], 5, 10).await;
     until(&mut b, Told::Tokens(2, 2, 1)).await;
     until(&mut a, Told::Tokens(8, 8, 1)).await;
-    let m = common::envoy::client()
+    let m = crate::common::envoy::client()
         .get(format!("{}/metrics", one.http))
         .send()
         .await

@@ -1,10 +1,8 @@
 //! Sliding window, token bucket and several limits per descriptor, over gRPC.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::UInt64Value;
 

@@ -1,8 +1,6 @@
 //! The Envoy rate-limit service over gRPC: the answers envoyproxy/ratelimit gives, from its config.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use tonic::Code;
 

@@ -4,12 +4,10 @@
 //! nothing". The expected counts follow envoyproxy/ratelimit's rule (`INCRBY`, never undone;
 //! over when count > limit: `src/limiter/base_limiter.go`, `GetResponseDescriptorStatus`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::backend::{test_with_all_backends, Backend};
-use common::*;
+use crate::common::backend::{test_with_all_backends, Backend};
+use crate::common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -420,8 +418,8 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
 // Through a real Envoy: examples/envoy/envoy-budgets.yaml and turnstile-budgets.yaml as shipped.
 
 mod through_envoy {
-    use super::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
-    use super::common::redis::Redis;
+    use crate::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
+    use crate::common::redis::Redis;
     use serde_json::{json, Value};
 
     const DAY: u64 = 86_400;
@@ -527,7 +525,7 @@ mod through_envoy {
         ];
         let _stack = budget_closes_after_usage_passes_it("budget-redis", &env).await;
         // The whole usage under envoyproxy/ratelimit's key: domain_key_value..._windowstart.
-        let day = super::common::envoy::unix_now() / DAY * DAY;
+        let day = crate::common::envoy::unix_now() / DAY * DAY;
         let key = format!("ai_user_alice_tokens_input_{day}");
         assert_eq!(
             redis.cli(&["GET", &key]),

@@ -1,11 +1,9 @@
 //! grpcurl against the real server through reflection only (no .proto files): the README's
 //! walkthrough, run as written against the bundled config/example.yaml.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn grpcurl(args: &[String]) -> String {
     let out = Command::new("grpcurl")

@@ -1,12 +1,10 @@
 //! Queued waiting over gRPC: FIFO per key, bounded, cancellable, answered at shutdown.
 //! Time is the server's manual clock: windows roll over when a test moves it, never by sleeping.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tokio::task::JoinHandle;

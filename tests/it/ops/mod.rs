@@ -1,0 +1,14 @@
+//! Operating the server: the binary and its CLI, settings, reload, xDS, TLS, metrics, statsd,
+//! the debug port, dashboards.
+
+mod binary;
+mod cli;
+mod dashboards;
+mod metrics;
+mod reload;
+mod settings;
+mod statsd;
+mod status_page;
+mod tls;
+mod top;
+mod xds;
