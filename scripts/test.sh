@@ -14,9 +14,10 @@ export PATH="$HOME/.local/bin:$PATH"
 hash -r
 
 cargo fmt --all -- --check
+# Every target of the package: the library, the binary, the tests, examples/ and benches/.
 cargo clippy --all-targets --all-features -- -D warnings
 # The fuzz crate is its own workspace, outside the build above: checked here so a move in the
-# library cannot break its targets unseen (running them needs cargo-fuzz, see README).
+# library cannot break its targets unseen.
 cargo check --manifest-path fuzz/Cargo.toml --locked --all-targets
 # The unit and doc tests, then tests/it/: every black-box test, one binary.
 cargo test --all-features
@@ -29,6 +30,25 @@ cargo test --all-features
 TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
     rls::answers:: rls::queue:: rls::algorithms:: backends:: hostile:: \
     direct::rate_api:: direct::transport:: rlqs::stream::
+
+# Each fuzz target for 20 s where a nightly toolchain and cargo-fuzz are installed (README,
+# "Hardening", for the long runs); with the release build of the targets, about 5 minutes on 2
+# cores. New inputs go to a temporary directory: the corpus in the repository only seeds the run.
+# No sanitizer: the crate forbids unsafe code.
+if cargo +nightly fuzz --version >/dev/null 2>&1; then
+  fuzz_out="$(mktemp -d)"
+  for target in $(cargo +nightly fuzz list); do
+    mkdir -p "$fuzz_out/$target"
+    seeds=() dict=()
+    [ -d "fuzz/corpus/$target" ] && seeds=("fuzz/corpus/$target")
+    [ -f "fuzz/$target.dict" ] && dict=("-dict=fuzz/$target.dict")
+    cargo +nightly fuzz run -s none "$target" "$fuzz_out/$target" ${seeds[@]+"${seeds[@]}"} -- \
+        ${dict[@]+"${dict[@]}"} -max_total_time=20
+  done
+  rm -rf "$fuzz_out"
+else
+  echo "test.sh: fuzz targets checked, not run: no nightly toolchain with cargo-fuzz here"
+fi
 
 # Shutdown loses nothing, a few rounds more (scripts/shutdown-rounds.sh 30 by hand).
 bash scripts/shutdown-rounds.sh 3
