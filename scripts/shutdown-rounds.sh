@@ -8,11 +8,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-30}"
-cargo test --all-features --test hostile_shutdown --no-run --quiet 2>/dev/null || {
+cargo test --all-features --test it --no-run --quiet 2>/dev/null || {
     echo "shutdown-rounds: build failed" >&2; exit 1; }
 failed=0
 for i in $(seq "$ROUNDS"); do
-    if out=$(cargo test --all-features --quiet --test hostile_shutdown 2>&1); then
+    if out=$(cargo test --all-features --quiet --test it -- hostile::shutdown:: 2>&1); then
         echo "round $i: ok"
     else
         failed=$((failed + 1))

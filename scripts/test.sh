@@ -7,27 +7,48 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
-# One build from scratch: incremental caches would only take disk (gigabytes, with 30 test binaries).
+# One build from scratch: incremental caches would only take disk (gigabytes of it).
 export CARGO_INCREMENTAL=0
 # pip may have put new launchers on PATH (pyenv shims, ~/.local/bin).
 export PATH="$HOME/.local/bin:$PATH"
 hash -r
 
 cargo fmt --all -- --check
+# Every target of the package: the library, the binary, the tests, examples/ and benches/.
 cargo clippy --all-targets --all-features -- -D warnings
 # The fuzz crate is its own workspace, outside the build above: checked here so a move in the
-# library cannot break its targets unseen (running them needs cargo-fuzz, see README).
+# library cannot break its targets unseen.
 cargo check --manifest-path fuzz/Cargo.toml --locked --all-targets
+# The unit and doc tests, then tests/it/: every black-box test, one binary.
 cargo test --all-features
 
 # The black-box suites again on the default layout of a bigger machine (cores - 1 workers, more
 # shards): cross-worker calls, requests spread over shards and shared budgets are the normal
 # path there, and a 2-core CI machine would otherwise run 1 worker and 1 shard.
-TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features \
-    --test grpc --test queue --test algorithms --test backends --test redis \
-    --test hostile_limits --test hostile_overload --test hostile_regressions \
-    --test hostile_shutdown --test key_flood --test rate_api --test transport --test local_first \
-    --test rlqs
+# (A filter selects every test whose path contains it: each one here ends in `::`, so
+# `direct::rate_api::` leaves `direct::rate_api_gocc::` out.)
+TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
+    rls::answers:: rls::queue:: rls::algorithms:: backends:: hostile:: \
+    direct::rate_api:: direct::transport:: rlqs::stream::
+
+# Each fuzz target for 20 s where a nightly toolchain and cargo-fuzz are installed (docs/architecture.md,
+# "Hardening", for the long runs); with the release build of the targets, about 5 minutes on 2
+# cores. New inputs go to a temporary directory: the corpus in the repository only seeds the run.
+# No sanitizer: the crate forbids unsafe code.
+if cargo +nightly fuzz --version >/dev/null 2>&1; then
+  fuzz_out="$(mktemp -d)"
+  for target in $(cargo +nightly fuzz list); do
+    mkdir -p "$fuzz_out/$target"
+    seeds=() dict=()
+    [ -d "fuzz/corpus/$target" ] && seeds=("fuzz/corpus/$target")
+    [ -f "fuzz/$target.dict" ] && dict=("-dict=fuzz/$target.dict")
+    cargo +nightly fuzz run -s none "$target" "$fuzz_out/$target" ${seeds[@]+"${seeds[@]}"} -- \
+        ${dict[@]+"${dict[@]}"} -max_total_time=20
+  done
+  rm -rf "$fuzz_out"
+else
+  echo "test.sh: fuzz targets checked, not run: no nightly toolchain with cargo-fuzz here"
+fi
 
 # Shutdown loses nothing, a few rounds more (scripts/shutdown-rounds.sh 30 by hand).
 bash scripts/shutdown-rounds.sh 3
@@ -36,8 +57,8 @@ bash scripts/shutdown-rounds.sh 3
 # RSS bounded and counts exact (scripts/soak.sh; run it for minutes on a release build by hand).
 SOAK_SECONDS=45 SOAK_PROFILE=debug bash scripts/soak.sh
 
-# The image, run the way clusters run it (README "Container image"): scripts/image.sh builds the
-# release binary (cargo auditable) and the image with podman, tests/image.rs runs it (Istio's
+# The image, run the way clusters run it (docs/operations.md "Container image"): scripts/image.sh builds the
+# release binary (cargo auditable) and the image with podman, tests/it/image.rs runs it (Istio's
 # sample, Envoy Gateway's xDS, a ConfigMap edit, SIGTERM, a bad config). Where podman cannot run
 # a container this fails and says why; TURNSTILE_SKIP_IMAGE=1 skips the image on purpose.
 PODMAN="${PODMAN:-podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs}"
@@ -49,7 +70,7 @@ banner() {
 }
 if [ "${TURNSTILE_SKIP_IMAGE:-}" = 1 ]; then
   banner "IMAGE NOT BUILT OR TESTED: TURNSTILE_SKIP_IMAGE=1" \
-    "scripts/image.sh and tests/image.rs did not run; nothing here says the image works."
+    "scripts/image.sh and tests/it/image.rs did not run; nothing here says the image works."
   bash scripts/check-kubernetes-examples.sh target/debug/turnstile
 else
   bash scripts/image.sh
@@ -63,5 +84,5 @@ else
   fi
   echo "test.sh: the image runs: $probe"
   bash scripts/check-kubernetes-examples.sh target/release/turnstile
-  TURNSTILE_IMAGE=turnstile:latest cargo test --all-features --test image
+  TURNSTILE_IMAGE=turnstile:latest cargo test --all-features --test it -- image::
 fi

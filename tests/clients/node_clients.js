@@ -1,4 +1,5 @@
-// ioredis and node-redis, unmodified, against the RESP transport (tests/transport.rs runs it).
+// ioredis and node-redis, unmodified, against the RESP transport (tests/it/direct/transport.rs
+// runs it).
 // ioredis checks readiness with INFO; node-redis opens with HELLO 3 and does not fall back.
 const assert = require('assert');
 const Redis = require('ioredis');

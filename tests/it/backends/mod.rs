@@ -1,0 +1,5 @@
+//! Where counters live: every scenario on every backend, Redis specifics, local-first.
+
+mod local_first;
+mod redis;
+mod scenarios;

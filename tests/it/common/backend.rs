@@ -1,0 +1,86 @@
+//! One scenario, every backend: `test_with_all_backends!` makes each scenario function (async,
+//! taking a `&Backend`) one test per backend, each under its own name (`scenario::memory`,
+//! `scenario::redis`, `scenario::local_first`), so a failure names both the scenario and the
+//! backend.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::redis::{self, Redis};
+use super::TestServer;
+
+/// Where the servers a scenario starts keep their counters.
+pub enum Backend {
+    Memory,
+    /// A redis-server of the test's own, on a free port; stopped when the backend is dropped.
+    Redis(Redis),
+    /// The same, with `TURNSTILE_LOCAL_FIRST=true`: one replica alone decides as in memory.
+    LocalFirst(Redis),
+}
+
+static PREFIXES: AtomicUsize = AtomicUsize::new(0);
+
+impl Backend {
+    pub fn memory() -> Backend {
+        Backend::Memory
+    }
+
+    pub fn redis() -> Backend {
+        Backend::Redis(Redis::start())
+    }
+
+    pub fn local_first() -> Backend {
+        Backend::LocalFirst(Redis::start())
+    }
+
+    /// The real server on port 0 with a manual clock, counting on this backend.
+    pub async fn start(&self, yaml: &str) -> TestServer {
+        self.start_with(yaml, &[]).await
+    }
+
+    /// As [`Backend::start`], with `env` as the process environment would be. On Redis each
+    /// server gets a key prefix of its own, so two servers of one scenario count apart, as two
+    /// in-memory servers do.
+    pub async fn start_with(&self, yaml: &str, env: &[(&str, &str)]) -> TestServer {
+        // The first of two equal names wins: the scenario's own settings come first.
+        let mut all: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let Backend::Redis(r) | Backend::LocalFirst(r) = self {
+            let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
+            all.extend(redis::env(r, &format!("s{n}_")));
+        }
+        if let Backend::LocalFirst(_) = self {
+            all.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
+        }
+        TestServer::start_env(yaml, all).await
+    }
+}
+
+/// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
+/// gives the tests `a::memory`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
+/// may share a name: they live in different namespaces.) A scenario behaves the same on every
+/// backend; a difference is a bug to fix, not a test to skip.
+macro_rules! test_with_all_backends {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            use $crate::common::backend::Backend;
+
+            #[tokio::test]
+            async fn memory() {
+                super::$scenario(&Backend::memory()).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                super::$scenario(&Backend::redis()).await;
+            }
+
+            #[tokio::test]
+            async fn local_first() {
+                super::$scenario(&Backend::local_first()).await;
+            }
+        }
+    )+};
+}
+pub(crate) use test_with_all_backends;

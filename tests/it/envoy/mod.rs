@@ -1,0 +1,4 @@
+//! End to end through a real Envoy's `envoy.filters.http.ratelimit`: answers, headers, queues.
+
+mod e2e;
+mod queue;

@@ -1,0 +1,562 @@
+//! The binary as operators run it: started as `ratelimit` from Istio's sample manifest (a
+//! ConfigMap volume, environment only), reloading on a ConfigMap swap and on SIGHUP, JSON logs
+//! whose request lines carry the request id, and OTLP traces continuing Envoy's context
+//! (W3C `traceparent` and b3) received by a collector in this test.
+
+use crate::common::tempdir::TempDir;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+
+const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Ports printed on the readiness line.
+struct Ports {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    debug: SocketAddr,
+    metrics: SocketAddr,
+}
+
+struct Server {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<thread::JoinHandle<()>>,
+    ports: Ports,
+    /// The first line on stdout, which tells the ports.
+    ready: String,
+}
+
+impl Server {
+    /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
+    fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut vars: HashMap<&str, &str> = [
+            ("HOST", "127.0.0.1"),
+            ("PORT", "0"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+            ("TURNSTILE_WORKERS", "2"),
+            ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
+        ]
+        .into_iter()
+        .collect();
+        vars.extend(env.iter().copied());
+        let mut child = Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(vars)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().unwrap();
+        let stderr_reader = thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
+        });
+        // `turnstile: listening grpc=.. http=..`, or with LOG_FORMAT=json a JSON event whose
+        // fields carry the addresses.
+        let json: Option<serde_json::Value> = serde_json::from_str(&line).ok();
+        let addr = |name: &str| -> SocketAddr {
+            let text = match &json {
+                Some(v) => v["fields"][name].as_str().map(str::to_owned),
+                None => line
+                    .split_whitespace()
+                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                    .map(str::to_owned),
+            };
+            text.and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} address in {line:?}"))
+        };
+        let ports = Ports {
+            grpc: addr("grpc"),
+            http: addr("http"),
+            debug: addr("debug"),
+            metrics: addr("metrics"),
+        };
+        Server {
+            child,
+            stderr,
+            stderr_reader: Some(stderr_reader),
+            ports,
+            ready: line,
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// SIGTERM, exit 0, and the whole of stderr.
+    fn stop(mut self) -> String {
+        self.signal("TERM");
+        let end = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "did not exit after SIGTERM");
+            thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(h) = self.stderr_reader.take() {
+            let _ = h.join();
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+        stderr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        reqwest::get(format!("http://{addr}{path}"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
+    let end = Instant::now() + DEADLINE;
+    let mut last = String::new();
+    while Instant::now() < end {
+        match f() {
+            None => return,
+            Some(l) => last = l,
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: never happened; last:\n{last}");
+}
+
+fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// A call with `metadata` as gRPC metadata (what Envoy sends: x-request-id, trace headers).
+async fn call(
+    grpc: SocketAddr,
+    req: RateLimitRequest,
+    metadata: &[(&'static str, &str)],
+) -> RateLimitResponse {
+    let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let mut r = tonic::Request::new(req);
+    for (k, v) in metadata {
+        r.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    c.should_rate_limit(r)
+        .await
+        .expect("call succeeds")
+        .into_inner()
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+const V1: &str = "domain: productpage-ratelimit
+descriptors:
+  - key: PATH
+    value: \"/productpage\"
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: PATH
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+";
+
+/// A ConfigMap volume at `dir`: `..v1/config.yaml`, `..data -> ..v1`, `config.yaml -> ..data/...`.
+fn configmap(dir: &Path, yaml: &str) {
+    std::fs::create_dir_all(dir.join("..v1")).unwrap();
+    std::fs::write(dir.join("..v1/config.yaml"), yaml).unwrap();
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
+}
+
+fn configmap_update(dir: &Path, version: &str, yaml: &str) {
+    std::fs::create_dir_all(dir.join(version)).unwrap();
+    std::fs::write(dir.join(version).join("config.yaml"), yaml).unwrap();
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+}
+
+/// Istio's samples/ratelimit/rate-limit-service.yaml: `/bin/ratelimit`, its environment, its
+/// ConfigMap mounted at /data/ratelimit/config (here under a temp dir), ports made loopback
+/// and OS-chosen so tests can run side by side.
+#[test]
+fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
+    let t = TempDir::new("istio");
+    let config_dir = t.path().join("data/ratelimit/config");
+    configmap(&config_dir, V1);
+    let exe = t.path().join("bin/ratelimit");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(BIN, &exe).unwrap();
+    let root = t.path().join("data").display().to_string();
+    let server = Server::start(
+        &exe,
+        &[],
+        &[
+            ("LOG_LEVEL", "debug"),
+            ("USE_STATSD", "false"),
+            ("RUNTIME_ROOT", &root),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("HOST", "::"),
+            ("GRPC_HOST", "::"),
+        ],
+    );
+    // `::` listens on IPv4 too: reach both ports over 127.0.0.1.
+    let v4 = |a: SocketAddr| {
+        assert!(a.ip().is_unspecified() && a.is_ipv6(), "{a}");
+        SocketAddr::from(([127, 0, 0, 1], a.port()))
+    };
+    let ports = Ports {
+        grpc: v4(server.ports.grpc),
+        http: v4(server.ports.http),
+        debug: server.ports.debug,
+        metrics: server.ports.metrics,
+    };
+    let p = &ports;
+    let rl = http_get(p.debug, "/rlconfig");
+    assert!(
+        rl.contains("productpage-ratelimit.PATH_/productpage: unit=MINUTE requests_per_unit=1"),
+        "{rl}"
+    );
+    assert_eq!(http_get(p.http, "/healthcheck"), "OK");
+    let resp = block_on(call(
+        p.grpc,
+        request("productpage-ratelimit", "PATH", "/productpage"),
+        &[],
+    ));
+    assert_eq!(resp.overall_code, 1);
+
+    // kubelet's ConfigMap update.
+    configmap_update(
+        &config_dir,
+        "..v2",
+        &V1.replace("requests_per_unit: 1\n", "requests_per_unit: 7\n"),
+    );
+    wait_for("ConfigMap reload", || {
+        let rl = http_get(p.debug, "/rlconfig");
+        (!rl.contains("PATH_/productpage: unit=MINUTE requests_per_unit=7")).then_some(rl)
+    });
+
+    // SIGHUP reloads too, changed or not: the load counter goes up.
+    let before = http_get(p.metrics, "/metrics");
+    let loads = |m: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix("ratelimit_service_config_load_success_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let n = loads(&before);
+    server.signal("HUP");
+    wait_for("SIGHUP reload", || {
+        let m = http_get(p.metrics, "/metrics");
+        (loads(&m) <= n).then_some(m)
+    });
+    let stderr = server.stop();
+    assert!(stderr.contains("config reloaded"), "{stderr}");
+}
+
+#[test]
+fn json_log_lines_parse_and_carry_the_request_id() {
+    let t = TempDir::new("json");
+    std::fs::write(t.path().join("a.yaml"), V1).unwrap();
+    let cfg = t.path().join("a.yaml").display().to_string();
+    let server = Server::start(
+        Path::new(BIN),
+        &["serve", "--config", &cfg],
+        &[("LOG_FORMAT", "json"), ("LOG_LEVEL", "debug")],
+    );
+    // Kubernetes merges stdout and stderr: the ready line on stdout is a JSON log event too.
+    let ready: serde_json::Value = serde_json::from_str(&server.ready)
+        .unwrap_or_else(|e| panic!("ready line is not JSON ({e}): {}", server.ready));
+    assert_eq!(ready["fields"]["message"], "listening", "{ready}");
+    assert!(
+        ready["level"].is_string() && ready["timestamp"].is_string(),
+        "{ready}"
+    );
+    let grpc = server.ports.grpc;
+    block_on(async {
+        call(
+            grpc,
+            request("productpage-ratelimit", "PATH", "/x"),
+            &[("x-request-id", "req-7f3a")],
+        )
+        .await;
+        call(grpc, request("productpage-ratelimit", "PATH", "/y"), &[]).await;
+    });
+    let stderr = server.stop();
+    let mut answered = Vec::new();
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["timestamp"].is_string(),
+            "{line}"
+        );
+        if v["fields"]["message"] == "answered" {
+            answered.push(v);
+        }
+    }
+    assert_eq!(answered.len(), 2, "{stderr}");
+    assert_eq!(
+        answered[0]["span"]["request_id"], "req-7f3a",
+        "{}",
+        answered[0]
+    );
+    assert_eq!(answered[0]["fields"]["grpc_status"], 0);
+    // Without x-request-id, one is made: 16 hex digits.
+    let made = answered[1]["span"]["request_id"].as_str().unwrap();
+    assert!(
+        made.len() == 16 && made.chars().all(|c| c.is_ascii_hexdigit()),
+        "{made}"
+    );
+}
+
+struct Collector(tokio::sync::mpsc::UnboundedSender<ExportTraceServiceRequest>);
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let _ = self.0.send(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// A span as the collector got it: (trace id, parent span id, name, resource attributes).
+type Got = (String, String, String, HashMap<String, String>);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// An OTLP collector on 127.0.0.1: gRPC (`TraceService`) or HTTP (`POST /v1/traces`,
+/// protobuf); what it receives comes out of the channel.
+fn collector(
+    rt: &tokio::runtime::Runtime,
+    grpc: bool,
+) -> (
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let addr = rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        if grpc {
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(TraceServiceServer::new(Collector(tx)))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+            );
+        } else {
+            let app = axum::Router::new().route(
+                "/v1/traces",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let tx = tx.clone();
+                    async move {
+                        let req = <ExportTraceServiceRequest as prost::Message>::decode(body)
+                            .expect("OTLP protobuf body");
+                        let _ = tx.send(req);
+                        prost::Message::encode_to_vec(&ExportTraceServiceResponse::default())
+                    }
+                }),
+            );
+            tokio::spawn(async move { axum::serve(l, app).await });
+        }
+        addr
+    });
+    (addr, rx)
+}
+
+#[test]
+fn traces_continue_envoys_context_over_otlp_grpc() {
+    traces_continue_envoys_context(true);
+}
+
+/// TRACING_EXPORTER_PROTOCOL unset: OTLP/HTTP, as envoyproxy/ratelimit (and so Envoy Gateway,
+/// which sets only the endpoint) expect.
+#[test]
+fn traces_continue_envoys_context_over_otlp_http() {
+    traces_continue_envoys_context(false);
+}
+
+fn traces_continue_envoys_context(grpc: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (collector, mut rx) = collector(&rt, grpc);
+    let t = TempDir::new("otlp");
+    std::fs::write(t.path().join("a.yaml"), V1).unwrap();
+    let cfg = t.path().join("a.yaml").display().to_string();
+    let endpoint = format!("http://{collector}");
+    let protocol = if grpc { "grpc" } else { "" };
+    let server = Server::start(
+        Path::new(BIN),
+        &["serve", "--config", &cfg],
+        &[
+            ("TRACING_EXPORTER_PROTOCOL", protocol),
+            ("TRACING_ENABLED", "true"),
+            ("TRACING_SERVICE_NAME", "rl-under-test"),
+            ("TRACING_SERVICE_NAMESPACE", "ops"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            // Logs at warn: traces do not depend on the log level.
+            ("LOG_LEVEL", "warn"),
+        ],
+    );
+    let w3c_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let w3c_parent = "00f067aa0ba902b7";
+    let b3_trace = "80f198ee56343ba864fe8b2a57d3eff7";
+    let b3_parent = "e457b5a2e4d86bd1";
+    let grpc = server.ports.grpc;
+    rt.block_on(async {
+        call(
+            grpc,
+            request("productpage-ratelimit", "PATH", "/a"),
+            &[("traceparent", &format!("00-{w3c_trace}-{w3c_parent}-01"))],
+        )
+        .await;
+        call(
+            grpc,
+            request("productpage-ratelimit", "PATH", "/b"),
+            &[("b3", &format!("{b3_trace}-{b3_parent}-1"))],
+        )
+        .await;
+    });
+    let mut got: Vec<Got> = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    while got.len() < 2 {
+        let left = end.saturating_duration_since(Instant::now());
+        let req = rt
+            .block_on(async { tokio::time::timeout(left, rx.recv()).await })
+            .unwrap_or_else(|_| panic!("collector got {got:?} only"))
+            .unwrap();
+        for rs in req.resource_spans {
+            let attrs: HashMap<String, String> = rs
+                .resource
+                .map(|r| r.attributes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|kv| match kv.value?.value? {
+                    AnyValue::StringValue(s) => Some((kv.key, s)),
+                    _ => None,
+                })
+                .collect();
+            for ss in rs.scope_spans {
+                for s in ss.spans {
+                    got.push((
+                        hex(&s.trace_id),
+                        hex(&s.parent_span_id),
+                        s.name,
+                        attrs.clone(),
+                    ));
+                }
+            }
+        }
+    }
+    server.stop();
+    for (trace, parent) in [(w3c_trace, w3c_parent), (b3_trace, b3_parent)] {
+        let span = got
+            .iter()
+            .find(|g| g.0 == trace)
+            .unwrap_or_else(|| panic!("no span of trace {trace}: {got:?}"));
+        assert_eq!(span.1, parent, "{span:?}");
+        assert_eq!(
+            span.2,
+            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        );
+        assert_eq!(span.3["service.name"], "rl-under-test");
+        assert_eq!(span.3["service.namespace"], "ops");
+    }
+}

@@ -1,0 +1,15 @@
+//! Operating the server: the binary and its CLI, settings, reload, xDS, TLS, metrics, statsd,
+//! the debug port, dashboards, the admin listener.
+
+mod admin;
+mod binary;
+mod cli;
+mod dashboards;
+mod metrics;
+mod reload;
+mod settings;
+mod statsd;
+mod status_page;
+mod tls;
+mod top;
+mod xds;

@@ -1,0 +1,537 @@
+//! Usage budgets: usage Envoy reports after the response (a descriptor's own `hits_addend`,
+//! e.g. LLM tokens from `apply_on_stream_done`) counts in full, so a budget closes once usage
+//! passes it, on every algorithm and backend; plain requests keep "a refused request consumes
+//! nothing". The expected counts follow envoyproxy/ratelimit's rule (`INCRBY`, never undone;
+//! over when count > limit: `src/limiter/base_limiter.go`, `GetResponseDescriptorStatus`).
+
+use std::time::Duration;
+
+use crate::common::backend::{test_with_all_backends, Backend};
+use crate::common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+
+const BUDGETS: &str = r#"
+domain: ai
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: member
+    descriptors:
+      - key: tokens
+        value: input
+        rate_limit: {unit: day, requests_per_unit: 1000}
+      - key: tokens
+        value: output
+        rate_limit: {unit: day, requests_per_unit: 2000}
+  - key: team
+    rate_limit: {unit: month, requests_per_unit: 5000}
+  - key: both
+    rate_limits:
+      - {name: hourly, unit: hour, requests_per_unit: 1000}
+      - {name: daily, unit: day, requests_per_unit: 3000}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window}
+  - key: queued
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+      queue: {max_waiting: 4, max_wait: 2s}
+  - key: queued_bucket
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+      algorithm: token_bucket
+      queue: {max_waiting: 4, max_wait: 2s}
+"#;
+
+/// A descriptor carrying its own `hits_addend`, as Envoy sends for a rate limit with
+/// `hits_addend` (0: the check before the request; n: the usage reported after it).
+fn usage(pairs: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    let mut d = desc(pairs);
+    d.hits_addend = Some(UInt64Value { value: hits });
+    d
+}
+
+fn report(pairs: &[(&str, &str)], hits: u64) -> RateLimitRequest {
+    req("ai", vec![usage(pairs, hits)])
+}
+
+fn check(pairs: &[(&str, &str)]) -> RateLimitRequest {
+    report(pairs, 0)
+}
+
+/// The Redis key's value (fixed windows: envoyproxy/ratelimit's key) once it reads `want`, or
+/// after a few seconds. Local-first replicas sync every 100 ms of their clock: it is moved on a
+/// sync interval at a time meanwhile.
+async fn stored(s: &TestServer, backend: &Backend, pattern: &str, want: &str) -> Option<String> {
+    let (Backend::Redis(r) | Backend::LocalFirst(r)) = backend else {
+        return None;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Backend::LocalFirst(_) = backend {
+            s.advance(Duration::from_millis(100));
+        }
+        let keys = r.cli(&["KEYS", pattern]);
+        let key = keys.lines().next().unwrap_or_default().to_owned();
+        let value = if key.is_empty() {
+            String::new()
+        } else {
+            r.cli(&["GET", &key])
+        };
+        if value == want || std::time::Instant::now() > deadline {
+            return Some(value);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn reports_that_cross_the_budget_close_it(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let alice = [("user", "alice")];
+    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 1000)]);
+    assert_eq!(codes(&s.call(report(&alice, 900)).await), vec![(OK, 100)]);
+    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 100)]);
+    // 500 more than the 100 left: counted in full (Envoy ignores this answer: the tokens were
+    // spent), so the budget is closed: 1400 of 1000.
+    assert_eq!(codes(&s.call(report(&alice, 500)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OVER, 0)]);
+    // Many reports after it: all counted, still closed.
+    for _ in 0..10 {
+        assert_eq!(s.call(report(&alice, 500)).await.overall_code, OVER);
+    }
+    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OVER, 0)]);
+    // A plain request (no hits_addend) on a closed budget is refused too.
+    assert_eq!(s.call(one("ai", &alice)).await.overall_code, OVER);
+    assert_eq!(
+        stored(&s, backend, "*ai_user_alice_*", "6400").await,
+        backend_has_store(backend).then(|| "6400".to_owned()),
+        "the Redis key holds every report: 900 + 500 + 10 x 500"
+    );
+
+    // Another user is unaffected.
+    assert_eq!(
+        codes(&s.call(check(&[("user", "bob")])).await),
+        vec![(OK, 1000)]
+    );
+
+    // Exactly at the budget is still within it (count > limit refuses, as the reference does);
+    // one more token closes it.
+    let carol = [("user", "carol")];
+    assert_eq!(codes(&s.call(report(&carol, 1000)).await), vec![(OK, 0)]);
+    assert_eq!(codes(&s.call(check(&carol)).await), vec![(OK, 0)]);
+    assert_eq!(s.call(one("ai", &carol)).await.overall_code, OVER);
+    assert_eq!(codes(&s.call(report(&carol, 1)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(check(&carol)).await), vec![(OVER, 0)]);
+
+    // The hour's window ends 2800 s after T0 (800 s into its hour): the budget opens again.
+    s.advance(Duration::from_secs(2800));
+    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 1000)]);
+}
+
+fn backend_has_store(backend: &Backend) -> bool {
+    !matches!(backend, Backend::Memory)
+}
+
+async fn a_token_bucket_goes_into_debt(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let b = [("bucket", "b")];
+    // 60 tokens a minute (one a second), a full bucket of 60. 90 used: 30 tokens of debt.
+    assert_eq!(codes(&s.call(report(&b, 90)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(check(&b)).await), vec![(OVER, 0)]);
+    // Refused until refilled past the debt: the bucket holds 0 tokens 30 s on, 1 at 31 s.
+    s.advance(Duration::from_secs(29));
+    assert_eq!(codes(&s.call(check(&b)).await), vec![(OVER, 0)]);
+    s.advance(Duration::from_secs(1));
+    assert_eq!(codes(&s.call(check(&b)).await), vec![(OK, 0)]);
+    assert_eq!(s.call(one("ai", &b)).await.overall_code, OVER);
+    s.advance(Duration::from_secs(1));
+    assert_eq!(codes(&s.call(check(&b)).await), vec![(OK, 1)]);
+    assert_eq!(codes(&s.call(one("ai", &b)).await), vec![(OK, 0)]);
+}
+
+async fn a_sliding_window_passes_its_limit(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let w = [("sliding", "w")];
+    assert_eq!(codes(&s.call(report(&w, 150)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(check(&w)).await), vec![(OVER, 0)]);
+    // The next minute starts 40 s after T0: the previous window's 150 still weighs in full.
+    s.advance(Duration::from_secs(40));
+    assert_eq!(codes(&s.call(check(&w)).await), vec![(OVER, 0)]);
+    // Halfway through it, 150 x 30/60 = 75 of 100: 25 left.
+    s.advance(Duration::from_secs(30));
+    assert_eq!(codes(&s.call(check(&w)).await), vec![(OK, 25)]);
+}
+
+async fn input_and_output_budgets_per_member_and_per_team(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let call = |member: &str, input: u64, output: u64, team: u64| {
+        req(
+            "ai",
+            vec![
+                usage(&[("member", member), ("tokens", "input")], input),
+                usage(&[("member", member), ("tokens", "output")], output),
+                usage(&[("team", "t1")], team),
+            ],
+        )
+    };
+    // The check before the request, then what the response used.
+    assert_eq!(
+        codes(&s.call(call("ann", 0, 0, 0)).await),
+        vec![(OK, 1000), (OK, 2000), (OK, 5000)]
+    );
+    assert_eq!(
+        codes(&s.call(call("ann", 600, 1500, 2100)).await),
+        vec![(OK, 400), (OK, 500), (OK, 2900)]
+    );
+    // The input budget is passed; output and team still fit: all three count.
+    let r = s.call(call("ann", 600, 400, 1000)).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(codes(&r), vec![(OVER, 0), (OK, 100), (OK, 1900)]);
+    let r = s.call(call("ann", 0, 0, 0)).await;
+    assert_eq!(codes(&r), vec![(OVER, 0), (OK, 100), (OK, 1900)]);
+    assert_eq!(r.overall_code, OVER);
+
+    // Another member of the team has budgets of its own, and the team's in common.
+    assert_eq!(
+        codes(&s.call(call("ben", 0, 0, 0)).await),
+        vec![(OK, 1000), (OK, 2000), (OK, 1900)]
+    );
+    assert_eq!(s.call(call("ben", 100, 100, 2000)).await.overall_code, OVER);
+    let r = s.call(call("ben", 0, 0, 0)).await;
+    assert_eq!(codes(&r), vec![(OK, 900), (OK, 1900), (OVER, 0)]);
+
+    // The day ends 6400 s after T0: the members' budgets open, the team's month goes on.
+    s.advance(Duration::from_secs(6400));
+    let r = s.call(call("ann", 0, 0, 0)).await;
+    assert_eq!(codes(&r), vec![(OK, 1000), (OK, 2000), (OVER, 0)]);
+    // The month (30 days, from the epoch) ends 352 000 s after T0.
+    s.advance(Duration::from_secs(352_000 - 6400));
+    let r = s.call(call("ann", 0, 0, 0)).await;
+    assert_eq!(codes(&r), vec![(OK, 1000), (OK, 2000), (OK, 5000)]);
+    assert_eq!(r.overall_code, OK);
+}
+
+async fn queued_requests_behind_a_passed_budget_wait_for_the_window(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let q = [("queued", "q")];
+    assert_eq!(s.call(report(&q, 25)).await.overall_code, OVER);
+    // A request on the closed key waits for the next second's window, and is admitted there.
+    let mut c = s.client.clone();
+    let waiter = tokio::spawn(async move {
+        c.should_rate_limit(one("ai", &[("queued", "q")]))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    wait_for_waiters(&s, 1).await;
+    s.advance(Duration::from_secs(1));
+    let r = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("admitted at the next window")
+        .unwrap();
+    assert_eq!(codes(&r), vec![(OK, 9)]);
+
+    // A token bucket 50 tokens in debt refills in 5 s, past the 2 s a waiter may wait: refused
+    // at once, nothing queued.
+    let tb = [("queued_bucket", "b")];
+    assert_eq!(s.call(report(&tb, 60)).await.overall_code, OVER);
+    let r = s.call(one("ai", &tb)).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(waiting(&s), 0);
+}
+
+fn waiting(s: &TestServer) -> u64 {
+    let stats = s.running().limiter.engine().stats().to_vec();
+    stats
+        .iter()
+        .map(|x| x.waiting.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+async fn wait_for_waiters(s: &TestServer, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while waiting(s) != n {
+        assert!(tokio::time::Instant::now() < deadline, "{n} queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn plain_requests_refused_consume_nothing(backend: &Backend) {
+    let s = backend
+        .start("domain: ai\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
+        .await;
+    let both = || req("ai", vec![desc(&[("api", "k")]), desc(&[("blocked", "x")])]);
+    // Refused on `blocked`: `api` is not counted, and its status says so (10 left, not 9).
+    for _ in 0..3 {
+        let r = s.call(both()).await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(codes(&r), vec![(OK, 10), (OVER, 0)]);
+    }
+    assert_eq!(
+        codes(&s.call(one("ai", &[("api", "k")])).await),
+        vec![(OK, 9)]
+    );
+}
+
+/// Several limits on one descriptor: a report counts on every one of them.
+async fn every_limit_of_a_descriptor_counts_the_usage(backend: &Backend) {
+    let s = backend.start(BUDGETS).await;
+    let b = [("both", "b")];
+    let limit_name = |r: &RateLimitResponse| {
+        let l = r.statuses[0].current_limit.as_ref().expect("a limit");
+        l.name.clone()
+    };
+    // 800 of 1000 an hour, of 3000 a day: the hour is the closer one.
+    let r = s.call(report(&b, 800)).await;
+    assert_eq!(
+        (codes(&r), limit_name(&r)),
+        (vec![(OK, 200)], "hourly".into())
+    );
+    // 2500 more: both passed (3300 of 1000, 3300 of 3000).
+    assert_eq!(s.call(report(&b, 2500)).await.overall_code, OVER);
+    // The next hour (2800 s after T0) opens the hourly limit; the day is still over.
+    s.advance(Duration::from_secs(2800));
+    let r = s.call(check(&b)).await;
+    assert_eq!(
+        (codes(&r), limit_name(&r)),
+        (vec![(OVER, 0)], "daily".into())
+    );
+}
+
+test_with_all_backends!(
+    every_limit_of_a_descriptor_counts_the_usage,
+    reports_that_cross_the_budget_close_it,
+    a_token_bucket_goes_into_debt,
+    a_sliding_window_passes_its_limit,
+    input_and_output_budgets_per_member_and_per_team,
+    queued_requests_behind_a_passed_budget_wait_for_the_window,
+    plain_requests_refused_consume_nothing,
+);
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: unset keeps reports and drops refused requests;
+/// `false` keeps every refused hit (the reference's default); `true` keeps none.
+#[tokio::test]
+async fn stop_cache_key_increment_when_overlimit_decides_what_a_refusal_keeps() {
+    let yaml = "domain: ai\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n";
+    let both = || req("ai", vec![desc(&[("api", "k")]), desc(&[("blocked", "x")])]);
+    for (setting, request_kept, report_kept) in [
+        (None, false, true),
+        (Some("false"), true, true),
+        (Some("true"), false, false),
+    ] {
+        let env: Vec<(&str, &str)> = setting
+            .map(|v| vec![("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", v)])
+            .unwrap_or_default();
+        let s = TestServer::start_with(yaml, &env).await;
+        let r = s.call(both()).await;
+        assert_eq!(r.overall_code, OVER, "{setting:?}");
+        let left = codes(&s.call(check_api(0)).await)[0].1;
+        assert_eq!(left, if request_kept { 9 } else { 10 }, "{setting:?}");
+        // A report of 15 on a limit of 10, then a check.
+        s.call(check_api(15)).await;
+        let r = s.call(check_api(0)).await;
+        let closed = if report_kept { (OVER, 0) } else { (OK, left) };
+        assert_eq!(codes(&r), vec![closed], "{setting:?}");
+    }
+}
+
+fn check_api(hits: u64) -> RateLimitRequest {
+    req("ai", vec![usage(&[("api", "k")], hits)])
+}
+
+/// What the operator sees of a budget: the limit's series count the usage reported and the
+/// part of it over the budget (envoyproxy/ratelimit's `checkOverLimitThreshold`: only the hits
+/// past the limit are over, the rest below it near); `/debug/top` ranks who used most by hits,
+/// every report counted (not one call in the sample); the check's status says what is left.
+#[tokio::test]
+async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
+    let env = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let s = TestServer::start_with(BUDGETS, &env).await;
+    // Alice uses 1400 of 1000 (400 over), in 2 reports; Bob 300, in 30 reports of 10; Carol
+    // makes 40 plain requests.
+    s.call(report(&[("user", "alice")], 900)).await;
+    s.call(report(&[("user", "alice")], 500)).await;
+    for _ in 0..30 {
+        s.call(report(&[("user", "bob")], 10)).await;
+    }
+    for _ in 0..40 {
+        s.call(one("ai", &[("user", "carol")])).await;
+    }
+    let debug = s.running().debug_addr.unwrap();
+    let text = reqwest::get(format!("http://{debug}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = |name: &str| -> u64 {
+        let prefix =
+            format!("ratelimit_service_rate_limit_{name}{{domain=\"ai\",descriptor=\"user\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(series("total_hits"), 1400 + 300 + 40);
+    assert_eq!(series("over_limit"), 400);
+    // Near (80 % of 1000 = 800): alice's 900 report has 100 hits past 800, her 500 report the
+    // 100 up to the limit.
+    assert_eq!(series("near_limit"), 200);
+    assert_eq!(series("within_limit"), 900 + 300 + 40);
+
+    let top: serde_json::Value = reqwest::get(format!("http://{debug}/debug/top?domain=ai"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let user = top["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["limit"] == "ai.user")
+        .unwrap_or_else(|| panic!("{top}"));
+    let by_hits = user["by_hits"].as_array().unwrap();
+    let ranked: Vec<(&str, u64)> = by_hits
+        .iter()
+        .take(2)
+        .map(|v| (v["value"].as_str().unwrap(), v["hits"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        ranked,
+        vec![("user=alice", 1400), ("user=bob", 300)],
+        "{user}"
+    );
+
+    // The check before the next request says what is left, for Envoy's X-RateLimit-Remaining.
+    let r = s.call(check(&[("user", "bob")])).await;
+    assert_eq!(codes(&r), vec![(OK, 700)]);
+}
+
+// ------------------------------------------------------------------------------------------
+// Through a real Envoy: examples/envoy/envoy-budgets.yaml and turnstile-budgets.yaml as shipped.
+
+mod through_envoy {
+    use crate::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
+    use crate::common::redis::Redis;
+    use serde_json::{json, Value};
+
+    const DAY: u64 = 86_400;
+
+    /// The test's upstream echoes each request header `h` back as `x-upstream-saw-h`: the
+    /// client says what "the model" used, and the reports read it from the response.
+    const EDITS: [(&str, &str); 3] = [
+        (
+            "%RESP(x-input-tokens)%",
+            "%RESP(x-upstream-saw-x-input-tokens)%",
+        ),
+        (
+            "%RESP(x-output-tokens)%",
+            "%RESP(x-upstream-saw-x-output-tokens)%",
+        ),
+        (
+            "%RESP(x-total-tokens)%",
+            "%RESP(x-upstream-saw-x-total-tokens)%",
+        ),
+    ];
+
+    /// Left of `user`'s input budget, asked of turnstile directly (a check: hits_addend 0).
+    async fn input_left(stack: &Stack, user: &str) -> u64 {
+        let body = json!({"domain": "ai", "descriptors": [{
+            "entries": [{"key": "user", "value": user}, {"key": "tokens", "value": "input"}],
+            "hits_addend": 0
+        }]});
+        let r: Value = stack.json(body).await;
+        r["statuses"][0]["limitRemaining"].as_u64().unwrap_or(0)
+    }
+
+    /// Envoy reports after the response is sent: wait (on turnstile's count, not a clock)
+    /// until the report of the call just made is in.
+    async fn report_counted(stack: &Stack, user: &str, left: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while input_left(stack, user).await != left {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{user}'s report never counted: {} left, not {left}",
+                input_left(stack, user).await
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn budget_closes_after_usage_passes_it(name: &str, env: &[(&str, &str)]) -> Stack {
+        let stack = Stack::shipped_pair(
+            name,
+            "envoy-budgets.yaml",
+            "turnstile-budgets.yaml",
+            &EDITS,
+            env,
+        )
+        .await;
+        let c = client();
+        clear_of_window_edge(DAY, 120).await;
+        // Each call uses 400 input tokens of alice's 1000 a day (and 100 output, 500 of the
+        // team's). envoyproxy/ratelimit answers 200, 200, 200, 429, 429, 429.
+        let tokens = [
+            ("x-user", "alice"),
+            ("x-team", "t1"),
+            ("x-input-tokens", "400"),
+            ("x-output-tokens", "100"),
+            ("x-total-tokens", "500"),
+        ];
+        let mut statuses = Vec::new();
+        for (i, left) in [600u64, 200, 0, 0, 0, 0].into_iter().enumerate() {
+            let r = get(&c, &stack.url(), &tokens).await;
+            statuses.push(r.status);
+            if r.status == 200 {
+                report_counted(&stack, "alice", left).await;
+            }
+            if i == 1 {
+                // The check before the second call saw 600 of 1000 input tokens left.
+                assert_eq!(r.num("x-ratelimit-remaining"), 600, "{r:#?}");
+            }
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+        assert_eq!(
+            stack.upstream.hits(),
+            3,
+            "refused calls never reach the model"
+        );
+        // Another user of the same team is unaffected (the team has 1 500 of 1 000 000 used).
+        let bob = get(&c, &stack.url(), &[("x-user", "bob"), ("x-team", "t1")]).await;
+        assert_status(&bob, 200, "another user");
+        stack
+    }
+
+    #[tokio::test]
+    async fn a_token_budget_closes_in_memory() {
+        budget_closes_after_usage_passes_it("budget-memory", &[]).await;
+    }
+
+    #[tokio::test]
+    async fn a_token_budget_closes_on_redis_under_envoyproxy_ratelimits_key() {
+        let redis = Redis::start();
+        let url = redis.url();
+        let env = [
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", url.as_str()),
+            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
+        ];
+        let _stack = budget_closes_after_usage_passes_it("budget-redis", &env).await;
+        // The whole usage under envoyproxy/ratelimit's key: domain_key_value..._windowstart.
+        let day = crate::common::envoy::unix_now() / DAY * DAY;
+        let key = format!("ai_user_alice_tokens_input_{day}");
+        assert_eq!(
+            redis.cli(&["GET", &key]),
+            "1200",
+            "{}",
+            redis.cli(&["KEYS", "*"])
+        );
+    }
+}
