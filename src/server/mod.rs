@@ -331,12 +331,10 @@ async fn limiter(
             .with_max_detailed_series(settings.max_detailed_series)
             .with_top(settings.top_n, settings.top_sample),
     );
-    if settings.xds.is_none() {
-        let source = settings.config_path.display().to_string();
-        metrics.reloads.record_now(&source, None);
-    }
+    let source = settings.config_path.display().to_string();
+    let source = settings.xds.is_none().then_some(source.as_str());
+    reload::record(&metrics, source, Ok(()));
     let _ = metrics.shards.set(engine.stats().to_vec());
-    metrics.config_loaded();
     let answer = AnswerSettings {
         response_headers: settings.response_headers.clone(),
         global_shadow_mode: settings.global_shadow_mode,

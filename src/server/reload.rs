@@ -1,6 +1,7 @@
 //! The one way a new config goes live, whether it comes from the files (polling, SIGHUP) or
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
-//! is logged and counted.
+//! is logged and counted. Every load, the first one at start included, is recorded here
+//! ([`record`]) and nowhere else.
 
 use std::sync::atomic::Ordering;
 
@@ -8,6 +9,23 @@ use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError, Sources};
 use crate::service::RateLimiter;
+use crate::telemetry::Metrics;
+
+/// Records a config load: the success or error counter, the time of the last success, and the
+/// load log's entry under `source` (none for the empty config xDS starts from, which nothing
+/// loaded).
+pub(super) fn record(metrics: &Metrics, source: Option<&str>, loaded: Result<(), &ConfigError>) {
+    match loaded {
+        Ok(()) => metrics.config_loaded(),
+        Err(_) => {
+            metrics.config_load_error.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if let Some(source) = source {
+        let error = loaded.err().map(ToString::to_string);
+        metrics.reloads.record_now(source, error);
+    }
+}
 
 /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
 pub(super) fn apply(
@@ -19,16 +37,12 @@ pub(super) fn apply(
         Ok(config) => {
             let domains = config.domains.len();
             limiter.install(config);
-            limiter.metrics().reloads.record_now(source, None);
+            record(limiter.metrics(), Some(source), Ok(()));
             tracing::info!(source, domains, "config reloaded");
             Ok(())
         }
         Err(e) => {
-            limiter
-                .metrics()
-                .config_load_error
-                .fetch_add(1, Ordering::Relaxed);
-            (limiter.metrics().reloads).record_now(source, Some(e.to_string()));
+            record(limiter.metrics(), Some(source), Err(&e));
             tracing::error!(
                 source,
                 error = %e,

@@ -83,10 +83,10 @@ impl RateLimiter {
     }
 
     /// Puts `config` live, from files or xDS alike: each limit keeps the stats its stat key had,
-    /// and heavy hitters, so they survive without being copied; the load is counted.
+    /// and heavy hitters, so they survive without being copied. The server's reload records the
+    /// load.
     pub fn install(&self, config: Config) {
         self.live.store(Arc::new(Live::bind(config, &self.metrics)));
-        self.metrics.config_loaded();
     }
 
     /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.
