@@ -36,7 +36,7 @@ use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
 use turnstile::config::{Algorithm, Config, LoadOptions};
-use turnstile::descriptor::key_hash;
+use turnstile::limiter::key::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, RateLimiter, RequestLimits};
 use turnstile::telemetry::{Metrics, TopTable};

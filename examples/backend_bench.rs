@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::backend::redis::RedisStore;
 use turnstile::config::Algorithm;
-use turnstile::descriptor::key_hash;
+use turnstile::limiter::key::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
 use turnstile::settings::Settings;
 

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use turnstile::config::Algorithm;
-use turnstile::descriptor::key_hash;
+use turnstile::limiter::key::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 
 fn page_size() -> u64 {

@@ -28,8 +28,8 @@
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions; admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key, behind `/debug/top` and the status page | `config` |
-//! | `limiter` | algorithms, shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `descriptor`, `config` |
-//! | `descriptor` | limit-tree matching, counter keys, key hashing and shard choice | `config` |
+//! | `limiter` | algorithms, counter keys' hashing and the shard choice (`key`), shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `config` |
+//! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
 //!
 //! Why `settings` sits above the subsystems rather than at the bottom: it fills each
@@ -92,7 +92,7 @@
 //! |---|---|---|
 //! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples | in progress |
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
-//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); `limiter::key::Key` (text + hash; `descriptor` only matches) and the verdict in `Decision` | in progress |
+//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together; the verdict in `Decision` | in progress |
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | planned |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
 //! | 6 | one context from `server`, counters owned by their subsystems; config loads recorded once (done: `server::reload::record`) | in progress |

@@ -25,7 +25,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
 use turnstile::config::{Config, LoadOptions};
-use turnstile::descriptor::{counter_key, find, key_hash, shard_of};
+use turnstile::descriptor::{counter_key, find};
+use turnstile::limiter::key::{key_hash, shard_of};
 use turnstile::service::{validate, RequestLimits, RlsError};
 
 /// Exact values, wildcards anywhere, key-only defaults, nesting, several limits, and

@@ -4,6 +4,7 @@
 
 mod algorithm;
 mod clock;
+pub mod key;
 mod op;
 mod protocol;
 mod shard;
@@ -31,7 +32,7 @@ pub use store::{
 };
 pub use verdict::refuses;
 
-use crate::descriptor::shard_of;
+use key::shard_of;
 use waiters::WaiterBudget;
 
 /// What the engine says about a whole request.

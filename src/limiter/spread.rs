@@ -4,10 +4,10 @@
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
+use super::key::shard_of;
 use super::op::{Op, Outcome, Role};
 use super::protocol::{Answer, Decide, Hits, Msg, Reply, ReplyTo};
 use super::{verdict, Decision, Engine, EngineError};
-use crate::descriptor::shard_of;
 
 /// Where each op of the request went: (part, index in the part).
 type Placed = SmallVec<[(usize, usize); 4]>;

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
-use crate::limiter::{Counting, Op, Params, Role};
+use crate::limiter::{key, Counting, Op, Params, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -201,18 +201,18 @@ impl<'c> Plan<'c> {
 fn hash_keys(ops: &mut [Op]) {
     let mut quads = ops.chunks_exact_mut(4);
     for q in &mut quads {
-        let hashes = descriptor::key_hashes([&q[0], &q[1], &q[2], &q[3]].map(|o| o.key.as_bytes()));
+        let hashes = key::key_hashes([&q[0], &q[1], &q[2], &q[3]].map(|o| o.key.as_bytes()));
         for (op, h) in q.iter_mut().zip(hashes) {
             op.hash = h;
         }
     }
     match quads.into_remainder() {
         [a, b, c] => {
-            let hashes = descriptor::key_hashes([&*a, &*b, &*c].map(|o| o.key.as_bytes()));
+            let hashes = key::key_hashes([&*a, &*b, &*c].map(|o| o.key.as_bytes()));
             [a.hash, b.hash, c.hash] = hashes;
         }
-        [a, b] => [a.hash, b.hash] = descriptor::key_hashes([a.key.as_bytes(), b.key.as_bytes()]),
-        [a] => a.hash = descriptor::key_hash(&a.key),
+        [a, b] => [a.hash, b.hash] = key::key_hashes([a.key.as_bytes(), b.key.as_bytes()]),
+        [a] => a.hash = key::key_hash(&a.key),
         _ => {}
     }
 }

@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 
 use super::RateLimiter;
 use crate::config::Algorithm;
-use crate::descriptor::key_hash;
+use crate::limiter::key::key_hash;
 use crate::limiter::{EngineError, Op, Params, Role};
 
 /// Counter keys of `THROTTLE` start with this. Envoy's keys start with their domain and `/rate`

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 
 use super::table::to_secs_ceil;
 use super::Shard;
-use crate::descriptor::key_hash;
 use crate::limiter::algorithm::{Params, State};
+use crate::limiter::key::key_hash;
 use crate::limiter::op::{Op, Outcome};
 
 impl Shard {

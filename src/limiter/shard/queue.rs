@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 
 use super::decide::{Evaluated, Verdict};
 use super::{Shard, Waiter};
-use crate::descriptor::key_hash;
 use crate::limiter::algorithm::State;
+use crate::limiter::key::key_hash;
 use crate::limiter::op::{Op, Outcomes};
 use crate::limiter::protocol::Decide;
 use crate::limiter::protocol::{Hits, Reply};

@@ -275,7 +275,7 @@ impl Shard {
     /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
     pub(super) fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
         let at = at.min(w.deadline);
-        let hash = crate::descriptor::key_hash(key);
+        let hash = crate::limiter::key::key_hash(key);
         let params = w.msg.ops[w.op].params;
         let now = self.clock.now();
         self.slot(key, hash, params, now);

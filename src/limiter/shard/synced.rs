@@ -386,7 +386,7 @@ mod tests {
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {
             key: key.into(),
-            hash: crate::descriptor::key_hash(key),
+            hash: crate::limiter::key::key_hash(key),
             params: Params {
                 requests_per_unit: 10,
                 window_ms: 1000,

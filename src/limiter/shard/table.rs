@@ -218,7 +218,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::descriptor::key_hash;
+    use crate::limiter::key::key_hash;
 
     fn state(n: u32) -> State {
         State::Gcra { tat: u64::from(n) }

@@ -7,8 +7,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
-use crate::descriptor::key_hash;
 use crate::limiter::algorithm::{Params, State};
+use crate::limiter::key::key_hash;
 use crate::limiter::op::{Op, Role};
 use crate::limiter::protocol::Answer;
 use crate::limiter::store::{

@@ -21,7 +21,7 @@ pub use sticky::{Overrides, Sticky, MAX_STICKY_KEYS};
 use super::{Live, RateLimiter};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{default_max_wait, Algorithm, KeyLimits, QueueSpec};
-use crate::descriptor::key_hash;
+use crate::limiter::key::key_hash;
 use crate::limiter::{EngineError, KeyInfo, Op, Params, Role};
 
 /// Counter keys of the direct API start with this, so they never meet an Envoy domain's keys

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use turnstile::config::{Config, LoadOptions};
-use turnstile::descriptor::{counter_key, find, key_hash, shard_of};
+use turnstile::descriptor::{counter_key, find};
+use turnstile::limiter::key::{key_hash, shard_of};
 use turnstile::service::RequestLimits;
 
 fn files(dir: &str) -> Vec<PathBuf> {
