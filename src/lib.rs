@@ -93,7 +93,7 @@
 //! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples | in progress |
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
 //! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together; the verdict in `Decision` | in progress |
-//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | planned |
+//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | begun: the `Breaker` is its own type with its own behaviour (`shard/breaker.rs`) |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
 //! | 6 | one context from `server`, counters owned by their subsystems; config loads recorded once (done: `server::reload::record`) | in progress |
 //! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (also Remote, Redis), "verdict" only for the request's; the breaker's states an enum (done: `BreakerState`) | in progress |

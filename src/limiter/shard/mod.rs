@@ -20,6 +20,7 @@ use super::waiters::WaiterBudget;
 
 mod actor;
 mod admin;
+mod breaker;
 mod decide;
 mod evict;
 mod grants;
@@ -34,9 +35,9 @@ mod table;
 mod tests;
 
 pub(crate) use actor::run;
+pub use breaker::BreakerState;
 pub(crate) use decide::refund_in_outcomes;
 use grants::Grant;
-pub use round_trip::BreakerState;
 pub(crate) use round_trip::Remote;
 pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use table::Table;

@@ -1,5 +1,5 @@
-//! The shard's round trips to the store: what waits for the next pipeline, the round trips out,
-//! and the breaker.
+//! The shard's round trips to the store: what waits for the next pipeline and the round trips
+//! out; their breaker is in `breaker.rs`.
 //!
 //! New messages wait in `batch` and go together in the next pipeline, so one connection carries
 //! many decisions per round trip. Up to two round trips are out at once, so the worker is not
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use fnv::{FnvHashMap, FnvHashSet};
 use tokio::sync::mpsc;
 
+use super::breaker::Breaker;
 use super::synced::{SyncOp, Synced};
 use super::{Shard, Waiter};
 use crate::limiter::op::Op;
@@ -34,74 +35,6 @@ const MAX_IN_FLIGHT: usize = 2;
 
 /// The least time an admin look-up or reset waits for the store.
 const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
-
-/// Where a shard's breaker to the store stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Decisions go to the store.
-    Closed,
-    /// The store failed: decisions follow the failure mode until the cooldown ends.
-    Open,
-    /// One batch has gone to the store as a probe; its answer closes or reopens the breaker.
-    HalfOpen,
-}
-
-impl BreakerState {
-    /// The value of the `ratelimit_service_redis_breaker_state` gauge.
-    pub const fn gauge(self) -> u64 {
-        match self {
-            BreakerState::Closed => 0,
-            BreakerState::Open => 1,
-            BreakerState::HalfOpen => 2,
-        }
-    }
-
-    /// The state a gauge value stands for.
-    pub fn from_gauge(value: u64) -> Option<BreakerState> {
-        [
-            BreakerState::Closed,
-            BreakerState::Open,
-            BreakerState::HalfOpen,
-        ]
-        .into_iter()
-        .find(|s| s.gauge() == value)
-    }
-
-    /// The state as the status page names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half-open",
-        }
-    }
-}
-
-/// Opens after consecutive failures (errors, deadlines, or slow round trips); after a cooldown
-/// one batch goes to Redis as a probe, and its success closes it again.
-pub(super) struct Breaker {
-    pub(super) failures: u32,
-    pub(super) open_until: Option<Instant>,
-    pub(super) probing: bool,
-}
-
-impl Breaker {
-    /// Whether decisions may go to Redis; reads the clock only while the breaker is open.
-    pub(super) fn ready(&self) -> bool {
-        match self.open_until {
-            None => true,
-            Some(t) => !self.probing && Instant::now() >= t,
-        }
-    }
-
-    fn state(&self) -> BreakerState {
-        match (self.open_until, self.probing) {
-            (None, _) => BreakerState::Closed,
-            (Some(_), true) => BreakerState::HalfOpen,
-            (Some(_), false) => BreakerState::Open,
-        }
-    }
-}
 
 /// A message being decided through Redis.
 pub(super) enum StoreBound {
@@ -179,11 +112,7 @@ impl Remote {
             store,
             policy,
             lane,
-            breaker: Breaker {
-                failures: 0,
-                open_until: None,
-                probing: false,
-            },
+            breaker: Breaker::default(),
             batch: Vec::new(),
             refunds: Vec::new(),
             in_flight: VecDeque::with_capacity(MAX_IN_FLIGHT),
@@ -207,7 +136,7 @@ impl Remote {
             0 => true,
             n if n >= MAX_IN_FLIGHT => false,
             _ => {
-                self.breaker.open_until.is_none()
+                self.breaker.is_closed()
                     && now < self.synced.next_sync()
                     && !self.in_flight.iter().any(|f| f.has_head)
                     && self.batch.iter().all(|m| matches!(m, StoreBound::New(_)))
@@ -270,10 +199,8 @@ impl Shard {
         if r.batch.is_empty() && r.refunds.is_empty() && sync.is_empty() {
             return;
         }
-        if r.breaker.open_until.is_some() {
-            // Half-open: this batch is the probe.
-            r.breaker.probing = true;
-        }
+        // Half-open: this batch is the probe.
+        r.breaker.probe();
         let messages = std::mem::take(&mut r.batch);
         let refunds = std::mem::take(&mut r.refunds);
         let mut batch = Vec::with_capacity(messages.len() + refunds.len() + sync.len());
@@ -363,15 +290,9 @@ impl Shard {
         let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
         let b = &mut r.breaker;
         if ok {
-            b.failures = 0;
-            b.open_until = None;
-            b.probing = false;
+            b.succeeded();
         } else {
-            b.probing = false;
-            b.failures += 1;
-            if b.failures >= r.policy.breaker_failures || b.open_until.is_some() {
-                b.open_until = Some(Instant::now() + r.policy.cooldown);
-            }
+            b.failed(r.policy.breaker_failures, r.policy.cooldown);
             self.stats.redis_errors.fetch_add(1, Ordering::Relaxed);
             let log = r
                 .last_error_log
@@ -380,13 +301,11 @@ impl Shard {
                 r.last_error_log = Some(Instant::now());
                 match &result {
                     Err(e) => {
-                        tracing::warn!(error = %e, open = b.open_until.is_some(), "Redis round trip failed")
+                        tracing::warn!(error = %e, open = !b.is_closed(), "Redis round trip failed")
                     }
-                    Ok(_) => tracing::warn!(
-                        ?latency,
-                        open = b.open_until.is_some(),
-                        "Redis round trip was slow"
-                    ),
+                    Ok(_) => {
+                        tracing::warn!(?latency, open = !b.is_closed(), "Redis round trip was slow")
+                    }
                 }
             }
         }
