@@ -96,7 +96,7 @@
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | begun: the `Breaker` is its own type with its own behaviour (`shard/breaker.rs`) |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
 //! | 6 | one context from `server`, counters owned by their subsystems; config loads recorded once (done: `server::reload::record`) | in progress |
-//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (also Remote, Redis), "verdict" only for the request's; the breaker's states an enum (done: `BreakerState`) | in progress |
+//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `StoreLink`, `shard.link`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's; the breaker's states an enum (done: `BreakerState`) | in progress |
 //!
 //! A memory decision then crosses at most 8 files: `transport/grpc.rs` → `service/mod.rs`
 //! (validate, plan) → `descriptor/mod.rs` (match) → `limiter/mod.rs` (route) →

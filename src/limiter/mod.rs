@@ -125,8 +125,8 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let remote = store.as_ref().map(|(store, policy)| {
-                shard::Remote::new(store.clone(), policy.clone(), i, shards, max_keys / shards)
+            let link = store.as_ref().map(|(store, policy)| {
+                shard::StoreLink::new(store.clone(), policy.clone(), i, shards, max_keys / shards)
             });
             tasks.push(ShardTask {
                 engine: id,
@@ -135,7 +135,7 @@ impl Engine {
                     clock.clone(),
                     budget.clone(),
                     st.clone(),
-                    remote,
+                    link,
                     max_keys / shards,
                 ),
                 rx,

@@ -22,7 +22,7 @@ pub(crate) async fn run(cell: Rc<RefCell<SameThreadShard>>) {
     let (mut changes, mut done_rx) = {
         let mut l = cell.borrow_mut();
         let changes = l.shard.clock.changes();
-        let done_rx = l.shard.remote.as_mut().and_then(|r| r.done_rx.take());
+        let done_rx = l.shard.link.as_mut().and_then(|r| r.done_rx.take());
         (changes, done_rx)
     };
     let timer = tokio::time::sleep(Duration::from_secs(3600));
@@ -73,8 +73,8 @@ pub(crate) async fn run(cell: Rc<RefCell<SameThreadShard>>) {
                 }
                 Woke::Poked => {}
             },
-            Some(done) = async { done_rx.as_mut().expect("remote mode").recv().await }, if done_rx.is_some() => {
-                cell.borrow_mut().shard.remote_done(done);
+            Some(done) = async { done_rx.as_mut().expect("store mode").recv().await }, if done_rx.is_some() => {
+                cell.borrow_mut().shard.store_done(done);
             }
             _ = &mut timer, if !manual => { armed_for = u64::MAX; }
             r = async { changes.as_mut().expect("manual clock").changed().await }, if manual => {

@@ -48,7 +48,7 @@ impl Shard {
             waiting: self.queues.get(op.key.as_str()).map_or(0, |q| q.len()),
             now,
         };
-        let store = (self.remote.as_ref())
+        let store = (self.link.as_ref())
             .filter(|r| r.breaker.ready())
             .map(|r| (r.peek(op, now), r.synced.unsynced(op, now), op.params));
         Peeking { here, store }
@@ -67,7 +67,7 @@ impl Shard {
         }
         self.refused.remove(&op.hash);
         self.denied.remove(op.key.as_str());
-        let deleting = match self.remote.as_mut() {
+        let deleting = match self.link.as_mut() {
             Some(r) => {
                 r.over.remove(op.key.as_str());
                 r.synced.forget(&op.key);

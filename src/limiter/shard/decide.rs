@@ -36,7 +36,7 @@ pub(super) enum Commit {
     /// In the shard's table: these next states, stored when the message is admitted.
     Memory(Scratch),
     /// Already in Redis: these ops (by index) were counted, and are given back unless admitted.
-    Remote(SmallVec<[usize; 2]>),
+    InStore(SmallVec<[usize; 2]>),
 }
 
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
@@ -89,8 +89,8 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
 impl Shard {
     #[inline]
     pub(super) fn decide_any(&mut self, d: Decide) {
-        if self.remote.is_some() {
-            self.decide_remote(d)
+        if self.link.is_some() {
+            self.decide_via_store(d)
         } else {
             self.decide(d)
         }
@@ -147,7 +147,7 @@ impl Shard {
         if !matches!(verdict, Verdict::Admit) {
             // Usage counted in full stays counted; the rest of the message consumes nothing.
             match &commit {
-                Commit::Remote(done) => self.refund_in_store(&d.ops, done),
+                Commit::InStore(done) => self.refund_in_store(&d.ops, done),
                 Commit::Memory(scratch) => self.commit_in_full(&d.ops, scratch, now),
             }
         }
@@ -188,7 +188,7 @@ impl Shard {
             outcomes,
             hits: match commit {
                 Commit::Memory(_) => Hits::InMemory,
-                Commit::Remote(_) => Hits::InStore,
+                Commit::InStore(_) => Hits::InStore,
             },
             waited_ns: waited,
         };
@@ -208,7 +208,7 @@ impl Shard {
                         self.refund(op, now);
                     }
                 }
-                Commit::Remote(done) => self.refund_in_store(&d.ops, done),
+                Commit::InStore(done) => self.refund_in_store(&d.ops, done),
             }
         }
     }
@@ -280,7 +280,7 @@ impl Shard {
     /// Stores the next states of an admitted message: first into the entries found when it was
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
-        if let Some(r) = self.remote.as_mut() {
+        if let Some(r) = self.link.as_mut() {
             for &(i, ..) in scratch {
                 r.synced.record(&ops[i], ops[i].hits as i64, now);
             }

@@ -26,19 +26,19 @@ mod evict;
 mod grants;
 mod inspect;
 mod queue;
-mod remote;
 mod round_trip;
 mod same_thread;
 mod synced;
 mod table;
 #[cfg(test)]
 mod tests;
+mod through_store;
 
 pub(crate) use actor::run;
 pub use breaker::BreakerState;
 pub(crate) use decide::refund_in_outcomes;
 use grants::Grant;
-pub(crate) use round_trip::Remote;
+pub(crate) use round_trip::StoreLink;
 pub(crate) use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use table::Table;
 
@@ -96,7 +96,7 @@ pub(crate) struct Shard {
     /// Direct API refusals per key in the current window: (window index, count).
     denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
     /// Redis mode; `None` keeps every counter in `table`.
-    remote: Option<Remote>,
+    link: Option<StoreLink>,
     /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
     max_keys: usize,
     /// Keys refused in their current window (by hash, until the window ends): never evicted, so
@@ -115,7 +115,7 @@ impl Shard {
         clock: Clock,
         budget: Arc<WaiterBudget>,
         stats: Arc<ShardStats>,
-        remote: Option<Remote>,
+        link: Option<StoreLink>,
         max_keys: usize,
     ) -> Shard {
         let now = clock.now();
@@ -132,7 +132,7 @@ impl Shard {
             stats,
             grants: Default::default(),
             denied: Default::default(),
-            remote,
+            link,
             max_keys: max_keys.max(16),
             refused: Default::default(),
             answered: None,
@@ -143,7 +143,7 @@ impl Shard {
     /// When the shard must next look at its queues or sweep.
     pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.events.peek().map(|Reverse((t, _))| *t);
-        let sync = self.remote.as_ref().map_or(u64::MAX, |r| r.next_send());
+        let sync = self.link.as_ref().map_or(u64::MAX, |r| r.next_send());
         ev.unwrap_or(u64::MAX).min(self.next_sweep).min(sync)
     }
 
@@ -155,7 +155,7 @@ impl Shard {
             self.sweep(now);
         }
         if self
-            .remote
+            .link
             .as_ref()
             .is_some_and(|r| r.deferred || now >= r.synced.next_sync())
         {
@@ -231,7 +231,7 @@ impl Shard {
             .get(op.key.as_str())
             .is_some_and(|q| !q.is_empty())
             || self
-                .remote
+                .link
                 .as_ref()
                 .is_some_and(|r| r.heads.contains(op.key.as_str()))
     }

@@ -14,7 +14,7 @@ use crate::limiter::protocol::{Hits, Reply};
 impl Shard {
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn refund(&mut self, op: &Op, now: u64) {
-        if let Some(r) = self.remote.as_mut() {
+        if let Some(r) = self.link.as_mut() {
             r.synced.record(op, -(op.hits as i64), now);
         }
         let hash = op.hash;
@@ -58,9 +58,9 @@ impl Shard {
                 self.time_out(w, now);
                 continue;
             }
-            if self.remote_ready() {
+            if self.store_ready() {
                 // Redis decides the head; newcomers queue behind it meanwhile.
-                self.remote_head(w, key, hash);
+                self.store_head(w, key, hash);
                 return;
             }
             let Evaluated {

@@ -8,7 +8,7 @@
 //! carries a queue head or a local-first sync goes only when none is out, because their
 //! bookkeeping (`heads`, a view's one sync in flight) holds one round trip at a time; nothing
 //! else goes ahead of it meanwhile. Hits given back go in the next pipeline; a count read before
-//! they went is that much too high (`Remote::queued_refunds`).
+//! they went is that much too high (`StoreLink::queued_refunds`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -64,7 +64,7 @@ pub(super) struct InFlight {
     pub(super) now: u64,
 }
 
-pub(crate) struct Remote {
+pub(crate) struct StoreLink {
     store: Arc<dyn Store>,
     pub(super) policy: StorePolicy,
     /// The store connection this shard uses (its index).
@@ -90,14 +90,14 @@ pub(crate) struct Remote {
     pub(super) deferred: bool,
 }
 
-impl Remote {
+impl StoreLink {
     pub(crate) fn new(
         store: Arc<dyn Store>,
         policy: StorePolicy,
         lane: usize,
         shards: usize,
         max_keys: usize,
-    ) -> Remote {
+    ) -> StoreLink {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         // About 64 bytes a cached key, the budget split between shards.
         let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
@@ -106,7 +106,7 @@ impl Remote {
             policy.sync_interval.as_nanos() as u64,
             max_keys,
         );
-        Remote {
+        StoreLink {
             synced,
             deferred: false,
             store,
@@ -128,7 +128,7 @@ impl Remote {
     }
 }
 
-impl Remote {
+impl StoreLink {
     /// Whether a round trip may start now with what waits: one more may go while another is out,
     /// unless the breaker is not closed or what waits carries a queue head or a sync.
     pub(super) fn may_send(&self, now: u64) -> bool {
@@ -184,13 +184,13 @@ impl Remote {
 }
 
 impl Shard {
-    /// Starts a round trip with everything waiting, if one may go now (`Remote::may_send`).
+    /// Starts a round trip with everything waiting, if one may go now (`StoreLink::may_send`).
     pub(super) fn flush(&mut self) {
         let now = self.clock.now();
-        let Some(r) = self.remote.as_mut() else {
+        let Some(r) = self.link.as_mut() else {
             return;
         };
-        // What cannot go now goes when the oldest round trip out is back (`remote_done`).
+        // What cannot go now goes when the oldest round trip out is back (`store_done`).
         r.deferred = false;
         if !r.may_send(now) {
             return;
@@ -249,9 +249,9 @@ impl Shard {
             let _ = tx.send((seq, result, started.elapsed()));
         });
         self.stats.breaker.store(
-            self.remote
+            self.link
                 .as_ref()
-                .expect("remote")
+                .expect("store mode")
                 .breaker
                 .state()
                 .gauge(),
@@ -261,11 +261,11 @@ impl Shard {
 
     /// A round trip finished: judge it and any later ones already back, oldest first, then send
     /// what accumulated meanwhile.
-    pub(super) fn remote_done(&mut self, done: Done) {
-        let r = self.remote.as_mut().expect("remote mode");
+    pub(super) fn store_done(&mut self, done: Done) {
+        let r = self.link.as_mut().expect("store mode");
         r.arrived.push(done);
         loop {
-            let r = self.remote.as_mut().expect("remote mode");
+            let r = self.link.as_mut().expect("store mode");
             let Some(oldest) = r.in_flight.front().map(|f| f.seq) else {
                 r.arrived.clear();
                 break;
@@ -286,7 +286,7 @@ impl Shard {
         result: Result<Vec<StoreReply>, StoreError>,
         latency: Duration,
     ) {
-        let r = self.remote.as_mut().expect("remote mode");
+        let r = self.link.as_mut().expect("store mode");
         let ok = result.as_ref().is_ok_and(|_| latency <= r.policy.slow);
         let b = &mut r.breaker;
         if ok {
@@ -317,7 +317,7 @@ impl Shard {
             Err(_) => {
                 // Nothing is known of this batch: decide it as the failure mode says.
                 let now = self.clock.now();
-                let r = self.remote.as_mut().expect("remote");
+                let r = self.link.as_mut().expect("store mode");
                 r.synced.failed(flight.sync, now);
                 for p in flight.messages {
                     match p {
@@ -325,7 +325,7 @@ impl Shard {
                         StoreBound::New(d) if self.synced_local(&d, now) => self.decide(d),
                         StoreBound::New(d) => self.decide_without_store(d),
                         StoreBound::Head(w, key, hash) => {
-                            self.remote.as_mut().expect("remote").heads.remove(&key);
+                            self.link.as_mut().expect("store mode").heads.remove(&key);
                             self.requeue_head(w, &key, flight.now);
                             self.service_queue(&key, hash, self.clock.now());
                         }

@@ -287,7 +287,7 @@ impl Shard {
         let now = self.clock.now();
         for (s, reply) in sent.into_iter().zip(replies) {
             let p = s.op.params;
-            let Some(r) = self.remote.as_mut() else {
+            let Some(r) = self.link.as_mut() else {
                 return;
             };
             let Some(v) = r.synced.views.get_mut(s.op.key.as_str()) else {
@@ -327,7 +327,7 @@ impl Shard {
     ) {
         let now = self.clock.now();
         for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
-            let Some(r) = self.remote.as_mut() else {
+            let Some(r) = self.link.as_mut() else {
                 return;
             };
             if !r.synced.applies(op) {
@@ -353,7 +353,7 @@ impl Shard {
         let now = self.clock.now();
         for &i in done {
             let op = &ops[i];
-            let viewed = self.remote.as_ref().is_some_and(|r| {
+            let viewed = self.link.as_ref().is_some_and(|r| {
                 r.synced.applies(op) && r.synced.views.contains_key(op.key.as_str())
             });
             if !viewed {

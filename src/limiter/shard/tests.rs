@@ -160,7 +160,7 @@ impl Store for HeldStore {
 }
 
 /// A shard on `store` with no local cache and a breaker that never opens.
-fn remote(clock: Clock, store: Arc<HeldStore>) -> Shard {
+fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
     let policy = StorePolicy {
         deadline: Duration::from_secs(60),
         slow: Duration::from_secs(60),
@@ -172,7 +172,7 @@ fn remote(clock: Clock, store: Arc<HeldStore>) -> Shard {
         sync_interval: Duration::from_millis(100),
     };
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
-    let r = Remote::new(store, policy, 0, 1, 1000);
+    let r = StoreLink::new(store, policy, 0, 1, 1000);
     Shard::new(
         clock,
         budget,
@@ -188,8 +188,8 @@ fn remote(clock: Clock, store: Arc<HeldStore>) -> Shard {
 async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let (clock, _) = Clock::manual(T0);
     let store = Arc::new(HeldStore::default());
-    let mut shard = remote(clock, store.clone());
-    let mut done_rx = shard.remote.as_mut().unwrap().done_rx.take().unwrap();
+    let mut shard = with_store(clock, store.clone());
+    let mut done_rx = shard.link.as_mut().unwrap().done_rx.take().unwrap();
     let mut replies = Vec::new();
     for hits in [1, 2, 3] {
         let (tx, rx) = oneshot::channel();
@@ -210,7 +210,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let mut held: Vec<_> = store.sent.lock().unwrap().drain(..).map(|s| s.1).collect();
     held.pop().unwrap().send(vec![before(1)]).unwrap();
     let second = done_rx.recv().await.unwrap();
-    shard.remote_done(second);
+    shard.store_done(second);
     assert!(
         replies[1].try_recv().is_err(),
         "the second waits for the first"
@@ -219,7 +219,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
 
     held.pop().unwrap().send(vec![before(0)]).unwrap();
     let first = done_rx.recv().await.unwrap();
-    shard.remote_done(first);
+    shard.store_done(first);
     let remaining = |r: Reply| (r.outcomes[0].over, r.outcomes[0].remaining);
     assert_eq!(remaining(replies[0].try_recv().unwrap()), (false, 9));
     assert_eq!(remaining(replies[1].try_recv().unwrap()), (false, 7));

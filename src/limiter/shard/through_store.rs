@@ -24,15 +24,15 @@ use crate::limiter::store::{FailureMode, StoreReply};
 
 impl Shard {
     /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
-    pub(super) fn remote_ready(&self) -> bool {
-        self.remote.as_ref().is_some_and(|r| r.breaker.ready())
+    pub(super) fn store_ready(&self) -> bool {
+        self.link.as_ref().is_some_and(|r| r.breaker.ready())
     }
 
     /// A new message in Redis mode.
-    pub(super) fn decide_remote(&mut self, d: Decide) {
+    pub(super) fn decide_via_store(&mut self, d: Decide) {
         let now = self.clock.now();
-        let ready = self.remote_ready();
-        let r = self.remote.as_mut().expect("remote mode");
+        let ready = self.store_ready();
+        let r = self.link.as_mut().expect("store mode");
         if r.synced.local(&d.ops, now, ready) {
             self.stats.local_decisions.fetch_add(1, Ordering::Relaxed);
             return self.decide(d);
@@ -83,18 +83,18 @@ impl Shard {
         }
         let mut d = d;
         self.hold(&mut d);
-        self.remote
+        self.link
             .as_mut()
-            .expect("remote mode")
+            .expect("store mode")
             .batch
             .push(StoreBound::New(d));
         // Sent when the shard's task next runs, after the calls that are ready on this thread:
         // they join the same pipeline instead of one call going alone.
-        self.remote.as_mut().expect("remote mode").deferred = true;
+        self.link.as_mut().expect("store mode").deferred = true;
     }
 
     pub(super) fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
-        let r = self.remote.as_mut().expect("remote mode");
+        let r = self.link.as_mut().expect("store mode");
         r.synced.local(&d.ops, now, false)
     }
 
@@ -104,7 +104,7 @@ impl Shard {
             .fallback_decisions
             .fetch_add(1, Ordering::Relaxed);
         let mode = self
-            .remote
+            .link
             .as_ref()
             .map_or(FailureMode::Fallback, |r| r.policy.failure_mode);
         match mode {
@@ -142,8 +142,8 @@ impl Shard {
     }
 
     /// Sends the head waiter of `key` to Redis.
-    pub(super) fn remote_head(&mut self, w: Waiter, key: &str, hash: u64) {
-        let r = self.remote.as_mut().expect("remote mode");
+    pub(super) fn store_head(&mut self, w: Waiter, key: &str, hash: u64) {
+        let r = self.link.as_mut().expect("store mode");
         r.heads.insert(key.into());
         r.batch.push(StoreBound::Head(w, key.into(), hash));
         self.flush();
@@ -154,7 +154,7 @@ impl Shard {
         if done.is_empty() {
             return;
         }
-        let Some(r) = self.remote.as_mut() else {
+        let Some(r) = self.link.as_mut() else {
             return;
         };
         // Usage counted in full stays counted.
@@ -173,7 +173,7 @@ impl Shard {
         self.flush();
     }
 
-    /// Gives back ops that another shard's refusal undid; `remote` says where they counted.
+    /// Refunds, in the store, every op of a request another shard refused.
     pub(super) fn refund_all_in_store(&mut self, ops: &[Op]) {
         let all: SmallVec<[usize; 2]> = (0..ops.len()).collect();
         self.refund_in_store(ops, &all);
@@ -228,9 +228,9 @@ impl Shard {
             // With what Redis counted; whatever is given back leaves the views too.
             self.viewed(&d.ops, mine, &counted, now);
             match head {
-                None => self.conclude(d, outcomes, verdict, Commit::Remote(counted), now, None),
+                None => self.conclude(d, outcomes, verdict, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key, hash)) => {
-                    self.remote.as_mut().expect("remote").heads.remove(&key);
+                    self.link.as_mut().expect("store mode").heads.remove(&key);
                     let w = Waiter {
                         msg: d,
                         op,
@@ -259,7 +259,7 @@ impl Shard {
                                     w.msg,
                                     outcomes,
                                     verdict,
-                                    Commit::Remote(counted),
+                                    Commit::InStore(counted),
                                     now,
                                     since,
                                 );
@@ -293,10 +293,7 @@ impl Shard {
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
         // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
-        let unsynced = self
-            .remote
-            .as_ref()
-            .map_or(0, |r| r.synced.unsynced(op, now));
+        let unsynced = self.link.as_ref().map_or(0, |r| r.synced.unsynced(op, now));
         let before = if unsynced == 0 {
             before
         } else {
@@ -324,7 +321,7 @@ impl Shard {
             before.eval(p, now, 1)
         };
         if full.over && full.retry_ns != u64::MAX {
-            let r = self.remote.as_mut().expect("remote mode");
+            let r = self.link.as_mut().expect("store mode");
             if r.over.len() >= r.over_cap {
                 r.over.retain(|_, until| *until > now);
             }
