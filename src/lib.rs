@@ -28,7 +28,7 @@
 //! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions; admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `config` |
 //! | `telemetry` | counters, per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key, behind `/debug/top` and the status page | `config` |
-//! | `limiter` | algorithms, counter keys' hashing and the shard choice (`key`), shard actors, wait queues and their process-wide budget, the store contract, round trips to the store and their breaker (`shard::round_trip`), local-first views and their syncs (`shard::synced`), the request verdict | `config` |
+//! | `limiter` | algorithms, counter keys' hashing and the shard choice (`key`), shard actors, wait queues and their process-wide budget, the store contract, the shard's link to the store: its round trips (`shard::round_trip`) and their breaker (`shard::breaker`), local-first views and their syncs (`shard::synced`), the request verdict | `config` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
 //!
