@@ -78,6 +78,16 @@ impl LimitStats {
         }
     }
 
+    /// envoyproxy/ratelimit's per-limit stat names (`manager_impl.go:33-38`), in
+    /// [`LimitStats::fields`] order: the Prometheus series and the statsd push both name them so.
+    pub(crate) const FIELD_NAMES: [&'static str; 5] = [
+        "total_hits",
+        "over_limit",
+        "near_limit",
+        "within_limit",
+        "shadow_mode",
+    ];
+
     pub(crate) fn fields(&self) -> [&AtomicU64; 5] {
         [
             &self.total_hits,

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{BoundStats, Metrics};
+use super::{BoundStats, LimitStats, Metrics};
 use crate::config::{Algorithm, Config, Domain, RateLimit};
 use crate::limiter::ShardStats;
 
@@ -104,15 +104,6 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
         "Local-first: background round trips adding local hits to Redis and reading totals back.",
         |s| &s.syncs,
     ),
-];
-
-/// envoyproxy/ratelimit's per-limit stat names, in `LimitStats::fields` order.
-const LIMIT_FIELDS: [&str; 5] = [
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "shadow_mode",
 ];
 
 impl Metrics {
@@ -259,7 +250,7 @@ impl Metrics {
             }
             plain.sort_unstable();
         }
-        for (i, name) in LIMIT_FIELDS.iter().enumerate() {
+        for (i, name) in LimitStats::FIELD_NAMES.iter().enumerate() {
             let metric = format!("ratelimit_service_rate_limit_{name}");
             let _ = writeln!(out, "# HELP {metric} Hits by limit (envoyproxy/ratelimit's {name}).\n# TYPE {metric} counter");
             let mut series = |domain: &str, path: &str, c: &AtomicU64| {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::histogram::BUCKETS_US;
-use super::{BoundStats, Metrics};
+use super::{BoundStats, LimitStats, Metrics};
 use crate::config::Config;
 
 pub use send::{run, Sink};
@@ -106,16 +106,6 @@ fn substitute(pattern: &str, groups: &[&str]) -> String {
     out.push_str(rest);
     out
 }
-
-/// envoyproxy/ratelimit's per-limit counters (`manager_impl.go:33-38`), in `LimitStats::fields`
-/// order.
-const LIMIT_FIELDS: [&str; 5] = [
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "shadow_mode",
-];
 
 /// The gRPC call's timer (`metrics/metrics.go:25`, scope `ratelimit_server`, `runner.go:181`).
 const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
@@ -224,7 +214,7 @@ fn counters(metrics: &Metrics, config: &Config, stats: &BoundStats) -> BTreeMap<
     );
     let mut limit = |key: &str, fields: [&AtomicU64; 5]| {
         let key = sanitize(key);
-        for (field, c) in LIMIT_FIELDS.iter().zip(fields) {
+        for (field, c) in LimitStats::FIELD_NAMES.iter().zip(fields) {
             add(
                 format!("ratelimit.service.rate_limit.{key}.{field}"),
                 load(c),

@@ -235,3 +235,20 @@ pub fn layout() -> (usize, usize) {
     });
     parsed.unwrap_or((2, 4))
 }
+
+/// What `f` answers once it answers `want`, or its last answer when `within` has passed, polled
+/// every 10 ms: for state the server changes on another thread (health after a reload).
+pub async fn settles<T: PartialEq, F: std::future::Future<Output = T>>(
+    mut f: impl FnMut() -> F,
+    want: T,
+    within: Duration,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let got = f().await;
+        if got == want || std::time::Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -3,6 +3,7 @@
 //! symlink swap are seen, dotfiles are ignored, and `reload_config` (what SIGHUP calls) works
 //! with polling off. Tests wait on `/rlconfig` or the load counters, with a deadline.
 
+use crate::common::settles;
 use crate::common::tempdir::TempDir;
 
 use std::path::Path;
@@ -422,23 +423,16 @@ async fn health_waits_for_a_config_with_a_domain_when_asked() {
         }
     };
     // 1 = SERVING, 2 = NOT_SERVING; a reload's health change lands on the admin thread.
-    async fn settles<F: std::future::Future<Output = i32>>(mut f: impl FnMut() -> F, want: i32) {
-        let deadline = std::time::Instant::now() + DEADLINE;
-        while f().await != want {
-            assert!(std::time::Instant::now() < deadline, "health never {want}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
     assert_eq!(status().await, 2, "no domain loaded at start");
     write(&dir.join("a.yaml"), V1);
     r.reload_config().expect("loads");
-    settles(&mut status, 1).await;
+    assert_eq!(settles(&mut status, 1, DEADLINE).await, 1, "health never 1");
     std::fs::remove_file(dir.join("a.yaml")).unwrap();
     r.reload_config().expect("an empty directory loads");
-    settles(&mut status, 2).await;
+    assert_eq!(settles(&mut status, 2, DEADLINE).await, 2, "health never 2");
     write(&dir.join("a.yaml"), V1);
     r.reload_config().expect("loads");
-    settles(&mut status, 1).await;
+    assert_eq!(settles(&mut status, 1, DEADLINE).await, 1, "health never 1");
     r.shutdown().await;
 
     std::fs::create_dir_all(t.path().join("empty")).unwrap();

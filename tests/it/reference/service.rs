@@ -23,7 +23,7 @@ use tonic::Code;
 use super::support::*;
 use crate::common::redis::{self, Redis};
 use crate::common::tempdir::TempDir;
-use crate::common::{header, TestServer, OK, OVER, T0};
+use crate::common::{header, settles, TestServer, OK, OVER, T0};
 
 const NOW: u64 = T0 / 1_000_000_000;
 
@@ -410,28 +410,24 @@ async fn health_status_at_least_one_config_loaded() {
     );
     dir.write("d.yaml", DIFFERENT_DOMAIN);
     s.running().reload_config().expect("reload");
-    assert_eq!(health_becomes(&url, 200).await, 200, "a domain is loaded");
+    let health = || http_get_code(url.clone());
+    assert_eq!(
+        settles(health, 200, HEALTH_FOLLOWS).await,
+        200,
+        "a domain is loaded"
+    );
     std::fs::remove_file(dir.path().join("d.yaml")).unwrap();
     s.running().reload_config().expect("reload");
     assert_eq!(
-        health_becomes(&url, 500).await,
+        settles(health, 500, HEALTH_FOLLOWS).await,
         500,
         "a reload left no domain"
     );
 }
 
 /// Health follows a reload on the server's admin thread (the reference sets it in the reload
-/// call itself): the code at `url` once it is `want`, or the last one seen after 5 s.
-async fn health_becomes(url: &str, want: u16) -> u16 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let code = http_get_code(url.to_string()).await;
-        if code == want || std::time::Instant::now() >= deadline {
-            return code;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
+/// call itself): how long the test waits for it.
+const HEALTH_FOLLOWS: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn http_get_code(url: String) -> u16 {
     http_get(&url).await.0
