@@ -77,9 +77,11 @@ pub(super) struct Stopping {
     pub(super) barrier: Arc<Barrier>,
 }
 
+type Rls = RateLimitServiceServer<RlsService>;
+
 /// The gRPC services every worker serves: the rate-limit service, the rate-limit quota service
 /// (RLQS), health, reflection (v1 and v1alpha, for grpcurl), behind the per-call layer.
-fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer, Identity>> {
+fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<Rls>, Identity>> {
     let rls = RateLimitServiceServer::new(RlsService::new(grpc.limiter.clone()))
         .max_decoding_message_size(grpc.max_message_bytes);
     let rlqs =
@@ -100,6 +102,7 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer, Identity>> {
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
             metrics: grpc.limiter.metrics().clone(),
+            rls: rls.clone(),
         })
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)

@@ -1,5 +1,7 @@
-//! A tower layer around the gRPC router: each `ShouldRateLimit` call runs in its request span
-//! (request id, Envoy's trace as parent) and its latency goes into the histogram.
+//! A tower layer around the gRPC router: each `ShouldRateLimit` call goes straight to the
+//! rate-limit service (the router's path matching and boxed services are for the others), runs
+//! in its request span (request id, Envoy's trace as parent), and its latency goes into the
+//! histogram.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,51 +18,59 @@ use crate::telemetry::Metrics;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
+/// `rls` is the rate-limit service, also added to the router (for reflection and the odd
+/// client that needs it there), called directly for `ShouldRateLimit`.
 #[derive(Clone)]
-pub struct RequestLayer {
+pub struct RequestLayer<R> {
     pub metrics: Arc<Metrics>,
+    pub rls: R,
 }
 
-impl<S> Layer<S> for RequestLayer {
-    type Service = RequestService<S>;
+impl<S, R: Clone> Layer<S> for RequestLayer<R> {
+    type Service = RequestService<S, R>;
 
-    fn layer(&self, inner: S) -> RequestService<S> {
+    fn layer(&self, inner: S) -> RequestService<S, R> {
         RequestService {
             inner,
+            rls: self.rls.clone(),
             metrics: self.metrics.clone(),
         }
     }
 }
 
 #[derive(Clone)]
-pub struct RequestService<S> {
+pub struct RequestService<S, R> {
     inner: S,
+    rls: R,
     metrics: Arc<Metrics>,
 }
 
-impl<S, B, RB> Service<http::Request<B>> for RequestService<S>
+impl<S, R, B, RB> Service<http::Request<B>> for RequestService<S, R>
 where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
+    R: Service<http::Request<B>, Response = http::Response<RB>, Error = S::Error>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, R::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+        match self.rls.poll_ready(cx)? {
+            Poll::Ready(()) => self.inner.poll_ready(cx),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if req.uri().path() != SHOULD_RATE_LIMIT {
-            return ResponseFuture {
+            return ResponseFuture::Other {
                 inner: self.inner.call(req),
-                call: None,
             };
         }
         let start = Instant::now();
         let span = request_span(req.headers());
-        let inner = span.in_scope(|| self.inner.call(req));
-        ResponseFuture {
+        let inner = span.in_scope(|| self.rls.call(req));
+        ResponseFuture::Rls {
             inner,
             call: Some(Call {
                 start,
@@ -78,10 +88,12 @@ pub struct Call {
 }
 
 pin_project_lite::pin_project! {
-    pub struct ResponseFuture<F> {
-        #[pin]
-        inner: F,
-        call: Option<Call>,
+    #[project = Projected]
+    pub enum ResponseFuture<F, G> {
+        /// Any other call, through the router.
+        Other { #[pin] inner: F },
+        /// `ShouldRateLimit`, timed and traced.
+        Rls { #[pin] inner: G, call: Option<Call> },
     }
 }
 
@@ -125,19 +137,23 @@ fn status_of<RB>(resp: &mut http::Response<RB>) -> i32 {
     status
 }
 
-impl<F, RB, E> Future for ResponseFuture<F>
+impl<F, G, RB, E> Future for ResponseFuture<F, G>
 where
     F: Future<Output = Result<http::Response<RB>, E>>,
+    G: Future<Output = Result<http::Response<RB>, E>>,
 {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let Some(call) = this.call.as_ref() else {
-            return this.inner.poll(cx);
+        let (inner, call) = match self.project() {
+            Projected::Other { inner } => return inner.poll(cx),
+            Projected::Rls { inner, call } => (inner, call),
         };
-        let _entered = call.span.enter();
-        let out = match this.inner.poll(cx) {
+        let Some(c) = call.as_ref() else {
+            return inner.poll(cx);
+        };
+        let _entered = c.span.enter();
+        let out = match inner.poll(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(out) => out,
         };
@@ -146,10 +162,10 @@ where
             Ok(resp) => status_of(resp),
             Err(_) => 2,
         };
-        let elapsed = call.start.elapsed();
-        call.metrics.observe_latency(elapsed);
+        let elapsed = c.start.elapsed();
+        c.metrics.observe_latency(elapsed);
         if status != 0 {
-            call.span.record("otel.status_code", "ERROR");
+            c.span.record("otel.status_code", "ERROR");
         }
         tracing::debug!(
             target: REQUEST_TARGET,
@@ -158,7 +174,7 @@ where
             "answered"
         );
         drop(_entered);
-        *this.call = None;
+        *call = None;
         Poll::Ready(out)
     }
 }
