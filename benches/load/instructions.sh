@@ -29,7 +29,7 @@ for tool in valgrind callgrind_control h2load; do
     command -v "$tool" >/dev/null || { echo "instructions.sh: $tool not found (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
+mkdir -p target; work=$(mktemp -d "$PWD/target/instructions.XXXXXX")
 pid=""
 cleanup() { [[ -n $pid ]] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT

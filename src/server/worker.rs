@@ -23,7 +23,7 @@ use crate::limiter::ShardTask;
 use crate::quota::QuotaHub;
 use crate::service::RateLimiter;
 use crate::settings::Settings;
-use crate::transport::grpc::RlsService;
+use crate::transport::grpc::{RlsService, ShouldRateLimit};
 use crate::transport::layer::RequestLayer;
 use crate::transport::rlqs::RlqsService;
 
@@ -77,7 +77,7 @@ pub(super) struct Stopping {
     pub(super) barrier: Arc<Barrier>,
 }
 
-type Rls = RateLimitServiceServer<RlsService>;
+type Rls = ShouldRateLimit;
 
 /// The gRPC services every worker serves: the rate-limit service, the rate-limit quota service
 /// (RLQS), health, reflection (v1 and v1alpha, for grpcurl), behind the per-call layer.
@@ -102,7 +102,10 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<Rls>, Identity
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
             metrics: grpc.limiter.metrics().clone(),
-            rls: rls.clone(),
+            rls: ShouldRateLimit::new(
+                RlsService::new(grpc.limiter.clone()),
+                grpc.max_message_bytes,
+            ),
         })
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)

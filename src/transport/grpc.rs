@@ -1,9 +1,17 @@
 //! gRPC adapter: `envoy.service.ratelimit.v3.RateLimitService` on top of [`RateLimiter`].
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::server::{Grpc, UnaryService};
 use tonic::{Request, Response, Status};
+use tower_service::Service;
 
+use super::codec::RlsCodec;
 use crate::service::{RateLimiter, RlsError};
 
 /// The Envoy rate-limit service; a thin adapter, errors mapped here and nowhere else.
@@ -15,6 +23,12 @@ pub struct RlsService {
 impl RlsService {
     pub fn new(limiter: RateLimiter) -> RlsService {
         RlsService { limiter }
+    }
+
+    async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let result = self.limiter.decide(request).await;
+        self.limiter.count(&result);
+        Ok(result?)
     }
 }
 
@@ -29,14 +43,63 @@ impl From<RlsError> for Status {
     }
 }
 
+/// For tonic's generated server (the router's route, and tests that build one).
 #[tonic::async_trait]
 impl RateLimitService for RlsService {
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let result = self.limiter.decide(request.into_inner()).await;
-        self.limiter.count(&result);
-        Ok(Response::new(result?))
+        self.answer(request.into_inner()).await.map(Response::new)
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// `ShouldRateLimit` as an HTTP service, called by the per-call layer: tonic's unary handling
+/// with [`RlsCodec`], and two boxed futures a call where the generated server has three.
+#[derive(Clone)]
+pub struct ShouldRateLimit {
+    rls: std::sync::Arc<RlsService>,
+    max_message_bytes: usize,
+}
+
+impl ShouldRateLimit {
+    pub fn new(rls: RlsService, max_message_bytes: usize) -> ShouldRateLimit {
+        ShouldRateLimit {
+            rls: std::sync::Arc::new(rls),
+            max_message_bytes,
+        }
+    }
+}
+
+impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let unary = Unary(self.rls.clone());
+        let max = self.max_message_bytes;
+        Box::pin(async move {
+            let mut grpc = Grpc::new(RlsCodec).apply_max_message_size_config(Some(max), None);
+            Ok(grpc.unary(unary, req).await)
+        })
+    }
+}
+
+struct Unary(std::sync::Arc<RlsService>);
+
+impl UnaryService<RateLimitRequest> for Unary {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
+
+    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move { rls.answer(request.into_inner()).await.map(Response::new) })
     }
 }
