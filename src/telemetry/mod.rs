@@ -1,7 +1,12 @@
 //! Counters for the stats envoyproxy/ratelimit reports, kept as atomics (no allocation on the
 //! hot path), their Prometheus exposition, and logs and traces setup.
+//!
+//! The counters' types live here, below every subsystem that counts, so the exposition can read
+//! them; each subsystem holds and updates its own ([`Counters`] says who), and `server` gathers
+//! them for the Prometheus text and the statsd push.
 
 pub mod admin;
+mod counters;
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
@@ -10,27 +15,28 @@ mod reloads;
 mod render;
 pub mod statsd;
 pub mod throttle;
+pub mod tls;
 pub mod trace;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::limiter::ShardStats;
-
 pub use crate::hitters::{BoundTop, TopTable};
+pub use counters::Counters;
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
 pub use quota::{QuotaLimit, QuotaStats};
-pub use reloads::{ConfigLoad, ReloadLog};
+pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use throttle::ThrottleStats;
+pub use tls::TlsStats;
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
 pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
 
-/// Process-wide counters.
+/// `ShouldRateLimit`'s counters (over gRPC and `/json`): calls, errors, latency, and
+/// envoyproxy/ratelimit's per-limit stats. The request path holds them.
 #[derive(Debug)]
 pub struct Metrics {
     pub near_limit_ratio: f64,
@@ -40,33 +46,12 @@ pub struct Metrics {
     pub invalid_argument: AtomicU64,
     pub overloaded: AtomicU64,
     pub unavailable: AtomicU64,
-    pub config_load_success: AtomicU64,
-    pub config_load_error: AtomicU64,
-    /// Seconds since the Unix epoch of the last config load that succeeded.
-    pub config_loaded_at: AtomicU64,
     /// Time to answer `ShouldRateLimit`, from the request's arrival to its answer.
     pub latency: Histogram,
     /// `detailed_metric` series, bounded.
     pub detailed: DetailedSeries,
-    /// The engine's per-shard counters, set once the engine exists; rendered as gauges.
-    pub shards: OnceLock<Vec<Arc<ShardStats>>>,
-    pub tls_handshake_errors: AtomicU64,
-    pub tls_reload_success: AtomicU64,
-    pub tls_reload_error: AtomicU64,
-    /// `THROTTLE` calls over RESP and HTTP, and RESP connections.
-    pub throttle: ThrottleStats,
     /// envoyproxy/ratelimit's per-limit stats, by stat key.
     pub limit_stats: LimitStatsTable,
-    /// The RLQS streams and the shares of their limits.
-    pub quota: QuotaStats,
-    /// Heavy hitters per limit, by stat key.
-    pub top: TopTable,
-    /// What the last config loads did, for the status page.
-    pub reloads: ReloadLog,
-    /// The statsd push: packets sent, flushes that failed.
-    pub statsd: statsd::StatsdStats,
-    /// The admin listener's look-ups and resets.
-    pub admin: admin::AdminStats,
 }
 
 impl Default for Metrics {
@@ -78,22 +63,9 @@ impl Default for Metrics {
             invalid_argument: AtomicU64::new(0),
             overloaded: AtomicU64::new(0),
             unavailable: AtomicU64::new(0),
-            config_load_success: AtomicU64::new(0),
-            config_load_error: AtomicU64::new(0),
-            config_loaded_at: AtomicU64::new(0),
             latency: Histogram::default(),
             detailed: DetailedSeries::new(DEFAULT_MAX_DETAILED_SERIES),
-            shards: OnceLock::new(),
-            tls_handshake_errors: AtomicU64::new(0),
-            tls_reload_success: AtomicU64::new(0),
-            tls_reload_error: AtomicU64::new(0),
-            throttle: ThrottleStats::default(),
             limit_stats: LimitStatsTable::default(),
-            quota: QuotaStats::default(),
-            top: TopTable::default(),
-            reloads: ReloadLog::default(),
-            statsd: statsd::StatsdStats::default(),
-            admin: admin::AdminStats::default(),
         }
     }
 }
@@ -112,25 +84,9 @@ impl Metrics {
         self
     }
 
-    /// With lists of `n` heavy hitters per limit (0: none kept), counting admitted hits one
-    /// call in `sample`.
-    pub fn with_top(mut self, n: usize, sample: u64) -> Metrics {
-        self.top = TopTable::new(n).with_sample(sample);
-        self
-    }
-
     /// One `ShouldRateLimit` answered (or failed) after `d`.
     pub fn observe_latency(&self, d: Duration) {
         self.latency.observe(d);
-    }
-
-    /// Counts a successful config load now.
-    pub fn config_loaded(&self) {
-        self.config_load_success.fetch_add(1, Ordering::Relaxed);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.config_loaded_at.store(now, Ordering::Relaxed);
     }
 
     /// Hits beyond floor(limit × ratio) but within the limit: of a verdict over the limit,

@@ -50,7 +50,7 @@ fn start_client_with(
     settings: XdsSettings,
     server: &TestServer,
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
-    let limiter = server.running().limiter.clone();
+    let live = server.running().context.live.clone();
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let task = tokio::spawn(run_xds(
@@ -59,7 +59,7 @@ fn start_client_with(
             let seen = match update {
                 Ok(config) => {
                     let n = config.domains.len();
-                    limiter.install(config);
+                    live.install(config);
                     Ok(n)
                 }
                 Err(e) => Err(e.to_string()),
