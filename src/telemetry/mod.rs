@@ -89,9 +89,9 @@ impl Metrics {
         self.latency.observe(d);
     }
 
-    /// Hits beyond floor(limit × ratio) but within the limit: of a verdict over the limit,
+    /// Hits beyond floor(limit × ratio) but within the limit: of a count over the limit,
     /// those of its hits below the limit, as envoyproxy/ratelimit counts them.
-    fn near(&self, v: &Verdict) -> u64 {
+    fn near(&self, v: &Counted) -> u64 {
         let threshold = (f64::from(v.limit) * self.near_limit_ratio).floor() as u64;
         if v.over || v.shadow {
             let Some(before) = (u64::from(v.limit).saturating_add(v.past)).checked_sub(v.hits)
@@ -104,21 +104,21 @@ impl Metrics {
         used.saturating_sub(threshold).min(v.hits)
     }
 
-    /// Counts one descriptor's verdict in the series `domain` + `path` (a name the reference
-    /// gives, see `descriptor::stat_path`: per-value series of `detailed_metric` and
+    /// Counts one descriptor's hits in the series `domain` + `path` (a name the reference gives,
+    /// see `descriptor::stat_path`: per-value series of `detailed_metric` and
     /// `value_to_metric`, overrides), in the capped map of per-value series. Call it instead of
     /// passing the node to [`Metrics::record`] (pass `None` there, so the totals still count
     /// once): the node's own series is then left out of the exposition.
-    pub fn record_series(&self, domain: &str, path: &str, v: Verdict) {
+    pub fn record_series(&self, domain: &str, path: &str, v: Counted) {
         let near = self.near(&v);
         self.detailed.with_path(domain, path, |s| {
             s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
         });
     }
 
-    /// Counts one descriptor's verdict against its limit's stats, and in `totals`, the call's
-    /// tally for [`Metrics::record_totals`].
-    pub fn record(&self, stats: Option<&LimitStats>, v: Verdict, totals: &mut Tally) {
+    /// Counts one descriptor's hits against its limit's stats, and in `totals`, the call's tally
+    /// for [`Metrics::record_totals`].
+    pub fn record(&self, stats: Option<&LimitStats>, v: Counted, totals: &mut Tally) {
         let near = self.near(&v);
         totals.add(v.hits, v.over, v.over_hits(), near, v.shadow);
         if let Some(s) = stats {
@@ -132,9 +132,10 @@ impl Metrics {
     }
 }
 
-/// One descriptor's verdict, as the stats count it.
+/// What one descriptor's limit counted, as the stats count it (the request's verdict is
+/// `limiter::verdict`'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Counted {
     pub hits: u64,
     /// Over its limit, and not in shadow mode.
     pub over: bool,
@@ -146,7 +147,7 @@ pub struct Verdict {
     pub past: u64,
 }
 
-impl Verdict {
+impl Counted {
     /// The part of the hits over the limit: all of them when the key was full before.
     fn over_hits(&self) -> u64 {
         self.hits.min(self.past)
