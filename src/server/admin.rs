@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::reload::{Install, Reloader};
 use super::tls::TlsState;
@@ -16,7 +16,7 @@ use super::{runtime, Health, StartError};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
 use crate::service::ThrottleService;
-use crate::source::files::{poll, Watched};
+use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::transport::http::MetricsState;
@@ -80,11 +80,11 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     )));
                 }
                 if let Some((watched, baseline, reloader)) = admin.config_poll {
-                    let reload = move || {
-                        let _ = reloader.reload();
-                    };
-                    let p = poll(watched, baseline, admin.interval, reload, stop.clone());
+                    let sources = reloader.sources();
+                    let (p, updates) =
+                        config_updates(watched, baseline, admin.interval, sources, stop.clone());
                     tasks.push(tokio::spawn(p));
+                    tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
                 }
                 if let Some((watched, baseline, tls)) = admin.tls_poll {
                     let reload = move || tls.reload();
@@ -169,16 +169,18 @@ fn run_xds(
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (ready_tx, mut ready_rx) = watch::channel(false);
+    let (updates_tx, updates) = mpsc::unbounded_channel();
     let mut stopped = stop.clone();
-    let mut tasks = vec![tokio::spawn(async move {
-        let apply = move |r| {
-            let _ = install.apply("xDS", r);
-        };
-        tokio::select! {
-            _ = crate::source::xds::run(settings, apply, ready_tx) => {}
-            _ = stopped.wait_for(|s| *s) => {}
-        }
-    })];
+    let mut tasks = vec![
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = crate::source::xds::run(settings, updates_tx, ready_tx) => {}
+                _ = stopped.wait_for(|s| *s) => {}
+            }
+        }),
+        // Ends with the client, which holds the sending side.
+        tokio::spawn(async move { install.follow("xDS", updates).await }),
+    ];
     if let Some(health) = gate {
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {

@@ -1,7 +1,7 @@
 //! The one way a new config goes live, whether it comes from the files (polling, SIGHUP) or
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
-//! is logged and counted. Every load, the first one at start included, is recorded here
-//! ([`record`]) and nowhere else.
+//! is logged and counted. The sources' updates are consumed here (`follow`), and only here.
+//! Every load, the first one at start included, is recorded here ([`record`]) and nowhere else.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::Context;
 use crate::config::{Config, ConfigError, Sources};
 use crate::service::LiveLimits;
+use crate::source::{Update, Updates};
 use crate::telemetry::ReloadStats;
 
 /// Records a config load: the success or error counter, the time of the last success, and the
@@ -66,6 +67,14 @@ impl Install {
             }
         }
     }
+
+    /// Applies every config `updates` yields from `source` (xDS), until the source ends.
+    pub(super) async fn follow(&self, source: &str, mut updates: Updates) {
+        while let Some(Update { loaded, handled }) = updates.recv().await {
+            let _ = self.apply(source, loaded);
+            drop(handled);
+        }
+    }
 }
 
 /// Loads the config location (and GoCC's key file, `CONFIG_FILE`) again and applies it.
@@ -86,9 +95,27 @@ impl Reloader {
         }
     }
 
+    /// Where the config location's files are, for the source that polls them.
+    pub(super) fn sources(&self) -> Sources {
+        self.sources.clone()
+    }
+
+    /// Loads the config location now and applies it (SIGHUP).
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
+        self.apply(self.sources.load())
+    }
+
+    /// Applies every config the files source yields, until it ends.
+    pub(super) async fn follow(&self, mut updates: Updates) {
+        while let Some(Update { loaded, handled }) = updates.recv().await {
+            let _ = self.apply(loaded);
+            drop(handled);
+        }
+    }
+
+    /// What the config location's files loaded, put live or refused.
+    fn apply(&self, loaded: Result<Config, ConfigError>) -> Result<(), ConfigError> {
         let source = self.sources.path.display().to_string();
-        let loaded = self.sources.load();
         if let Ok(c) = &loaded {
             log_gocc_warnings(c);
         }
