@@ -2,13 +2,13 @@
 //! (`transport`) and decided by the shared shard actors. Two peers' commands, each answered as
 //! that peer answers it, so their clients work unchanged:
 //!
-//! - ThrottleCrab's `THROTTLE` ([`throttle`]): as lazureykis/throttlecrab 0.4.40 (commit
-//!   5d4a947) answers it, `[allowed, limit, remaining, reset_after, retry_after]` with its own
-//!   values (`throttlecrab/src/core/rate_limiter.rs`, whole seconds floored by
-//!   `throttlecrab-server/src/types.rs`).
-//! - redis-cell's `CL.THROTTLE` ([`cl_throttle`]): as brandur/redis-cell 0.5.0 (commit 4d42338)
-//!   answers it, `[limited, max_burst + 1, remaining, retry_after (-1 when allowed),
-//!   reset_after]` (`src/cell/mod.rs`, whole seconds rounded up by `src/lib.rs`).
+//! - ThrottleCrab's `THROTTLE` ([`ThrottleService::throttle`]): as lazureykis/throttlecrab
+//!   0.4.40 (commit 5d4a947) answers it, `[allowed, limit, remaining, reset_after,
+//!   retry_after]` with its own values (`throttlecrab/src/core/rate_limiter.rs`, whole
+//!   seconds floored by `throttlecrab-server/src/types.rs`).
+//! - redis-cell's `CL.THROTTLE` ([`ThrottleService::cl_throttle`]): as brandur/redis-cell
+//!   0.5.0 (commit 4d42338) answers it, `[limited, max_burst + 1, remaining, retry_after (-1
+//!   when allowed), reset_after]` (`src/cell/mod.rs`, whole seconds rounded up by `src/lib.rs`).
 //!
 //! The caller sends its own GCRA parameters with every call (`max_burst`, `count_per_period`,
 //! `period`, `quantity`), so they are capped by [`ThrottleLimits`]. Keys live in key spaces of
