@@ -39,7 +39,7 @@ use turnstile::config::{Algorithm, Config, LoadOptions};
 use turnstile::limiter::key::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
-use turnstile::telemetry::{Metrics, TopTable};
+use turnstile::telemetry::{RequestStats, TopTable};
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
 #[global_allocator]
@@ -326,7 +326,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
     let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
         .expect("bench config");
     let (rt, e) = engine(1);
-    let metrics = Arc::new(Metrics::new(0.8));
+    let metrics = Arc::new(RequestStats::new(0.8));
     let top = Arc::new(TopTable::new(top_n).with_sample(turnstile::hitters::DEFAULT_SAMPLE));
     top.tick(e.clock().now());
     let live = LiveLimits::new(config, metrics.clone(), top);

@@ -12,7 +12,7 @@ use crate::limiter::{Clock, Engine, ShardTask, Store};
 use crate::quota::DemandExchange;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService};
 use crate::settings::Settings;
-use crate::telemetry::{Counters, Metrics};
+use crate::telemetry::{Counters, RequestStats};
 
 /// The parts the adapters are built from. Cheap to clone.
 #[derive(Clone)]
@@ -62,7 +62,7 @@ impl Context {
             settings.max_keys,
         );
         let service = Arc::new(
-            Metrics::new(settings.near_limit_ratio)
+            RequestStats::new(settings.near_limit_ratio)
                 .with_max_detailed_series(settings.max_detailed_series),
         );
         let counters = Counters {

@@ -24,7 +24,7 @@ use crate::limiter::ShardTask;
 use crate::quota::{DemandExchange, QuotaHub};
 use crate::service::RateLimiter;
 use crate::settings::Settings;
-use crate::telemetry::Metrics;
+use crate::telemetry::RequestStats;
 use crate::transport::grpc::RlsService;
 use crate::transport::layer::RequestLayer;
 use crate::transport::rlqs::RlqsService;
@@ -37,7 +37,7 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 pub(super) struct Grpc<H> {
     pub(super) limiter: RateLimiter,
     /// `ShouldRateLimit`'s counters, for its latency.
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<RequestStats>,
     /// The RLQS state every worker's quota streams share.
     pub(super) quota: QuotaHub,
     /// Turns true when the server stops; RLQS streams end on it.

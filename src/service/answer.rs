@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
 use crate::descriptor;
 use crate::limiter::{refuses, Counting, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, BoundTop, Counted, Metrics, Tally};
+use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
@@ -58,7 +58,7 @@ pub enum RefusedHits {
 
 /// Where an answer's stats go.
 pub(super) struct Recorders<'a> {
-    pub(super) metrics: &'a Metrics,
+    pub(super) metrics: &'a RequestStats,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
     pub(super) refused_hits: RefusedHits,

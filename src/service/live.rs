@@ -7,7 +7,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::hitters::TopTable;
-use crate::telemetry::{BoundStats, BoundTop, Metrics};
+use crate::telemetry::{BoundStats, BoundTop, RequestStats};
 
 /// A config, its limits' stats and heavy hitters, swapped together.
 #[derive(Debug, Default)]
@@ -22,13 +22,13 @@ pub struct Live {
 #[derive(Clone)]
 pub struct LiveLimits {
     now: Arc<ArcSwap<Live>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
     top: Arc<TopTable>,
 }
 
 impl LiveLimits {
     /// `config` live, its limits bound to `metrics`' per-limit stats and to `top`.
-    pub fn new(config: Config, metrics: Arc<Metrics>, top: Arc<TopTable>) -> LiveLimits {
+    pub fn new(config: Config, metrics: Arc<RequestStats>, top: Arc<TopTable>) -> LiveLimits {
         let live = bind(config, &metrics, &top);
         LiveLimits {
             now: Arc::new(ArcSwap::from_pointee(live)),
@@ -51,7 +51,7 @@ impl LiveLimits {
     }
 }
 
-fn bind(config: Config, metrics: &Metrics, top: &TopTable) -> Live {
+fn bind(config: Config, metrics: &RequestStats, top: &TopTable) -> Live {
     Live {
         stats: metrics.limit_stats.bind(&config),
         top: top.bind(&config),

@@ -24,7 +24,7 @@ pub use throttle::{ThrottleLimits, ThrottleService};
 pub use validate::{validate, RequestLimits};
 
 use crate::limiter::Engine;
-use crate::telemetry::Metrics;
+use crate::telemetry::RequestStats;
 
 /// A cheap `Clone` handle: the live limits, the engine, and how to answer. `server` builds it
 /// from the parts it hands the other adapters too; it hands none of them out.
@@ -33,7 +33,7 @@ pub struct RateLimiter {
     live: LiveLimits,
     engine: Engine,
     answer: Arc<AnswerSettings>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 impl RateLimiter {
@@ -43,7 +43,7 @@ impl RateLimiter {
         live: LiveLimits,
         engine: Engine,
         answer: AnswerSettings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RequestStats>,
     ) -> RateLimiter {
         RateLimiter {
             live,

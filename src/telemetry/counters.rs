@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::admin::AdminStats;
 use super::statsd::StatsdStats;
-use super::{Metrics, QuotaStats, ReloadStats, ThrottleStats, TlsStats};
+use super::{QuotaStats, ReloadStats, RequestStats, ThrottleStats, TlsStats};
 use crate::limiter::ShardStats;
 
 /// What the Prometheus text and the statsd push read. Each part is held and updated by its
@@ -12,7 +12,7 @@ use crate::limiter::ShardStats;
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
     /// The request path's (`service`).
-    pub service: Arc<Metrics>,
+    pub service: Arc<RequestStats>,
     /// The engine's, one per shard (`limiter`).
     pub shards: Arc<[Arc<ShardStats>]>,
     /// The statsd push's own (`statsd::run`).

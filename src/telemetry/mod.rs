@@ -38,7 +38,7 @@ pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
 /// `ShouldRateLimit`'s counters (over gRPC and `/json`): calls, errors, latency, and
 /// envoyproxy/ratelimit's per-limit stats. The request path holds them.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct RequestStats {
     pub near_limit_ratio: f64,
     /// Sums over every limit, including Envoy's `limit` overrides that have no config node.
     pub all: LimitStats,
@@ -54,9 +54,9 @@ pub struct Metrics {
     pub limit_stats: LimitStatsTable,
 }
 
-impl Default for Metrics {
-    fn default() -> Metrics {
-        Metrics {
+impl Default for RequestStats {
+    fn default() -> RequestStats {
+        RequestStats {
             near_limit_ratio: 0.8,
             all: LimitStats::default(),
             requests: AtomicU64::new(0),
@@ -70,16 +70,16 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
-    pub fn new(near_limit_ratio: f64) -> Metrics {
-        Metrics {
+impl RequestStats {
+    pub fn new(near_limit_ratio: f64) -> RequestStats {
+        RequestStats {
             near_limit_ratio,
             ..Default::default()
         }
     }
 
     /// With room for `cap` `detailed_metric` series.
-    pub fn with_max_detailed_series(mut self, cap: usize) -> Metrics {
+    pub fn with_max_detailed_series(mut self, cap: usize) -> RequestStats {
         self.detailed = DetailedSeries::new(cap);
         self
     }
@@ -107,7 +107,7 @@ impl Metrics {
     /// Counts one descriptor's hits in the series `domain` + `path` (a name the reference gives,
     /// see `descriptor::stat_path`: per-value series of `detailed_metric` and
     /// `value_to_metric`, overrides), in the capped map of per-value series. Call it instead of
-    /// passing the node to [`Metrics::record`] (pass `None` there, so the totals still count
+    /// passing the node to [`RequestStats::record`] (pass `None` there, so the totals still count
     /// once): the node's own series is then left out of the exposition.
     pub fn record_series(&self, domain: &str, path: &str, v: Counted) {
         let near = self.near(&v);
@@ -117,7 +117,7 @@ impl Metrics {
     }
 
     /// Counts one descriptor's hits against its limit's stats, and in `totals`, the call's tally
-    /// for [`Metrics::record_totals`].
+    /// for [`RequestStats::record_totals`].
     pub fn record(&self, stats: Option<&LimitStats>, v: Counted, totals: &mut Tally) {
         let near = self.near(&v);
         totals.add(v.hits, v.over, v.over_hits(), near, v.shadow);

@@ -12,13 +12,13 @@ use tower_service::Service;
 use tracing::Span;
 
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
-use crate::telemetry::Metrics;
+use crate::telemetry::RequestStats;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Clone)]
 pub struct RequestLayer {
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<RequestStats>,
 }
 
 impl<S> Layer<S> for RequestLayer {
@@ -35,7 +35,7 @@ impl<S> Layer<S> for RequestLayer {
 #[derive(Clone)]
 pub struct RequestService<S> {
     inner: S,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 impl<S, B, RB> Service<http::Request<B>> for RequestService<S>
@@ -74,7 +74,7 @@ where
 pub struct Call {
     start: Instant,
     span: Span,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 pin_project_lite::pin_project! {

@@ -15,7 +15,7 @@ use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Counted, Counters, Metrics};
+use turnstile::telemetry::{Counted, Counters, RequestStats};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -309,7 +309,7 @@ fn detailed_series_are_bounded() {
     let config =
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
     let counters = Counters {
-        service: Arc::new(Metrics::new(0.8).with_max_detailed_series(2)),
+        service: Arc::new(RequestStats::new(0.8).with_max_detailed_series(2)),
         ..Counters::default()
     };
     let m = &counters.service;
