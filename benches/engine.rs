@@ -38,8 +38,8 @@ use tokio::task::LocalSet;
 use turnstile::config::{Algorithm, Config, LoadOptions};
 use turnstile::limiter::key::key_hash;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
-use turnstile::service::{AnswerSettings, RateLimiter, RequestLimits};
-use turnstile::telemetry::{Metrics, TopTable};
+use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
+use turnstile::telemetry::{RequestStats, TopTable};
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
 #[global_allocator]
@@ -326,8 +326,12 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
     let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
         .expect("bench config");
     let (rt, e) = engine(1);
+    let metrics = Arc::new(RequestStats::new(0.8));
+    let top = Arc::new(TopTable::new(top_n).with_sample(turnstile::hitters::DEFAULT_SAMPLE));
+    top.tick(e.clock().now());
+    let live = LiveLimits::new(config, metrics.clone(), top);
     let limiter = RateLimiter::new(
-        config,
+        live,
         e,
         AnswerSettings {
             response_headers: None,
@@ -337,7 +341,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             global_quota_mode: false,
             response_dynamic_metadata: false,
         },
-        Arc::new(Metrics::new(0.8).with_top(top_n, turnstile::hitters::DEFAULT_SAMPLE)),
+        metrics,
     );
     (rt, limiter)
 }

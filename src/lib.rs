@@ -19,15 +19,15 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | CLI → settings → telemetry → `server::run` with a shutdown future | all |
-//! | `server` | listeners, worker runtimes, the admin thread, the one reload path, lingering close, drain | the layers below |
+//! | `server` | builds one `Context` (engine, live limits, request path, direct APIs, heavy hitters, every subsystem's counters) and hands each adapter the parts it uses; listeners, worker runtimes, the admin thread, the one reload path (it alone consumes the sources' updates and records config loads, holding their counters), TLS and its counters, lingering close, drain | the layers below |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
-//! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each hands what it read to `server`'s reload | `config` |
-//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up and reset), RESP `THROTTLE` and `CL.THROTTLE`: each a thin adapter | `quota`, `service`, `telemetry` |
+//! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each yields what it read as a stream of `Update`s that `server`'s reload consumes | `config` |
+//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up and reset, holding its counters), RESP `THROTTLE` and `CL.THROTTLE` (over `service::ThrottleService`): each a thin adapter given only what it uses | `quota`, `service`, `telemetry`, `hitters` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `config` |
-//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `telemetry`, `config` |
-//! | `service` | a request's way through: validate → plan → engine → answer; the direct APIs' decisions; admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `config` |
-//! | `telemetry` | counters, per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
-//! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key, behind `/debug/top` and the status page | `config` |
+//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, holding the quota counters and reading the live limits; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `limiter` (the clock), `telemetry`, `config` |
+//! | `service` | a request's way through: validate → plan → engine → answer, counting in `ShouldRateLimit`'s counters; the live limits (`LiveLimits`: a config bound to its stats and heavy hitters, swapped whole); the direct APIs' decisions (`ThrottleService`, holding the throttle counters); admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `hitters`, `config` |
+//! | `telemetry` | the counters' types (each subsystem holds and updates its own; `Counters` gathers handles on them for rendering), per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
+//! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key (the table held by `service::LiveLimits` and handed to the status page), behind `/debug/top` and the status page | `config` |
 //! | `limiter` | algorithms, counter keys' hashing and the shard choice (`key`), shard actors, wait queues and their process-wide budget, the store contract, the shard's link to the store: its round trips (`shard::round_trip`) and their breaker (`shard::breaker`), local-first views and their syncs (`shard::synced`), the request verdict | `config` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
@@ -41,9 +41,12 @@
 //! accepting gRPC connections (plain, TLS or a unix socket) and hosting its share of the shards,
 //! so a call whose key lives on its own worker decides synchronously; one more thread serves
 //! HTTP, the debug and Prometheus ports, the RESP transport, and watches the config and the
-//! certificate files. A new config, from files, SIGHUP or xDS, goes live through one function
+//! certificate files. A new config, from files, SIGHUP or xDS, goes live through one path
 //! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
-//! survive it.
+//! survive it. `server::Context` is built once at start; each adapter gets only its parts (the
+//! gRPC workers the request path and its counters, the RLQS hub the live limits, the clock and
+//! the quota counters, the RESP transport the throttle service, the status page the counters,
+//! the live limits and the heavy hitters), so the module graph shows what each really uses.
 
 //! # Where the house is going (the second pass)
 //!
@@ -94,9 +97,9 @@
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
 //! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together; the verdict in `Decision` | in progress |
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | begun: the `Breaker` is its own type with its own behaviour (`shard/breaker.rs`) |
-//! | 5 | `source/` out of `config` (done: the poller and the ADS client; updates still reach the reload by callback); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | in progress |
-//! | 6 | one context from `server`, counters owned by their subsystems; config loads recorded once (done: `server::reload::record`) | in progress |
-//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `StoreLink`, `shard.link`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's; the breaker's states an enum (done: `BreakerState`) | in progress |
+//! | 5 | `source/` out of `config` (done: the poller and the ADS client; each yields a stream of `source::Update`s that only `server::reload` consumes; the first config from files is still read by `main`, over xDS it is the first update); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | done but the first config |
+//! | 6 | one context from `server` (done: `server::Context`; `RateLimiter` hands out none of its parts), counters owned by their subsystems (done: the types stay in `telemetry`, below every subsystem; reloads' held by `server::reload`, TLS's by `server`'s TLS listener, throttle's by `service::ThrottleService`, quota's by `quota::QuotaHub`, admin's by the admin router, statsd's by its push, the heavy hitters by `service::LiveLimits`; `telemetry::RequestStats` keeps `ShouldRateLimit`'s alone); config loads recorded once (done: `server::reload::record`) | done |
+//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `StoreLink`, `shard.link`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done outside `limiter`: telemetry's per-limit `Verdict` is `Counted`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | in progress |
 //!
 //! A memory decision then crosses at most 8 files: `transport/grpc.rs` → `service/mod.rs`
 //! (validate, plan) → `descriptor/mod.rs` (match) → `limiter/mod.rs` (route) →

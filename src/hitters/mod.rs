@@ -360,7 +360,7 @@ pub struct BoundTop {
 }
 
 impl BoundTop {
-    /// Counts one descriptor's verdict on `node`: `entries` are the descriptor's, `over` says
+    /// Counts what one descriptor counted on `node`: `entries` are the descriptor's, `over` says
     /// it was refused. Checks that consume nothing (`hits` 0) are not counted.
     /// Counts `hits` of `entries` on `node`'s lists: every call when `exact` (refusals, usage
     /// counted in full), otherwise one call in the sample.

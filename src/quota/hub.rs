@@ -16,8 +16,9 @@ use tokio::sync::mpsc;
 use super::book::{Book, Outbox, StreamId, Usage};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
 use super::exchange::{DemandExchange, ReplicaDemands};
-use crate::service::{Live, RateLimiter};
-use crate::telemetry::QuotaLimit;
+use crate::limiter::Clock;
+use crate::service::{Live, LiveLimits};
+use crate::telemetry::{QuotaLimit, QuotaStats};
 
 /// Streams open at once; more are refused (RESOURCE_EXHAUSTED).
 pub const MAX_STREAMS: usize = 10_000;
@@ -64,7 +65,10 @@ pub struct QuotaHub {
 struct Inner {
     state: Mutex<State>,
     next_id: AtomicU64,
-    limiter: RateLimiter,
+    /// The limits the buckets are matched against.
+    live: LiveLimits,
+    clock: Clock,
+    stats: Arc<QuotaStats>,
     fleet: Option<Fleet>,
     /// When the periodic work last ran: many streams call for it, once is enough.
     last_tick: Mutex<Option<Instant>>,
@@ -90,9 +94,14 @@ struct State {
 }
 
 impl QuotaHub {
-    /// The hub of this process; with an `exchange` (Redis), limits are split over every
-    /// replica's streams.
-    pub fn new(limiter: RateLimiter, exchange: Option<Arc<dyn DemandExchange>>) -> QuotaHub {
+    /// The hub of this process, matching buckets against `live`'s limits and counting in
+    /// `stats`; with an `exchange` (Redis), limits are split over every replica's streams.
+    pub fn new(
+        live: LiveLimits,
+        clock: Clock,
+        stats: Arc<QuotaStats>,
+        exchange: Option<Arc<dyn DemandExchange>>,
+    ) -> QuotaHub {
         let replica = rand::random::<u64>();
         let fleet = exchange.map(|exchange| Fleet {
             exchange,
@@ -107,11 +116,13 @@ impl QuotaHub {
                 state: Mutex::new(State {
                     book: Book::new(MAX_BUCKETS).replica(replica),
                     outlets: FnvHashMap::default(),
-                    config: limiter.live(),
+                    config: live.load_full(),
                     view_due: false,
                 }),
                 next_id: AtomicU64::new(1),
-                limiter,
+                live,
+                clock,
+                stats,
             }),
         }
     }
@@ -146,7 +157,7 @@ impl QuotaHub {
             (full, out)
         });
         if refused > 0 {
-            let q = &self.inner.limiter.metrics().quota;
+            let q = &self.inner.stats;
             q.buckets_refused
                 .fetch_add(refused as u64, Ordering::Relaxed);
             tracing::warn!(
@@ -234,7 +245,7 @@ impl QuotaHub {
                     Ok(remote) if !withdrawn => got.push((key, remote)),
                     Ok(_) => {}
                     Err(e) => {
-                        let q = &self.inner.limiter.metrics().quota;
+                        let q = &self.inner.stats;
                         q.fleet_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(error = %e, limit = %key, "RLQS: demand exchange with Redis failed");
                     }
@@ -252,13 +263,13 @@ impl QuotaHub {
     }
 
     fn now(&self) -> u64 {
-        self.inner.limiter.engine().clock().now()
+        self.inner.clock.now()
     }
 
     /// Runs `f` on the state, first matching the buckets again if a new config went live;
     /// delivers what it decided and updates the metrics.
     fn with<R>(&self, f: impl FnOnce(&mut State) -> (R, Outbox)) -> R {
-        let live = self.inner.limiter.live();
+        let live = self.inner.live.load_full();
         let now = self.now();
         let mut guard = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *guard;
@@ -276,7 +287,7 @@ impl QuotaHub {
     }
 
     fn deliver(&self, st: &mut State, out: Outbox) {
-        let q = &self.inner.limiter.metrics().quota;
+        let q = &self.inner.stats;
         for (stream, actions) in out {
             let n = actions.len() as u64;
             tracing::debug!(stream, actions = ?Brief(&actions), "RLQS push");
@@ -296,7 +307,7 @@ impl QuotaHub {
     }
 
     fn count(&self, st: &mut State, changed: bool) {
-        let q = &self.inner.limiter.metrics().quota;
+        let q = &self.inner.stats;
         q.streams.store(st.book.streams() as u64, Ordering::Relaxed);
         q.buckets.store(st.book.buckets() as u64, Ordering::Relaxed);
         if changed || std::mem::take(&mut st.view_due) {

@@ -7,27 +7,32 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use super::reload::{self, Reloader};
+use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
-use crate::service::RateLimiter;
-use crate::source::files::{poll, Watched};
+use crate::hitters::TopTable;
+use crate::limiter::Clock;
+use crate::service::ThrottleService;
+use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
+use crate::transport::http::MetricsState;
 use crate::transport::resp::RespSettings;
 
 /// What the admin thread serves and watches.
 pub(super) struct Admin {
-    pub(super) limiter: RateLimiter,
     /// The HTTP port, then the optional ones (`debug`, `Prometheus`, `admin`), each with its
     /// router.
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
-    pub(super) resp: Option<(StdListener, RespSettings)>,
+    /// The RESP listener, its settings, and the decisions it serves.
+    pub(super) resp: Option<(StdListener, RespSettings, ThrottleService)>,
     /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
     pub(super) xds: Option<(XdsSettings, Option<Health>)>,
+    /// How xDS's configs go live.
+    pub(super) install: Install,
     /// The config location to poll (none over xDS), from the fingerprint taken before loading.
     pub(super) config_poll: Option<(Watched, u64, Arc<Reloader>)>,
     /// Files and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health follows the live config's
@@ -35,8 +40,11 @@ pub(super) struct Admin {
     pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
     pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
     pub(super) interval: Duration,
-    /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path.
-    pub(super) statsd: Option<StatsdSettings>,
+    /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
+    /// and what it reads.
+    pub(super) statsd: Option<(StatsdSettings, MetricsState)>,
+    /// The heavy hitters, and the clock whose seconds turn their windows.
+    pub(super) top: (Arc<TopTable>, Clock),
 }
 
 /// Starts the admin thread; it ends once every server on it has drained after the stop.
@@ -48,24 +56,17 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
             rt.block_on(async move {
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
-                if let Some((l, settings)) = admin.resp {
-                    tasks.push(tokio::spawn(serve_resp(
-                        l,
-                        admin.limiter.clone(),
-                        settings,
-                        stop.clone(),
-                    )));
+                if let Some((l, settings, throttle)) = admin.resp {
+                    let resp = serve_resp(l, throttle, settings, stop.clone());
+                    tasks.push(tokio::spawn(resp));
                 }
                 if let Some((settings, gate)) = admin.xds {
-                    tasks.extend(run_xds(settings, gate, &admin.limiter, &stop));
+                    tasks.extend(run_xds(settings, gate, admin.install, &stop));
                 }
-                tasks.push(tokio::spawn(tick_top(admin.limiter.clone(), stop.clone())));
-                if let Some(settings) = admin.statsd {
-                    tasks.push(tokio::spawn(push_statsd(
-                        settings,
-                        admin.limiter.clone(),
-                        stop.clone(),
-                    )));
+                let (top, clock) = admin.top;
+                tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
+                if let Some((settings, metrics)) = admin.statsd {
+                    tasks.push(tokio::spawn(push_statsd(settings, metrics, stop.clone())));
                 }
                 if let Some((domains, health)) = admin.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
@@ -79,11 +80,11 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     )));
                 }
                 if let Some((watched, baseline, reloader)) = admin.config_poll {
-                    let reload = move || {
-                        let _ = reloader.reload();
-                    };
-                    let p = poll(watched, baseline, admin.interval, reload, stop.clone());
+                    let sources = reloader.sources();
+                    let (p, updates) =
+                        config_updates(watched, baseline, admin.interval, sources, stop.clone());
                     tasks.push(tokio::spawn(p));
+                    tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
                 }
                 if let Some((watched, baseline, tls)) = admin.tls_poll {
                     let reload = move || tls.reload();
@@ -101,29 +102,29 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
 
 /// Moves the heavy hitters' coarse clock every second, so values are stamped and windows
 /// turn over without the hot path reading the clock.
-async fn tick_top(limiter: RateLimiter, mut stop: watch::Receiver<bool>) {
+async fn tick_top(top: Arc<TopTable>, clock: Clock, mut stop: watch::Receiver<bool>) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            _ = every.tick() => limiter.metrics().top.tick(limiter.engine().clock().now()),
+            _ = every.tick() => top.tick(clock.now()),
             _ = stop.wait_for(|s| *s) => return,
         }
     }
 }
 
 /// Pushes the reference's stats to statsd every flush interval, and once more at the stop.
-async fn push_statsd(settings: StatsdSettings, limiter: RateLimiter, stop: watch::Receiver<bool>) {
-    let metrics = limiter.metrics().clone();
+async fn push_statsd(settings: StatsdSettings, m: MetricsState, stop: watch::Receiver<bool>) {
+    let stats = m.counters.statsd.clone();
     let collect = move |e: &statsd::Exporter, s: &StatsdSettings| {
-        let live = limiter.live();
-        e.collect(s.format(), limiter.metrics(), &live.config, &live.stats)
+        let live = m.live.load_full();
+        e.collect(s.format(), &m.counters, &live.config, &live.stats)
     };
-    statsd::run(settings, metrics, collect, stop).await;
+    statsd::run(settings, stats, collect, stop).await;
 }
 
 async fn serve_resp(
     listener: StdListener,
-    limiter: RateLimiter,
+    throttle: ThrottleService,
     settings: RespSettings,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -132,7 +133,7 @@ async fn serve_resp(
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    if let Err(e) = crate::transport::resp::serve(l, limiter, settings, shutdown).await {
+    if let Err(e) = crate::transport::resp::serve(l, throttle, settings, shutdown).await {
         tracing::error!(error = %e, "RESP transport failed");
     }
 }
@@ -164,21 +165,22 @@ async fn follow_domains(
 fn run_xds(
     settings: XdsSettings,
     gate: Option<Health>,
-    limiter: &RateLimiter,
+    install: Install,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (ready_tx, mut ready_rx) = watch::channel(false);
-    let limiter = limiter.clone();
+    let (updates_tx, updates) = mpsc::unbounded_channel();
     let mut stopped = stop.clone();
-    let mut tasks = vec![tokio::spawn(async move {
-        let apply = move |r| {
-            let _ = reload::apply(&limiter, "xDS", r);
-        };
-        tokio::select! {
-            _ = crate::source::xds::run(settings, apply, ready_tx) => {}
-            _ = stopped.wait_for(|s| *s) => {}
-        }
-    })];
+    let mut tasks = vec![
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = crate::source::xds::run(settings, updates_tx, ready_tx) => {}
+                _ = stopped.wait_for(|s| *s) => {}
+            }
+        }),
+        // Ends with the client, which holds the sending side.
+        tokio::spawn(async move { install.follow("xDS", updates).await }),
+    ];
     if let Some(health) = gate {
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {

@@ -10,6 +10,7 @@
 //! (`listeners`); a new config goes live through `reload`; `run` is what the binary calls.
 
 mod admin;
+mod context;
 mod linger;
 mod listeners;
 mod reload;
@@ -29,20 +30,17 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+pub use context::Context;
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::backend::redis::RedisStore;
 use crate::config::{Config, ConfigError};
-use crate::limiter::{Clock, Engine, ShardTask};
-use crate::quota::DemandExchange;
-use crate::quota::QuotaHub;
+use crate::limiter::{Clock, ShardTask};
 use crate::service::rate::RateApiService;
-use crate::service::{AnswerSettings, RateLimiter};
 use crate::settings::Settings;
 use crate::source::files::{fingerprint, Watched};
-use crate::telemetry::Metrics;
-use crate::transport::http::{self, HttpState};
+use crate::telemetry::TlsStats;
+use crate::transport::http::{self, HttpState, MetricsState};
 use admin::Admin;
 use listeners::{local_addr, Listeners};
 use reload::Reloader;
@@ -66,7 +64,8 @@ pub struct Running {
     pub resp_addr: Option<SocketAddr>,
     /// The admin listener's address, when `TURNSTILE_ADMIN_ADDR` is set.
     pub admin_addr: Option<SocketAddr>,
-    pub limiter: RateLimiter,
+    /// What the server was built from, for callers that drive a part of it (tests, embedders).
+    pub context: Context,
     /// Reloads the config location; none when limits come over xDS.
     reloader: Option<Arc<Reloader>>,
     tls: Option<Arc<tls::TlsState>>,
@@ -154,9 +153,9 @@ pub async fn start(
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let (limiter, shard_tasks, fleet) = limiter(settings, config, clock).await?;
-    let domains = limiter.live().config.domains.len();
-    let (tls, reloader) = tls_and_reloader(settings, &limiter, domains)?;
+    let (cx, shard_tasks, fleet) = Context::build(settings, config, clock).await?;
+    let domains = cx.live.load_full().config.domains.len();
+    let (tls, reloader) = tls_and_reloader(settings, &cx, domains)?;
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
     let (stop, stop_rx) = watch::channel(false);
 
@@ -170,10 +169,10 @@ pub async fn start(
     };
     let grpc = Grpc::new(
         settings,
-        &limiter,
+        &cx,
         health_service,
         tls.clone(),
-        QuotaHub::new(limiter.clone(), fleet),
+        fleet,
         stop_rx.clone(),
     );
     let mut threads = Vec::with_capacity(workers + 1);
@@ -189,10 +188,10 @@ pub async fn start(
         listeners.admin,
     );
     let admin = Admin {
-        limiter: limiter.clone(),
-        http: http_servers(settings, &limiter, &health, ports),
-        resp: listeners.resp.zip(settings.resp.clone()),
+        http: http_servers(settings, &cx, &health, ports),
+        resp: (listeners.resp.zip(settings.resp.clone())).map(|(l, s)| (l, s, cx.throttle.clone())),
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+        install: reload::Install::new(&cx),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
@@ -201,7 +200,8 @@ pub async fn start(
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
-        statsd: settings.statsd.clone(),
+        statsd: (settings.statsd.clone()).map(|s| (s, metrics_state(&cx))),
+        top: (cx.top.clone(), cx.engine.clock().clone()),
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {
@@ -212,7 +212,7 @@ pub async fn start(
         prometheus_addr: bound.prometheus,
         resp_addr: bound.resp,
         admin_addr: bound.admin,
-        limiter,
+        context: cx,
         reloader,
         tls,
         health,
@@ -228,17 +228,18 @@ type TlsShared = Option<Arc<tls::TlsState>>;
 /// The TLS state (certificates read now), and the reloader of the config files (none with xDS).
 fn tls_and_reloader(
     settings: &Settings,
-    limiter: &RateLimiter,
+    cx: &Context,
     domains: usize,
 ) -> Result<(TlsShared, Option<Arc<Reloader>>), StartError> {
+    let stats: Arc<TlsStats> = cx.counters.tls.clone();
     let tls = (settings.tls.clone())
-        .map(|t| tls::TlsState::new(t, limiter.metrics().clone()).map(Arc::new))
+        .map(|t| tls::TlsState::new(t, stats).map(Arc::new))
         .transpose()
         .map_err(StartError::Tls)?;
-    let reloader = settings
-        .xds
-        .is_none()
-        .then(|| Arc::new(Reloader::new(settings.sources(), limiter.clone(), domains)));
+    let reloader = (settings.xds.is_none()).then(|| {
+        let install = reload::Install::new(cx);
+        Arc::new(Reloader::new(settings.sources(), install, domains))
+    });
     Ok((tls, reloader))
 }
 
@@ -255,23 +256,35 @@ fn watched_config(settings: &Settings) -> (Watched, u64) {
     (watched, baseline)
 }
 
+/// What `/metrics` and the statsd push read.
+fn metrics_state(cx: &Context) -> MetricsState {
+    MetricsState {
+        counters: cx.counters.clone(),
+        live: cx.live.clone(),
+    }
+}
+
 /// The HTTP port and, when bound, the debug, Prometheus and admin ports, each with its router.
 fn http_servers(
     settings: &Settings,
-    limiter: &RateLimiter,
+    cx: &Context,
     health: &Health,
     (port, debug, prometheus, admin): HttpPorts,
 ) -> Vec<(&'static str, StdListener, axum::Router)> {
     let state = HttpState {
-        limiter: limiter.clone(),
+        limiter: cx.limiter.clone(),
         serving: health.serving.clone(),
-        throttle: settings.throttle,
-        rate: RateApiService::new(limiter.clone(), settings.rate),
+        throttle: cx.throttle.clone(),
+        throttle_limits: settings.throttle,
+        rate: RateApiService::new(cx.limiter.clone(), settings.rate),
+        metrics: metrics_state(cx),
     };
     let mut out = vec![("HTTP", port, http::router(state))];
     if let Some(l) = debug {
         let state = http::DebugState {
-            limiter: limiter.clone(),
+            metrics: metrics_state(cx),
+            top: cx.top.clone(),
+            clock: cx.engine.clock().clone(),
             redis: settings.redis.is_some(),
         };
         out.push(("debug", l, http::debug_router(state)));
@@ -280,13 +293,14 @@ fn http_servers(
         out.push((
             "Prometheus",
             l,
-            http::prometheus_router(limiter.clone(), &p.path),
+            http::prometheus_router(metrics_state(cx), &p.path),
         ));
     }
     if let (Some(l), Some(a)) = (admin, &settings.admin) {
         let state = http::AdminState {
-            limiter: limiter.clone(),
+            limiter: cx.limiter.clone(),
             token: a.token.clone(),
+            stats: cx.counters.admin.clone(),
         };
         out.push(("admin", l, http::admin_router(state)));
     }
@@ -300,52 +314,6 @@ type HttpPorts = (
     Option<StdListener>,
     Option<StdListener>,
 );
-
-/// The engine (with its store, when Redis is set) and the service on top of it; the Redis
-/// store again, for the RLQS fleet.
-async fn limiter(
-    settings: &Settings,
-    config: Config,
-    clock: Clock,
-) -> Result<(RateLimiter, Vec<ShardTask>, Option<Arc<dyn DemandExchange>>), StartError> {
-    let mut fleet = None;
-    let redis = match &settings.redis {
-        None => None,
-        Some(r) => {
-            let store = Arc::new(RedisStore::connect(r).await.map_err(StartError::Redis)?);
-            fleet = Some(store.clone() as Arc<dyn DemandExchange>);
-            let store: Arc<dyn crate::limiter::Store> = store;
-            Some((store, r.policy.clone()))
-        }
-    };
-    let (engine, shard_tasks) = Engine::with_backend(
-        settings.shards,
-        settings.shard_queue_capacity,
-        settings.max_waiters,
-        clock,
-        redis,
-        settings.max_keys,
-    );
-    let metrics = Arc::new(
-        Metrics::new(settings.near_limit_ratio)
-            .with_max_detailed_series(settings.max_detailed_series)
-            .with_top(settings.top_n, settings.top_sample),
-    );
-    let source = settings.config_path.display().to_string();
-    let source = settings.xds.is_none().then_some(source.as_str());
-    reload::record(&metrics, source, Ok(()));
-    let _ = metrics.shards.set(engine.stats().to_vec());
-    let answer = AnswerSettings {
-        response_headers: settings.response_headers.clone(),
-        global_shadow_mode: settings.global_shadow_mode,
-        request_limits: settings.request_limits,
-        refused_hits: settings.refused_hits,
-        global_quota_mode: settings.global_quota_mode,
-        response_dynamic_metadata: settings.response_dynamic_metadata,
-    };
-    let limiter = RateLimiter::new(config, engine, answer, metrics);
-    Ok((limiter, shard_tasks, fleet))
-}
 
 /// Shard `i` goes to worker `i % workers`.
 fn deal(tasks: Vec<ShardTask>, workers: usize) -> Vec<Vec<ShardTask>> {
@@ -377,7 +345,7 @@ impl Running {
     /// calls in flight are answered; gives up waiting after the grace period.
     pub async fn shutdown(self) {
         self.health.set(false).await;
-        self.limiter.engine().drain(self.admit_waiters).await;
+        self.context.engine.drain(self.admit_waiters).await;
         let _ = self.stop.send(true);
         let threads = self.threads;
         let joined = tokio::task::spawn_blocking(move || {

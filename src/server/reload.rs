@@ -1,54 +1,78 @@
 //! The one way a new config goes live, whether it comes from the files (polling, SIGHUP) or
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
-//! is logged and counted. Every load, the first one at start included, is recorded here
-//! ([`record`]) and nowhere else.
+//! is logged and counted. The sources' updates are consumed here (`follow`), and only here.
+//! Every load, the first one at start included, is recorded here ([`record`]) and nowhere else.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::Context;
 use crate::config::{Config, ConfigError, Sources};
-use crate::service::RateLimiter;
-use crate::telemetry::Metrics;
+use crate::service::LiveLimits;
+use crate::source::{Update, Updates};
+use crate::telemetry::ReloadStats;
 
 /// Records a config load: the success or error counter, the time of the last success, and the
 /// load log's entry under `source` (none for the empty config xDS starts from, which nothing
 /// loaded).
-pub(super) fn record(metrics: &Metrics, source: Option<&str>, loaded: Result<(), &ConfigError>) {
+pub(super) fn record(stats: &ReloadStats, source: Option<&str>, loaded: Result<(), &ConfigError>) {
     match loaded {
-        Ok(()) => metrics.config_loaded(),
-        Err(_) => {
-            metrics.config_load_error.fetch_add(1, Ordering::Relaxed);
-        }
+        Ok(()) => stats.loaded(),
+        Err(_) => stats.refused(),
     }
     if let Some(source) = source {
         let error = loaded.err().map(ToString::to_string);
-        metrics.reloads.record_now(source, error);
+        stats.log.record_now(source, error);
     }
 }
 
-/// Applies one loaded (or refused) config from `source` (a path, or "xDS").
-pub(super) fn apply(
-    limiter: &RateLimiter,
-    source: &str,
-    loaded: Result<Config, ConfigError>,
-) -> Result<(), ConfigError> {
-    match loaded {
-        Ok(config) => {
-            let domains = config.domains.len();
-            limiter.install(config);
-            record(limiter.metrics(), Some(source), Ok(()));
-            tracing::info!(source, domains, "config reloaded");
-            Ok(())
+/// What a reload uses: the live limits it replaces, and the counters it records loads in.
+#[derive(Clone)]
+pub(super) struct Install {
+    live: LiveLimits,
+    stats: Arc<ReloadStats>,
+}
+
+impl Install {
+    pub(super) fn new(cx: &Context) -> Install {
+        Install {
+            live: cx.live.clone(),
+            stats: cx.counters.reloads.clone(),
         }
-        Err(e) => {
-            record(limiter.metrics(), Some(source), Err(&e));
-            tracing::error!(
-                source,
-                error = %e,
-                "config reload failed; the previous config stays live"
-            );
-            Err(e)
+    }
+
+    /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
+    pub(super) fn apply(
+        &self,
+        source: &str,
+        loaded: Result<Config, ConfigError>,
+    ) -> Result<(), ConfigError> {
+        match loaded {
+            Ok(config) => {
+                let domains = config.domains.len();
+                self.live.install(config);
+                record(&self.stats, Some(source), Ok(()));
+                tracing::info!(source, domains, "config reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                record(&self.stats, Some(source), Err(&e));
+                tracing::error!(
+                    source,
+                    error = %e,
+                    "config reload failed; the previous config stays live"
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies every config `updates` yields from `source` (xDS), until the source ends.
+    pub(super) async fn follow(&self, source: &str, mut updates: Updates) {
+        while let Some(Update { loaded, handled }) = updates.recv().await {
+            let _ = self.apply(source, loaded);
+            drop(handled);
         }
     }
 }
@@ -56,29 +80,47 @@ pub(super) fn apply(
 /// Loads the config location (and GoCC's key file, `CONFIG_FILE`) again and applies it.
 pub(super) struct Reloader {
     sources: Sources,
-    limiter: RateLimiter,
+    install: Install,
     /// How many domains the live config has (for health under
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     domains: watch::Sender<usize>,
 }
 
 impl Reloader {
-    pub(super) fn new(sources: Sources, limiter: RateLimiter, domains: usize) -> Reloader {
+    pub(super) fn new(sources: Sources, install: Install, domains: usize) -> Reloader {
         Reloader {
             sources,
-            limiter,
+            install,
             domains: watch::Sender::new(domains),
         }
     }
 
+    /// Where the config location's files are, for the source that polls them.
+    pub(super) fn sources(&self) -> Sources {
+        self.sources.clone()
+    }
+
+    /// Loads the config location now and applies it (SIGHUP).
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
+        self.apply(self.sources.load())
+    }
+
+    /// Applies every config the files source yields, until it ends.
+    pub(super) async fn follow(&self, mut updates: Updates) {
+        while let Some(Update { loaded, handled }) = updates.recv().await {
+            let _ = self.apply(loaded);
+            drop(handled);
+        }
+    }
+
+    /// What the config location's files loaded, put live or refused.
+    fn apply(&self, loaded: Result<Config, ConfigError>) -> Result<(), ConfigError> {
         let source = self.sources.path.display().to_string();
-        let loaded = self.sources.load();
         if let Ok(c) = &loaded {
             log_gocc_warnings(c);
         }
         let domains = loaded.as_ref().ok().map(|c| c.domains.len());
-        let applied = apply(&self.limiter, &source, loaded);
+        let applied = self.install.apply(&source, loaded);
         if let Some(n) = domains {
             self.domains.send_replace(n);
         }

@@ -22,7 +22,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::settings::TlsSettings;
 use crate::source::files::Watched;
-use crate::telemetry::Metrics;
+use crate::telemetry::TlsStats;
 
 /// A client that has not finished its handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,16 +31,17 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct TlsState {
     settings: TlsSettings,
     live: ArcSwap<ServerConfig>,
-    metrics: Arc<Metrics>,
+    /// Handshakes that failed, reloads.
+    stats: Arc<TlsStats>,
 }
 
 impl TlsState {
-    pub(crate) fn new(settings: TlsSettings, metrics: Arc<Metrics>) -> Result<TlsState, String> {
+    pub(crate) fn new(settings: TlsSettings, stats: Arc<TlsStats>) -> Result<TlsState, String> {
         let config = build(&settings)?;
         Ok(TlsState {
             settings,
             live: ArcSwap::from_pointee(config),
-            metrics,
+            stats,
         })
     }
 
@@ -49,15 +50,11 @@ impl TlsState {
         match build(&self.settings) {
             Ok(c) => {
                 self.live.store(Arc::new(c));
-                self.metrics
-                    .tls_reload_success
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.reload_success.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(cert = %self.settings.cert.display(), "TLS certificates reloaded");
             }
             Err(e) => {
-                self.metrics
-                    .tls_reload_error
-                    .fetch_add(1, Ordering::Relaxed);
+                self.stats.reload_error.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "TLS reload failed; the previous certificates stay live");
             }
         }
@@ -193,9 +190,7 @@ pub(crate) fn incoming<L: Accept>(
                         let _ = tx.send(Ok(s)).await;
                     }
                     Err(e) => {
-                        tls.metrics
-                            .tls_handshake_errors
-                            .fetch_add(1, Ordering::Relaxed);
+                        tls.stats.handshake_errors.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(error = %e, "TLS handshake failed");
                     }
                 }

@@ -18,11 +18,13 @@ use tower_layer::{Identity, Stack};
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
 use super::tls::{self, TlsState};
+use super::Context;
 use super::{runtime, StartError};
 use crate::limiter::ShardTask;
-use crate::quota::QuotaHub;
+use crate::quota::{DemandExchange, QuotaHub};
 use crate::service::RateLimiter;
 use crate::settings::Settings;
+use crate::telemetry::RequestStats;
 use crate::transport::grpc::{RlsService, ShouldRateLimit};
 use crate::transport::layer::RequestLayer;
 use crate::transport::rlqs::RlqsService;
@@ -34,6 +36,8 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 /// What every worker serves, the same way.
 pub(super) struct Grpc<H> {
     pub(super) limiter: RateLimiter,
+    /// `ShouldRateLimit`'s counters, for its latency.
+    pub(super) metrics: Arc<RequestStats>,
     /// The RLQS state every worker's quota streams share.
     pub(super) quota: QuotaHub,
     /// Turns true when the server stops; RLQS streams end on it.
@@ -48,16 +52,25 @@ pub(super) struct Grpc<H> {
 }
 
 impl<H> Grpc<H> {
+    /// The services from the context's parts; one RLQS hub for every worker, with `fleet` (the
+    /// Redis store) to share limits with other replicas.
     pub(super) fn new(
         settings: &Settings,
-        limiter: &RateLimiter,
+        cx: &Context,
         health: HealthServer<H>,
         tls: Option<Arc<TlsState>>,
-        quota: QuotaHub,
+        fleet: Option<Arc<dyn DemandExchange>>,
         stop: watch::Receiver<bool>,
     ) -> Grpc<H> {
+        let quota = QuotaHub::new(
+            cx.live.clone(),
+            cx.engine.clock().clone(),
+            cx.counters.quota.clone(),
+            fleet,
+        );
         Grpc {
-            limiter: limiter.clone(),
+            limiter: cx.limiter.clone(),
+            metrics: cx.counters.service.clone(),
             quota,
             stop,
             health,
@@ -101,7 +114,7 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<Rls>, Identity
         .max_connection_age(grpc.max_age)
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
-            metrics: grpc.limiter.metrics().clone(),
+            metrics: grpc.metrics.clone(),
             rls: ShouldRateLimit::new(
                 RlsService::new(grpc.limiter.clone()),
                 grpc.max_message_bytes,

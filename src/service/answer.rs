@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
 use crate::descriptor;
 use crate::limiter::{refuses, Counting, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, BoundTop, Metrics, Tally, Verdict};
+use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
@@ -58,7 +58,7 @@ pub enum RefusedHits {
 
 /// Where an answer's stats go.
 pub(super) struct Recorders<'a> {
-    pub(super) metrics: &'a Metrics,
+    pub(super) metrics: &'a RequestStats,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
     pub(super) refused_hits: RefusedHits,
@@ -224,7 +224,7 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     });
 }
 
-/// Counts descriptor `i`'s verdict: in its limit's stats, or in per-value series when the
+/// Counts descriptor `i`'s hits: in its limit's stats, or in per-value series when the
 /// node asks for them (`detailed_metric` names every value, `value_to_metric` the values of
 /// the levels that ask), which live in a capped map of their own; and in its limit's heavy
 /// hitters, by the descriptor's values (Envoy's `limit` overrides have no node: not there).
@@ -255,7 +255,7 @@ fn count(
         None if !from_config => Some(descriptor::override_stat_path(entries)),
         None => None,
     };
-    let verdict = Verdict {
+    let counted = Counted {
         hits,
         over,
         shadow,
@@ -274,10 +274,10 @@ fn count(
     match named {
         None => c
             .metrics
-            .record(matched.map(|m| c.stats.of(m.node())), verdict, totals),
+            .record(matched.map(|m| c.stats.of(m.node())), counted, totals),
         Some(path) => {
-            c.metrics.record(None, verdict, totals);
-            c.metrics.record_series(&req.domain, &path, verdict);
+            c.metrics.record(None, counted, totals);
+            c.metrics.record_series(&req.domain, &path, counted);
         }
     }
 }

@@ -6,6 +6,7 @@
 mod admin;
 mod answer;
 mod error;
+mod live;
 mod plan;
 pub mod rate;
 pub mod throttle;
@@ -13,80 +14,53 @@ mod validate;
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
-pub use throttle::ThrottleLimits;
+pub use live::{Live, LiveLimits};
+pub use throttle::{ThrottleLimits, ThrottleService};
 pub use validate::{validate, RequestLimits};
 
-use crate::config::Config;
 use crate::limiter::Engine;
-use crate::telemetry::{BoundStats, BoundTop, Metrics};
+use crate::telemetry::RequestStats;
 
-/// The limits being served: a config, its limits' stats and heavy hitters, swapped together.
-#[derive(Debug, Default)]
-pub struct Live {
-    pub config: Config,
-    pub stats: BoundStats,
-    pub top: BoundTop,
-}
-
-impl Live {
-    fn bind(config: Config, metrics: &Metrics) -> Live {
-        Live {
-            stats: metrics.limit_stats.bind(&config),
-            top: metrics.top.bind(&config),
-            config,
-        }
-    }
-}
-
-/// A cheap `Clone` handle: the live limits, the engine, and how to answer.
+/// A cheap `Clone` handle: the live limits, the engine, and how to answer. `server` builds it
+/// from the parts it hands the other adapters too; it hands none of them out.
 #[derive(Clone)]
 pub struct RateLimiter {
-    live: Arc<ArcSwap<Live>>,
+    live: LiveLimits,
     engine: Engine,
     answer: Arc<AnswerSettings>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 impl RateLimiter {
+    /// Decides on `live`'s limits with `engine`, answering as `answer` says and counting in
+    /// `metrics`.
     pub fn new(
-        config: Config,
+        live: LiveLimits,
         engine: Engine,
         answer: AnswerSettings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RequestStats>,
     ) -> RateLimiter {
-        metrics.top.tick(engine.clock().now());
         RateLimiter {
-            live: Arc::new(ArcSwap::from_pointee(Live::bind(config, &metrics))),
+            live,
             engine,
             answer: Arc::new(answer),
             metrics,
         }
     }
 
-    pub fn engine(&self) -> &Engine {
+    /// For the direct APIs and admin look-ups, which decide on the same engine.
+    fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// The limits being served now.
-    pub fn live(&self) -> Arc<Live> {
+    fn live(&self) -> Arc<Live> {
         self.live.load_full()
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// Puts `config` live, from files or xDS alike: each limit keeps the stats its stat key had,
-    /// and heavy hitters, so they survive without being copied. The server's reload records the
-    /// load.
-    pub fn install(&self, config: Config) {
-        self.live.store(Arc::new(Live::bind(config, &self.metrics)));
     }
 
     /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.

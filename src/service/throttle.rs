@@ -2,13 +2,13 @@
 //! (`transport`) and decided by the shared shard actors. Two peers' commands, each answered as
 //! that peer answers it, so their clients work unchanged:
 //!
-//! - ThrottleCrab's `THROTTLE` ([`throttle`]): as lazureykis/throttlecrab 0.4.40 (commit
-//!   5d4a947) answers it, `[allowed, limit, remaining, reset_after, retry_after]` with its own
-//!   values (`throttlecrab/src/core/rate_limiter.rs`, whole seconds floored by
-//!   `throttlecrab-server/src/types.rs`).
-//! - redis-cell's `CL.THROTTLE` ([`cl_throttle`]): as brandur/redis-cell 0.5.0 (commit 4d42338)
-//!   answers it, `[limited, max_burst + 1, remaining, retry_after (-1 when allowed),
-//!   reset_after]` (`src/cell/mod.rs`, whole seconds rounded up by `src/lib.rs`).
+//! - ThrottleCrab's `THROTTLE` ([`ThrottleService::throttle`]): as lazureykis/throttlecrab
+//!   0.4.40 (commit 5d4a947) answers it, `[allowed, limit, remaining, reset_after,
+//!   retry_after]` with its own values (`throttlecrab/src/core/rate_limiter.rs`, whole
+//!   seconds floored by `throttlecrab-server/src/types.rs`).
+//! - redis-cell's `CL.THROTTLE` ([`ThrottleService::cl_throttle`]): as brandur/redis-cell
+//!   0.5.0 (commit 4d42338) answers it, `[limited, max_burst + 1, remaining, retry_after (-1
+//!   when allowed), reset_after]` (`src/cell/mod.rs`, whole seconds rounded up by `src/lib.rs`).
 //!
 //! The caller sends its own GCRA parameters with every call (`max_burst`, `count_per_period`,
 //! `period`, `quantity`), so they are capped by [`ThrottleLimits`]. Keys live in key spaces of
@@ -33,11 +33,12 @@
 //! same.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use super::RateLimiter;
 use crate::config::Algorithm;
 use crate::limiter::key::key_hash;
-use crate::limiter::{EngineError, Op, Params, Role};
+use crate::limiter::{Engine, EngineError, Op, Params, Role};
+use crate::telemetry::ThrottleStats;
 
 /// Counter keys of `THROTTLE` start with this. Envoy's keys start with their domain and `/rate`
 /// keys with `"\0rate/"`, so none of them can collide with a throttle key.
@@ -317,69 +318,89 @@ pub fn op_for(
     })
 }
 
-/// ThrottleCrab's `THROTTLE` on the shared engine (same shards, same key cap, same stats).
-pub async fn throttle(
-    limiter: &RateLimiter,
-    limits: &ThrottleLimits,
-    req: &ThrottleRequest,
-) -> Result<ThrottleAnswer, ThrottleError> {
-    let g = decide(limiter, limits, req, Peer::ThrottleCrab).await?;
-    Ok(ThrottleAnswer::from_gcra(&g))
+/// The direct APIs' decisions on the shared engine (same shards, same key cap), counted in the
+/// throttle counters it holds. Cheap to clone; the RESP and HTTP transports each get one.
+#[derive(Clone)]
+pub struct ThrottleService {
+    engine: Engine,
+    stats: Arc<ThrottleStats>,
 }
 
-/// redis-cell's `CL.THROTTLE` on the shared engine.
-pub async fn cl_throttle(
-    limiter: &RateLimiter,
-    limits: &ThrottleLimits,
-    req: &ThrottleRequest,
-) -> Result<CellAnswer, ThrottleError> {
-    let g = decide(limiter, limits, req, Peer::RedisCell).await?;
-    Ok(CellAnswer::from_gcra(&g))
-}
+impl ThrottleService {
+    pub fn new(engine: Engine, stats: Arc<ThrottleStats>) -> ThrottleService {
+        ThrottleService { engine, stats }
+    }
 
-async fn decide(
-    limiter: &RateLimiter,
-    limits: &ThrottleLimits,
-    req: &ThrottleRequest,
-    peer: Peer,
-) -> Result<Gcra, ThrottleError> {
-    let stats = &limiter.metrics().throttle;
-    let op = match op_for(req, limits, peer) {
-        Ok(op) => op,
-        Err(e) => {
-            stats.invalid.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
-    };
-    let params = op.params;
-    let burst = match params.algorithm {
-        Algorithm::TokenBucket { burst } => u64::from(burst),
-        _ => unreachable!("op_for makes token buckets"),
-    };
-    // op_for took it as a u64.
-    let quantity = req.quantity as u64;
-    let decided = limiter.engine().decide(vec![op], false).await;
-    let out = match decided {
-        Ok(d) => d.outcomes[0],
-        Err(e) => {
-            stats.unavailable.fetch_add(1, Ordering::Relaxed);
-            return Err(e.into());
-        }
-    };
-    let allowed = !out.over && !out.blocked && quantity <= burst;
-    let counter = if allowed {
-        &stats.allowed
-    } else {
-        &stats.denied
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
-    Ok(Gcra {
-        allowed,
-        full_in_ns: out.reset_ns,
-        interval_ns: params.interval_ns(),
-        burst,
-        quantity,
-    })
+    /// The `THROTTLE` counters, which the transports add their own to (bad calls they refuse
+    /// before asking, their connections).
+    pub fn stats(&self) -> &ThrottleStats {
+        &self.stats
+    }
+
+    /// ThrottleCrab's `THROTTLE`.
+    pub async fn throttle(
+        &self,
+        limits: &ThrottleLimits,
+        req: &ThrottleRequest,
+    ) -> Result<ThrottleAnswer, ThrottleError> {
+        let g = self.decide(limits, req, Peer::ThrottleCrab).await?;
+        Ok(ThrottleAnswer::from_gcra(&g))
+    }
+
+    /// redis-cell's `CL.THROTTLE`.
+    pub async fn cl_throttle(
+        &self,
+        limits: &ThrottleLimits,
+        req: &ThrottleRequest,
+    ) -> Result<CellAnswer, ThrottleError> {
+        let g = self.decide(limits, req, Peer::RedisCell).await?;
+        Ok(CellAnswer::from_gcra(&g))
+    }
+
+    async fn decide(
+        &self,
+        limits: &ThrottleLimits,
+        req: &ThrottleRequest,
+        peer: Peer,
+    ) -> Result<Gcra, ThrottleError> {
+        let stats = &self.stats;
+        let op = match op_for(req, limits, peer) {
+            Ok(op) => op,
+            Err(e) => {
+                stats.invalid.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let params = op.params;
+        let burst = match params.algorithm {
+            Algorithm::TokenBucket { burst } => u64::from(burst),
+            _ => unreachable!("op_for makes token buckets"),
+        };
+        // op_for took it as a u64.
+        let quantity = req.quantity as u64;
+        let decided = self.engine.decide(vec![op], false).await;
+        let out = match decided {
+            Ok(d) => d.outcomes[0],
+            Err(e) => {
+                stats.unavailable.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let allowed = !out.over && !out.blocked && quantity <= burst;
+        let counter = if allowed {
+            &stats.allowed
+        } else {
+            &stats.denied
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(Gcra {
+            allowed,
+            full_in_ns: out.reset_ns,
+            interval_ns: params.interval_ns(),
+            burst,
+            quantity,
+        })
+    }
 }
 
 #[cfg(test)]

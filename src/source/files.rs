@@ -1,16 +1,22 @@
 //! Noticing change: a poller compares a fingerprint of the config location (or of certificate
-//! files) with the last one seen and calls back when it differs.
+//! files) with the last one seen and calls back when it differs; for the config location, it
+//! loads the files then and yields what it read ([`config_updates`]).
 //!
 //! Polling, not inotify: a fingerprint of names, sizes, mtimes and resolved symlink targets is
 //! cheap at one a second, works on every filesystem (overlay, NFS, ConfigMap volumes), and sees
 //! a Kubernetes ConfigMap update, which swaps the `..data` symlink in one rename: the files'
 //! resolved targets change even though no listed name does.
 
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fnv::FnvHasher;
+use tokio::sync::{mpsc, watch};
+
+use super::{Update, Updates};
+use crate::config::Sources;
 
 /// What a change of is worth a reload.
 #[derive(Debug, Clone)]
@@ -109,7 +115,7 @@ pub async fn poll(
     baseline: u64,
     interval: Duration,
     mut on_change: impl FnMut(),
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) {
     if interval.is_zero() {
         return;
@@ -128,6 +134,26 @@ pub async fn poll(
             on_change();
         }
     }
+}
+
+/// The config location as a source: the poller (to run until `stop`, as [`poll`]) and the
+/// updates it yields, one for each change it notices, loaded from `sources` then.
+pub fn config_updates(
+    watched: Watched,
+    baseline: u64,
+    interval: Duration,
+    sources: Sources,
+    stop: watch::Receiver<bool>,
+) -> (impl Future<Output = ()>, Updates) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let on_change = move || {
+        let loaded = sources.load();
+        let _ = tx.send(Update {
+            loaded,
+            handled: None,
+        });
+    };
+    (poll(watched, baseline, interval, on_change, stop), rx)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub struct LimitStats {
     pub shadow_mode: AtomicU64,
 }
 
-/// The stats of one call's verdicts, summed before they reach shared counters: the totals are
+/// The stats of one call's limits, summed before they reach shared counters: the totals are
 /// counted once per call, not once per descriptor (each atomic add costs a few nanoseconds).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {

@@ -1,7 +1,12 @@
 //! Counters for the stats envoyproxy/ratelimit reports, kept as atomics (no allocation on the
 //! hot path), their Prometheus exposition, and logs and traces setup.
+//!
+//! The counters' types live here, below every subsystem that counts, so the exposition can read
+//! them; each subsystem holds and updates its own ([`Counters`] says who), and `server` gathers
+//! them for the Prometheus text and the statsd push.
 
 pub mod admin;
+mod counters;
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
@@ -10,29 +15,30 @@ mod reloads;
 mod render;
 pub mod statsd;
 pub mod throttle;
+pub mod tls;
 pub mod trace;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::limiter::ShardStats;
-
 pub use crate::hitters::{BoundTop, TopTable};
+pub use counters::Counters;
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
 pub use quota::{QuotaLimit, QuotaStats};
-pub use reloads::{ConfigLoad, ReloadLog};
+pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use throttle::ThrottleStats;
+pub use tls::TlsStats;
 pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
 pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
 
-/// Process-wide counters.
+/// `ShouldRateLimit`'s counters (over gRPC and `/json`): calls, errors, latency, and
+/// envoyproxy/ratelimit's per-limit stats. The request path holds them.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct RequestStats {
     pub near_limit_ratio: f64,
     /// Sums over every limit, including Envoy's `limit` overrides that have no config node.
     pub all: LimitStats,
@@ -40,82 +46,41 @@ pub struct Metrics {
     pub invalid_argument: AtomicU64,
     pub overloaded: AtomicU64,
     pub unavailable: AtomicU64,
-    pub config_load_success: AtomicU64,
-    pub config_load_error: AtomicU64,
-    /// Seconds since the Unix epoch of the last config load that succeeded.
-    pub config_loaded_at: AtomicU64,
     /// Time to answer `ShouldRateLimit`, from the request's arrival to its answer.
     pub latency: Histogram,
     /// `detailed_metric` series, bounded.
     pub detailed: DetailedSeries,
-    /// The engine's per-shard counters, set once the engine exists; rendered as gauges.
-    pub shards: OnceLock<Vec<Arc<ShardStats>>>,
-    pub tls_handshake_errors: AtomicU64,
-    pub tls_reload_success: AtomicU64,
-    pub tls_reload_error: AtomicU64,
-    /// `THROTTLE` calls over RESP and HTTP, and RESP connections.
-    pub throttle: ThrottleStats,
     /// envoyproxy/ratelimit's per-limit stats, by stat key.
     pub limit_stats: LimitStatsTable,
-    /// The RLQS streams and the shares of their limits.
-    pub quota: QuotaStats,
-    /// Heavy hitters per limit, by stat key.
-    pub top: TopTable,
-    /// What the last config loads did, for the status page.
-    pub reloads: ReloadLog,
-    /// The statsd push: packets sent, flushes that failed.
-    pub statsd: statsd::StatsdStats,
-    /// The admin listener's look-ups and resets.
-    pub admin: admin::AdminStats,
 }
 
-impl Default for Metrics {
-    fn default() -> Metrics {
-        Metrics {
+impl Default for RequestStats {
+    fn default() -> RequestStats {
+        RequestStats {
             near_limit_ratio: 0.8,
             all: LimitStats::default(),
             requests: AtomicU64::new(0),
             invalid_argument: AtomicU64::new(0),
             overloaded: AtomicU64::new(0),
             unavailable: AtomicU64::new(0),
-            config_load_success: AtomicU64::new(0),
-            config_load_error: AtomicU64::new(0),
-            config_loaded_at: AtomicU64::new(0),
             latency: Histogram::default(),
             detailed: DetailedSeries::new(DEFAULT_MAX_DETAILED_SERIES),
-            shards: OnceLock::new(),
-            tls_handshake_errors: AtomicU64::new(0),
-            tls_reload_success: AtomicU64::new(0),
-            tls_reload_error: AtomicU64::new(0),
-            throttle: ThrottleStats::default(),
             limit_stats: LimitStatsTable::default(),
-            quota: QuotaStats::default(),
-            top: TopTable::default(),
-            reloads: ReloadLog::default(),
-            statsd: statsd::StatsdStats::default(),
-            admin: admin::AdminStats::default(),
         }
     }
 }
 
-impl Metrics {
-    pub fn new(near_limit_ratio: f64) -> Metrics {
-        Metrics {
+impl RequestStats {
+    pub fn new(near_limit_ratio: f64) -> RequestStats {
+        RequestStats {
             near_limit_ratio,
             ..Default::default()
         }
     }
 
     /// With room for `cap` `detailed_metric` series.
-    pub fn with_max_detailed_series(mut self, cap: usize) -> Metrics {
+    pub fn with_max_detailed_series(mut self, cap: usize) -> RequestStats {
         self.detailed = DetailedSeries::new(cap);
-        self
-    }
-
-    /// With lists of `n` heavy hitters per limit (0: none kept), counting admitted hits one
-    /// call in `sample`.
-    pub fn with_top(mut self, n: usize, sample: u64) -> Metrics {
-        self.top = TopTable::new(n).with_sample(sample);
         self
     }
 
@@ -124,18 +89,9 @@ impl Metrics {
         self.latency.observe(d);
     }
 
-    /// Counts a successful config load now.
-    pub fn config_loaded(&self) {
-        self.config_load_success.fetch_add(1, Ordering::Relaxed);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.config_loaded_at.store(now, Ordering::Relaxed);
-    }
-
-    /// Hits beyond floor(limit × ratio) but within the limit: of a verdict over the limit,
+    /// Hits beyond floor(limit × ratio) but within the limit: of a count over the limit,
     /// those of its hits below the limit, as envoyproxy/ratelimit counts them.
-    fn near(&self, v: &Verdict) -> u64 {
+    fn near(&self, v: &Counted) -> u64 {
         let threshold = (f64::from(v.limit) * self.near_limit_ratio).floor() as u64;
         if v.over || v.shadow {
             let Some(before) = (u64::from(v.limit).saturating_add(v.past)).checked_sub(v.hits)
@@ -148,21 +104,21 @@ impl Metrics {
         used.saturating_sub(threshold).min(v.hits)
     }
 
-    /// Counts one descriptor's verdict in the series `domain` + `path` (a name the reference
-    /// gives, see `descriptor::stat_path`: per-value series of `detailed_metric` and
+    /// Counts one descriptor's hits in the series `domain` + `path` (a name the reference gives,
+    /// see `descriptor::stat_path`: per-value series of `detailed_metric` and
     /// `value_to_metric`, overrides), in the capped map of per-value series. Call it instead of
-    /// passing the node to [`Metrics::record`] (pass `None` there, so the totals still count
+    /// passing the node to [`RequestStats::record`] (pass `None` there, so the totals still count
     /// once): the node's own series is then left out of the exposition.
-    pub fn record_series(&self, domain: &str, path: &str, v: Verdict) {
+    pub fn record_series(&self, domain: &str, path: &str, v: Counted) {
         let near = self.near(&v);
         self.detailed.with_path(domain, path, |s| {
             s.add(v.hits, v.over, v.over_hits(), near, v.shadow)
         });
     }
 
-    /// Counts one descriptor's verdict against its limit's stats, and in `totals`, the call's
-    /// tally for [`Metrics::record_totals`].
-    pub fn record(&self, stats: Option<&LimitStats>, v: Verdict, totals: &mut Tally) {
+    /// Counts one descriptor's hits against its limit's stats, and in `totals`, the call's tally
+    /// for [`RequestStats::record_totals`].
+    pub fn record(&self, stats: Option<&LimitStats>, v: Counted, totals: &mut Tally) {
         let near = self.near(&v);
         totals.add(v.hits, v.over, v.over_hits(), near, v.shadow);
         if let Some(s) = stats {
@@ -176,9 +132,10 @@ impl Metrics {
     }
 }
 
-/// One descriptor's verdict, as the stats count it.
+/// What one descriptor's limit counted, as the stats count it (the request's verdict is
+/// `limiter::verdict`'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Counted {
     pub hits: u64,
     /// Over its limit, and not in shadow mode.
     pub over: bool,
@@ -190,7 +147,7 @@ pub struct Verdict {
     pub past: u64,
 }
 
-impl Verdict {
+impl Counted {
     /// The part of the hits over the limit: all of them when the key was full before.
     fn over_hits(&self) -> u64 {
         self.hits.min(self.past)

@@ -1,6 +1,7 @@
-//! The last config loads, from files or xDS, as the status page shows them: which source,
-//! when, and the error when one was refused.
+//! Counters of config loads, and the last loads, from files or xDS, as the status page shows
+//! them: which source, when, and the error when one was refused. `server::reload` holds them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -14,6 +15,37 @@ pub struct ConfigLoad {
     pub at: u64,
     /// Why the config was refused (the previous one stayed live); none when it went live.
     pub error: Option<String>,
+}
+
+/// Config loads: how many went live or were refused, when the live one was loaded, and the
+/// last ones.
+#[derive(Debug, Default)]
+pub struct ReloadStats {
+    pub success: AtomicU64,
+    pub error: AtomicU64,
+    /// Seconds since the Unix epoch of the last config load that succeeded.
+    pub loaded_at: AtomicU64,
+    /// What the last config loads did, for the status page.
+    pub log: ReloadLog,
+}
+
+impl ReloadStats {
+    /// Counts a successful config load now.
+    pub fn loaded(&self) {
+        self.success.fetch_add(1, Ordering::Relaxed);
+        self.loaded_at.store(unix_now(), Ordering::Relaxed);
+    }
+
+    /// Counts a refused config load.
+    pub fn refused(&self) {
+        self.error.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The last load that went live and the last attempt, whatever its result.
@@ -39,10 +71,7 @@ impl ReloadLog {
 
     /// Records a load from `source` now.
     pub fn record_now(&self, source: &str, error: Option<String>) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.record(source, now, error);
+        self.record(source, unix_now(), error);
     }
 
     /// (the last load that went live, the last attempt).

@@ -1,10 +1,10 @@
-//! The Prometheus text exposition of [`Metrics`]: service counters, the latency histogram,
+//! The Prometheus text exposition of [`Counters`]: service counters, the latency histogram,
 //! per-shard gauges, the direct transports, and envoyproxy/ratelimit's per-limit series.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{BoundStats, LimitStats, Metrics};
+use super::{BoundStats, Counters, LimitStats};
 use crate::config::{Algorithm, Config, Domain, RateLimit};
 use crate::limiter::ShardStats;
 
@@ -106,7 +106,7 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
     ),
 ];
 
-impl Metrics {
+impl Counters {
     /// Prometheus text exposition, with the per-limit series of `config`'s limits.
     pub fn render(&self, config: &Config, stats: &BoundStats) -> String {
         let mut out = String::with_capacity(8192);
@@ -127,13 +127,13 @@ impl Metrics {
             "ratelimit_service_requests_total",
             "ShouldRateLimit calls answered or failed.",
             "counter",
-            load(&self.requests),
+            load(&self.service.requests),
         );
         let _ = writeln!(out, "# HELP ratelimit_service_errors_total Calls that got no decision, by kind.\n# TYPE ratelimit_service_errors_total counter");
         for (kind, c) in [
-            ("invalid_argument", &self.invalid_argument),
-            ("overloaded", &self.overloaded),
-            ("unavailable", &self.unavailable),
+            ("invalid_argument", &self.service.invalid_argument),
+            ("overloaded", &self.service.overloaded),
+            ("unavailable", &self.service.unavailable),
         ] {
             let _ = writeln!(
                 out,
@@ -141,7 +141,7 @@ impl Metrics {
                 load(c)
             );
         }
-        self.latency.render(
+        self.service.latency.render(
             out,
             "ratelimit_service_request_duration_seconds",
             "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
@@ -163,37 +163,37 @@ impl Metrics {
                 "ratelimit_service_config_load_success_total",
                 "Config loads that succeeded.",
                 "counter",
-                &self.config_load_success,
+                &self.reloads.success,
             ),
             (
                 "ratelimit_service_config_load_error_total",
                 "Config loads that failed (the old config stayed live).",
                 "counter",
-                &self.config_load_error,
+                &self.reloads.error,
             ),
             (
                 "ratelimit_service_config_last_load_success_timestamp_seconds",
                 "When the live config was loaded.",
                 "gauge",
-                &self.config_loaded_at,
+                &self.reloads.loaded_at,
             ),
             (
                 "ratelimit_service_tls_handshake_errors_total",
                 "gRPC connections dropped because their TLS handshake failed.",
                 "counter",
-                &self.tls_handshake_errors,
+                &self.tls.handshake_errors,
             ),
             (
                 "ratelimit_service_tls_reload_success_total",
                 "Certificate reloads that succeeded.",
                 "counter",
-                &self.tls_reload_success,
+                &self.tls.reload_success,
             ),
             (
                 "ratelimit_service_tls_reload_error_total",
                 "Certificate reloads that failed (the old certificate stayed live).",
                 "counter",
-                &self.tls_reload_error,
+                &self.tls.reload_error,
             ),
         ];
         for (name, help, kind, c) in plain {
@@ -202,9 +202,11 @@ impl Metrics {
     }
 
     fn render_shards(&self, out: &mut String) {
-        let Some(shards) = self.shards.get() else {
+        // An engine has a shard at least: none means no engine to show.
+        let shards = &self.shards;
+        if shards.is_empty() {
             return;
-        };
+        }
         for (name, kind, help, field) in SHARD_FAMILIES {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (i, s) in shards.iter().enumerate() {
@@ -230,7 +232,8 @@ impl Metrics {
     /// series. A detailed node's own series makes way for a per-value series of the same name,
     /// and a name never appears twice.
     fn render_limits(&self, out: &mut String, config: &Config, stats: &BoundStats) {
-        let detailed = self.detailed.snapshot();
+        let service = &*self.service;
+        let detailed = service.detailed.snapshot();
         let is_detailed = |domain: &str, path: &str| {
             detailed
                 .binary_search_by(|(d, p, _)| (d.as_str(), p.as_str()).cmp(&(domain, path)))
@@ -262,7 +265,7 @@ impl Metrics {
                     escape(path)
                 );
             };
-            series("", "all", self.all.fields()[i]);
+            series("", "all", service.all.fields()[i]);
             for d in &domains {
                 d.root.walk(&mut |n| {
                     let path = descriptor_path(&n.stat_key);
@@ -280,7 +283,7 @@ impl Metrics {
                 }
             }
         }
-        single(out, "ratelimit_service_detailed_metric_overflow_total", "detailed_metric observations counted in their domain's _other series because the series cap was reached.", "counter", self.detailed.overflow.load(Ordering::Relaxed));
+        single(out, "ratelimit_service_detailed_metric_overflow_total", "detailed_metric observations counted in their domain's _other series because the series cap was reached.", "counter", service.detailed.overflow.load(Ordering::Relaxed));
         single(
             out,
             "ratelimit_service_detailed_metric_series",

@@ -14,7 +14,7 @@ use tower_service::Service;
 use tracing::Span;
 
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
-use crate::telemetry::Metrics;
+use crate::telemetry::RequestStats;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -22,7 +22,7 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 /// client that needs it there), called directly for `ShouldRateLimit`.
 #[derive(Clone)]
 pub struct RequestLayer<R> {
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<RequestStats>,
     pub rls: R,
 }
 
@@ -42,7 +42,7 @@ impl<S, R: Clone> Layer<S> for RequestLayer<R> {
 pub struct RequestService<S, R> {
     inner: S,
     rls: R,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 impl<S, R, B, RB> Service<http::Request<B>> for RequestService<S, R>
@@ -84,7 +84,7 @@ where
 pub struct Call {
     start: Instant,
     span: Span,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestStats>,
 }
 
 pin_project_lite::pin_project! {

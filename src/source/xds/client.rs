@@ -10,27 +10,28 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::protobuf::{value::Kind as PbKind, Struct, Value as PbValue};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataKey;
 
 use super::{XdsSettings, INVALID_ARGUMENT};
 use crate::config::xds::{config_from_resources, TYPE_URL};
 use crate::config::{Config, ConfigError};
+use crate::source::Update;
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
-/// validated and handed to `on_update` (`Ok` to apply, `Err` when it was NACKed); `ready` turns
-/// true once a config has been applied and stays true, since the last good config stays live
-/// across disconnects.
+/// validated and yielded on `updates` (`Ok` to apply, `Err` when it is NACKed), and answered once
+/// the consumer has dealt with it; `ready` turns true once a config has been applied and stays
+/// true, since the last good config stays live across disconnects.
 pub async fn run(
     settings: XdsSettings,
-    on_update: impl Fn(Result<Config, ConfigError>) + Send + Sync + 'static,
+    updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
 ) {
     let mut client = Client {
         node: node(&settings),
         settings,
-        on_update,
+        updates,
         ready,
         acked_version: String::new(),
         applied: None,
@@ -58,10 +59,11 @@ pub async fn run(
     }
 }
 
-struct Client<F> {
+struct Client {
     settings: XdsSettings,
     node: Node,
-    on_update: F,
+    /// Where the configs go: the server's reload.
+    updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
     /// The version of the last config applied: sent on every NACK and when resubscribing.
     acked_version: String,
@@ -72,7 +74,7 @@ struct Client<F> {
     received: bool,
 }
 
-impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
+impl Client {
     /// One stream: subscribe, then answer every response with an ACK or a NACK until it ends.
     async fn session(&mut self) -> Result<(), String> {
         let channel = self
@@ -104,7 +106,7 @@ impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
         tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "subscribed to RateLimitConfig over xDS");
         while let Some(response) = inbound.message().await.map_err(|s| status_text(&s))? {
             self.received = true;
-            let reply = self.handle(response);
+            let reply = self.handle(response).await;
             if tx.send(reply).await.is_err() {
                 break;
             }
@@ -113,7 +115,7 @@ impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
     }
 
     /// Applies a response if it is valid; returns its ACK or NACK.
-    fn handle(&mut self, response: DiscoveryResponse) -> DiscoveryRequest {
+    async fn handle(&mut self, response: DiscoveryResponse) -> DiscoveryRequest {
         let DiscoveryResponse {
             version_info,
             resources,
@@ -139,7 +141,7 @@ impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
                     domains = config.domains.len(),
                     "xDS config applied"
                 );
-                (self.on_update)(Ok(config));
+                self.yield_update(Ok(config)).await;
                 self.ready.send_replace(true);
                 self.applied = Some(resources);
                 self.acked_version = version_info.clone();
@@ -153,9 +155,22 @@ impl<F: Fn(Result<Config, ConfigError>)> Client<F> {
                     "xDS config rejected; the last good config stays live"
                 );
                 let message = e.to_string();
-                (self.on_update)(Err(e));
+                self.yield_update(Err(e)).await;
                 self.request(self.acked_version.clone(), nonce, Some(message))
             }
+        }
+    }
+
+    /// Hands `loaded` to the consumer and waits until it has dealt with it.
+    async fn yield_update(&self, loaded: Result<Config, ConfigError>) {
+        let (handled, done) = oneshot::channel();
+        let update = Update {
+            loaded,
+            handled: Some(handled),
+        };
+        if self.updates.send(update).is_ok() {
+            // Dropped, not sent: either way the update has been dealt with.
+            let _ = done.await;
         }
     }
 

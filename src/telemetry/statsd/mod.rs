@@ -16,7 +16,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::histogram::BUCKETS_US;
-use super::{BoundStats, LimitStats, Metrics};
+use super::{BoundStats, Counters, LimitStats};
 use crate::config::Config;
 
 pub use send::{run, Sink};
@@ -139,11 +139,11 @@ impl Exporter {
     pub fn collect(
         &self,
         format: Format<'_>,
-        metrics: &Metrics,
+        all: &Counters,
         config: &Config,
         stats: &BoundStats,
     ) -> Flush {
-        let counters = counters(metrics, config, stats);
+        let counters = counters(all, config, stats);
         let mut lines = Vec::new();
         for (name, &v) in &counters {
             let before = self.sent.get(name).copied().unwrap_or(0);
@@ -155,7 +155,7 @@ impl Exporter {
                 lines.push(line);
             }
         }
-        let buckets = metrics.latency.bucket_counts();
+        let buckets = all.service.latency.bucket_counts();
         for (i, &n) in buckets.iter().enumerate() {
             let before = self.sent_buckets.get(i).copied().unwrap_or(0);
             let seen = n.saturating_sub(before);
@@ -190,18 +190,19 @@ impl Exporter {
 
 /// Every counter the reference would flush, by its name, summed when names meet (gostats keeps
 /// one counter per name).
-fn counters(metrics: &Metrics, config: &Config, stats: &BoundStats) -> BTreeMap<String, u64> {
+fn counters(all: &Counters, config: &Config, stats: &BoundStats) -> BTreeMap<String, u64> {
+    let metrics = &*all.service;
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let mut out = BTreeMap::new();
     let mut add = |name: String, v: u64| *out.entry(name).or_insert(0) += v;
     let service = "ratelimit.service";
     add(
         format!("{service}.config_load_success"),
-        load(&metrics.config_load_success),
+        load(&all.reloads.success),
     );
     add(
         format!("{service}.config_load_error"),
-        load(&metrics.config_load_error),
+        load(&all.reloads.error),
     );
     // `service/ratelimit.go:427-432`: Redis errors, and the service's own errors.
     let call = "ratelimit.service.call.should_rate_limit";

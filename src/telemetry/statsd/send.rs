@@ -12,8 +12,8 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::watch;
 
 use super::wire::{pack, TCP_PACKET, UDP_PACKET};
+use super::StatsdStats;
 use super::{Exporter, Flush, Protocol, StatsdSettings};
-use crate::telemetry::Metrics;
 
 /// gostats' `defaultDialTimeout` and `defaultWriteTimeout` (`net_sink.go`).
 const DIAL_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -109,7 +109,7 @@ impl Sink {
 /// live counters into a flush (the caller knows where the live config is).
 pub async fn run(
     settings: StatsdSettings,
-    metrics: Arc<Metrics>,
+    stats: Arc<StatsdStats>,
     collect: impl Fn(&Exporter, &StatsdSettings) -> Flush,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -127,16 +127,13 @@ pub async fn run(
         let flush = collect(&exporter, &settings);
         match sink.send(&flush.lines).await {
             Ok(n) => {
-                metrics
-                    .statsd
-                    .packets
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                stats.packets.fetch_add(n as u64, Ordering::Relaxed);
                 exporter.commit(flush);
                 logged = false;
             }
             Err(e) => {
                 // Kept for the next flush: counters catch up once statsd is back.
-                metrics.statsd.errors.fetch_add(1, Ordering::Relaxed);
+                stats.errors.fetch_add(1, Ordering::Relaxed);
                 if !logged {
                     tracing::warn!(host = %settings.host, port = settings.port, error = %e,
                         "statsd push failed; retrying at the next flush");

@@ -55,7 +55,8 @@ descriptors:
 fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
     let config =
         Config::from_sources(&[("d.yaml".into(), YAML.into())], LoadOptions::default()).unwrap();
-    let metrics = Metrics::default();
+    let all = Counters::default();
+    let metrics = &all.service;
     let stats = metrics.limit_stats.bind(&config);
     let mut node = None;
     config.for_each_node(&mut |n| node = Some(n));
@@ -63,7 +64,7 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
     s.add(3, false, 0, 0, false);
     let format = Format::Statsd { tags: &[] };
     let mut e = Exporter::default();
-    let f = e.collect(format, &metrics, &config, &stats);
+    let f = e.collect(format, &all, &config, &stats);
     assert!(f
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.total_hits:3|c\n".to_string()));
@@ -76,12 +77,9 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
         f.lines
     );
     e.commit(f);
-    assert!(e
-        .collect(format, &metrics, &config, &stats)
-        .lines
-        .is_empty());
+    assert!(e.collect(format, &all, &config, &stats).lines.is_empty());
     s.add(2, true, 2, 0, false);
-    let f = e.collect(format, &metrics, &config, &stats);
+    let f = e.collect(format, &all, &config, &stats);
     assert!(f
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.total_hits:2|c\n".to_string()));
@@ -89,19 +87,20 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.over_limit:2|c\n".to_string()));
     // Not committed (the send failed): the next flush sends the same changes again.
-    let again = e.collect(format, &metrics, &config, &stats);
+    let again = e.collect(format, &all, &config, &stats);
     assert_eq!(f.lines, again.lines);
 }
 
 #[test]
 fn response_times_go_as_one_sampled_line_per_bucket() {
     let config = Config::default();
-    let metrics = Metrics::default();
+    let all = Counters::default();
+    let metrics = &all.service;
     let stats = metrics.limit_stats.bind(&config);
     for _ in 0..4 {
         metrics.observe_latency(Duration::from_micros(30));
     }
-    let f = Exporter::default().collect(Format::Statsd { tags: &[] }, &metrics, &config, &stats);
+    let f = Exporter::default().collect(Format::Statsd { tags: &[] }, &all, &config, &stats);
     assert!(
         f.lines
             .contains(&"ratelimit_server.ShouldRateLimit.response_time:0.05|ms|@0.25\n".into()),

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -20,7 +21,7 @@ use serde_json::{json, Value};
 use super::json::{JsonError, JsonRequest};
 use crate::limiter::Role;
 use crate::service::{Acted, AdminError, Applies, RateLimiter, Usage};
-use crate::telemetry::admin::{AdminAction, AdminOutcome};
+use crate::telemetry::admin::{AdminAction, AdminOutcome, AdminStats};
 
 /// `TURNSTILE_ADMIN_ADDR` with `true` or a bare port: loopback, this port.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:6071";
@@ -81,8 +82,11 @@ impl fmt::Debug for AdminToken {
 /// What the admin handlers share.
 #[derive(Clone)]
 pub struct AdminState {
+    /// Look-ups and resets, planned as requests are.
     pub limiter: RateLimiter,
     pub token: Option<AdminToken>,
+    /// What the listener did, by action and outcome.
+    pub stats: Arc<AdminStats>,
 }
 
 pub fn admin_router(state: AdminState) -> Router {
@@ -192,7 +196,7 @@ impl AdminState {
     }
 
     fn count(&self, action: AdminAction, outcome: AdminOutcome) {
-        self.limiter.metrics().admin.count(action, outcome);
+        self.stats.count(action, outcome);
     }
 
     /// The answer to an action: its JSON, or the refusal or failure; counted either way.

@@ -21,38 +21,56 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
 pub use json::{response_json, JsonError, JsonRequest};
 
+use crate::hitters::TopTable;
+use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
-use crate::service::{RateLimiter, RlsError, ThrottleLimits};
+use crate::service::{LiveLimits, RateLimiter, RlsError, ThrottleLimits, ThrottleService};
+use crate::telemetry::Counters;
+
+/// What `/metrics` and `/rlconfig` read: every subsystem's counters, and the live limits (their
+/// per-limit series, their text).
+#[derive(Clone)]
+pub struct MetricsState {
+    pub counters: Counters,
+    pub live: LiveLimits,
+}
 
 /// What the HTTP handlers share.
 #[derive(Clone)]
 pub struct HttpState {
+    /// `/json`: decided as `ShouldRateLimit` is.
     pub limiter: RateLimiter,
     /// False from the moment shutdown starts.
     pub serving: Arc<AtomicBool>,
+    /// `POST /throttle`'s decisions.
+    pub throttle: ThrottleService,
     /// Caps on what a `POST /throttle` caller may ask.
-    pub throttle: ThrottleLimits,
+    pub throttle_limits: ThrottleLimits,
     /// GoCC's `/rate` API, with its defaults and sticky overrides.
     pub rate: RateApiService,
+    pub metrics: MetricsState,
 }
 
-impl FromRef<HttpState> for RateLimiter {
-    fn from_ref(s: &HttpState) -> RateLimiter {
-        s.limiter.clone()
+impl FromRef<HttpState> for MetricsState {
+    fn from_ref(s: &HttpState) -> MetricsState {
+        s.metrics.clone()
     }
 }
 
 /// What the debug port's handlers share.
 #[derive(Clone)]
 pub struct DebugState {
-    pub limiter: RateLimiter,
+    pub metrics: MetricsState,
+    /// The heavy hitters, and the clock their windows turn with.
+    pub top: Arc<TopTable>,
+    pub clock: Clock,
     /// Whether counters live in Redis (the status page shows its breaker then).
     pub redis: bool,
 }
 
-impl FromRef<DebugState> for RateLimiter {
-    fn from_ref(s: &DebugState) -> RateLimiter {
-        s.limiter.clone()
+impl FromRef<DebugState> for MetricsState {
+    fn from_ref(s: &DebugState) -> MetricsState {
+        s.metrics.clone()
     }
 }
 
@@ -70,8 +88,8 @@ pub fn debug_router(state: DebugState) -> Router {
 }
 
 /// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): the exposition alone, at `path`.
-pub fn prometheus_router(limiter: RateLimiter, path: &str) -> Router {
-    Router::new().route(path, get(metrics)).with_state(limiter)
+pub fn prometheus_router(state: MetricsState, path: &str) -> Router {
+    Router::new().route(path, get(metrics)).with_state(state)
 }
 
 /// The HTTP port (`HOST:PORT`).
@@ -96,11 +114,7 @@ pub fn router(state: HttpState) -> Router {
 /// answers (from memory, or as the failure mode says), so it stays healthy.
 async fn healthcheck(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
-        let states: Vec<u64> = s
-            .limiter
-            .engine()
-            .stats()
-            .iter()
+        let states: Vec<u64> = (s.metrics.counters.shards.iter())
             .map(|st| st.breaker.load(Ordering::Relaxed))
             .collect();
         let open = states
@@ -137,7 +151,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
     };
     let start = std::time::Instant::now();
     let result = s.limiter.decide(req).await;
-    s.limiter.metrics().observe_latency(start.elapsed());
+    (s.metrics.counters.service).observe_latency(start.elapsed());
     s.limiter.count(&result);
     match result {
         Ok(resp) => {
@@ -153,17 +167,17 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
     }
 }
 
-async fn metrics(State(limiter): State<RateLimiter>) -> Response {
-    let live = limiter.live();
+async fn metrics(State(s): State<MetricsState>) -> Response {
+    let live = s.live.load_full();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        limiter.metrics().render(&live.config, &live.stats),
+        s.counters.render(&live.config, &live.stats),
     )
         .into_response()
 }
 
-async fn rlconfig(State(limiter): State<RateLimiter>) -> Response {
-    let mut body = limiter.live().config.describe().join("\n");
+async fn rlconfig(State(s): State<MetricsState>) -> Response {
+    let mut body = s.live.load_full().config.describe().join("\n");
     body.push('\n');
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }

@@ -17,7 +17,6 @@ use super::DebugState;
 use crate::config::Config;
 use crate::hitters::{TopLists, WINDOW_SECS};
 use crate::limiter::BreakerState;
-use crate::service::RateLimiter;
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");
@@ -112,13 +111,13 @@ pub(super) async fn top(
     State(s): State<DebugState>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let live = s.limiter.live();
+    let live = s.metrics.live.load_full();
     let (domain, limit) = match filters(&query, &live.config) {
         Ok(f) => f,
         Err(m) => return bad_request(m),
     };
-    let table = &s.limiter.metrics().top;
-    table.tick(s.limiter.engine().clock().now());
+    let table = &s.top;
+    table.tick(s.clock.now());
     let now = table.now_s();
     let mut limits = Vec::new();
     for (name, node) in nodes_with_limits(&live.config) {
@@ -165,9 +164,9 @@ fn load(c: &AtomicU64) -> u64 {
 /// `/debug/status`: what the status page shows besides the heavy hitters. Counters are
 /// totals since start; the page turns them into rates between two reads.
 pub(super) async fn status(State(s): State<DebugState>) -> Response {
-    let limiter: &RateLimiter = &s.limiter;
-    let live = limiter.live();
-    let m = limiter.metrics();
+    let live = s.metrics.live.load_full();
+    let counters = &s.metrics.counters;
+    let m = &*counters.service;
     let lines = live.config.describe();
     let mut rules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for line in &lines {
@@ -190,7 +189,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
             })
         })
         .collect();
-    let shards: Vec<Value> = (limiter.engine().stats().iter())
+    let shards: Vec<Value> = (counters.shards.iter())
         .map(|st| {
             json!({
                 "keys": load(&st.keys),
@@ -205,7 +204,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         version.write(line.as_bytes());
         version.write(b"\n");
     }
-    let (live_load, last_attempt) = m.reloads.last();
+    let reloads = &counters.reloads;
+    let (live_load, last_attempt) = reloads.log.last();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -215,8 +215,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),
-            "loads": load(&m.config_load_success),
-            "load_errors": load(&m.config_load_error),
+            "loads": load(&reloads.success),
+            "load_errors": load(&reloads.error),
             "live": live_load,
             "last_attempt": last_attempt,
         },

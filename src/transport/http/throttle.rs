@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpState;
-use crate::service::throttle::{throttle, ThrottleError, ThrottleRequest};
+use crate::service::throttle::{ThrottleError, ThrottleRequest};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,7 +34,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// to a refusal); 400 bad body or parameters over the caps, 503 no decision.
 /// Callers off loopback get 403 unless `TURNSTILE_THROTTLE_ALLOW_REMOTE=true`.
 pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response {
-    let limits = &s.throttle;
+    let limits = &s.throttle_limits;
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -53,11 +53,7 @@ pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response
     let b: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
-            s.limiter
-                .metrics()
-                .throttle
-                .invalid
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (s.throttle.stats().invalid).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}"));
         }
     };
@@ -68,7 +64,7 @@ pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response
         period: b.period,
         quantity: b.quantity.unwrap_or(1),
     };
-    match throttle(&s.limiter, limits, &req).await {
+    match s.throttle.throttle(limits, &req).await {
         Ok(a) => {
             let mut resp = Json(json!({
                 "allowed": a.allowed,

@@ -7,7 +7,7 @@ use redis_protocol::resp2::types::BorrowedFrame;
 use std::sync::atomic::Ordering;
 
 use super::Ctx;
-use crate::service::throttle::{cl_throttle, throttle, ThrottleError, ThrottleRequest};
+use crate::service::throttle::{ThrottleError, ThrottleRequest};
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -140,7 +140,7 @@ async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
     let Some(req) = parse_throttle("throttle", args, ctx, out) else {
         return;
     };
-    match throttle(&ctx.limiter, &ctx.limits, &req).await {
+    match ctx.throttle.throttle(&ctx.limits, &req).await {
         Ok(a) => integers(
             out,
             [
@@ -162,7 +162,7 @@ async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
     let Some(req) = parse_throttle("cl.throttle", args, ctx, out) else {
         return;
     };
-    match cl_throttle(&ctx.limiter, &ctx.limits, &req).await {
+    match ctx.throttle.cl_throttle(&ctx.limits, &req).await {
         Ok(a) => integers(
             out,
             [
@@ -215,11 +215,7 @@ fn parse_throttle(
     match parsed {
         Ok(r) => Some(r),
         Err(m) => {
-            ctx.limiter
-                .metrics()
-                .throttle
-                .invalid
-                .fetch_add(1, Ordering::Relaxed);
+            (ctx.throttle.stats().invalid).fetch_add(1, Ordering::Relaxed);
             error(out, &m);
             None
         }

@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::service::throttle::ThrottleLimits;
-use crate::service::RateLimiter;
+use crate::service::ThrottleService;
 use codec::next_command;
 use commands::{error, execute, Flow, Session};
 
@@ -100,7 +100,7 @@ impl RespSettings {
 }
 
 struct Ctx {
-    limiter: RateLimiter,
+    throttle: ThrottleService,
     limits: ThrottleLimits,
     idle_timeout: Duration,
 }
@@ -114,7 +114,7 @@ struct Ctx {
 /// port fails the start) and runs it on the admin runtime until the stop signal.
 pub async fn serve(
     listener: TcpListener,
-    limiter: RateLimiter,
+    throttle: ThrottleService,
     settings: RespSettings,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
@@ -133,7 +133,7 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(max as usize));
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT));
     let ctx = Arc::new(Ctx {
-        limiter,
+        throttle,
         limits: settings.limits,
         idle_timeout: settings.idle_timeout,
     });
@@ -163,11 +163,7 @@ pub async fn serve(
                 });
             }
             Err(_) => {
-                ctx.limiter
-                    .metrics()
-                    .throttle
-                    .resp_connections_refused
-                    .fetch_add(1, Ordering::Relaxed);
+                (ctx.throttle.stats().resp_connections_refused).fetch_add(1, Ordering::Relaxed);
                 if let Ok(permit) = refusals.clone().try_acquire_owned() {
                     tokio::spawn(refuse(stream, permit));
                 }
@@ -190,11 +186,7 @@ struct Open {
 
 impl Open {
     fn new(permit: OwnedSemaphorePermit, ctx: Arc<Ctx>) -> Open {
-        ctx.limiter
-            .metrics()
-            .throttle
-            .resp_connections_open
-            .fetch_add(1, Ordering::Relaxed);
+        (ctx.throttle.stats().resp_connections_open).fetch_add(1, Ordering::Relaxed);
         Open {
             _permit: permit,
             ctx,
@@ -204,12 +196,7 @@ impl Open {
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.ctx
-            .limiter
-            .metrics()
-            .throttle
-            .resp_connections_open
-            .fetch_sub(1, Ordering::Relaxed);
+        (self.ctx.throttle.stats().resp_connections_open).fetch_sub(1, Ordering::Relaxed);
     }
 }
 

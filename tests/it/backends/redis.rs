@@ -312,8 +312,8 @@ async fn redis_sentinel() {
 
 fn breaker(s: &TestServer) -> Vec<u64> {
     s.running()
-        .limiter
-        .engine()
+        .context
+        .engine
         .stats()
         .iter()
         .map(|x| x.breaker.load(Ordering::Relaxed))
@@ -405,8 +405,8 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
     assert!(shards.iter().any(|x| x["breaker"] == "open"), "{shards:?}");
     assert!(
         s.running()
-            .limiter
-            .engine()
+            .context
+            .engine
             .stats()
             .iter()
             .map(|x| x.fallback_decisions.load(Ordering::Relaxed))

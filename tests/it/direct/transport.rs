@@ -55,7 +55,7 @@ impl Resp {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(resp::serve(
             listener,
-            s.running().limiter.clone(),
+            s.running().context.throttle.clone(),
             settings,
             async move {
                 let _ = stopped.await;
@@ -1026,8 +1026,8 @@ async fn connections_over_the_cap_are_told_and_closed() {
     assert_eq!(ping(&mut b).await, pong);
     let refused_before =
         r.s.running()
-            .limiter
-            .metrics()
+            .context
+            .counters
             .throttle
             .resp_connections_refused
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -1040,8 +1040,8 @@ async fn connections_over_the_cap_are_told_and_closed() {
     assert_eq!(c.reply().await, None);
     assert!(
         r.s.running()
-            .limiter
-            .metrics()
+            .context
+            .counters
             .throttle
             .resp_connections_refused
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -1120,8 +1120,8 @@ async fn thousands_of_connections_are_held_at_once() {
     assert_eq!(allowed, 10, "one per key, whichever connection asked first");
     assert!(
         r.s.running()
-            .limiter
-            .metrics()
+            .context
+            .counters
             .throttle
             .resp_connections_open
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -1263,8 +1263,8 @@ async fn grpc_limits_and_throttle_keys_never_meet() {
     // Both keys live in the shared shards, side by side.
     let keys: Vec<String> =
         r.s.running()
-            .limiter
-            .engine()
+            .context
+            .engine
             .inspect(None)
             .await
             .unwrap()
@@ -1278,19 +1278,15 @@ async fn grpc_limits_and_throttle_keys_never_meet() {
     );
     // And the transport's counters saw the calls.
     let mut metrics = String::new();
-    r.s.running()
-        .limiter
-        .metrics()
-        .throttle
-        .render(&mut metrics);
+    r.s.running().context.counters.throttle.render(&mut metrics);
     assert!(
         metrics.contains("turnstile_throttle_calls_total{result=\"allowed\"}"),
         "{metrics}"
     );
     assert!(
         r.s.running()
-            .limiter
-            .metrics()
+            .context
+            .counters
             .throttle
             .denied
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -1322,7 +1318,7 @@ async fn a_non_loopback_listener_is_refused_unless_allowed() {
     let listener = TcpListener::bind("0.0.0.0:0").await.unwrap();
     let e = resp::serve(
         listener,
-        s.running().limiter.clone(),
+        s.running().context.throttle.clone(),
         RespSettings::default(),
         std::future::pending(),
     )

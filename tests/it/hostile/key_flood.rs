@@ -36,7 +36,7 @@ async fn a_key_flood_is_capped_and_over_limit_keys_are_kept() {
         let r = s.call(one("f", &[("user", &format!("flood{i}"))])).await;
         assert_eq!(r.overall_code, OK);
     }
-    let stats = &s.running().limiter.engine().stats()[0];
+    let stats = &s.running().context.engine.stats()[0];
     let keys = stats.keys.load(Ordering::Relaxed);
     assert!(keys <= 200, "keys held: {keys}");
     assert!(
@@ -60,7 +60,7 @@ async fn keys_are_dropped_once_their_window_has_ended() {
     for i in 0..300 {
         s.call(one("f", &[("user", &format!("u{i}"))])).await;
     }
-    let stats = s.running().limiter.engine().stats()[0].clone();
+    let stats = s.running().context.engine.stats()[0].clone();
     assert_eq!(stats.keys.load(Ordering::Relaxed), 300);
     // Two seconds later every window has ended; the shard's sweep (once per second of its
     // clock) drops them, so memory follows the active keys.

@@ -15,7 +15,7 @@ use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Metrics, Verdict};
+use turnstile::telemetry::{Counted, Counters, RequestStats};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -290,8 +290,8 @@ fn prometheus_settings_defaults() {
     );
 }
 
-fn verdict(hits: u64, over: bool, remaining: u32, limit: u32) -> Verdict {
-    Verdict {
+fn counted(hits: u64, over: bool, remaining: u32, limit: u32) -> Counted {
+    Counted {
         hits,
         over,
         shadow: false,
@@ -308,15 +308,19 @@ fn verdict(hits: u64, over: bool, remaining: u32, limit: u32) -> Verdict {
 fn detailed_series_are_bounded() {
     let config =
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
-    let m = Metrics::new(0.8).with_max_detailed_series(2);
+    let counters = Counters {
+        service: Arc::new(RequestStats::new(0.8).with_max_detailed_series(2)),
+        ..Counters::default()
+    };
+    let m = &counters.service;
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
-            m.record_series("m", &format!("user_{v}"), verdict(1, false, 5, 10));
+            m.record_series("m", &format!("user_{v}"), counted(1, false, 5, 10));
         }
     }
     // Over the limit once: counted as over, not within.
-    m.record_series("m", "user_alice", verdict(1, true, 0, 10));
-    let text = m.render(&config, &m.limit_stats.bind(&config));
+    m.record_series("m", "user_alice", counted(1, true, 0, 10));
+    let text = counters.render(&config, &m.limit_stats.bind(&config));
     assert_valid_exposition(&text);
     assert_eq!(
         limit_stat(&text, "total_hits", "user_alice"),
@@ -383,7 +387,7 @@ descriptors:
       - {name: burst, unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
 ";
     let config = Config::from_sources(&[("m.yaml".into(), next.into())], s.load).unwrap();
-    r.limiter.install(config);
+    r.context.live.install(config);
     let m = get(prom).await;
     assert_valid_exposition(&m);
     assert_eq!(

@@ -14,6 +14,7 @@ use turnstile::config::xds::{self, pb, TYPE_URL};
 use turnstile::config::{Config, LoadOptions};
 use turnstile::settings::Settings;
 use turnstile::source::xds::{run as run_xds, XdsSettings};
+use turnstile::source::Update;
 
 /// Long enough for anything on a loaded 2-core machine; tests poll and never sleep to wait.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -35,7 +36,7 @@ fn settings(ads: &Ads, extra: &[(&str, String)]) -> XdsSettings {
         .expect("CONFIG_TYPE=GRPC_XDS_SOTW")
 }
 
-/// What `on_update` saw: the domain count of each applied config, or the rejection text.
+/// What the client yielded: the domain count of each applied config, or the rejection text.
 type Updates = mpsc::UnboundedReceiver<Result<usize, String>>;
 
 /// Starts the client against `ads`, storing every accepted config into `server`'s live config.
@@ -50,24 +51,27 @@ fn start_client_with(
     settings: XdsSettings,
     server: &TestServer,
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
-    let limiter = server.running().limiter.clone();
+    let live = server.running().context.live.clone();
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run_xds(
-        settings,
-        move |update| {
-            let seen = match update {
+    let (configs_tx, mut configs) = mpsc::unbounded_channel::<Update>();
+    let follow = async move {
+        while let Some(Update { loaded, handled }) = configs.recv().await {
+            let seen = match loaded {
                 Ok(config) => {
                     let n = config.domains.len();
-                    limiter.install(config);
+                    live.install(config);
                     Ok(n)
                 }
                 Err(e) => Err(e.to_string()),
             };
+            drop(handled);
             let _ = updates_tx.send(seen);
-        },
-        ready_tx,
-    ));
+        }
+    };
+    let task = tokio::spawn(async move {
+        tokio::join!(run_xds(settings, configs_tx, ready_tx), follow);
+    });
     (task, ready, updates)
 }
 

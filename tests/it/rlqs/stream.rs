@@ -183,7 +183,8 @@ async fn a_removed_limit_is_abandoned_and_a_bad_report_ends_the_stream() {
     e.report("q", &[("user", "a")], 0, 1).await;
     assert_eq!(e.next().await[0].1, Told::Tokens(10, 10, 1));
     s.running()
-        .limiter
+        .context
+        .live
         .install(load("domain: q\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1}\n"));
     let got = e.next().await;
     assert_eq!(got[0].0["user"], "a");

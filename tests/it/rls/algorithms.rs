@@ -232,7 +232,7 @@ descriptors:
             .unwrap()
             .into_inner()
     });
-    let stats = s.running().limiter.engine().stats().to_vec();
+    let stats = s.running().context.engine.stats().to_vec();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while stats
         .iter()

@@ -35,8 +35,8 @@ descriptors:
 
 fn waiting(s: &TestServer) -> u64 {
     s.running()
-        .limiter
-        .engine()
+        .context
+        .engine
         .stats()
         .iter()
         .map(|st| st.waiting.load(Ordering::Relaxed))
@@ -209,7 +209,7 @@ async fn a_full_queue_or_a_hopeless_wait_is_refused_at_once() {
     // max_waiting 1: the next one is refused at once.
     let r = s.call(one("q", &[("small", "x")])).await;
     assert_eq!(codes(&r), vec![(OVER, 0)]);
-    let stats = s.running().limiter.engine().stats();
+    let stats = s.running().context.engine.stats();
     assert!(
         stats
             .iter()
@@ -242,7 +242,7 @@ async fn a_waiter_past_max_wait_gets_over_limit_and_consumes_nothing() {
     let r = w.remove(0).await.unwrap();
     assert_eq!(codes(&r), vec![(OVER, 0)]);
     assert!(header(&r, WAITED_HEADER).is_none());
-    let stats = s.running().limiter.engine().stats();
+    let stats = s.running().context.engine.stats();
     assert_eq!(
         stats
             .iter()
@@ -284,7 +284,7 @@ async fn a_caller_that_goes_away_leaves_the_queue_and_consumes_nothing() {
     let r = w.remove(0).await.unwrap();
     // Admitted with the whole window: the cancelled waiter took nothing.
     assert_eq!(codes(&r), vec![(OK, 0)]);
-    let stats = s.running().limiter.engine().stats();
+    let stats = s.running().context.engine.stats();
     assert_eq!(
         stats
             .iter()

@@ -1,0 +1,97 @@
+//! What the server builds once at start-up: the engine, the live limits, the request path, the
+//! direct APIs and every subsystem's counters. Each adapter is handed the parts it uses, never
+//! the whole (`server::start` says who gets what).
+
+use std::sync::Arc;
+
+use super::{reload, StartError};
+use crate::backend::redis::RedisStore;
+use crate::config::Config;
+use crate::hitters::TopTable;
+use crate::limiter::{Clock, Engine, ShardTask, Store};
+use crate::quota::DemandExchange;
+use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService};
+use crate::settings::Settings;
+use crate::telemetry::{Counters, RequestStats};
+
+/// The parts the adapters are built from. Cheap to clone.
+#[derive(Clone)]
+pub struct Context {
+    /// `ShouldRateLimit` (gRPC, `/json`), `/rate` and the admin listener's look-ups.
+    pub limiter: RateLimiter,
+    /// The shards every decision goes to: their clock, their stats, their drain at shutdown.
+    pub engine: Engine,
+    /// The limits being served, which the reload replaces and RLQS matches buckets against.
+    pub live: LiveLimits,
+    /// `THROTTLE` and `CL.THROTTLE`, over RESP and HTTP.
+    pub throttle: ThrottleService,
+    /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
+    pub top: Arc<TopTable>,
+    /// Every subsystem's counters, for the exposition; each part also goes to its subsystem.
+    pub counters: Counters,
+}
+
+/// The context, the shard actors to deal out to the workers, and the Redis store again as the
+/// RLQS fleet's exchange.
+pub(super) type Built = (Context, Vec<ShardTask>, Option<Arc<dyn DemandExchange>>);
+
+impl Context {
+    /// Connects the store (when Redis is set), starts the engine on it, and puts `config` live.
+    /// The first config load is recorded here, through the reload's one recorder.
+    pub(super) async fn build(
+        settings: &Settings,
+        config: Config,
+        clock: Clock,
+    ) -> Result<Built, StartError> {
+        let mut fleet = None;
+        let redis = match &settings.redis {
+            None => None,
+            Some(r) => {
+                let store = Arc::new(RedisStore::connect(r).await.map_err(StartError::Redis)?);
+                fleet = Some(store.clone() as Arc<dyn DemandExchange>);
+                let store: Arc<dyn Store> = store;
+                Some((store, r.policy.clone()))
+            }
+        };
+        let (engine, shard_tasks) = Engine::with_backend(
+            settings.shards,
+            settings.shard_queue_capacity,
+            settings.max_waiters,
+            clock,
+            redis,
+            settings.max_keys,
+        );
+        let service = Arc::new(
+            RequestStats::new(settings.near_limit_ratio)
+                .with_max_detailed_series(settings.max_detailed_series),
+        );
+        let counters = Counters {
+            service: service.clone(),
+            shards: engine.stats().into(),
+            ..Counters::default()
+        };
+        let source = settings.config_path.display().to_string();
+        let source = settings.xds.is_none().then_some(source.as_str());
+        reload::record(&counters.reloads, source, Ok(()));
+        let top = Arc::new(TopTable::new(settings.top_n).with_sample(settings.top_sample));
+        top.tick(engine.clock().now());
+        let live = LiveLimits::new(config, service.clone(), top.clone());
+        let answer = AnswerSettings {
+            response_headers: settings.response_headers.clone(),
+            global_shadow_mode: settings.global_shadow_mode,
+            request_limits: settings.request_limits,
+            refused_hits: settings.refused_hits,
+            global_quota_mode: settings.global_quota_mode,
+            response_dynamic_metadata: settings.response_dynamic_metadata,
+        };
+        let context = Context {
+            limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
+            throttle: ThrottleService::new(engine.clone(), counters.throttle.clone()),
+            engine,
+            live,
+            top,
+            counters,
+        };
+        Ok((context, shard_tasks, fleet))
+    }
+}

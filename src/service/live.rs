@@ -1,0 +1,60 @@
+//! The limits being served: a config bound to its limits' stats and heavy hitters, swapped
+//! whole when a new config goes live, so a request reads one consistent set.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::config::Config;
+use crate::hitters::TopTable;
+use crate::telemetry::{BoundStats, BoundTop, RequestStats};
+
+/// A config, its limits' stats and heavy hitters, swapped together.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub config: Config,
+    pub stats: BoundStats,
+    pub top: BoundTop,
+}
+
+/// A cheap `Clone` handle on the live limits: read them, or put a new config live. The tables
+/// it binds keep each stat key's stats and heavy hitters across configs.
+#[derive(Clone)]
+pub struct LiveLimits {
+    now: Arc<ArcSwap<Live>>,
+    metrics: Arc<RequestStats>,
+    top: Arc<TopTable>,
+}
+
+impl LiveLimits {
+    /// `config` live, its limits bound to `metrics`' per-limit stats and to `top`.
+    pub fn new(config: Config, metrics: Arc<RequestStats>, top: Arc<TopTable>) -> LiveLimits {
+        let live = bind(config, &metrics, &top);
+        LiveLimits {
+            now: Arc::new(ArcSwap::from_pointee(live)),
+            metrics,
+            top,
+        }
+    }
+
+    /// The limits being served now.
+    pub fn load_full(&self) -> Arc<Live> {
+        self.now.load_full()
+    }
+
+    /// Puts `config` live, from files or xDS alike: each limit keeps the stats its stat key had,
+    /// and heavy hitters, so they survive without being copied. The server's reload records the
+    /// load.
+    pub fn install(&self, config: Config) {
+        self.now
+            .store(Arc::new(bind(config, &self.metrics, &self.top)));
+    }
+}
+
+fn bind(config: Config, metrics: &RequestStats, top: &TopTable) -> Live {
+    Live {
+        stats: metrics.limit_stats.bind(&config),
+        top: top.bind(&config),
+        config,
+    }
+}
