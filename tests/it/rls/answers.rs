@@ -1,8 +1,11 @@
 //! The Envoy rate-limit service over gRPC: the answers envoyproxy/ratelimit gives, from its config.
 
-use crate::common::*;
+use std::time::Duration;
+
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use tonic::Code;
+
+use crate::common::*;
 
 #[tokio::test]
 async fn exact_beats_wildcard_beats_key_only_and_first_wildcard_wins() {
@@ -181,6 +184,39 @@ async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
     assert_eq!(
         (r.overall_code, codes(&r)),
         (OVER, vec![(OVER, 0), (OVER, 0)])
+    );
+}
+
+/// A quota descriptor is over when any of its limits is; a request it refuses consumes nothing,
+/// not on the descriptor's other limits either.
+#[tokio::test]
+async fn a_quota_descriptor_over_on_one_of_its_limits_refuses_and_consumes_nothing() {
+    const QUOTA_PAIR: &str = r#"
+domain: quota_pair
+descriptors:
+  - key: plan
+    quota_mode: true
+    rate_limits:
+      - {unit: second, requests_per_unit: 1, name: tight}
+      - {unit: hour, requests_per_unit: 3, name: loose}
+"#;
+    let s = TestServer::start(QUOTA_PAIR).await;
+    let call = || s.call(one("quota_pair", &[("plan", "x")]));
+    // loose: 3 -> 2.
+    assert_eq!(call().await.overall_code, OK);
+    // tight is over, so the only quota descriptor is over: refused, and loose stays at 2.
+    let r = call().await;
+    assert_eq!((r.overall_code, codes(&r)), (OVER, vec![(OVER, 0)]));
+    for second in 1..=2 {
+        s.advance(Duration::from_secs(1));
+        let r = call().await;
+        assert_eq!(r.overall_code, OK, "second {second}: loose had room left");
+    }
+    s.advance(Duration::from_secs(1));
+    let r = call().await;
+    assert_eq!(
+        r.overall_code, OVER,
+        "loose used up by the three admitted requests"
     );
 }
 
