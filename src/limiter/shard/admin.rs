@@ -39,13 +39,13 @@ impl Shard {
     /// decisions through, the store's count is read instead.
     pub(super) fn look_up(&self, op: &Op) -> Peeking {
         let now = self.clock.now();
-        let state = (self.find(&op.key, op.hash))
+        let state = (self.find(&op.key))
             .map(|e| e.state)
             .filter(|s| s.fits(&op.params))
             .unwrap_or_else(|| State::fresh(&op.params, now));
         let here = LookedUp {
             state,
-            waiting: self.queues.get(op.key.as_str()).map_or(0, |q| q.len()),
+            waiting: self.queues.get(&op.key).map_or(0, |q| q.len()),
             now,
         };
         let store = (self.link.as_ref())
@@ -60,24 +60,24 @@ impl Shard {
     /// deleted with the rest.
     pub(super) fn reset(&mut self, op: &Op, delete: bool) -> Deleting {
         let now = self.clock.now();
-        if let Some(at) = self.table.find(&op.key, op.hash) {
+        if let Some(at) = self.table.find(op.key.as_str(), op.key.hash()) {
             let e = self.table.get_mut(at);
             e.state = State::fresh(&op.params, now);
             e.expires_s = to_secs_ceil(e.state.expires_at(&op.params, now));
         }
-        self.refused.remove(&op.hash);
-        self.denied.remove(op.key.as_str());
+        self.refused.remove(&op.key.hash());
+        self.denied.remove(&op.key);
         let deleting = match self.link.as_mut() {
             Some(r) => {
-                r.over.remove(op.key.as_str());
+                r.over.remove(&op.key);
                 r.synced.forget(&op.key);
                 r.refunds.retain(|u| u.key != op.key);
                 delete.then(|| r.delete(op, now))
             }
             None => None,
         };
-        if deleting.is_none() && self.queues.contains_key(op.key.as_str()) {
-            self.service_queue(&op.key, op.hash, now);
+        if deleting.is_none() && self.queues.contains_key(&op.key) {
+            self.service_queue(&op.key, now);
         }
         Deleting(deleting)
     }

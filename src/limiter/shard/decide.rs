@@ -106,7 +106,7 @@ impl Shard {
         for i in 0..d.ops.len() {
             if d.ops[i].queue.is_some() && self.has_waiters(&d.ops[i]) {
                 let key = d.ops[i].key.clone();
-                self.service_queue(&key, d.ops[i].hash, now);
+                self.service_queue(&key, now);
             }
         }
         self.settle(d, now, None, None);
@@ -223,10 +223,10 @@ impl Shard {
             let earlier = scratch
                 .iter()
                 .rev()
-                .find(|(j, ..)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
+                .find(|(j, ..)| d.ops[*j].key == op.key)
                 .map(|&(_, s, at)| (Some(s), at));
             let (base, at) = earlier.unwrap_or_else(|| {
-                let at = self.table.find(&op.key, op.hash);
+                let at = self.table.find(op.key.as_str(), op.key.hash());
                 let state = at
                     .map(|at| self.table.get(at).state)
                     .filter(|s| s.fits(&op.params));
@@ -298,7 +298,7 @@ impl Shard {
         }
         for &(i, state, _) in scratch.iter().filter(|(.., at)| at.is_none()) {
             let op = &ops[i];
-            if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
+            if let Some(at) = self.slot(&op.key, op.params, now) {
                 let e = self.table.get_mut(at);
                 e.state = state;
                 e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));

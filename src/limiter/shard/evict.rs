@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use super::table::to_secs_ceil;
 use super::Shard;
 use crate::limiter::algorithm::{Params, State};
-use crate::limiter::key::key_hash;
+use crate::limiter::key::{Key, KeyRef};
 use crate::limiter::op::{Op, Outcome};
 
 impl Shard {
@@ -17,7 +17,7 @@ impl Shard {
             .retain(|_, g| g.window >= now / g.params.window_ns());
         let table = &self.table;
         self.denied
-            .retain(|k, _| table.find(k, key_hash(k)).is_some());
+            .retain(|k, _| table.find(k.as_str(), k.hash()).is_some());
         self.stats
             .keys
             .store(self.table.len() as u64, Ordering::Relaxed);
@@ -33,7 +33,8 @@ impl Shard {
                 && o.retry_ns != u64::MAX
                 && self.refused.len() < self.max_keys / 10
             {
-                self.refused.insert(op.hash, now.saturating_add(o.reset_ns));
+                self.refused
+                    .insert(op.key.hash(), now.saturating_add(o.reset_ns));
             }
         }
     }
@@ -54,17 +55,19 @@ impl Shard {
             let mut candidates: Vec<(u32, u64)> = self
                 .table
                 .iter()
-                .filter(|(k, _)| !queues.contains_key(*k))
-                .map(|(k, e)| (e.expires_s, key_hash(k)))
-                .filter(|(_, h)| !refused.contains_key(h))
+                .map(|(k, e)| (e.expires_s, KeyRef::of(k)))
+                .filter(|(_, k)| !queues.contains_key(k) && !refused.contains_key(&k.hash))
+                .map(|(expires_s, k)| (expires_s, k.hash))
                 .collect();
             let n = (self.table.len() - target).min(candidates.len());
             if n > 0 {
                 candidates.select_nth_unstable(n - 1);
                 let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
                 let queues = &self.queues;
-                self.table
-                    .retain(|k, _| queues.contains_key(k) || !victims.contains(&key_hash(k)));
+                self.table.retain(|k, _| {
+                    let k = KeyRef::of(k);
+                    !victims.contains(&k.hash) || queues.contains_key(&k)
+                });
                 self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
@@ -77,13 +80,16 @@ impl Shard {
     pub(super) fn drop_expired(&mut self, now: u64) {
         let now_s = now / 1_000_000_000;
         let queues = &self.queues;
-        self.table
-            .retain(|k, e| u64::from(e.expires_s) > now_s || queues.contains_key(k));
+        self.table.retain(|k, e| {
+            u64::from(e.expires_s) > now_s
+                || (!queues.is_empty() && queues.contains_key(&KeyRef::of(k)))
+        });
     }
 
     /// The position of `key`'s entry, made (fresh) if it has none; at the key cap, room is made
     /// first. `None` only if no room can be made (every key has waiters or was refused).
-    pub(super) fn slot(&mut self, key: &str, hash: u64, params: Params, now: u64) -> Option<usize> {
+    pub(super) fn slot(&mut self, key: &Key, params: Params, now: u64) -> Option<usize> {
+        let (hash, key) = (key.hash(), key.as_str());
         if let Some(at) = self.table.find(key, hash) {
             return Some(at);
         }

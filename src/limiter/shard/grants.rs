@@ -3,11 +3,12 @@
 
 use super::Shard;
 use crate::limiter::algorithm::Params;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Role};
 
 /// A hit admitted through the direct API, so `DELETE /rate/{key}/{id}` can give it back.
 pub(super) struct Grant {
-    key: Box<str>,
+    key: Key,
     pub(super) window: u64,
     pub(super) params: Params,
 }
@@ -23,7 +24,7 @@ impl Shard {
             self.grants.insert(
                 id,
                 Grant {
-                    key: op.key.as_str().into(),
+                    key: op.key.clone(),
                     window: now / op.params.window_ns(),
                     params: op.params,
                 },
@@ -33,16 +34,15 @@ impl Shard {
 
     /// Gives back the hit admitted as `id` on `key`, if it is still in its window; answers
     /// whether it was found.
-    pub(super) fn release(&mut self, key: String, hash: u64, id: u64) -> bool {
+    pub(super) fn release(&mut self, key: Key, id: u64) -> bool {
         let now = self.clock.now();
         let found = match self.grants.get(&id) {
-            Some(g) if g.key.as_ref() == key => g.window == now / g.params.window_ns(),
+            Some(g) if g.key == key => g.window == now / g.params.window_ns(),
             _ => false,
         };
         if let Some(g) = self.grants.remove(&id).filter(|_| found) {
             let op = Op {
                 key,
-                hash,
                 params: g.params,
                 hits: 1,
                 refund: true,

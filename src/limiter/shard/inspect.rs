@@ -1,6 +1,7 @@
 //! What `/debug` shows of a shard's keys, and the direct API refusals counted for it.
 
 use super::Shard;
+use crate::limiter::key::KeyRef;
 use crate::limiter::op::Op;
 use crate::limiter::protocol::KeyInfo;
 
@@ -12,12 +13,15 @@ impl Shard {
             .table
             .iter()
             .filter(|(k, _)| prefix.is_none_or(|p| k.starts_with(p)))
-            .map(|(k, e)| KeyInfo {
-                key: k.to_string(),
-                state: e.state,
-                denied: self.denied.get(k).copied().unwrap_or((0, 0)),
-                waiting: self.queues.get(k).map_or(0, |q| q.len()),
-                now,
+            .map(|(k, e)| {
+                let key = KeyRef::of(k);
+                KeyInfo {
+                    key: k.to_string(),
+                    state: e.state,
+                    denied: self.denied.get(&key).copied().unwrap_or((0, 0)),
+                    waiting: self.queues.get(&key).map_or(0, |q| q.len()),
+                    now,
+                }
             })
             .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
@@ -28,7 +32,7 @@ impl Shard {
     pub(super) fn count_denied(&mut self, ops: &[Op], now: u64) {
         for op in ops.iter().filter(|o| o.grant.is_some()) {
             let w = now / op.params.window_ns();
-            let e = self.denied.entry(op.key.as_str().into()).or_insert((w, 0));
+            let e = self.denied.entry_ref(&op.key).or_insert((w, 0));
             if e.0 != w {
                 *e = (w, 0);
             }

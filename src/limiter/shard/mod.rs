@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::clock::Clock;
+use super::key::{Key, KeyMap};
 use super::op::Op;
 use super::protocol::{Decide, Msg, Reply, ReplyTo};
 use super::waiters::WaiterBudget;
@@ -80,10 +81,10 @@ pub(crate) struct Shard {
     table: Table,
     /// FIFO wait queues, by key. A key with waiters keeps its entry in `table`: the sweep and
     /// evictions pass it by.
-    queues: fnv::FnvHashMap<Box<str>, VecDeque<Waiter>>,
+    queues: KeyMap<VecDeque<Waiter>>,
     clock: Clock,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
-    events: BinaryHeap<Reverse<(u64, Box<str>)>>,
+    events: BinaryHeap<Reverse<(u64, Key)>>,
     /// Waiters queued in this shard (the `waiting` gauge).
     waiters: usize,
     /// The process-wide cap on waiters, shared by every shard.
@@ -94,7 +95,7 @@ pub(crate) struct Shard {
     stats: Arc<ShardStats>,
     grants: fnv::FnvHashMap<u64, Grant>,
     /// Direct API refusals per key in the current window: (window index, count).
-    denied: fnv::FnvHashMap<Box<str>, (u64, u64)>,
+    denied: KeyMap<(u64, u64)>,
     /// Redis mode; `None` keeps every counter in `table`.
     link: Option<StoreLink>,
     /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
@@ -183,14 +184,9 @@ impl Shard {
                 let _ = reply.send(self.inspect(prefix.as_deref()));
             }
             Msg::Drain { admit } => self.drain(admit),
-            Msg::Cancelled { key, hash } => self.purge_cancelled(&key, hash),
-            Msg::Release {
-                key,
-                hash,
-                id,
-                reply,
-            } => {
-                let found = self.release(key, hash, id);
+            Msg::Cancelled { key } => self.purge_cancelled(&key),
+            Msg::Release { key, id, reply } => {
+                let found = self.release(key, id);
                 let _ = reply.send(found);
             }
             Msg::LookUp { op, reply } => {
@@ -227,16 +223,16 @@ impl Shard {
     }
 
     pub(super) fn has_waiters(&self, op: &Op) -> bool {
-        self.queues
-            .get(op.key.as_str())
-            .is_some_and(|q| !q.is_empty())
+        self.queues.get(&op.key).is_some_and(|q| !q.is_empty())
             || self
                 .link
                 .as_ref()
-                .is_some_and(|r| r.heads.contains(op.key.as_str()))
+                .is_some_and(|r| r.heads.contains(&op.key))
     }
 
-    fn find(&self, key: &str, hash: u64) -> Option<&table::Entry> {
-        self.table.find(key, hash).map(|at| self.table.get(at))
+    fn find(&self, key: &Key) -> Option<&table::Entry> {
+        self.table
+            .find(key.as_str(), key.hash())
+            .map(|at| self.table.get(at))
     }
 }

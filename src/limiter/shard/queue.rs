@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::decide::{Evaluated, Verdict};
 use super::{Shard, Waiter};
 use crate::limiter::algorithm::State;
-use crate::limiter::key::key_hash;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcomes};
 use crate::limiter::protocol::Decide;
 use crate::limiter::protocol::{Hits, Reply};
@@ -17,23 +17,22 @@ impl Shard {
         if let Some(r) = self.link.as_mut() {
             r.synced.record(op, -(op.hits as i64), now);
         }
-        let hash = op.hash;
-        let Some(at) = self.table.find(&op.key, hash) else {
+        let Some(at) = self.table.find(op.key.as_str(), op.key.hash()) else {
             return;
         };
         let e = self.table.get_mut(at);
         if e.state.fits(&op.params) {
             e.state.refund(&op.params, now, op.hits);
         }
-        if !self.queues.is_empty() && self.queues.contains_key(op.key.as_str()) {
+        if !self.queues.is_empty() && self.queues.contains_key(&op.key) {
             let key = op.key.clone();
-            self.service_queue(&key, hash, now);
+            self.service_queue(&key, now);
         }
     }
 
     /// Answers what can be answered at the head of `key`'s queue: cancelled and timed-out
     /// waiters leave, waiters that fit are admitted in arrival order.
-    pub(super) fn service_queue(&mut self, key: &str, hash: u64, now: u64) {
+    pub(super) fn service_queue(&mut self, key: &Key, now: u64) {
         loop {
             let Some(q) = self.queues.get_mut(key) else {
                 return;
@@ -60,7 +59,7 @@ impl Shard {
             }
             if self.store_ready() {
                 // Redis decides the head; newcomers queue behind it meanwhile.
-                self.store_head(w, key, hash);
+                self.store_head(w, key);
                 return;
             }
             let Evaluated {
@@ -70,8 +69,8 @@ impl Shard {
                 Verdict::Wait(i) if i == w.op => {
                     // Still the head, still waiting: look again when it may fit or must give up.
                     let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
-                    self.queues.entry(key.into()).or_default().push_front(w);
-                    self.events.push(Reverse((at, key.into())));
+                    self.queues.entry_ref(key).or_default().push_front(w);
+                    self.events.push(Reverse((at, key.clone())));
                     return;
                 }
                 Verdict::Wait(_) => {
@@ -90,7 +89,7 @@ impl Shard {
     }
 
     /// Removes waiters whose callers went away, wherever they are in the queue.
-    pub(super) fn purge_cancelled(&mut self, key: &str, hash: u64) {
+    pub(super) fn purge_cancelled(&mut self, key: &Key) {
         let Some(q) = self.queues.get_mut(key) else {
             return;
         };
@@ -108,7 +107,7 @@ impl Shard {
             .fetch_add(gone as u64, Ordering::Relaxed);
         // The new head may fit now.
         let now = self.clock.now();
-        self.service_queue(key, hash, now);
+        self.service_queue(key, now);
     }
 
     pub(super) fn left_queue(&mut self) {
@@ -171,21 +170,16 @@ impl Shard {
                 break;
             }
             let Reverse((_, key)) = self.events.pop().expect("peeked");
-            let hash = key_hash(&key);
-            self.service_queue(&key, hash, now);
+            self.service_queue(&key, now);
         }
     }
 
     pub(super) fn drain(&mut self, admit: bool) {
         self.draining = Some(admit);
         let now = self.clock.now();
-        let keys: Vec<(Box<str>, u64)> = self
-            .queues
-            .keys()
-            .map(|k| (k.clone(), key_hash(k)))
-            .collect();
-        for (k, h) in keys {
-            self.service_queue(&k, h, now);
+        let keys: Vec<Key> = self.queues.keys().cloned().collect();
+        for k in keys {
+            self.service_queue(&k, now);
         }
     }
 
@@ -223,8 +217,7 @@ impl Shard {
             self.answer(d.reply, Reply::refused(outcomes, 0));
             return;
         }
-        let key: Box<str> = op.key.as_str().into();
-        let hash = op.hash;
+        let key = op.key.clone();
         let params = op.params;
         let mut d = d;
         // Usage counted in full was counted on arrival: it waits as a check.
@@ -232,7 +225,7 @@ impl Shard {
             o.hits = 0;
         }
         self.hold(&mut d);
-        self.slot(&key, hash, params, now);
+        self.slot(&key, params, now);
         let q = self.queues.entry(key.clone()).or_default();
         let was_empty = q.is_empty();
         q.push_back(Waiter {
@@ -260,12 +253,12 @@ impl Shard {
     /// hits already waiting ahead of it, and no sooner than `at_least` from now).
     pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64, at_least: u64) -> bool {
         let spec = op.queue.expect("queued op");
-        let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
+        let (ahead_len, ahead_hits, state) = match self.find(&op.key) {
             None => (0, 0, State::fresh(&op.params, now)),
             Some(e) => {
                 let mut len = 0;
                 let mut hits = 0u64;
-                if let Some(q) = self.queues.get(op.key.as_str()) {
+                if let Some(q) = self.queues.get(&op.key) {
                     for w in q.iter().filter(|w| !w.msg.reply.is_closed()) {
                         len += 1;
                         hits += w.msg.ops[w.op].hits;

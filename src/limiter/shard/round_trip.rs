@@ -15,12 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fnv::{FnvHashMap, FnvHashSet};
 use tokio::sync::mpsc;
 
 use super::breaker::Breaker;
 use super::synced::{SyncOp, Synced};
 use super::{Shard, Waiter};
+use crate::limiter::key::{Key, KeyMap, KeySet};
 use crate::limiter::op::Op;
 use crate::limiter::protocol::Decide;
 use crate::limiter::store::{
@@ -40,7 +40,7 @@ const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
 pub(super) enum StoreBound {
     New(Decide),
     /// The head of `key`'s queue, taken off it while Redis decides.
-    Head(Waiter, Box<str>, u64),
+    Head(Waiter, Key),
 }
 
 impl StoreBound {
@@ -79,10 +79,10 @@ pub(crate) struct StoreLink {
     done_tx: mpsc::UnboundedSender<Done>,
     pub(crate) done_rx: Option<mpsc::UnboundedReceiver<Done>>,
     /// Keys known to have no room, and until when (`LOCAL_CACHE_SIZE_IN_BYTES`).
-    pub(super) over: FnvHashMap<Box<str>, u64>,
+    pub(super) over: KeyMap<u64>,
     pub(super) over_cap: usize,
     /// Keys whose queue head is being decided in Redis: newcomers still queue behind it.
-    pub(super) heads: FnvHashSet<Box<str>>,
+    pub(super) heads: KeySet,
     last_error_log: Option<Instant>,
     /// Local-first views and their syncs.
     pub(super) synced: Synced,
@@ -120,9 +120,9 @@ impl StoreLink {
             next_seq: 0,
             done_tx,
             done_rx: Some(done_rx),
-            over: FnvHashMap::default(),
+            over: KeyMap::default(),
             over_cap,
-            heads: FnvHashSet::default(),
+            heads: KeySet::default(),
             last_error_log: None,
         }
     }
@@ -172,12 +172,12 @@ impl StoreLink {
 
     /// Hits of `key` given back in Redis after the round trip being judged read it (waiting to
     /// go, or in a round trip sent later): that count is that much too high.
-    pub(super) fn queued_refunds(&self, key: &str) -> i64 {
+    pub(super) fn queued_refunds(&self, key: &Key) -> i64 {
         let later = self.in_flight.iter().flat_map(|f| f.refunds.iter());
         self.refunds
             .iter()
             .chain(later)
-            .filter(|u| u.key == key)
+            .filter(|u| &u.key == key)
             .map(|u| u.hits as i64)
             .sum()
     }
@@ -324,10 +324,10 @@ impl Shard {
                         // Local-first limits stay local while the store is away.
                         StoreBound::New(d) if self.synced_local(&d, now) => self.decide(d),
                         StoreBound::New(d) => self.decide_without_store(d),
-                        StoreBound::Head(w, key, hash) => {
+                        StoreBound::Head(w, key) => {
                             self.link.as_mut().expect("store mode").heads.remove(&key);
                             self.requeue_head(w, &key, flight.now);
-                            self.service_queue(&key, hash, self.clock.now());
+                            self.service_queue(&key, self.clock.now());
                         }
                     }
                 }

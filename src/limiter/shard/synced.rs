@@ -16,12 +16,11 @@
 //! view (each replica then holds the limit on its own) and the hits wait, per key, for the
 //! store to come back; hits of fixed windows that ended meanwhile are not replayed.
 
-use fnv::FnvHashMap;
-
 use super::table::to_secs_ceil;
 use super::Shard;
 use crate::config::Algorithm;
 use crate::limiter::algorithm::State;
+use crate::limiter::key::{Key, KeyMap};
 use crate::limiter::op::Op;
 use crate::limiter::store::{StoreOp, StoreReply};
 
@@ -77,7 +76,7 @@ pub(crate) struct Synced {
     default_on: bool,
     interval: u64,
     next_sync: u64,
-    views: FnvHashMap<Box<str>, View>,
+    views: KeyMap<View>,
     /// Hits of a window that ended before its sync went out, sent with the next one.
     late: Vec<SyncOp>,
     cap: usize,
@@ -89,7 +88,7 @@ impl Synced {
             default_on,
             interval: interval_ns.max(1),
             next_sync: 0,
-            views: FnvHashMap::default(),
+            views: KeyMap::default(),
             late: Vec::new(),
             cap: cap.max(16),
         }
@@ -111,7 +110,7 @@ impl Synced {
         let fresh_for = self.interval + self.interval / 2;
         let mut fresh = true;
         for op in ops {
-            match self.views.get_mut(op.key.as_str()) {
+            match self.views.get_mut(&op.key) {
                 Some(v) => {
                     v.used = true;
                     fresh &= v.read_at > 0 && now.saturating_sub(v.read_at) <= fresh_for;
@@ -125,7 +124,7 @@ impl Synced {
 
     /// The view of `op`'s key, made if it has none and there is room.
     fn view(&mut self, op: &Op, now: u64) -> Option<&mut View> {
-        if !self.views.contains_key(op.key.as_str()) {
+        if !self.views.contains_key(&op.key) {
             if self.views.len() >= self.cap {
                 self.views
                     .retain(|_, v| v.delta != 0 || v.sending != 0 || v.used);
@@ -136,7 +135,7 @@ impl Synced {
             let mut key_op = op.clone();
             key_op.hits = 0;
             self.views.insert(
-                op.key.as_str().into(),
+                op.key.clone(),
                 View {
                     op: key_op,
                     delta: 0,
@@ -148,7 +147,7 @@ impl Synced {
                 },
             );
         }
-        self.views.get_mut(op.key.as_str())
+        self.views.get_mut(&op.key)
     }
 
     /// Hits admitted here since the last sync that still count at `now`.
@@ -166,7 +165,7 @@ impl Synced {
         if !self.applies(op) {
             return 0;
         }
-        self.views.get(op.key.as_str()).map_or(0, |v| {
+        self.views.get(&op.key).map_or(0, |v| {
             let sending = if same_window(&v.op, v.sending_at, now) {
                 v.sending
             } else {
@@ -200,9 +199,9 @@ impl Synced {
 
     /// A reset: forgets `key`'s view and the hits waiting to go to the store with it (those of
     /// a sync already out still land).
-    pub(super) fn forget(&mut self, key: &str) {
+    pub(super) fn forget(&mut self, key: &Key) {
         self.views.remove(key);
-        self.late.retain(|s| s.op.key != key);
+        self.late.retain(|s| &s.op.key != key);
     }
 
     /// When the next sync is due.
@@ -241,7 +240,7 @@ impl Synced {
     /// A sync failed: its hits wait for the next one, unless their fixed window is over.
     pub(super) fn failed(&mut self, sent: Vec<SyncOp>, now: u64) {
         for s in sent {
-            match self.views.get_mut(s.op.key.as_str()) {
+            match self.views.get_mut(&s.op.key) {
                 Some(v) if v.sending != 0 && s.at == v.sending_at => {
                     if same_window(&v.op, v.sending_at, now) {
                         if v.delta == 0 || !same_window(&v.op, v.delta_at, v.sending_at) {
@@ -290,7 +289,7 @@ impl Shard {
             let Some(r) = self.link.as_mut() else {
                 return;
             };
-            let Some(v) = r.synced.views.get_mut(s.op.key.as_str()) else {
+            let Some(v) = r.synced.views.get_mut(&s.op.key) else {
                 continue;
             };
             if s.at != v.sending_at {
@@ -353,13 +352,14 @@ impl Shard {
         let now = self.clock.now();
         for &i in done {
             let op = &ops[i];
-            let viewed = self.link.as_ref().is_some_and(|r| {
-                r.synced.applies(op) && r.synced.views.contains_key(op.key.as_str())
-            });
+            let viewed = self
+                .link
+                .as_ref()
+                .is_some_and(|r| r.synced.applies(op) && r.synced.views.contains_key(&op.key));
             if !viewed {
                 continue;
             }
-            if let Some(at) = self.table.find(&op.key, op.hash) {
+            if let Some(at) = self.table.find(op.key.as_str(), op.key.hash()) {
                 let e = self.table.get_mut(at);
                 if e.state.fits(&op.params) {
                     e.state.refund(&op.params, now, op.hits);
@@ -369,7 +369,7 @@ impl Shard {
     }
 
     fn set_view(&mut self, op: &Op, state: State, now: u64) {
-        if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
+        if let Some(at) = self.slot(&op.key, op.params, now) {
             let e = self.table.get_mut(at);
             e.state = state;
             e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
@@ -381,12 +381,12 @@ impl Shard {
 mod tests {
     use super::*;
     use crate::limiter::algorithm::Params;
+    use crate::limiter::key::KeyRef;
     use crate::limiter::op::Role;
 
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {
-            key: key.into(),
-            hash: crate::limiter::key::key_hash(key),
+            key: Key::new(key),
             params: Params {
                 requests_per_unit: 10,
                 window_ms: 1000,
@@ -424,7 +424,7 @@ mod tests {
         assert!(!s.local(std::slice::from_ref(&a), 10 * SEC, true));
         assert!(s.local(std::slice::from_ref(&a), 10 * SEC, false));
         s.record(&a, 1, 10 * SEC);
-        s.views.get_mut("a").unwrap().read_at = 10 * SEC;
+        s.views.get_mut(&KeyRef::of("a")).unwrap().read_at = 10 * SEC;
         assert!(s.local(std::slice::from_ref(&a), 10 * SEC + 150 * MS, true));
         assert!(!s.local(std::slice::from_ref(&a), 10 * SEC + 151 * MS, true));
     }
@@ -442,7 +442,7 @@ mod tests {
         assert_eq!((due[0].op.hits, due[0].at), (1, t));
         // Not due again before the interval; an unused key is forgotten at the next sync.
         assert!(s.take_due(t + 50 * MS).is_empty());
-        s.views.get_mut("a").unwrap().sending = 0;
+        s.views.get_mut(&KeyRef::of("a")).unwrap().sending = 0;
         assert!(s.take_due(t + 103 * MS).is_empty());
         assert!(s.views.is_empty());
     }
@@ -461,7 +461,7 @@ mod tests {
         // The store was away: the current window's hit waits, the ended window's is dropped.
         s.failed(due, t + 120 * MS);
         assert!(s.late.is_empty());
-        assert_eq!(s.views["a"].delta, 1);
+        assert_eq!(s.views[&KeyRef::of("a")].delta, 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
 use crate::limiter::algorithm::{Params, State};
-use crate::limiter::key::key_hash;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Role};
 use crate::limiter::protocol::Answer;
 use crate::limiter::store::{
@@ -27,8 +27,7 @@ fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
 fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) -> Decide {
     Decide {
         ops: vec![Op {
-            key: "d_k_v_".into(),
-            hash: key_hash("d_k_v_"),
+            key: Key::new("d_k_v_"),
             params: Params {
                 requests_per_unit: limit,
                 window_ms,

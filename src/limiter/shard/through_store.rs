@@ -17,6 +17,7 @@ use super::synced::with_hits;
 use super::{Shard, Waiter};
 use crate::config::Algorithm;
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::key::Key;
 use crate::limiter::op::{Counting, Op, Outcome};
 use crate::limiter::protocol::Decide;
 use crate::limiter::protocol::{Hits, Reply};
@@ -57,12 +58,10 @@ impl Shard {
                 && !counts
                 && op.hits > 0
                 && op.queue.is_none()
-                && r.over
-                    .get(op.key.as_str())
-                    .is_some_and(|until| *until > now)
+                && r.over.get(&op.key).is_some_and(|until| *until > now)
         });
         if let Some(i) = cached {
-            let until = r.over[d.ops[i].key.as_str()];
+            let until = r.over[&d.ops[i].key];
             (self.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
             let outcomes = d
                 .ops
@@ -142,10 +141,10 @@ impl Shard {
     }
 
     /// Sends the head waiter of `key` to Redis.
-    pub(super) fn store_head(&mut self, w: Waiter, key: &str, hash: u64) {
+    pub(super) fn store_head(&mut self, w: Waiter, key: &Key) {
         let r = self.link.as_mut().expect("store mode");
-        r.heads.insert(key.into());
-        r.batch.push(StoreBound::Head(w, key.into(), hash));
+        r.heads.insert(key.clone());
+        r.batch.push(StoreBound::Head(w, key.clone()));
         self.flush();
     }
 
@@ -201,14 +200,14 @@ impl Shard {
         for p in messages {
             let (d, head) = match p {
                 StoreBound::New(d) => (d, None),
-                StoreBound::Head(w, key, hash) => {
+                StoreBound::Head(w, key) => {
                     let Waiter {
                         msg,
                         op,
                         enqueued,
                         deadline,
                     } = w;
-                    (msg, Some((op, enqueued, deadline, key, hash)))
+                    (msg, Some((op, enqueued, deadline, key)))
                 }
             };
             let n = d.ops.len();
@@ -229,7 +228,7 @@ impl Shard {
             self.viewed(&d.ops, mine, &counted, now);
             match head {
                 None => self.conclude(d, outcomes, verdict, Commit::InStore(counted), now, None),
-                Some((op, enqueued, deadline, key, hash)) => {
+                Some((op, enqueued, deadline, key)) => {
                     self.link.as_mut().expect("store mode").heads.remove(&key);
                     let w = Waiter {
                         msg: d,
@@ -266,21 +265,20 @@ impl Shard {
                             }
                         }
                     }
-                    self.service_queue(&key, hash, self.clock.now());
+                    self.service_queue(&key, self.clock.now());
                 }
             }
         }
     }
 
     /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
-    pub(super) fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
+    pub(super) fn requeue_head(&mut self, w: Waiter, key: &Key, at: u64) {
         let at = at.min(w.deadline);
-        let hash = crate::limiter::key::key_hash(key);
         let params = w.msg.ops[w.op].params;
         let now = self.clock.now();
-        self.slot(key, hash, params, now);
-        self.queues.entry(key.into()).or_default().push_front(w);
-        self.events.push(std::cmp::Reverse((at, key.into())));
+        self.slot(key, params, now);
+        self.queues.entry_ref(key).or_default().push_front(w);
+        self.events.push(std::cmp::Reverse((at, key.clone())));
     }
 
     /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
@@ -326,7 +324,7 @@ impl Shard {
                 r.over.retain(|_, until| *until > now);
             }
             if r.over.len() < r.over_cap {
-                r.over.insert(op.key.as_str().into(), now + full.retry_ns);
+                r.over.insert(op.key.clone(), now + full.retry_ns);
             }
         }
         (e, counted)
