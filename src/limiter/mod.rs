@@ -2,11 +2,13 @@
 //! that routes a request's ops to the shards owning their keys. The vocabulary of a decision is
 //! in `op`, the messages between callers and shards in `protocol`.
 
+mod actor;
 mod algorithm;
 mod clock;
 pub mod key;
 mod op;
 mod protocol;
+mod same_thread;
 mod shard;
 mod spread;
 mod store;
@@ -25,8 +27,9 @@ pub use clock::{Clock, ManualClock};
 pub use op::{Counting, Op, Outcome, Outcomes, Role};
 use protocol::{Answer, Decide, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
-use shard::{find_on_this_thread, OnThisThread, SameThreadShard, Shard};
+use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use shard::{BreakerState, ShardStats};
+use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
@@ -86,7 +89,7 @@ impl ShardTask {
     pub async fn run(self) {
         let cell = Rc::new(RefCell::new(SameThreadShard::new(self.shard, self.rx)));
         let _listed = OnThisThread::new(self.engine, self.index, cell.clone());
-        shard::run(cell).await
+        actor::run(cell).await
     }
 }
 
@@ -125,9 +128,16 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let link = store.as_ref().map(|(store, policy)| {
-                shard::StoreLink::new(store.clone(), policy.clone(), i, shards, max_keys / shards)
-            });
+            let mode = match &store {
+                Some((store, policy)) => Mode::Store(Box::new(Link::new(
+                    store.clone(),
+                    policy.clone(),
+                    i,
+                    shards,
+                    max_keys / shards,
+                ))),
+                None => Mode::Memory,
+            };
             tasks.push(ShardTask {
                 engine: id,
                 index: i,
@@ -135,7 +145,7 @@ impl Engine {
                     clock.clone(),
                     budget.clone(),
                     st.clone(),
-                    link,
+                    mode,
                     max_keys / shards,
                 ),
                 rx,
