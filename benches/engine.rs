@@ -36,7 +36,7 @@ use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
 use turnstile::config::{Algorithm, Config, LoadOptions};
-use turnstile::limiter::key::key_hash;
+use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
 use turnstile::telemetry::{RequestStats, TopTable};
@@ -65,8 +65,7 @@ fn params(algorithm: Algorithm, requests_per_unit: u32, window_secs: u64) -> Par
 
 fn op(key: &str, params: Params) -> Op {
     Op {
-        key: key.to_owned(),
-        hash: key_hash(key),
+        key: Key::new(key),
         params,
         hits: 1,
         refund: false,
@@ -249,7 +248,7 @@ fn engine_decide(c: &mut Criterion) {
             .iter()
             .map(|k| op(k, params(Algorithm::FixedWindow, HIGH, 1)))
             .collect();
-        let placement: Vec<usize> = four.iter().map(|o| e.shard_for(o.hash)).collect();
+        let placement: Vec<usize> = four.iter().map(|o| e.shard_for(o.key.hash())).collect();
         eprintln!("four_ops on {shards} shard(s): ops go to shards {placement:?}");
         g.bench_function(
             BenchmarkId::new("four_ops", format!("fixed_window/{shards}_shards")),

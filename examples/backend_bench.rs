@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::backend::redis::RedisStore;
 use turnstile::config::Algorithm;
-use turnstile::limiter::key::key_hash;
+use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
 use turnstile::settings::Settings;
 
@@ -43,8 +43,7 @@ async fn drive(
                 let key = format!("bench_k_{}_", i % keys);
                 i += concurrency;
                 let op = Op {
-                    hash: key_hash(&key),
-                    key,
+                    key: Key::new(key),
                     params: Params {
                         requests_per_unit: 1_000_000_000,
                         window_ms: 60_000,

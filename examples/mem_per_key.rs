@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use turnstile::config::Algorithm;
-use turnstile::limiter::key::key_hash;
+use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 
 fn page_size() -> u64 {
@@ -69,8 +69,7 @@ fn main() {
         algorithm: Algorithm::FixedWindow,
     };
     let op = |k: String| Op {
-        hash: key_hash(&k),
-        key: k,
+        key: Key::new(k),
         params,
         hits: 1,
         refund: false,

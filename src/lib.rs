@@ -28,7 +28,7 @@
 //! | `service` | a request's way through: validate → plan → engine → answer, counting in `ShouldRateLimit`'s counters; the live limits (`LiveLimits`: a config bound to its stats and heavy hitters, swapped whole); the direct APIs' decisions (`ThrottleService`, holding the throttle counters); admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `hitters`, `config` |
 //! | `telemetry` | the counters' types (each subsystem holds and updates its own; `Counters` gathers handles on them for rendering), per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces | `hitters`, `limiter` (shard gauges), `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key (the table held by `service::LiveLimits` and handed to the status page), behind `/debug/top` and the status page | `config` |
-//! | `limiter` | algorithms, counter keys' hashing and the shard choice (`key`), shard actors, wait queues and their process-wide budget, the store contract, the shard's link to the store: its round trips (`shard::round_trip`) and their breaker (`shard::breaker`), local-first views and their syncs (`shard::synced`), the request verdict | `config` |
+//! | `limiter` | algorithms, counter keys (`key::Key`: text and hash) and the shard choice, shard actors (`actor`, `same_thread`), the shard in owned parts (`shard::counters`, `shard::queues` with the process-wide waiter budget, and its mode: memory, or `shard::link::Link` to a store with its round trips, breaker and local-first views), the store contract, the request verdict | `config` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
 //!
@@ -77,14 +77,17 @@
 //!     verdict.rs         the request's verdict, worked out once and carried in the Decision
 //!     algorithm/         fixed window, sliding window, token bucket (pure; time a parameter)
 //!     store.rs           the store contract (memory keeps no store; Redis is one)
+//!     actor.rs, same_thread.rs   how callers reach a shard (its task; in place on its thread)
 //!     shard/
 //!       mod.rs           Shard = Counters + Queues + Mode; `handle` dispatches a message
-//!       counters.rs      the key table, its cap, eviction, sweep, the refused set, grants
-//!       queues.rs        FIFO wait queues, their events, the process-wide waiter budget
-//!       link/            Mode::Store: the batch, round trips in order, the Breaker (an enum),
-//!                        local-first views and their syncs
-//!       decide.rs        a message against the counters, or through the link
-//!       actor.rs, same_thread.rs   how callers reach a shard
+//!       counters.rs      the key table (`table.rs`), its cap, eviction, sweep, the refused set,
+//!                        grants, the direct API's refusals
+//!       queues.rs        FIFO wait queues, their events, the waiters and their process budget
+//!       link/            Mode::Store(Link): the batch, round trips in order (`round_trip.rs`),
+//!                        the Breaker (`breaker.rs`), local-first views and syncs (`views.rs`)
+//!       decide.rs        a message against the counters: the parts borrowed together as a
+//!                        Decider; with the queues in wait.rs, through the link in
+//!                        through_store.rs, admin look-ups, resets, releases in admin.rs
 //!   descriptor/          matching a request's descriptors against the limit tree (only that)
 //!   config/              the validated model (pure: no I/O, no clients)
 //! tests/it/              one integration-test binary, a folder per concern, shared helpers
@@ -93,13 +96,13 @@
 //!
 //! | step | what moves | state |
 //! |---|---|---|
-//! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples | in progress |
+//! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples (and runs each fuzz target briefly where nightly and cargo-fuzz are installed) | done |
 //! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
-//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together; the verdict in `Decision` | in progress |
-//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | begun: the `Breaker` is its own type with its own behaviour (`shard/breaker.rs`) |
+//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together (done: `limiter::key::Key`, hashed once, four side by side in `plan`; the shard's maps of keys hash by it, `KeyMap`); the verdict in `Decision` | in progress |
+//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | done: each part a type with its own fields and methods, none importing its parent; `Mode::{Memory, Store(Link)}` chosen once; `Decider` borrows the parts to decide a message; actor and same-thread access moved up to `limiter` |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; each yields a stream of `source::Update`s that only `server::reload` consumes; the first config from files is still read by `main`, over xDS it is the first update); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | done but the first config |
 //! | 6 | one context from `server` (done: `server::Context`; `RateLimiter` hands out none of its parts), counters owned by their subsystems (done: the types stay in `telemetry`, below every subsystem; reloads' held by `server::reload`, TLS's by `server`'s TLS listener, throttle's by `service::ThrottleService`, quota's by `quota::QuotaHub`, admin's by the admin router, statsd's by its push, the heavy hitters by `service::LiveLimits`; `telemetry::RequestStats` keeps `ShouldRateLimit`'s alone); config loads recorded once (done: `server::reload::record`) | done |
-//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `StoreLink`, `shard.link`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done outside `limiter`: telemetry's per-limit `Verdict` is `Counted`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | in progress |
+//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `link::Link` in `Mode::Store`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done outside `limiter`: telemetry's per-limit `Verdict` is `Counted`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | in progress |
 //!
 //! A memory decision then crosses at most 8 files: `transport/grpc.rs` → `service/mod.rs`
 //! (validate, plan) → `descriptor/mod.rs` (match) → `limiter/mod.rs` (route) →

@@ -1,10 +1,192 @@
-//! Counter keys' hashing, owned by the limiter: FNV-1a of a key's text picks the shard that owns
-//! it and is reused as the shard's table hash. `descriptor` builds the key's text; the limiter
-//! alone decides what a hash means.
+//! Counter keys, owned by the limiter: a [`Key`] is the key's text with its FNV-1a hash, worked
+//! out once. The hash picks the shard that owns the key and is reused by every table the shard
+//! keeps of its keys ([`KeyMap`]). `descriptor` builds the key's text; the limiter alone decides
+//! what a hash means.
 
-use std::hash::Hasher;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use fnv::FnvHasher;
+
+/// A counter key: its text and the text's FNV-1a hash ([`key_hash`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Key {
+    // The hash first: keys compare it before their texts.
+    hash: u64,
+    text: String,
+}
+
+impl Key {
+    /// The key of `text`, hashed.
+    pub fn new(text: impl Into<String>) -> Key {
+        let text = text.into();
+        Key {
+            hash: key_hash(&text),
+            text,
+        }
+    }
+
+    /// Keys of `texts` in order, each the same as [`Key::new`] of it, hashed four side by side
+    /// at a time ([`key_hashes`]); each is handed to `put`.
+    pub fn hash_all(texts: impl IntoIterator<Item = String>, mut put: impl FnMut(Key)) {
+        let mut texts = texts.into_iter().peekable();
+        while texts.peek().is_some() {
+            let mut quad: [String; 4] = Default::default();
+            let mut n = 0;
+            for (slot, text) in quad.iter_mut().zip(texts.by_ref()) {
+                *slot = text;
+                n += 1;
+            }
+            let hashes = match n {
+                4 => key_hashes(quad.each_ref().map(|t| t.as_bytes())),
+                3 => {
+                    let [a, b, c] =
+                        key_hashes([&quad[0], &quad[1], &quad[2]].map(|t| t.as_bytes()));
+                    [a, b, c, 0]
+                }
+                2 => {
+                    let [a, b] = key_hashes([quad[0].as_bytes(), quad[1].as_bytes()]);
+                    [a, b, 0, 0]
+                }
+                _ => [key_hash(&quad[0]), 0, 0, 0],
+            };
+            for (text, hash) in quad.into_iter().zip(hashes).take(n) {
+                put(Key { text, hash });
+            }
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The text's FNV-1a hash.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The key's text.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+
+    /// The key's text and hash, borrowed, to look it up in a [`KeyMap`].
+    pub fn borrowed(&self) -> KeyRef<'_> {
+        KeyRef {
+            text: &self.text,
+            hash: self.hash,
+        }
+    }
+}
+
+/// A key's text and hash, borrowed: looks up a [`KeyMap`] without an owned [`Key`].
+#[derive(Clone, Copy)]
+pub struct KeyRef<'a> {
+    pub text: &'a str,
+    /// `key_hash(text)`.
+    pub hash: u64,
+}
+
+impl<'a> KeyRef<'a> {
+    /// `text`, hashed.
+    pub fn of(text: &'a str) -> KeyRef<'a> {
+        KeyRef {
+            text,
+            hash: key_hash(text),
+        }
+    }
+}
+
+/// A key hashes as its stored hash: a [`KeyMap`] never hashes its text again.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl hashbrown::Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        self.hash == key.hash && self.text == key.text
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl From<&Key> for Key {
+    fn from(key: &Key) -> Key {
+        key.clone()
+    }
+}
+
+/// Keys order by their text.
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq<str> for Key {
+    fn eq(&self, other: &str) -> bool {
+        self.text == other
+    }
+}
+
+impl PartialEq<&str> for Key {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+/// The hasher of a [`KeyMap`]: takes the key's stored hash and spreads its low bits (which the
+/// key's FNV-1a mixes well) over the top ones, where the table takes its tags. The high bits
+/// of the stored hash chose the shard, so within a shard they are nearly alike.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only keys' stored hashes come here; anything else is hashed as text.
+        let mut h = FnvHasher::with_key(self.0);
+        h.write(bytes);
+        self.0 = h.finish();
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
+/// A table of keys that uses their stored hashes.
+pub type KeyMap<V> = hashbrown::HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
+
+/// A set of keys that uses their stored hashes.
+pub type KeySet = hashbrown::HashSet<Key, BuildHasherDefault<KeyHasher>>;
 
 /// FNV-1a of the counter key: picks the shard, and is reused as the shard's table hash.
 pub fn key_hash(key: &str) -> u64 {
@@ -50,6 +232,16 @@ mod tests {
             let keys = [a.as_bytes(), b.as_bytes(), c.as_bytes(), d.as_bytes()];
             proptest::prop_assert_eq!(key_hashes(keys), one_by_one);
             proptest::prop_assert_eq!(key_hashes([keys[0], keys[1]]), [one_by_one[0], one_by_one[1]]);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn keys_hashed_together_are_keys_made_one_by_one(texts in proptest::collection::vec(".{0,20}", 0..11)) {
+            let mut keys = Vec::new();
+            Key::hash_all(texts.clone(), |k| keys.push(k));
+            let one_by_one: Vec<Key> = texts.into_iter().map(Key::new).collect();
+            proptest::prop_assert_eq!(keys, one_by_one);
         }
     }
 

@@ -2,11 +2,13 @@
 //! that routes a request's ops to the shards owning their keys. The vocabulary of a decision is
 //! in `op`, the messages between callers and shards in `protocol`.
 
+mod actor;
 mod algorithm;
 mod clock;
 pub mod key;
 mod op;
 mod protocol;
+mod same_thread;
 mod shard;
 mod spread;
 mod store;
@@ -25,14 +27,15 @@ pub use clock::{Clock, ManualClock};
 pub use op::{Counting, Op, Outcome, Outcomes, Role};
 use protocol::{Answer, Decide, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
-use shard::{find_on_this_thread, OnThisThread, SameThreadShard, Shard};
+use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use shard::{BreakerState, ShardStats};
+use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 pub use verdict::refuses;
 
-use key::shard_of;
+use key::{shard_of, Key};
 use waiters::WaiterBudget;
 
 /// What the engine says about a whole request.
@@ -86,7 +89,7 @@ impl ShardTask {
     pub async fn run(self) {
         let cell = Rc::new(RefCell::new(SameThreadShard::new(self.shard, self.rx)));
         let _listed = OnThisThread::new(self.engine, self.index, cell.clone());
-        shard::run(cell).await
+        actor::run(cell).await
     }
 }
 
@@ -125,9 +128,16 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let link = store.as_ref().map(|(store, policy)| {
-                shard::StoreLink::new(store.clone(), policy.clone(), i, shards, max_keys / shards)
-            });
+            let mode = match &store {
+                Some((store, policy)) => Mode::Store(Box::new(Link::new(
+                    store.clone(),
+                    policy.clone(),
+                    i,
+                    shards,
+                    max_keys / shards,
+                ))),
+                None => Mode::Memory,
+            };
             tasks.push(ShardTask {
                 engine: id,
                 index: i,
@@ -135,7 +145,7 @@ impl Engine {
                     clock.clone(),
                     budget.clone(),
                     st.clone(),
-                    link,
+                    mode,
                     max_keys / shards,
                 ),
                 rx,
@@ -176,13 +186,13 @@ impl Engine {
         if ops.is_empty() {
             return Ok(Decision::default());
         }
-        let first = self.shard_for(ops[0].hash);
-        if ops.iter().all(|o| self.shard_for(o.hash) == first) {
+        let first = self.shard_for(ops[0].key.hash());
+        if ops.iter().all(|o| self.shard_for(o.key.hash()) == first) {
             // The common case: one message, decided atomically by one shard.
             let queued = ops
                 .iter()
                 .find(|o| o.queue.is_some())
-                .map(|o| (o.key.clone(), o.hash));
+                .map(|o| o.key.clone());
             let answer = self.submit(
                 first,
                 Decide {
@@ -239,16 +249,11 @@ impl Engine {
     }
 
     /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window.
-    pub async fn release(&self, key: String, hash: u64, id: u64) -> Result<bool, EngineError> {
+    pub async fn release(&self, key: Key, id: u64) -> Result<bool, EngineError> {
         let (tx, rx) = oneshot::channel();
         self.send(
-            self.shard_for(hash),
-            Msg::Release {
-                key,
-                hash,
-                id,
-                reply: tx,
-            },
+            self.shard_for(key.hash()),
+            Msg::Release { key, id, reply: tx },
         )?;
         rx.await.map_err(|_| EngineError::Stopped)
     }
@@ -258,7 +263,7 @@ impl Engine {
     /// store's breaker is open), the shard's own.
     pub async fn look_up(&self, op: Op) -> Result<LookedUp, EngineError> {
         let (tx, rx) = oneshot::channel();
-        self.send(self.shard_for(op.hash), Msg::LookUp { op, reply: tx })?;
+        self.send(self.shard_for(op.key.hash()), Msg::LookUp { op, reply: tx })?;
         let peeking = rx.await.map_err(|_| EngineError::Stopped)?;
         peeking.finish().await.map_err(|e| EngineError::Store(e.0))
     }
@@ -269,7 +274,7 @@ impl Engine {
     /// once more what answers in flight across the deletion put back. Answers how many store
     /// keys were deleted (`None` without a store).
     pub async fn reset(&self, op: Op) -> Result<Option<u64>, EngineError> {
-        let shard = self.shard_for(op.hash);
+        let shard = self.shard_for(op.key.hash());
         let forget = |op: Op, delete: bool| {
             let (tx, rx) = oneshot::channel();
             self.send(
@@ -340,7 +345,7 @@ impl Engine {
 struct CancelOnDrop<'e> {
     engine: &'e Engine,
     shard: usize,
-    key: Option<(String, u64)>,
+    key: Option<Key>,
 }
 
 impl CancelOnDrop<'_> {
@@ -351,8 +356,8 @@ impl CancelOnDrop<'_> {
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some((key, hash)) = self.key.take() {
-            let _ = self.engine.send(self.shard, Msg::Cancelled { key, hash });
+        if let Some(key) = self.key.take() {
+            let _ = self.engine.send(self.shard, Msg::Cancelled { key });
         }
     }
 }

@@ -4,6 +4,7 @@
 use smallvec::SmallVec;
 
 use super::algorithm::Params;
+use super::key::Key;
 use crate::config::QueueSpec;
 
 /// How an op's verdict weighs on the request.
@@ -20,8 +21,7 @@ pub enum Role {
 /// One limit to decide for one counter key.
 #[derive(Debug, Clone)]
 pub struct Op {
-    pub key: String,
-    pub hash: u64,
+    pub key: Key,
     pub params: Params,
     pub hits: u64,
     /// `is_negative_hits`: give `hits` back instead of taking them.

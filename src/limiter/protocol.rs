@@ -6,6 +6,7 @@ use std::fmt;
 use tokio::sync::oneshot;
 
 use super::algorithm::{Params, State};
+use super::key::Key;
 use super::op::{Op, Outcomes};
 use super::store::{DeleteFuture, StoreFuture};
 
@@ -30,13 +31,11 @@ pub(crate) enum Msg {
     },
     /// A caller waiting on this key went away: drop it from the queue now.
     Cancelled {
-        key: String,
-        hash: u64,
+        key: Key,
     },
     /// Direct API: give back the hit admitted under `id`; answers whether it was found.
     Release {
-        key: String,
-        hash: u64,
+        key: Key,
         id: u64,
         reply: oneshot::Sender<bool>,
     },

@@ -56,7 +56,7 @@ impl Engine {
         let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
         let mut placed = Placed::new();
         for op in ops {
-            let s = shard_of(op.hash, n);
+            let s = shard_of(op.key.hash(), n);
             let p = match parts.iter().position(|p| p.shard == s) {
                 Some(p) => p,
                 None => {
@@ -230,13 +230,9 @@ impl SpreadRequest<'_> {
                 let answered = rx.try_recv().ok();
                 if answered.is_none() {
                     for o in p.ops.iter().filter(|o| o.queue.is_some()) {
-                        let _ = self.engine.send(
-                            p.shard,
-                            Msg::Cancelled {
-                                key: o.key.clone(),
-                                hash: o.hash,
-                            },
-                        );
+                        let _ = self
+                            .engine
+                            .send(p.shard, Msg::Cancelled { key: o.key.clone() });
                     }
                 }
                 p.reply = Some(answered.unwrap_or_else(|| {

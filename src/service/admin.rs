@@ -185,7 +185,9 @@ fn targets(
         let applies = Applies {
             descriptor: a.descriptor,
             name: a.limit.name().to_owned(),
-            key: op.as_ref().map_or_else(String::new, |o| o.key.clone()),
+            key: op
+                .as_ref()
+                .map_or_else(String::new, |o| o.key.as_str().to_owned()),
             unit: a.limit.unit(),
             requests_per_unit: a.limit.requests_per_unit(),
             algorithm,

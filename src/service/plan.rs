@@ -8,7 +8,8 @@ use smallvec::SmallVec;
 use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
-use crate::limiter::{key, Counting, Op, Params, Role};
+use crate::limiter::key::Key;
+use crate::limiter::{Counting, Op, Params, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -152,6 +153,7 @@ impl<'c> Plan<'c> {
     /// An op for every counted limit.
     fn ops(&mut self, req: &RateLimitRequest, refused_hits: RefusedHits) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
+        let mut keys: SmallVec<[String; 4]> = SmallVec::new();
         for (ai, a) in self.applied.iter().enumerate() {
             let d = &req.descriptors[a.descriptor];
             if let LimitRef::Config(l) = a.limit {
@@ -169,14 +171,19 @@ impl<'c> Plan<'c> {
                     .unwrap_or(0),
                 LimitRef::Override { .. } => 0,
             };
-            let key = descriptor::counter_key(&req.domain, &d.entries, matched, index);
+            keys.push(descriptor::counter_key(
+                &req.domain,
+                &d.entries,
+                matched,
+                index,
+            ));
             let (algorithm, queue, local_first) = match a.limit {
                 LimitRef::Config(l) => (l.algorithm, l.queue, l.local_first),
                 LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None),
             };
             ops.push(Op {
-                hash: 0,
-                key,
+                // Set below, with the others' keys.
+                key: Key::default(),
                 params: Params {
                     requests_per_unit: a.limit.requests_per_unit(),
                     window_ms: a.limit.unit().seconds() * 1000,
@@ -192,28 +199,9 @@ impl<'c> Plan<'c> {
             });
             self.op_of.push(ai);
         }
-        hash_keys(&mut ops);
+        let mut slots = ops.iter_mut();
+        Key::hash_all(keys, |k| slots.next().expect("an op a key").key = k);
         ops
-    }
-}
-
-/// Sets every op's key hash, four keys side by side at a time.
-fn hash_keys(ops: &mut [Op]) {
-    let mut quads = ops.chunks_exact_mut(4);
-    for q in &mut quads {
-        let hashes = key::key_hashes([&q[0], &q[1], &q[2], &q[3]].map(|o| o.key.as_bytes()));
-        for (op, h) in q.iter_mut().zip(hashes) {
-            op.hash = h;
-        }
-    }
-    match quads.into_remainder() {
-        [a, b, c] => {
-            let hashes = key::key_hashes([&*a, &*b, &*c].map(|o| o.key.as_bytes()));
-            [a.hash, b.hash, c.hash] = hashes;
-        }
-        [a, b] => [a.hash, b.hash] = key::key_hashes([a.key.as_bytes(), b.key.as_bytes()]),
-        [a] => a.hash = key::key_hash(&a.key),
-        _ => {}
     }
 }
 

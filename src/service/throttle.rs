@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::config::Algorithm;
-use crate::limiter::key::key_hash;
+use crate::limiter::key::Key;
 use crate::limiter::{Engine, EngineError, Op, Params, Role};
 use crate::telemetry::ThrottleStats;
 
@@ -297,8 +297,7 @@ pub fn op_for(
     }
     let counter = format!("{prefix}{}", req.key);
     Ok(Op {
-        hash: key_hash(&counter),
-        key: counter,
+        key: Key::new(counter),
         params: Params {
             requests_per_unit: count as u32,
             window_ms: period * 1000,
@@ -406,6 +405,7 @@ impl ThrottleService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::key::key_hash;
 
     fn req(burst: i64, count: i64, period: i64, quantity: i64) -> ThrottleRequest {
         ThrottleRequest {
@@ -483,7 +483,7 @@ mod tests {
     fn keys_have_their_own_space() {
         let op = crab(&req(1, 1, 1, 1), &ThrottleLimits::default()).unwrap();
         assert_eq!(op.key, "\0throttle/k");
-        assert_eq!(op.hash, key_hash("\0throttle/k"));
+        assert_eq!(op.key.hash(), key_hash("\0throttle/k"));
         assert_eq!(op.params.window_ms, 1000);
         let cell = op_for(
             &req(1, 1, 1, 1),

@@ -216,10 +216,10 @@ impl RedisStore {
     /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + `suffix`, in one allocation.
     fn key(&self, op: &Op, open: &str, close: &str, suffix: impl std::fmt::Display) -> String {
         use std::fmt::Write;
-        let mut k = String::with_capacity(self.prefix.len() + op.key.len() + 24);
+        let mut k = String::with_capacity(self.prefix.len() + op.key.as_str().len() + 24);
         k.push_str(&self.prefix);
         k.push_str(open);
-        k.push_str(&op.key);
+        k.push_str(op.key.as_str());
         k.push_str(close);
         let _ = write!(k, "{suffix}");
         k

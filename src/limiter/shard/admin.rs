@@ -1,5 +1,6 @@
 //! Admin actions on one key, handled by the shard that owns it so they fall between its
-//! decisions: a look-up (counting nothing) and a reset (this replica's state, then the store's).
+//! decisions: a look-up (counting nothing), a reset (this replica's state, then the store's),
+//! and the direct API's release of a grant.
 //!
 //! A reset forgets here, in this order of the shard's own bookkeeping: the table's state (set
 //! fresh, so the next decision starts from zero), the key's protection from eviction and its
@@ -8,11 +9,11 @@
 //! not reached from here: their over-limit cache entries refuse until they expire (the window's
 //! end, as the reference's local cache), their views take the store's count at their next sync.
 
-use super::synced::with_hits;
-use super::table::to_secs_ceil;
-use super::Shard;
+use super::decide::Decider;
+use super::link::{with_hits, Mode};
 use crate::limiter::algorithm::State;
-use crate::limiter::op::Op;
+use crate::limiter::key::Key;
+use crate::limiter::op::{Counting, Op, Role};
 use crate::limiter::protocol::{Deleting, LookedUp, Peeking};
 use crate::limiter::store::StoreError;
 
@@ -34,23 +35,24 @@ impl Peeking {
     }
 }
 
-impl Shard {
+impl Decider<'_> {
     /// The key's state as a decision now would start from it; with a store whose breaker lets
     /// decisions through, the store's count is read instead.
-    pub(super) fn look_up(&self, op: &Op) -> Peeking {
-        let now = self.clock.now();
-        let state = (self.find(&op.key, op.hash))
-            .map(|e| e.state)
-            .filter(|s| s.fits(&op.params))
+    pub(super) fn look_up(&mut self, op: &Op) -> Peeking {
+        let now = self.cx.clock.now();
+        let state = (self.counters.state_of(&op.key, &op.params))
             .unwrap_or_else(|| State::fresh(&op.params, now));
         let here = LookedUp {
             state,
-            waiting: self.queues.get(op.key.as_str()).map_or(0, |q| q.len()),
+            waiting: self.queues.len_of(&op.key.borrowed()),
             now,
         };
-        let store = (self.link.as_ref())
-            .filter(|r| r.breaker.ready())
-            .map(|r| (r.peek(op, now), r.synced.unsynced(op, now), op.params));
+        let store = match &*self.mode {
+            Mode::Store(link) if link.ready() => {
+                Some((link.peek(op, now), link.views.unsynced(op, now), op.params))
+            }
+            _ => None,
+        };
         Peeking { here, store }
     }
 
@@ -59,26 +61,40 @@ impl Shard {
     /// once the deletion is done (the second, non-deleting reset), so what they count is not
     /// deleted with the rest.
     pub(super) fn reset(&mut self, op: &Op, delete: bool) -> Deleting {
-        let now = self.clock.now();
-        if let Some(at) = self.table.find(&op.key, op.hash) {
-            let e = self.table.get_mut(at);
-            e.state = State::fresh(&op.params, now);
-            e.expires_s = to_secs_ceil(e.state.expires_at(&op.params, now));
-        }
-        self.refused.remove(&op.hash);
-        self.denied.remove(op.key.as_str());
-        let deleting = match self.link.as_mut() {
-            Some(r) => {
-                r.over.remove(op.key.as_str());
-                r.synced.forget(&op.key);
-                r.refunds.retain(|u| u.key != op.key);
-                delete.then(|| r.delete(op, now))
+        let now = self.cx.clock.now();
+        self.counters.reset(&op.key, &op.params, now);
+        let deleting = match &mut *self.mode {
+            Mode::Store(link) => {
+                link.forget(&op.key);
+                delete.then(|| link.delete(op, now))
             }
-            None => None,
+            Mode::Memory => None,
         };
-        if deleting.is_none() && self.queues.contains_key(op.key.as_str()) {
-            self.service_queue(&op.key, op.hash, now);
+        if deleting.is_none() && self.queues.has_key(&op.key) {
+            self.service_queue(&op.key, now);
         }
         Deleting(deleting)
+    }
+
+    /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window;
+    /// answers whether it was found.
+    pub(super) fn release(&mut self, key: Key, id: u64) -> bool {
+        let now = self.cx.clock.now();
+        let Some(params) = self.counters.take_grant(&key, id, now) else {
+            return false;
+        };
+        let op = Op {
+            key,
+            params,
+            hits: 1,
+            refund: true,
+            role: Role::Binding,
+            queue: None,
+            grant: None,
+            counting: Counting::IfAdmitted,
+            local_first: Some(false),
+        };
+        self.refund(&op, now);
+        true
     }
 }

@@ -1,17 +1,44 @@
-//! Deciding a message: each op evaluated against the table, the message judged as a whole, then
-//! admitted (committed), refused, or parked in a queue.
+//! Deciding a message: each op evaluated against the counters, the message judged as a whole,
+//! then admitted (committed), refused, or parked in a queue. A [`Decider`] is the shard's parts
+//! borrowed together for one message: the memory path is here, the queues' side in `wait.rs`,
+//! the store's in `through_store.rs`, admin actions in `admin.rs`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
+use tokio::sync::oneshot;
 
-use super::table::to_secs_ceil;
-use super::Shard;
+use super::counters::Counters;
+use super::link::{Link, Mode};
+use super::queues::Queues;
+use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::clock::Clock;
 use crate::limiter::op::{Op, Outcome, Outcomes, Role};
-use crate::limiter::protocol::Decide;
-use crate::limiter::protocol::{Hits, Reply};
+use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 use crate::limiter::verdict;
+
+/// What a shard keeps besides its counters, queues and mode: its clock and metrics, whether it
+/// is draining, and the answer for a synchronous caller.
+pub(super) struct Context {
+    pub(super) clock: Clock,
+    pub(super) stats: Arc<ShardStats>,
+    /// Shutdown: every waiter is answered now (admitted when `Some(true)`), none queues.
+    pub(super) draining: Option<bool>,
+    /// The answer to a synchronous caller's message ([`ReplyTo::InPlace`]).
+    pub(super) answered: Option<Reply>,
+    /// Where a synchronous caller whose message was held waits for its answer.
+    pub(super) held: Option<oneshot::Receiver<Reply>>,
+}
+
+/// The shard's parts, borrowed together to decide one message.
+pub(super) struct Decider<'a> {
+    pub(super) counters: &'a mut Counters,
+    pub(super) queues: &'a mut Queues,
+    pub(super) mode: &'a mut Mode,
+    pub(super) cx: &'a mut Context,
+}
 
 /// (op index, next state, the key's position in the table if it has one) of the ops of a
 /// message that fit, to store if the message is admitted.
@@ -86,18 +113,54 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
     (outcomes, verdict)
 }
 
-impl Shard {
+impl Decider<'_> {
     #[inline]
     pub(super) fn decide_any(&mut self, d: Decide) {
-        if self.link.is_some() {
-            self.decide_via_store(d)
-        } else {
-            self.decide(d)
+        match self.mode {
+            Mode::Memory => self.decide(d),
+            Mode::Store(_) => self.decide_via_store(d),
         }
     }
 
+    /// The link to the store; only on the store's paths.
+    pub(super) fn link(&mut self) -> &mut Link {
+        match self.mode {
+            Mode::Store(link) => link,
+            Mode::Memory => unreachable!("a store path in memory mode"),
+        }
+    }
+
+    /// Delivers a message's answer; false when its caller went away. Always inlined: on the
+    /// synchronous path it is one store into `answered`, and a call would copy the reply twice.
+    #[inline(always)]
+    pub(super) fn answer(&mut self, to: ReplyTo, reply: Reply) -> bool {
+        match to {
+            ReplyTo::Caller(tx) => tx.send(reply).is_ok(),
+            ReplyTo::InPlace => {
+                self.cx.answered = Some(reply);
+                true
+            }
+        }
+    }
+
+    /// A message about to be held (in a queue, or for the store): a synchronous caller gets a
+    /// channel to wait on.
+    pub(super) fn hold(&mut self, d: &mut Decide) {
+        if matches!(d.reply, ReplyTo::InPlace) {
+            let (tx, rx) = oneshot::channel();
+            d.reply = ReplyTo::Caller(tx);
+            self.cx.held = Some(rx);
+        }
+    }
+
+    /// Whether someone waits for `op`'s key: in its queue, or at its head out in the store.
+    pub(super) fn has_waiters(&self, op: &Op) -> bool {
+        self.queues.has_waiters(&op.key)
+            || matches!(&*self.mode, Mode::Store(link) if link.head_out(&op.key))
+    }
+
     pub(super) fn decide(&mut self, d: Decide) {
-        let now = self.clock.now();
+        let now = self.cx.clock.now();
         // Refunds first: capacity given back goes to the head of the queue before anyone else.
         for op in d.ops.iter().filter(|o| o.refund) {
             self.refund(op, now);
@@ -106,7 +169,7 @@ impl Shard {
         for i in 0..d.ops.len() {
             if d.ops[i].queue.is_some() && self.has_waiters(&d.ops[i]) {
                 let key = d.ops[i].key.clone();
-                self.service_queue(&key, d.ops[i].hash, now);
+                self.service_queue(&key, now);
             }
         }
         self.settle(d, now, None, None);
@@ -141,7 +204,7 @@ impl Shard {
         since: Option<(u64, u64)>,
     ) {
         let verdict = match verdict {
-            Verdict::Wait(_) if self.draining.is_some() => Verdict::Refuse,
+            Verdict::Wait(_) if self.cx.draining.is_some() => Verdict::Refuse,
             v => v,
         };
         if !matches!(verdict, Verdict::Admit) {
@@ -156,8 +219,8 @@ impl Shard {
             Verdict::Refuse => {
                 let mut outcomes = outcomes;
                 refund_in_outcomes(&d.ops, &mut outcomes);
-                self.count_denied(&d.ops, now);
-                self.protect(&d.ops, &outcomes, now);
+                self.counters.count_denied(&d.ops, now);
+                self.counters.protect(&d.ops, &outcomes, now);
                 self.answer(
                     d.reply,
                     Reply::refused(
@@ -193,10 +256,12 @@ impl Shard {
             waited_ns: waited,
         };
         if since.is_some() {
-            self.stats
+            self.cx
+                .stats
                 .admitted_after_wait
                 .fetch_add(1, Ordering::Relaxed);
-            self.stats
+            self.cx
+                .stats
                 .wait_ns_total
                 .fetch_add(waited, Ordering::Relaxed);
         }
@@ -223,12 +288,12 @@ impl Shard {
             let earlier = scratch
                 .iter()
                 .rev()
-                .find(|(j, ..)| d.ops[*j].hash == op.hash && d.ops[*j].key == op.key)
+                .find(|(j, ..)| d.ops[*j].key == op.key)
                 .map(|&(_, s, at)| (Some(s), at));
             let (base, at) = earlier.unwrap_or_else(|| {
-                let at = self.table.find(&op.key, op.hash);
+                let at = self.counters.find(&op.key);
                 let state = at
-                    .map(|at| self.table.get(at).state)
+                    .map(|at| self.counters.state(at))
                     .filter(|s| s.fits(&op.params));
                 (state, at)
             });
@@ -260,6 +325,20 @@ impl Shard {
         }
     }
 
+    /// Returns `op.hits` to its key and lets the queue head take them.
+    pub(super) fn refund(&mut self, op: &Op, now: u64) {
+        if let Mode::Store(link) = self.mode {
+            link.views.record(op, -(op.hits as i64), now);
+        }
+        if !self.counters.refund(&op.key, &op.params, now, op.hits) {
+            return;
+        }
+        if self.queues.has_key(&op.key) {
+            let key = op.key.clone();
+            self.service_queue(&key, now);
+        }
+    }
+
     /// Stores the usage of a message that is not admitted but counts in full.
     fn commit_in_full(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
         if ops.iter().any(Op::counts_in_full) {
@@ -280,29 +359,24 @@ impl Shard {
     /// Stores the next states of an admitted message: first into the entries found when it was
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
-        if let Some(r) = self.link.as_mut() {
+        if let Mode::Store(link) = self.mode {
             for &(i, ..) in scratch {
-                r.synced.record(&ops[i], ops[i].hits as i64, now);
+                link.views.record(&ops[i], ops[i].hits as i64, now);
             }
         }
         for &(i, state, at) in scratch {
             let op = &ops[i];
             if let Some(at) = at {
-                let e = self.table.get_mut(at);
-                e.state = state;
-                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+                self.counters.set(at, state, &op.params, now);
             }
             if let Some(id) = op.grant {
-                self.remember_grant(id, op, now);
+                self.counters.remember_grant(id, op, now);
             }
         }
         for &(i, state, _) in scratch.iter().filter(|(.., at)| at.is_none()) {
             let op = &ops[i];
-            if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
-                let e = self.table.get_mut(at);
-                e.state = state;
-                e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
-            }
+            self.counters
+                .put(&op.key, state, &op.params, now, self.queues);
         }
     }
 }

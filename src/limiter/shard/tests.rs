@@ -8,27 +8,34 @@ use tokio::sync::{mpsc, oneshot};
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
 use crate::limiter::algorithm::{Params, State};
-use crate::limiter::key::key_hash;
+use crate::limiter::clock::Clock;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Role};
-use crate::limiter::protocol::Answer;
+use crate::limiter::protocol::{Answer, Decide, Msg, Reply, ReplyTo};
+use crate::limiter::same_thread::SameThreadShard;
 use crate::limiter::store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
-const T0: u64 = 1_700_000_000 * NS_PER_SEC;
+const T0: u64 = 1_700_000_000 * 1_000_000_000;
 
 fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
     let (tx, rx) = mpsc::channel(16);
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
-    let shard = Shard::new(clock, budget, Arc::new(ShardStats::default()), None, 1000);
+    let shard = Shard::new(
+        clock,
+        budget,
+        Arc::new(ShardStats::default()),
+        Mode::Memory,
+        1000,
+    );
     (SameThreadShard::new(shard, rx), tx)
 }
 
 fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) -> Decide {
     Decide {
         ops: vec![Op {
-            key: "d_k_v_".into(),
-            hash: key_hash("d_k_v_"),
+            key: Key::new("d_k_v_"),
             params: Params {
                 requests_per_unit: limit,
                 window_ms,
@@ -39,7 +46,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
             role: Role::Binding,
             queue,
             grant: None,
-            counting: crate::limiter::Counting::IfAdmitted,
+            counting: crate::limiter::op::Counting::IfAdmitted,
             local_first: None,
         }],
         whole: true,
@@ -172,12 +179,12 @@ fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
         sync_interval: Duration::from_millis(100),
     };
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
-    let r = StoreLink::new(store, policy, 0, 1, 1000);
+    let r = Link::new(store, policy, 0, 1, 1000);
     Shard::new(
         clock,
         budget,
         Arc::new(ShardStats::default()),
-        Some(r),
+        Mode::Store(Box::new(r)),
         1000,
     )
 }
@@ -189,7 +196,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let (clock, _) = Clock::manual(T0);
     let store = Arc::new(HeldStore::default());
     let mut shard = with_store(clock, store.clone());
-    let mut done_rx = shard.link.as_mut().unwrap().done_rx.take().unwrap();
+    let mut done_rx = shard.take_done_rx().unwrap();
     let mut replies = Vec::new();
     for hits in [1, 2, 3] {
         let (tx, rx) = oneshot::channel();

@@ -1,5 +1,5 @@
-//! The shard's store mode (Redis): deciding through round trips (`round_trip`), the local
-//! over-limit cache, and fallback while the breaker is open.
+//! Deciding through the store (Redis, `Mode::Store`): round trips sent and their answers judged,
+//! the local over-limit cache, and fallback while the breaker is open.
 //!
 //! Redis counts first (INCRBY, or a script that counts only what fits); the shard then judges
 //! each message with the same rules as in memory, and gives back, in the next pipeline, whatever
@@ -11,59 +11,76 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
-use super::decide::{judge, Commit, Verdict};
-use super::round_trip::{InFlight, StoreBound};
-use super::synced::with_hits;
-use super::{Shard, Waiter};
-use crate::config::Algorithm;
+use super::counters::Counters;
+use super::decide::{judge, Commit, Decider, Verdict};
+use super::link::{refund_views, with_hits, Done, InFlight, Link, Mode, StoreBound};
+use super::queues::{Queues, Waiter};
 use crate::limiter::algorithm::{Eval, State};
-use crate::limiter::op::{Counting, Op, Outcome};
-use crate::limiter::protocol::Decide;
-use crate::limiter::protocol::{Hits, Reply};
-use crate::limiter::store::{FailureMode, StoreReply};
+use crate::limiter::key::Key;
+use crate::limiter::op::{Op, Outcome};
+use crate::limiter::protocol::{Decide, Hits, Reply};
+use crate::limiter::store::{FailureMode, StoreError, StoreReply};
 
-impl Shard {
-    /// Whether decisions go to Redis now (a backend is set and its breaker lets them through).
-    pub(super) fn store_ready(&self) -> bool {
-        self.link.as_ref().is_some_and(|r| r.breaker.ready())
+impl Decider<'_> {
+    /// Starts a round trip with everything waiting, if one may go now.
+    pub(super) fn flush(&mut self) {
+        let now = self.cx.clock.now();
+        if let Mode::Store(link) = &mut *self.mode {
+            link.send(now, &self.cx.stats);
+        }
     }
 
-    /// A new message in Redis mode.
+    /// A round trip finished: judge it and any later ones already back, oldest first, then send
+    /// what accumulated meanwhile.
+    pub(super) fn store_done(&mut self, done: Done) {
+        self.link().trips.arrive(done);
+        loop {
+            let Mode::Store(link) = &mut *self.mode else {
+                return;
+            };
+            let Some((flight, result)) = link.next_back(&self.cx.stats) else {
+                break;
+            };
+            self.round_trip_done(flight, result);
+        }
+        self.flush();
+    }
+
+    fn round_trip_done(&mut self, flight: InFlight, result: Result<Vec<StoreReply>, StoreError>) {
+        if let Ok(replies) = result {
+            return self.apply(flight, replies);
+        }
+        // Nothing is known of this batch: decide it as the failure mode says.
+        let now = self.cx.clock.now();
+        self.link().views.failed(flight.sync, now);
+        for p in flight.messages {
+            match p {
+                // Local-first limits stay local while the store is away.
+                StoreBound::New(d) if self.link().views.local(&d.ops, now, false) => self.decide(d),
+                StoreBound::New(d) => self.decide_without_store(d),
+                StoreBound::Head(w, key) => {
+                    self.link().head_back(&key);
+                    self.requeue_head(w, &key, flight.now);
+                    self.service_queue(&key, self.cx.clock.now());
+                }
+            }
+        }
+    }
+
+    /// A new message with a store.
     pub(super) fn decide_via_store(&mut self, d: Decide) {
-        let now = self.clock.now();
-        let ready = self.store_ready();
-        let r = self.link.as_mut().expect("store mode");
-        if r.synced.local(&d.ops, now, ready) {
-            self.stats.local_decisions.fetch_add(1, Ordering::Relaxed);
+        let now = self.cx.clock.now();
+        let link = self.link();
+        let ready = link.ready();
+        if link.views.local(&d.ops, now, ready) {
+            (self.cx.stats.local_decisions).fetch_add(1, Ordering::Relaxed);
             return self.decide(d);
         }
         if !ready {
             return self.decide_without_store(d);
         }
-        // A key known to be full refuses a lone op at once, without a round trip (whatever its
-        // role: shadow mode reports it, as envoyproxy/ratelimit's local cache does); a check
-        // (hits 0) fits even a full window, as in memory. A request with other descriptors goes
-        // to Redis, which answers what is left on them. Usage always goes (it is stored in
-        // full), and so do hits kept when refused unless more of them change nothing (a full
-        // fixed window).
-        let cached = d.ops.iter().position(|op| {
-            let counts = match op.counting {
-                Counting::IfAdmitted => false,
-                Counting::Always => op.params.algorithm != Algorithm::FixedWindow,
-                Counting::Usage => true,
-            };
-            d.ops.len() == 1
-                && !op.refund
-                && !counts
-                && op.hits > 0
-                && op.queue.is_none()
-                && r.over
-                    .get(op.key.as_str())
-                    .is_some_and(|until| *until > now)
-        });
-        if let Some(i) = cached {
-            let until = r.over[d.ops[i].key.as_str()];
-            (self.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
+        if let Some((i, until)) = link.known_full(&d, now) {
+            (self.cx.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
             let outcomes = d
                 .ops
                 .iter()
@@ -77,40 +94,24 @@ impl Shard {
                     past: u64::MAX,
                 })
                 .collect();
-            self.count_denied(&d.ops, now);
+            self.counters.count_denied(&d.ops, now);
             self.answer(d.reply, Reply::refused(outcomes, 0));
             return;
         }
         let mut d = d;
         self.hold(&mut d);
-        self.link
-            .as_mut()
-            .expect("store mode")
-            .batch
-            .push(StoreBound::New(d));
         // Sent when the shard's task next runs, after the calls that are ready on this thread:
         // they join the same pipeline instead of one call going alone.
-        self.link.as_mut().expect("store mode").deferred = true;
-    }
-
-    pub(super) fn synced_local(&mut self, d: &Decide, now: u64) -> bool {
-        let r = self.link.as_mut().expect("store mode");
-        r.synced.local(&d.ops, now, false)
+        self.link().defer(d);
     }
 
     /// The breaker is open: decide as the failure mode says.
-    pub(super) fn decide_without_store(&mut self, d: Decide) {
-        self.stats
-            .fallback_decisions
-            .fetch_add(1, Ordering::Relaxed);
-        let mode = self
-            .link
-            .as_ref()
-            .map_or(FailureMode::Fallback, |r| r.policy.failure_mode);
-        match mode {
+    fn decide_without_store(&mut self, d: Decide) {
+        (self.cx.stats.fallback_decisions).fetch_add(1, Ordering::Relaxed);
+        match self.link().policy.failure_mode {
             FailureMode::Fallback => self.decide(d),
             FailureMode::FailOpen => {
-                let now = self.clock.now();
+                let now = self.cx.clock.now();
                 let outcomes = d
                     .ops
                     .iter()
@@ -141,20 +142,12 @@ impl Shard {
         }
     }
 
-    /// Sends the head waiter of `key` to Redis.
-    pub(super) fn store_head(&mut self, w: Waiter, key: &str, hash: u64) {
-        let r = self.link.as_mut().expect("store mode");
-        r.heads.insert(key.into());
-        r.batch.push(StoreBound::Head(w, key.into(), hash));
-        self.flush();
-    }
-
     /// Gives back, through Redis, what the ops at `done` counted there.
     pub(super) fn refund_in_store(&mut self, ops: &[Op], done: &[usize]) {
         if done.is_empty() {
             return;
         }
-        let Some(r) = self.link.as_mut() else {
+        let Mode::Store(link) = &mut *self.mode else {
             return;
         };
         // Usage counted in full stays counted.
@@ -166,10 +159,9 @@ impl Shard {
         if done.is_empty() {
             return;
         }
-        for &i in &done {
-            r.refunds.push(ops[i].clone());
-        }
-        self.refund_views(ops, &done);
+        link.give_back(ops, &done);
+        let now = self.cx.clock.now();
+        refund_views(&link.views, self.counters, (ops, &done), now);
         self.flush();
     }
 
@@ -179,7 +171,7 @@ impl Shard {
         self.refund_in_store(ops, &all);
     }
 
-    pub(super) fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
+    fn apply(&mut self, flight: InFlight, replies: Vec<StoreReply>) {
         let InFlight {
             messages,
             refunds,
@@ -192,7 +184,17 @@ impl Shard {
         self.judge_stored(messages, &replies, now);
         // The sync went last in the pipeline: its counts are the latest, and make the views.
         let sync_at = (n_msgs + refunded).min(replies.len());
-        self.synced(sync, &replies[sync_at..], now);
+        let done = self.cx.clock.now();
+        let (link, parts) = self.link_and_parts();
+        link.synced(parts, (sync, &replies[sync_at..]), (now, done));
+    }
+
+    /// The link, with the parts its views write to.
+    fn link_and_parts(&mut self) -> (&mut Link, (&mut Counters, &Queues)) {
+        let Mode::Store(link) = &mut *self.mode else {
+            unreachable!("a round trip in memory mode")
+        };
+        (link, (&mut *self.counters, &*self.queues))
     }
 
     /// Judges the messages of a round trip on Redis's answers, in order.
@@ -201,14 +203,14 @@ impl Shard {
         for p in messages {
             let (d, head) = match p {
                 StoreBound::New(d) => (d, None),
-                StoreBound::Head(w, key, hash) => {
+                StoreBound::Head(w, key) => {
                     let Waiter {
                         msg,
                         op,
                         enqueued,
                         deadline,
                     } = w;
-                    (msg, Some((op, enqueued, deadline, key, hash)))
+                    (msg, Some((op, enqueued, deadline, key)))
                 }
             };
             let n = d.ops.len();
@@ -225,12 +227,14 @@ impl Shard {
                 evals.push((e, self.is_blocked(op, i, head_of)));
             }
             let (outcomes, verdict) = judge(&d, &evals);
-            // With what Redis counted; whatever is given back leaves the views too.
-            self.viewed(&d.ops, mine, &counted, now);
+            // With what the store counted; whatever is given back leaves the views too.
+            let done = self.cx.clock.now();
+            let (link, parts) = self.link_and_parts();
+            link.viewed(parts, (&d.ops, mine), &counted, (now, done));
             match head {
                 None => self.conclude(d, outcomes, verdict, Commit::InStore(counted), now, None),
-                Some((op, enqueued, deadline, key, hash)) => {
-                    self.link.as_mut().expect("store mode").heads.remove(&key);
+                Some((op, enqueued, deadline, key)) => {
+                    self.link().head_back(&key);
                     let w = Waiter {
                         msg: d,
                         op,
@@ -238,8 +242,8 @@ impl Shard {
                         deadline,
                     };
                     if w.msg.reply.is_closed() {
-                        self.left_queue();
-                        self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                        self.queues.left();
+                        self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                         self.refund_in_store(&w.msg.ops, &counted);
                     } else {
                         match verdict {
@@ -252,7 +256,7 @@ impl Shard {
                             // Moving on to wait at another key, or answered (then it leaves).
                             verdict => {
                                 if !matches!(verdict, Verdict::Wait(_)) {
-                                    self.left_queue();
+                                    self.queues.left();
                                 }
                                 let since = Some((w.enqueued, w.deadline));
                                 self.conclude(
@@ -266,21 +270,19 @@ impl Shard {
                             }
                         }
                     }
-                    self.service_queue(&key, hash, self.clock.now());
+                    self.service_queue(&key, self.cx.clock.now());
                 }
             }
         }
     }
 
     /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
-    pub(super) fn requeue_head(&mut self, w: Waiter, key: &str, at: u64) {
+    fn requeue_head(&mut self, w: Waiter, key: &Key, at: u64) {
         let at = at.min(w.deadline);
-        let hash = crate::limiter::key::key_hash(key);
         let params = w.msg.ops[w.op].params;
-        let now = self.clock.now();
-        self.slot(key, hash, params, now);
-        self.queues.entry(key.into()).or_default().push_front(w);
-        self.events.push(std::cmp::Reverse((at, key.into())));
+        let now = self.cx.clock.now();
+        self.counters.slot(key, params, now, self.queues);
+        self.queues.push_head(key, w, at);
     }
 
     /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
@@ -293,7 +295,7 @@ impl Shard {
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
         // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
-        let unsynced = self.link.as_ref().map_or(0, |r| r.synced.unsynced(op, now));
+        let unsynced = self.link().views.unsynced(op, now);
         let before = if unsynced == 0 {
             before
         } else {
@@ -321,13 +323,7 @@ impl Shard {
             before.eval(p, now, 1)
         };
         if full.over && full.retry_ns != u64::MAX {
-            let r = self.link.as_mut().expect("store mode");
-            if r.over.len() >= r.over_cap {
-                r.over.retain(|_, until| *until > now);
-            }
-            if r.over.len() < r.over_cap {
-                r.over.insert(op.key.as_str().into(), now + full.retry_ns);
-            }
+            self.link().remember_full(&op.key, now + full.retry_ns, now);
         }
         (e, counted)
     }

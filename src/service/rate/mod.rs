@@ -21,7 +21,7 @@ pub use sticky::{Overrides, Sticky, MAX_STICKY_KEYS};
 use super::{Live, RateLimiter};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{default_max_wait, Algorithm, KeyLimits, QueueSpec};
-use crate::limiter::key::key_hash;
+use crate::limiter::key::Key;
 use crate::limiter::{EngineError, KeyInfo, Op, Params, Role};
 
 /// Counter keys of the direct API start with this, so they never meet an Envoy domain's keys
@@ -179,8 +179,7 @@ impl RateApiService {
         let id = next_request_id();
         let counter = format!("{PREFIX}{}", ask.key);
         let op = Op {
-            hash: key_hash(&counter),
-            key: counter,
+            key: Key::new(counter),
             params: params(&l),
             hits: 1,
             refund: false,
@@ -227,9 +226,8 @@ impl RateApiService {
         let Ok(id) = id.parse::<u64>() else {
             return Ok(());
         };
-        let counter = format!("{PREFIX}{key}");
-        let hash = key_hash(&counter);
-        (self.limiter.engine().release(counter, hash, id).await)
+        let counter = Key::new(format!("{PREFIX}{key}"));
+        (self.limiter.engine().release(counter, id).await)
             .map(drop)
             .map_err(RateError::Unavailable)
     }

@@ -4,10 +4,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::task::Waker;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::Shard;
-use crate::limiter::protocol::{Answer, Decide, Msg};
+use super::protocol::{Answer, Decide, Msg};
+use super::shard::Shard;
 
 /// A shard with its mailbox, shared by the shard's task and by callers on the same thread.
 ///
@@ -43,13 +43,7 @@ impl SameThreadShard {
     #[inline]
     pub(crate) fn decide_in_place(&mut self, d: Decide) -> Answer {
         self.after_mailbox(|shard| shard.decide_any(d));
-        match (self.shard.answered.take(), self.shard.held.take()) {
-            (Some(reply), _) => Answer::Now(reply),
-            (None, Some(rx)) => Answer::Later(rx),
-            // Every path answers or holds a message; were one to do neither, the caller sees the
-            // shard as stopped rather than waiting forever.
-            (None, None) => Answer::Later(oneshot::channel().1),
-        }
+        self.shard.take_answer()
     }
 
     fn after_mailbox(&mut self, f: impl FnOnce(&mut Shard)) {

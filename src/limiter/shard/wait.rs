@@ -1,67 +1,43 @@
-//! Wait queues: FIFO per key, served as capacity comes back, timed out, cancelled or drained.
+//! Deciding with the wait queues: FIFO per key, served as capacity comes back, timed out,
+//! cancelled or drained.
 
-use std::cmp::Reverse;
 use std::sync::atomic::Ordering;
 
-use super::decide::{Evaluated, Verdict};
-use super::{Shard, Waiter};
+use super::decide::{Decider, Evaluated, Verdict};
+use super::link::Mode;
+use super::queues::Waiter;
 use crate::limiter::algorithm::State;
-use crate::limiter::key::key_hash;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcomes};
-use crate::limiter::protocol::Decide;
-use crate::limiter::protocol::{Hits, Reply};
+use crate::limiter::protocol::{Decide, Hits, Reply};
 
-impl Shard {
-    /// Returns `op.hits` to its key and lets the queue head take them.
-    pub(super) fn refund(&mut self, op: &Op, now: u64) {
-        if let Some(r) = self.link.as_mut() {
-            r.synced.record(op, -(op.hits as i64), now);
-        }
-        let hash = op.hash;
-        let Some(at) = self.table.find(&op.key, hash) else {
-            return;
-        };
-        let e = self.table.get_mut(at);
-        if e.state.fits(&op.params) {
-            e.state.refund(&op.params, now, op.hits);
-        }
-        if !self.queues.is_empty() && self.queues.contains_key(op.key.as_str()) {
-            let key = op.key.clone();
-            self.service_queue(&key, hash, now);
-        }
-    }
-
+impl Decider<'_> {
     /// Answers what can be answered at the head of `key`'s queue: cancelled and timed-out
     /// waiters leave, waiters that fit are admitted in arrival order.
-    pub(super) fn service_queue(&mut self, key: &str, hash: u64, now: u64) {
-        loop {
-            let Some(q) = self.queues.get_mut(key) else {
-                return;
-            };
-            let Some(w) = q.pop_front() else {
-                self.queues.remove(key);
-                return;
-            };
+    pub(super) fn service_queue(&mut self, key: &Key, now: u64) {
+        while let Some(w) = self.queues.pop_head(key) {
             if w.msg.reply.is_closed() {
-                self.left_queue();
-                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.queues.left();
+                self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if let Some(admit) = self.draining {
-                self.left_queue();
+            if let Some(admit) = self.cx.draining {
+                self.queues.left();
                 self.answer_drained(w, admit, now);
                 continue;
             }
             if now >= w.deadline {
-                self.left_queue();
-                self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.queues.left();
+                self.cx.stats.timed_out.fetch_add(1, Ordering::Relaxed);
                 self.time_out(w, now);
                 continue;
             }
-            if self.store_ready() {
-                // Redis decides the head; newcomers queue behind it meanwhile.
-                self.store_head(w, key, hash);
-                return;
+            if let Mode::Store(link) = self.mode {
+                if link.ready() {
+                    // The store decides the head; newcomers queue behind it meanwhile.
+                    link.send_head(w, key);
+                    return self.flush();
+                }
             }
             let Evaluated {
                 outcomes, verdict, ..
@@ -70,8 +46,7 @@ impl Shard {
                 Verdict::Wait(i) if i == w.op => {
                     // Still the head, still waiting: look again when it may fit or must give up.
                     let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
-                    self.queues.entry(key.into()).or_default().push_front(w);
-                    self.events.push(Reverse((at, key.into())));
+                    self.queues.push_head(key, w, at);
                     return;
                 }
                 Verdict::Wait(_) => {
@@ -81,7 +56,7 @@ impl Shard {
                     self.settle(w.msg, now, None, since);
                 }
                 Verdict::Admit | Verdict::Refuse => {
-                    self.left_queue();
+                    self.queues.left();
                     let since = Some((w.enqueued, w.deadline));
                     self.settle(w.msg, now, Some(w.op), since);
                 }
@@ -90,37 +65,18 @@ impl Shard {
     }
 
     /// Removes waiters whose callers went away, wherever they are in the queue.
-    pub(super) fn purge_cancelled(&mut self, key: &str, hash: u64) {
-        let Some(q) = self.queues.get_mut(key) else {
+    pub(super) fn purge_cancelled(&mut self, key: &Key) {
+        if !self.queues.has_key(key) {
             return;
-        };
-        let before = q.len();
-        q.retain(|w| !w.msg.reply.is_closed());
-        let gone = before - q.len();
-        if q.is_empty() {
-            self.queues.remove(key);
         }
-        for _ in 0..gone {
-            self.left_queue();
-        }
-        self.stats
-            .cancelled
-            .fetch_add(gone as u64, Ordering::Relaxed);
+        self.queues.purge_closed(key);
         // The new head may fit now.
-        let now = self.clock.now();
-        self.service_queue(key, hash, now);
+        let now = self.cx.clock.now();
+        self.service_queue(key, now);
     }
 
-    pub(super) fn left_queue(&mut self) {
-        self.budget.free();
-        self.waiters = self.waiters.saturating_sub(1);
-        self.stats
-            .waiting
-            .store(self.waiters as u64, Ordering::Relaxed);
-    }
-
-    pub(super) fn time_out(&mut self, w: Waiter, now: u64) {
-        self.count_denied(&w.msg.ops, now);
+    fn time_out(&mut self, w: Waiter, now: u64) {
+        self.counters.count_denied(&w.msg.ops, now);
         let mut outcomes = self.evaluate(&w.msg, now, Some(w.op)).outcomes;
         for o in outcomes.iter_mut() {
             if o.blocked || o.over {
@@ -131,7 +87,7 @@ impl Shard {
         self.answer_waiter(w, outcomes, Hits::TimedOut, now);
     }
 
-    pub(super) fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
+    fn answer_drained(&mut self, w: Waiter, admit: bool, now: u64) {
         let Evaluated {
             mut outcomes,
             scratch,
@@ -165,27 +121,18 @@ impl Shard {
         self.answer(w.msg.reply, reply);
     }
 
+    /// Looks again at the queues whose events are due.
     pub(super) fn run_events(&mut self, now: u64) {
-        while let Some(Reverse((t, _))) = self.events.peek() {
-            if *t > now {
-                break;
-            }
-            let Reverse((_, key)) = self.events.pop().expect("peeked");
-            let hash = key_hash(&key);
-            self.service_queue(&key, hash, now);
+        while let Some(key) = self.queues.pop_due(now) {
+            self.service_queue(&key, now);
         }
     }
 
     pub(super) fn drain(&mut self, admit: bool) {
-        self.draining = Some(admit);
-        let now = self.clock.now();
-        let keys: Vec<(Box<str>, u64)> = self
-            .queues
-            .keys()
-            .map(|k| (k.clone(), key_hash(k)))
-            .collect();
-        for (k, h) in keys {
-            self.service_queue(&k, h, now);
+        self.cx.draining = Some(admit);
+        let now = self.cx.clock.now();
+        for k in self.queues.keys() {
+            self.service_queue(&k, now);
         }
     }
 
@@ -211,9 +158,9 @@ impl Shard {
             0
         };
         if is_new && !self.room_to_wait(op, now, deadline, at_least) {
-            self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
-            self.count_denied(&d.ops, now);
-            self.protect(&d.ops, &outcomes, now);
+            self.cx.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            self.counters.count_denied(&d.ops, now);
+            self.counters.protect(&d.ops, &outcomes, now);
             for o in outcomes.iter_mut() {
                 if o.blocked {
                     o.over = true;
@@ -223,8 +170,7 @@ impl Shard {
             self.answer(d.reply, Reply::refused(outcomes, 0));
             return;
         }
-        let key: Box<str> = op.key.as_str().into();
-        let hash = op.hash;
+        let key = op.key.clone();
         let params = op.params;
         let mut d = d;
         // Usage counted in full was counted on arrival: it waits as a check.
@@ -232,50 +178,29 @@ impl Shard {
             o.hits = 0;
         }
         self.hold(&mut d);
-        self.slot(&key, hash, params, now);
-        let q = self.queues.entry(key.clone()).or_default();
-        let was_empty = q.is_empty();
-        q.push_back(Waiter {
+        self.counters.slot(&key, params, now, self.queues);
+        let at = deadline.min(now.saturating_add(outcomes[i].retry_ns));
+        let w = Waiter {
             msg: d,
             op: i,
             enqueued,
             deadline,
-        });
-        if is_new {
-            self.waiters += 1;
-            self.stats
-                .waiting
-                .store(self.waiters as u64, Ordering::Relaxed);
-            self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        }
-        if was_empty {
-            let retry = outcomes[i].retry_ns;
-            self.events
-                .push(Reverse((deadline.min(now.saturating_add(retry)), key)));
-        }
+        };
+        self.queues.push_back(key, w, at, is_new);
     }
 
     /// Whether a newcomer may join the queue of `op`'s key: there is room in it and in the
     /// process (taking its place there), and it can be admitted before `deadline` at all (predicted from the window and the
     /// hits already waiting ahead of it, and no sooner than `at_least` from now).
-    pub(super) fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64, at_least: u64) -> bool {
+    fn room_to_wait(&mut self, op: &Op, now: u64, deadline: u64, at_least: u64) -> bool {
         let spec = op.queue.expect("queued op");
-        let (ahead_len, ahead_hits, state) = match self.find(&op.key, op.hash) {
+        let (ahead_len, ahead_hits, state) = match self.counters.find(&op.key) {
             None => (0, 0, State::fresh(&op.params, now)),
-            Some(e) => {
-                let mut len = 0;
-                let mut hits = 0u64;
-                if let Some(q) = self.queues.get(op.key.as_str()) {
-                    for w in q.iter().filter(|w| !w.msg.reply.is_closed()) {
-                        len += 1;
-                        hits += w.msg.ops[w.op].hits;
-                    }
-                }
-                let s = if e.state.fits(&op.params) {
-                    e.state
-                } else {
-                    State::fresh(&op.params, now)
-                };
+            Some(at) => {
+                let (len, hits) = self.queues.ahead(&op.key);
+                let s = Some(self.counters.state(at))
+                    .filter(|s| s.fits(&op.params))
+                    .unwrap_or_else(|| State::fresh(&op.params, now));
                 (len, hits, s)
             }
         };
@@ -287,6 +212,6 @@ impl Shard {
             None => false,
         };
         // Last, so a place in the process-wide budget is taken only by a waiter that queues.
-        in_time && self.budget.try_take()
+        in_time && self.queues.take_place()
     }
 }

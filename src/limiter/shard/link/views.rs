@@ -16,13 +16,12 @@
 //! view (each replica then holds the limit on its own) and the hits wait, per key, for the
 //! store to come back; hits of fixed windows that ended meanwhile are not replayed.
 
-use fnv::FnvHashMap;
-
-use super::table::to_secs_ceil;
-use super::Shard;
 use crate::config::Algorithm;
-use crate::limiter::algorithm::State;
+use crate::limiter::algorithm::{Params, State};
+use crate::limiter::key::{Key, KeyMap};
 use crate::limiter::op::Op;
+use crate::limiter::shard::counters::Counters;
+use crate::limiter::shard::queues::Queues;
 use crate::limiter::store::{StoreOp, StoreReply};
 
 /// A key's local-first bookkeeping.
@@ -43,13 +42,23 @@ struct View {
 }
 
 /// One key's part of a sync round trip: `op.hits` to add, or to give back.
-pub(super) struct SyncOp {
-    pub(super) op: Op,
-    pub(super) at: u64,
-    pub(super) refund: bool,
+pub(crate) struct SyncOp {
+    op: Op,
+    at: u64,
+    refund: bool,
 }
 
 impl SyncOp {
+    /// As a store op (`sync_at` set).
+    pub(crate) fn store_op(&self) -> StoreOp<'_> {
+        StoreOp {
+            op: &self.op,
+            refund: self.refund,
+            sync_at: Some(self.at),
+            in_full: false,
+        }
+    }
+
     fn new(v: &View, hits: i64, at: u64) -> SyncOp {
         let mut op = v.op.clone();
         op.hits = hits.unsigned_abs();
@@ -62,7 +71,7 @@ impl SyncOp {
 }
 
 /// `state` with `hits` added (negative: given back).
-pub(super) fn with_hits(state: State, p: &crate::limiter::Params, now: u64, hits: i64) -> State {
+pub(crate) fn with_hits(state: State, p: &Params, now: u64, hits: i64) -> State {
     if hits >= 0 {
         state.add(p, now, hits.unsigned_abs())
     } else {
@@ -72,31 +81,31 @@ pub(super) fn with_hits(state: State, p: &crate::limiter::Params, now: u64, hits
     }
 }
 
-pub(crate) struct Synced {
+pub(crate) struct Views {
     /// Local-first for ops that do not say.
     default_on: bool,
     interval: u64,
     next_sync: u64,
-    views: FnvHashMap<Box<str>, View>,
+    views: KeyMap<View>,
     /// Hits of a window that ended before its sync went out, sent with the next one.
     late: Vec<SyncOp>,
     cap: usize,
 }
 
-impl Synced {
-    pub(crate) fn new(default_on: bool, interval_ns: u64, cap: usize) -> Synced {
-        Synced {
+impl Views {
+    pub(crate) fn new(default_on: bool, interval_ns: u64, cap: usize) -> Views {
+        Views {
             default_on,
             interval: interval_ns.max(1),
             next_sync: 0,
-            views: FnvHashMap::default(),
+            views: KeyMap::default(),
             late: Vec::new(),
             cap: cap.max(16),
         }
     }
 
     /// Whether `op` is decided local-first (sliding windows never are: `check` refuses them).
-    pub(super) fn applies(&self, op: &Op) -> bool {
+    pub(crate) fn applies(&self, op: &Op) -> bool {
         op.local_first.unwrap_or(self.default_on)
             && op.grant.is_none()
             && op.params.algorithm != Algorithm::SlidingWindow
@@ -104,14 +113,14 @@ impl Synced {
 
     /// Whether every op of a message may be decided from memory now: local-first, with a
     /// fresh view. Marks the keys used, so the next sync refreshes them.
-    pub(super) fn local(&mut self, ops: &[Op], now: u64, store_ready: bool) -> bool {
+    pub(crate) fn local(&mut self, ops: &[Op], now: u64, store_ready: bool) -> bool {
         if ops.is_empty() || !ops.iter().all(|op| self.applies(op)) {
             return false;
         }
         let fresh_for = self.interval + self.interval / 2;
         let mut fresh = true;
         for op in ops {
-            match self.views.get_mut(op.key.as_str()) {
+            match self.views.get_mut(&op.key) {
                 Some(v) => {
                     v.used = true;
                     fresh &= v.read_at > 0 && now.saturating_sub(v.read_at) <= fresh_for;
@@ -125,7 +134,7 @@ impl Synced {
 
     /// The view of `op`'s key, made if it has none and there is room.
     fn view(&mut self, op: &Op, now: u64) -> Option<&mut View> {
-        if !self.views.contains_key(op.key.as_str()) {
+        if !self.views.contains_key(&op.key) {
             if self.views.len() >= self.cap {
                 self.views
                     .retain(|_, v| v.delta != 0 || v.sending != 0 || v.used);
@@ -136,7 +145,7 @@ impl Synced {
             let mut key_op = op.clone();
             key_op.hits = 0;
             self.views.insert(
-                op.key.as_str().into(),
+                op.key.clone(),
                 View {
                     op: key_op,
                     delta: 0,
@@ -148,7 +157,7 @@ impl Synced {
                 },
             );
         }
-        self.views.get_mut(op.key.as_str())
+        self.views.get_mut(&op.key)
     }
 
     /// Hits admitted here since the last sync that still count at `now`.
@@ -162,22 +171,22 @@ impl Synced {
 
     /// Hits admitted here that Redis has not counted yet: the sync in flight (it goes after the
     /// exact ops of its round trip) and those since.
-    pub(super) fn unsynced(&self, op: &Op, now: u64) -> i64 {
+    pub(crate) fn unsynced(&self, op: &Op, now: u64) -> i64 {
         if !self.applies(op) {
             return 0;
         }
-        self.views.get(op.key.as_str()).map_or(0, |v| {
+        self.views.get(&op.key).map_or(0, |v| {
             let sending = if same_window(&v.op, v.sending_at, now) {
                 v.sending
             } else {
                 0
             };
-            sending + Synced::pending(v, now)
+            sending + Views::pending(v, now)
         })
     }
 
     /// Counts hits admitted here (negative: given back) on a local-first op's key.
-    pub(super) fn record(&mut self, op: &Op, hits: i64, now: u64) {
+    pub(crate) fn record(&mut self, op: &Op, hits: i64, now: u64) {
         if !self.applies(op) || hits == 0 {
             return;
         }
@@ -200,13 +209,13 @@ impl Synced {
 
     /// A reset: forgets `key`'s view and the hits waiting to go to the store with it (those of
     /// a sync already out still land).
-    pub(super) fn forget(&mut self, key: &str) {
+    pub(crate) fn forget(&mut self, key: &Key) {
         self.views.remove(key);
-        self.late.retain(|s| s.op.key != key);
+        self.late.retain(|s| &s.op.key != key);
     }
 
     /// When the next sync is due.
-    pub(super) fn next_sync(&self) -> u64 {
+    pub(crate) fn next_sync(&self) -> u64 {
         if self.views.is_empty() && self.late.is_empty() {
             u64::MAX
         } else {
@@ -216,7 +225,7 @@ impl Synced {
 
     /// The keys to send if a sync is due at `now`: each used key with its local hits (0: only
     /// read back). Keys idle since the last sync are forgotten.
-    pub(super) fn take_due(&mut self, now: u64) -> Vec<SyncOp> {
+    pub(crate) fn take_due(&mut self, now: u64) -> Vec<SyncOp> {
         if now < self.next_sync || (self.views.is_empty() && self.late.is_empty()) {
             return Vec::new();
         }
@@ -239,9 +248,9 @@ impl Synced {
     }
 
     /// A sync failed: its hits wait for the next one, unless their fixed window is over.
-    pub(super) fn failed(&mut self, sent: Vec<SyncOp>, now: u64) {
+    pub(crate) fn failed(&mut self, sent: Vec<SyncOp>, now: u64) {
         for s in sent {
-            match self.views.get_mut(s.op.key.as_str()) {
+            match self.views.get_mut(&s.op.key) {
                 Some(v) if v.sending != 0 && s.at == v.sending_at => {
                     if same_window(&v.op, v.sending_at, now) {
                         if v.delta == 0 || !same_window(&v.op, v.delta_at, v.sending_at) {
@@ -268,29 +277,19 @@ fn same_window(op: &Op, a: u64, b: u64) -> bool {
     }
 }
 
-impl Shard {
-    /// The sync ops due now, as store ops (`sync_at` set).
-    pub(super) fn sync_batch<'a>(sent: &'a [SyncOp], batch: &mut Vec<StoreOp<'a>>) {
-        for s in sent {
-            batch.push(StoreOp {
-                op: &s.op,
-                refund: s.refund,
-                sync_at: Some(s.at),
-                in_full: false,
-            });
-        }
-    }
-
+impl Views {
     /// A sync came back: each key's view becomes the store's total, plus what was admitted here
-    /// while the round trip was out.
-    pub(super) fn synced(&mut self, sent: Vec<SyncOp>, replies: &[StoreReply], started: u64) {
-        let now = self.clock.now();
+    /// while the round trip was out, less the hits `queued` says are on their way back.
+    pub(crate) fn synced(
+        &mut self,
+        (counters, queues): (&mut Counters, &Queues),
+        (sent, replies): (Vec<SyncOp>, &[StoreReply]),
+        (started, now): (u64, u64),
+        queued: impl Fn(&Key) -> i64,
+    ) {
         for (s, reply) in sent.into_iter().zip(replies) {
             let p = s.op.params;
-            let Some(r) = self.link.as_mut() else {
-                return;
-            };
-            let Some(v) = r.synced.views.get_mut(s.op.key.as_str()) else {
+            let Some(v) = self.views.get_mut(&s.op.key) else {
                 continue;
             };
             if s.at != v.sending_at {
@@ -310,31 +309,28 @@ impl Shard {
             };
             v.sending = 0;
             v.read_at = started;
-            let local = Synced::pending(v, now) - r.queued_refunds(&s.op.key);
+            let local = Views::pending(v, now) - queued(&s.op.key);
             let state = with_hits(total, &p, now, local);
-            self.set_view(&s.op, state, now);
+            counters.put(&s.op.key, state, &p, now, queues);
         }
     }
 
     /// An exact round trip decided local-first ops (keys without a fresh view): each key's view
     /// becomes the store's count, with this message's hits if it was admitted (`counted`).
-    pub(super) fn viewed(
+    pub(crate) fn viewed(
         &mut self,
-        ops: &[Op],
-        replies: &[StoreReply],
+        (counters, queues): (&mut Counters, &Queues),
+        (ops, replies): (&[Op], &[StoreReply]),
         counted: &[usize],
-        started: u64,
+        (started, now): (u64, u64),
+        queued: impl Fn(&Key) -> i64,
     ) {
-        let now = self.clock.now();
         for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
-            let Some(r) = self.link.as_mut() else {
-                return;
-            };
-            if !r.synced.applies(op) {
+            if !self.applies(op) {
                 continue;
             }
-            let refunds = r.queued_refunds(&op.key);
-            let Some(v) = r.synced.view(op, started) else {
+            let refunds = queued(&op.key);
+            let Some(v) = self.view(op, started) else {
                 continue;
             };
             v.read_at = started;
@@ -342,37 +338,24 @@ impl Shard {
             if counted.contains(&i) {
                 state = state.add(&op.params, started, op.hits);
             }
-            let state = with_hits(state, &op.params, now, Synced::pending(v, now) - refunds);
-            self.set_view(op, state, now);
+            let state = with_hits(state, &op.params, now, Views::pending(v, now) - refunds);
+            counters.put(&op.key, state, &op.params, now, queues);
         }
     }
+}
 
-    /// Hits counted in Redis are being given back there: the views of local-first keys that
-    /// hold them give them back too (their table state; nothing to sync).
-    pub(super) fn refund_views(&mut self, ops: &[Op], done: &[usize]) {
-        let now = self.clock.now();
-        for &i in done {
-            let op = &ops[i];
-            let viewed = self.link.as_ref().is_some_and(|r| {
-                r.synced.applies(op) && r.synced.views.contains_key(op.key.as_str())
-            });
-            if !viewed {
-                continue;
-            }
-            if let Some(at) = self.table.find(&op.key, op.hash) {
-                let e = self.table.get_mut(at);
-                if e.state.fits(&op.params) {
-                    e.state.refund(&op.params, now, op.hits);
-                }
-            }
-        }
-    }
-
-    fn set_view(&mut self, op: &Op, state: State, now: u64) {
-        if let Some(at) = self.slot(&op.key, op.hash, op.params, now) {
-            let e = self.table.get_mut(at);
-            e.state = state;
-            e.expires_s = to_secs_ceil(state.expires_at(&op.params, now));
+/// Hits counted in the store are being given back there: the views of local-first keys that
+/// hold them give them back too (their counters' state; nothing to sync).
+pub(crate) fn refund_views(
+    views: &Views,
+    counters: &mut Counters,
+    (ops, done): (&[Op], &[usize]),
+    now: u64,
+) {
+    for &i in done {
+        let op = &ops[i];
+        if views.applies(op) && views.views.contains_key(&op.key) {
+            counters.refund(&op.key, &op.params, now, op.hits);
         }
     }
 }
@@ -380,13 +363,12 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::Params;
+    use crate::limiter::key::KeyRef;
     use crate::limiter::op::Role;
 
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {
-            key: key.into(),
-            hash: crate::limiter::key::key_hash(key),
+            key: Key::new(key),
             params: Params {
                 requests_per_unit: 10,
                 window_ms: 1000,
@@ -397,7 +379,7 @@ mod tests {
             role: Role::Binding,
             queue: None,
             grant: None,
-            counting: crate::limiter::Counting::IfAdmitted,
+            counting: crate::limiter::op::Counting::IfAdmitted,
             local_first,
         }
     }
@@ -407,31 +389,31 @@ mod tests {
 
     #[test]
     fn only_local_first_fixed_windows_and_buckets_apply() {
-        let s = Synced::new(true, 100 * MS, 100);
+        let s = Views::new(true, 100 * MS, 100);
         assert!(s.applies(&op("a", Algorithm::FixedWindow, None)));
         assert!(s.applies(&op("a", Algorithm::TokenBucket { burst: 3 }, None)));
         assert!(!s.applies(&op("a", Algorithm::SlidingWindow, None)));
         assert!(!s.applies(&op("a", Algorithm::FixedWindow, Some(false))));
-        let s = Synced::new(false, 100 * MS, 100);
+        let s = Views::new(false, 100 * MS, 100);
         assert!(!s.applies(&op("a", Algorithm::FixedWindow, None)));
         assert!(s.applies(&op("a", Algorithm::FixedWindow, Some(true))));
     }
 
     #[test]
     fn a_key_without_a_fresh_view_goes_exact_unless_the_store_is_away() {
-        let mut s = Synced::new(true, 100 * MS, 100);
+        let mut s = Views::new(true, 100 * MS, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         assert!(!s.local(std::slice::from_ref(&a), 10 * SEC, true));
         assert!(s.local(std::slice::from_ref(&a), 10 * SEC, false));
         s.record(&a, 1, 10 * SEC);
-        s.views.get_mut("a").unwrap().read_at = 10 * SEC;
+        s.views.get_mut(&KeyRef::of("a")).unwrap().read_at = 10 * SEC;
         assert!(s.local(std::slice::from_ref(&a), 10 * SEC + 150 * MS, true));
         assert!(!s.local(std::slice::from_ref(&a), 10 * SEC + 151 * MS, true));
     }
 
     #[test]
     fn a_sync_sends_local_hits_and_refreshes_used_keys() {
-        let mut s = Synced::new(true, 100 * MS, 100);
+        let mut s = Views::new(true, 100 * MS, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         let t = 10 * SEC;
         s.record(&a, 1, t);
@@ -442,14 +424,14 @@ mod tests {
         assert_eq!((due[0].op.hits, due[0].at), (1, t));
         // Not due again before the interval; an unused key is forgotten at the next sync.
         assert!(s.take_due(t + 50 * MS).is_empty());
-        s.views.get_mut("a").unwrap().sending = 0;
+        s.views.get_mut(&KeyRef::of("a")).unwrap().sending = 0;
         assert!(s.take_due(t + 103 * MS).is_empty());
         assert!(s.views.is_empty());
     }
 
     #[test]
     fn hits_of_an_ended_window_go_on_their_own_and_are_dropped_if_the_sync_fails_late() {
-        let mut s = Synced::new(true, 100 * MS, 100);
+        let mut s = Views::new(true, 100 * MS, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         let t = 10 * SEC + 950 * MS;
         s.record(&a, 2, t);
@@ -461,12 +443,12 @@ mod tests {
         // The store was away: the current window's hit waits, the ended window's is dropped.
         s.failed(due, t + 120 * MS);
         assert!(s.late.is_empty());
-        assert_eq!(s.views["a"].delta, 1);
+        assert_eq!(s.views[&KeyRef::of("a")].delta, 1);
     }
 
     #[test]
     fn views_are_bounded() {
-        let mut s = Synced::new(true, 100 * MS, 16);
+        let mut s = Views::new(true, 100 * MS, 16);
         for i in 0..1000 {
             s.record(&op(&format!("k{i}"), Algorithm::FixedWindow, None), 1, SEC);
         }

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::SameThreadShard;
+use super::same_thread::SameThreadShard;
 
 /// What woke the shard's task.
 enum Woke {
@@ -21,8 +21,8 @@ pub(crate) async fn run(cell: Rc<RefCell<SameThreadShard>>) {
     let mut buf = Vec::with_capacity(64);
     let (mut changes, mut done_rx) = {
         let mut l = cell.borrow_mut();
-        let changes = l.shard.clock.changes();
-        let done_rx = l.shard.link.as_mut().and_then(|r| r.done_rx.take());
+        let changes = l.shard.clock().changes();
+        let done_rx = l.shard.take_done_rx();
         (changes, done_rx)
     };
     let timer = tokio::time::sleep(Duration::from_secs(3600));
@@ -35,7 +35,7 @@ pub(crate) async fn run(cell: Rc<RefCell<SameThreadShard>>) {
             let l = cell.borrow();
             let wake_at = l.shard.next_wake();
             if !manual && wake_at != armed_for {
-                let delay = wake_at.saturating_sub(l.shard.clock.now());
+                let delay = wake_at.saturating_sub(l.shard.clock().now());
                 timer
                     .as_mut()
                     .reset(tokio::time::Instant::now() + Duration::from_nanos(delay));
