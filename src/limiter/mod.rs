@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-pub use op::{Counting, Op, Outcome, Outcomes, Role};
+pub use op::{Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Answer, Decide, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
@@ -45,6 +45,9 @@ pub struct Decision {
     pub outcomes: Outcomes,
     pub waited_ns: u64,
     pub timed_out: bool,
+    /// The request's verdict ([`refuses`]): refused requests consumed nothing (but usage
+    /// counted in full).
+    pub refused: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -223,6 +226,7 @@ impl Engine {
                 timed_out: reply.timed_out(),
                 outcomes: reply.outcomes,
                 waited_ns: reply.waited_ns,
+                refused: reply.refused,
             });
         }
         // Boxed: its state is large, and a future holds the state of every branch, so inlining

@@ -12,11 +12,15 @@ use crate::config::QueueSpec;
 pub enum Role {
     /// Over the limit refuses the request.
     Binding,
-    /// `quota_mode`: refuses only when every quota op of the request is over.
-    Quota,
+    /// `quota_mode`: refuses only when every quota group of the request is over. The ops of one
+    /// group (a descriptor's limits) are over together: the group is over when one of them is.
+    Quota(QuotaGroup),
     /// `shadow_mode`: reported, never refuses.
     Shadow,
 }
+
+/// Which quota group an op belongs to (its descriptor's index in the request).
+pub type QuotaGroup = u32;
 
 /// One limit to decide for one counter key.
 #[derive(Debug, Clone)]

@@ -97,6 +97,9 @@ pub(crate) struct Reply {
     pub(crate) outcomes: Outcomes,
     pub(crate) hits: Hits,
     pub(crate) waited_ns: u64,
+    /// The request's verdict, when the message held the whole request; a part's refusal
+    /// otherwise (the engine judges the quota groups across the parts).
+    pub(crate) refused: bool,
 }
 
 /// What became of the hits of a message's ops that fit.
@@ -116,12 +119,23 @@ pub(crate) enum Hits {
 }
 
 impl Reply {
-    /// An answer that consumed nothing: refused, or decided without counting.
+    /// A refusal: it consumed nothing (but usage counted in full).
     pub(crate) fn refused(outcomes: Outcomes, waited_ns: u64) -> Reply {
         Reply {
             outcomes,
             hits: Hits::NotCounted,
             waited_ns,
+            refused: true,
+        }
+    }
+
+    /// Admitted without counting (the store is away and the failure mode is `fail_open`).
+    pub(crate) fn admitted_uncounted(outcomes: Outcomes) -> Reply {
+        Reply {
+            outcomes,
+            hits: Hits::NotCounted,
+            waited_ns: 0,
+            refused: false,
         }
     }
 

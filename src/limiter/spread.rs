@@ -35,12 +35,16 @@ impl Engine {
                 .zip(r.outcomes.iter())
                 .map(|(o, out)| (o.role, out.over))
         });
-        if refused || verdict::refuses(judged, global_shadow) {
+        let refused = refused || verdict::refuses(judged, global_shadow);
+        if refused {
             request.refund_committed();
         }
         request.done = true;
         // After the refund: the answers say what is left without what was given back.
-        let mut decision = Decision::default();
+        let mut decision = Decision {
+            refused,
+            ..Decision::default()
+        };
         for (p, i) in placed {
             let reply = request.parts[p].reply.as_ref().expect("collected");
             decision.outcomes.push(reply.outcomes[i]);

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
 use crate::descriptor;
-use crate::limiter::{refuses, Counting, Decision, Outcome, Role};
+use crate::limiter::{Counting, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
@@ -111,7 +111,12 @@ pub(super) fn answer(
         count(req, plan, i, a, out, &recorders, &mut totals);
     }
     recorders.metrics.record_totals(&totals);
-    let overall = overall_code(&statuses, &plan.applied, settings.global_shadow_mode);
+    // The engine's verdict: the one it consumed by.
+    let overall = if decision.refused {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
     let mut response = RateLimitResponse {
         overall_code: overall as i32,
         statuses,
@@ -279,30 +284,6 @@ fn count(
             c.metrics.record(None, counted, totals);
             c.metrics.record_series(&req.domain, &path, counted);
         }
-    }
-}
-
-fn overall_code(
-    statuses: &[DescriptorStatus],
-    applied: &[Applied<'_>],
-    global_shadow: bool,
-) -> Code {
-    let role = |i: usize| {
-        let quota = applied
-            .iter()
-            .any(|a| a.descriptor == i && a.role == Role::Quota);
-        if quota {
-            Role::Quota
-        } else {
-            Role::Binding
-        }
-    };
-    let ops =
-        (statuses.iter().enumerate()).map(|(i, s)| (role(i), s.code == Code::OverLimit as i32));
-    if refuses(ops, global_shadow) {
-        Code::OverLimit
-    } else {
-        Code::Ok
     }
 }
 

@@ -9,7 +9,7 @@ use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
-use crate::limiter::{Counting, Op, Params, Role};
+use crate::limiter::{Counting, Op, Params, QuotaGroup, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -94,7 +94,15 @@ impl<'c> Plan<'c> {
         m: Option<&Matched<'c>>,
         global_quota: bool,
     ) -> Result<(), RlsError> {
-        let quota_or = |role| if global_quota { Role::Quota } else { role };
+        // A descriptor's limits are one quota group: it is over when one of them is.
+        let group = i as QuotaGroup;
+        let quota_or = |role| {
+            if global_quota {
+                Role::Quota(group)
+            } else {
+                role
+            }
+        };
         if let Some(limit) = &d.limit {
             let unit = Unit::from_envoy_override(limit.unit).ok_or_else(|| {
                 RlsError::InvalidArgument(format!(
@@ -117,7 +125,7 @@ impl<'c> Plan<'c> {
         let role = if node.shadow_mode {
             Role::Shadow
         } else if node.quota_mode {
-            Role::Quota
+            Role::Quota(group)
         } else {
             quota_or(Role::Binding)
         };

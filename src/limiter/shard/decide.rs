@@ -48,10 +48,11 @@ pub(super) type Scratch = SmallVec<[(usize, State, Option<usize>); 2]>;
 pub(super) struct Evaluated {
     pub(super) outcomes: Outcomes,
     pub(super) scratch: Scratch,
-    pub(super) verdict: Verdict,
+    pub(super) action: Action,
 }
 
-pub(super) enum Verdict {
+/// What a message does, once judged: the request's verdict, or waiting for room first.
+pub(super) enum Action {
     Admit,
     Refuse,
     /// Wait in the queue of op `n`'s key.
@@ -67,7 +68,7 @@ pub(super) enum Commit {
 }
 
 /// What the message as a whole does, from each op's evaluation and whether a queue blocks it.
-pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
+pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
     // A binding op over its limit waits for room instead of refusing, when it may. Usage
     // counted in full never waits: it is counted already.
     let waits = |op: &Op, e: &Eval| {
@@ -100,17 +101,17 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Verdict) {
         .zip(evals)
         .filter_map(|(op, (e, blocked))| match op.role {
             Role::Binding => Some((Role::Binding, (e.over || *blocked) && !waits(op, e))),
-            Role::Quota if !d.whole => None,
-            Role::Quota | Role::Shadow => Some((op.role, e.over)),
+            Role::Quota(_) if !d.whole => None,
+            Role::Quota(_) | Role::Shadow => Some((op.role, e.over)),
         });
-    let verdict = if verdict::refuses(counted, d.global_shadow) {
-        Verdict::Refuse
+    let action = if verdict::refuses(counted, d.global_shadow) {
+        Action::Refuse
     } else if let Some(i) = wait {
-        Verdict::Wait(i)
+        Action::Wait(i)
     } else {
-        Verdict::Admit
+        Action::Admit
     };
-    (outcomes, verdict)
+    (outcomes, action)
 }
 
 impl Decider<'_> {
@@ -187,36 +188,36 @@ impl Decider<'_> {
         let Evaluated {
             outcomes,
             scratch,
-            verdict,
+            action,
         } = self.evaluate(&d, now, head_of);
-        self.conclude(d, outcomes, verdict, Commit::Memory(scratch), now, since);
+        self.conclude(d, outcomes, action, Commit::Memory(scratch), now, since);
     }
 
-    /// Acts on a verdict: commits and answers, answers a refusal, or parks the message in a
+    /// Acts on what the message does: commits and answers, answers a refusal, or parks the message in a
     /// queue. What was already counted (in Redis) is given back unless the message is admitted.
     pub(super) fn conclude(
         &mut self,
         d: Decide,
         outcomes: Outcomes,
-        verdict: Verdict,
+        action: Action,
         commit: Commit,
         now: u64,
         since: Option<(u64, u64)>,
     ) {
-        let verdict = match verdict {
-            Verdict::Wait(_) if self.cx.draining.is_some() => Verdict::Refuse,
+        let action = match action {
+            Action::Wait(_) if self.cx.draining.is_some() => Action::Refuse,
             v => v,
         };
-        if !matches!(verdict, Verdict::Admit) {
+        if !matches!(action, Action::Admit) {
             // Usage counted in full stays counted; the rest of the message consumes nothing.
             match &commit {
                 Commit::InStore(done) => self.refund_in_store(&d.ops, done),
                 Commit::Memory(scratch) => self.commit_in_full(&d.ops, scratch, now),
             }
         }
-        match verdict {
-            Verdict::Admit => self.admit(d, outcomes, &commit, now, since),
-            Verdict::Refuse => {
+        match action {
+            Action::Admit => self.admit(d, outcomes, &commit, now, since),
+            Action::Refuse => {
                 let mut outcomes = outcomes;
                 refund_in_outcomes(&d.ops, &mut outcomes);
                 self.counters.count_denied(&d.ops, now);
@@ -229,7 +230,7 @@ impl Decider<'_> {
                     ),
                 );
             }
-            Verdict::Wait(i) => self.park(d, outcomes, i, now, since),
+            Action::Wait(i) => self.park(d, outcomes, i, now, since),
         }
     }
 
@@ -254,6 +255,7 @@ impl Decider<'_> {
                 Commit::InStore(_) => Hits::InStore,
             },
             waited_ns: waited,
+            refused: false,
         };
         if since.is_some() {
             self.cx
@@ -301,7 +303,7 @@ impl Decider<'_> {
             let hits = if op.refund { 0 } else { op.hits };
             let e: Eval = base.eval(&op.params, now, hits);
             if op.counts_in_full() {
-                // Counted whatever the verdict, past the limit if need be.
+                // Counted whatever the action, past the limit if need be.
                 let next = if e.over {
                     base.add(&op.params, now, hits)
                 } else {
@@ -317,11 +319,11 @@ impl Decider<'_> {
             }
             evals.push((e, blocked));
         }
-        let (outcomes, verdict) = judge(d, &evals);
+        let (outcomes, action) = judge(d, &evals);
         Evaluated {
             outcomes,
             scratch,
-            verdict,
+            action,
         }
     }
 

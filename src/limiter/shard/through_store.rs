@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::decide::{judge, Commit, Decider, Verdict};
+use super::decide::{judge, Action, Commit, Decider};
 use super::link::{refund_views, with_hits, Done, InFlight, Link, Mode, StoreBound};
 use super::queues::{Queues, Waiter};
 use crate::limiter::algorithm::{Eval, State};
@@ -127,7 +127,7 @@ impl Decider<'_> {
                         }
                     })
                     .collect();
-                self.answer(d.reply, Reply::refused(outcomes, 0));
+                self.answer(d.reply, Reply::admitted_uncounted(outcomes));
             }
             FailureMode::FailClosed => {
                 self.answer(
@@ -136,6 +136,7 @@ impl Decider<'_> {
                         outcomes: SmallVec::new(),
                         hits: Hits::StoreFailed,
                         waited_ns: 0,
+                        refused: false,
                     },
                 );
             }
@@ -226,13 +227,13 @@ impl Decider<'_> {
                 }
                 evals.push((e, self.is_blocked(op, i, head_of)));
             }
-            let (outcomes, verdict) = judge(&d, &evals);
+            let (outcomes, action) = judge(&d, &evals);
             // With what the store counted; whatever is given back leaves the views too.
             let done = self.cx.clock.now();
             let (link, parts) = self.link_and_parts();
             link.viewed(parts, (&d.ops, mine), &counted, (now, done));
             match head {
-                None => self.conclude(d, outcomes, verdict, Commit::InStore(counted), now, None),
+                None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
                     self.link().head_back(&key);
                     let w = Waiter {
@@ -246,23 +247,23 @@ impl Decider<'_> {
                         self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                         self.refund_in_store(&w.msg.ops, &counted);
                     } else {
-                        match verdict {
-                            Verdict::Wait(i) if i == op => {
+                        match action {
+                            Action::Wait(i) if i == op => {
                                 self.refund_in_store(&w.msg.ops, &counted);
                                 let retry = outcomes[i].retry_ns;
                                 self.requeue_head(w, &key, now.saturating_add(retry));
                                 continue;
                             }
                             // Moving on to wait at another key, or answered (then it leaves).
-                            verdict => {
-                                if !matches!(verdict, Verdict::Wait(_)) {
+                            action => {
+                                if !matches!(action, Action::Wait(_)) {
                                     self.queues.left();
                                 }
                                 let since = Some((w.enqueued, w.deadline));
                                 self.conclude(
                                     w.msg,
                                     outcomes,
-                                    verdict,
+                                    action,
                                     Commit::InStore(counted),
                                     now,
                                     since,
@@ -302,7 +303,7 @@ impl Decider<'_> {
             with_hits(before, p, now, unsynced)
         };
         let mut e = before.eval(p, now, hits);
-        // The script's verdict stands (its arithmetic is in milliseconds or microseconds),
+        // The script's action stands (its arithmetic is in milliseconds or microseconds),
         // unless local hits it could not see make the op over.
         if let Some(allowed) = allowed.filter(|_| unsynced == 0) {
             if allowed && e.over {

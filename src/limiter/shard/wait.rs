@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::decide::{Decider, Evaluated, Verdict};
+use super::decide::{Action, Decider, Evaluated};
 use super::link::Mode;
 use super::queues::Waiter;
 use crate::limiter::algorithm::State;
@@ -40,22 +40,22 @@ impl Decider<'_> {
                 }
             }
             let Evaluated {
-                outcomes, verdict, ..
+                outcomes, action, ..
             } = self.evaluate(&w.msg, now, Some(w.op));
-            match verdict {
-                Verdict::Wait(i) if i == w.op => {
+            match action {
+                Action::Wait(i) if i == w.op => {
                     // Still the head, still waiting: look again when it may fit or must give up.
                     let at = w.deadline.min(now.saturating_add(outcomes[i].retry_ns));
                     self.queues.push_head(key, w, at);
                     return;
                 }
-                Verdict::Wait(_) => {
+                Action::Wait(_) => {
                     // Its own key has room now, but another queued key of the request has not:
                     // it moves on to wait there.
                     let since = Some((w.enqueued, w.deadline));
                     self.settle(w.msg, now, None, since);
                 }
-                Verdict::Admit | Verdict::Refuse => {
+                Action::Admit | Action::Refuse => {
                     self.queues.left();
                     let since = Some((w.enqueued, w.deadline));
                     self.settle(w.msg, now, Some(w.op), since);
@@ -117,6 +117,7 @@ impl Decider<'_> {
             outcomes,
             hits,
             waited_ns,
+            refused: hits != Hits::InMemory,
         };
         self.answer(w.msg.reply, reply);
     }

@@ -270,7 +270,7 @@ async fn reset(State(s): State<AdminState>, req: Request) -> Response {
 fn applies_json(a: &Applies) -> serde_json::Map<String, Value> {
     let role = match a.role {
         Role::Binding => "binding",
-        Role::Quota => "quota",
+        Role::Quota(_) => "quota",
         Role::Shadow => "shadow",
     };
     let v = json!({
