@@ -7,9 +7,10 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use fnv::FnvHasher;
+use smallvec::SmallVec;
 
 /// A counter key: its text and the text's FNV-1a hash ([`key_hash`]).
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Key {
     // The hash first: keys compare it before their texts.
     hash: u64,
@@ -27,33 +28,22 @@ impl Key {
     }
 
     /// Keys of `texts` in order, each the same as [`Key::new`] of it, hashed four side by side
-    /// at a time ([`key_hashes`]); each is handed to `put`.
-    pub fn hash_all(texts: impl IntoIterator<Item = String>, mut put: impl FnMut(Key)) {
-        let mut texts = texts.into_iter().peekable();
-        while texts.peek().is_some() {
-            let mut quad: [String; 4] = Default::default();
-            let mut n = 0;
-            for (slot, text) in quad.iter_mut().zip(texts.by_ref()) {
-                *slot = text;
-                n += 1;
-            }
-            let hashes = match n {
-                4 => key_hashes(quad.each_ref().map(|t| t.as_bytes())),
-                3 => {
-                    let [a, b, c] =
-                        key_hashes([&quad[0], &quad[1], &quad[2]].map(|t| t.as_bytes()));
-                    [a, b, c, 0]
-                }
-                2 => {
-                    let [a, b] = key_hashes([quad[0].as_bytes(), quad[1].as_bytes()]);
-                    [a, b, 0, 0]
-                }
-                _ => [key_hash(&quad[0]), 0, 0, 0],
-            };
-            for (text, hash) in quad.into_iter().zip(hashes).take(n) {
-                put(Key { text, hash });
+    /// at a time ([`key_hashes`]).
+    pub fn hash_all(texts: SmallVec<[String; 4]>) -> impl Iterator<Item = Key> {
+        let mut hashes: SmallVec<[u64; 4]> = SmallVec::with_capacity(texts.len());
+        for q in texts.chunks(4) {
+            match q {
+                [a, b, c, d] => hashes.extend(key_hashes([a, b, c, d].map(|t| t.as_bytes()))),
+                [a, b, c] => hashes.extend(key_hashes([a, b, c].map(|t| t.as_bytes()))),
+                [a, b] => hashes.extend(key_hashes([a.as_bytes(), b.as_bytes()])),
+                [a] => hashes.push(key_hash(a)),
+                _ => {}
             }
         }
+        texts
+            .into_iter()
+            .zip(hashes)
+            .map(|(text, hash)| Key { hash, text })
     }
 
     pub fn as_str(&self) -> &str {
@@ -125,6 +115,13 @@ impl fmt::Debug for Key {
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// The empty key.
+impl Default for Key {
+    fn default() -> Key {
+        Key::new(String::new())
     }
 }
 
@@ -238,8 +235,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn keys_hashed_together_are_keys_made_one_by_one(texts in proptest::collection::vec(".{0,20}", 0..11)) {
-            let mut keys = Vec::new();
-            Key::hash_all(texts.clone(), |k| keys.push(k));
+            let keys: Vec<Key> = Key::hash_all(texts.iter().cloned().collect()).collect();
             let one_by_one: Vec<Key> = texts.into_iter().map(Key::new).collect();
             proptest::prop_assert_eq!(keys, one_by_one);
         }
@@ -254,5 +250,10 @@ mod tests {
                 assert_eq!(shard_of(h, n), shard_of(key_hash(&format!("k{i}")), n));
             }
         }
+    }
+
+    #[test]
+    fn the_default_key_is_the_empty_key() {
+        assert_eq!(Key::default(), Key::new(""));
     }
 }

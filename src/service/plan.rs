@@ -161,6 +161,8 @@ impl<'c> Plan<'c> {
     /// An op for every counted limit.
     fn ops(&mut self, req: &RateLimitRequest, refused_hits: RefusedHits) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
+        // One key (most requests) is hashed as it is made; several, side by side at the end.
+        let one = self.applied.len() == 1;
         let mut keys: SmallVec<[String; 4]> = SmallVec::new();
         for (ai, a) in self.applied.iter().enumerate() {
             let d = &req.descriptors[a.descriptor];
@@ -179,19 +181,19 @@ impl<'c> Plan<'c> {
                     .unwrap_or(0),
                 LimitRef::Override { .. } => 0,
             };
-            keys.push(descriptor::counter_key(
-                &req.domain,
-                &d.entries,
-                matched,
-                index,
-            ));
+            let text = descriptor::counter_key(&req.domain, &d.entries, matched, index);
+            let key = if one {
+                Key::new(text)
+            } else {
+                keys.push(text);
+                Key::default()
+            };
             let (algorithm, queue, local_first) = match a.limit {
                 LimitRef::Config(l) => (l.algorithm, l.queue, l.local_first),
                 LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None),
             };
             ops.push(Op {
-                // Set below, with the others' keys.
-                key: Key::default(),
+                key,
                 params: Params {
                     requests_per_unit: a.limit.requests_per_unit(),
                     window_ms: a.limit.unit().seconds() * 1000,
@@ -207,8 +209,11 @@ impl<'c> Plan<'c> {
             });
             self.op_of.push(ai);
         }
-        let mut slots = ops.iter_mut();
-        Key::hash_all(keys, |k| slots.next().expect("an op a key").key = k);
+        if !one {
+            for (op, key) in ops.iter_mut().zip(Key::hash_all(keys)) {
+                op.key = key;
+            }
+        }
         ops
     }
 }
