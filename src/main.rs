@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use turnstile::cli::{Cli, Command};
-use turnstile::config::Config;
 use turnstile::settings::{Overrides, Settings};
 
 /// mimalloc: glibc malloc is a measurable share of every call of the tonic stack (BENCHMARKS.md).
@@ -64,22 +63,14 @@ fn check_config(settings: &Settings) -> ExitCode {
 }
 
 fn serve(settings: &Settings) -> ExitCode {
-    // Over xDS the limits arrive from the management server; the config location is not read
-    // (Envoy Gateway points RUNTIME_ROOT at a directory that may be empty).
-    let config = match settings.xds {
-        Some(_) => Config::default(),
-        None => match settings.sources().load() {
-            Ok(c) => {
-                turnstile::server::log_gocc_warnings(&c);
-                c
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "invalid config");
-                return ExitCode::from(EXIT_CONFIG);
-            }
-        },
+    let first = match turnstile::server::first_config(settings) {
+        Ok(first) => first,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid config");
+            return ExitCode::from(EXIT_CONFIG);
+        }
     };
-    let served = turnstile::server::serve_until_terminated(settings, config);
+    let served = turnstile::server::serve_until_terminated(settings, first);
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -142,14 +142,51 @@ impl Health {
     }
 }
 
-/// Starts serving `config` as `settings` say, with `clock` as the time source.
+/// The config to serve first, and the fingerprint of its files taken before they were read
+/// (when it came from them), so a change made while the server starts is reloaded.
+#[derive(Debug)]
+pub struct FirstConfig {
+    pub config: Config,
+    pub baseline: Option<u64>,
+}
+
+/// A config given as it is (an embedder's, a test's): the files are fingerprinted at the start.
+impl From<Config> for FirstConfig {
+    fn from(config: Config) -> FirstConfig {
+        FirstConfig {
+            config,
+            baseline: None,
+        }
+    }
+}
+
+/// The first config from where `settings` say: the config location, fingerprinted before it is
+/// read; over xDS none (the limits arrive as its first update; the location is not read, as
+/// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty).
+pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
+    if settings.xds.is_some() {
+        return Ok(Config::default().into());
+    }
+    let (_, baseline) = watched_config(settings);
+    let config = settings.sources().load()?;
+    log_gocc_warnings(&config);
+    Ok(FirstConfig {
+        config,
+        baseline: Some(baseline),
+    })
+}
+
+/// Starts serving `first` as `settings` say, with `clock` as the time source.
 pub async fn start(
     settings: &Settings,
-    config: Config,
+    first: impl Into<FirstConfig>,
     clock: Clock,
 ) -> Result<Running, StartError> {
-    // Taken first, before anything is read: a change made from here on is a change to reload.
-    let (config_watched, config_baseline) = watched_config(settings);
+    let FirstConfig { config, baseline } = first.into();
+    // Taken before the config was read, or now, before anything else: a change made from then
+    // on is a change to reload.
+    let (config_watched, now) = watched_config(settings);
+    let config_baseline = baseline.unwrap_or(now);
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();

@@ -7,15 +7,14 @@ use std::net::SocketAddr;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 
-use super::{start, Running, StartError};
-use crate::config::Config;
+use super::{start, FirstConfig, Running, StartError};
 use crate::limiter::Clock;
 use crate::settings::Settings;
 
 /// Serves `config` as `settings` say until `shutdown` completes, then stops gracefully.
 pub async fn run(
     settings: &Settings,
-    config: Config,
+    config: impl Into<FirstConfig>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let running = start(settings, config, Clock::System).await?;
@@ -102,7 +101,10 @@ async fn reload_on_hangup(running: &Running) {
 
 /// Serves `config` on a runtime of its own until SIGTERM or SIGINT, the signal handlers
 /// installed before anything listens (what the binary's `serve` does).
-pub fn serve_until_terminated(settings: &Settings, config: Config) -> Result<(), String> {
+pub fn serve_until_terminated(
+    settings: &Settings,
+    config: impl Into<FirstConfig>,
+) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

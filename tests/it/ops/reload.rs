@@ -334,6 +334,27 @@ async fn runtime_root_symlink_swap_reloads() {
 }
 
 /// `MERGE_DOMAIN_CONFIG=true`: two files of one domain are merged on reload too.
+/// The config location is fingerprinted before the first config is read, so a change made
+/// while the server starts (after the read, before the poller runs) is still reloaded.
+#[tokio::test]
+async fn a_change_made_while_the_server_starts_is_reloaded() {
+    let t = TempDir::new("starting");
+    let file = t.path().join("config/limits.yaml");
+    write(&file, V1);
+    let s = settings(&t.path().join("config"), &[]);
+    let first = server::first_config(&s).expect("initial config loads");
+    write(&file, V2);
+    let (clock, _manual) = Clock::manual(T0);
+    let r = server::start(&s, first, clock)
+        .await
+        .expect("server starts");
+    wait_rlconfig(&r, "the change made while starting", |b| {
+        b.contains("shop.c:")
+    })
+    .await;
+    r.shutdown().await;
+}
+
 #[tokio::test]
 async fn reload_honours_merge_domain_config() {
     let t = TempDir::new("merge");
