@@ -6,7 +6,7 @@
 //! that workers deciding different values rarely meet. A stripe keeps two windows of
 //! [`WINDOW_SECS`] aligned to the epoch, the current one and the previous one; a reader sees
 //! both summed, so the lists cover the last one to two minutes. A window holds two
-//! space-saving tables ([`sketch`]) of `2 × top_n` slots: one ranked by hits, where every
+//! space-saving tables (`sketch`) of `2 × top_n` slots: one ranked by hits, where every
 //! decision is offered, and one ranked by over-limit hits, where only refusals take a slot.
 //!
 //! The hot path does not read the clock: [`TopTable::tick`] sets a coarse time in seconds (the

@@ -2,7 +2,7 @@
 //! `QUIT` over RESP2 (RESP3 after `HELLO 3`), one tokio task per connection, so any Redis client library (and `redis-cli`) is a turnstile client.
 //!
 //! Frames are decoded and replies encoded by the `redis-protocol` crate. Before a frame reaches
-//! it, [`frame_len`] walks the frame's headers without recursion: it finds where a command ends,
+//! it, `frame_len` walks the frame's headers without recursion: it finds where a command ends,
 //! caps its size, and refuses nested arrays. No command has them, and the crate's recursive parser
 //! overflows the stack (aborting the process) on a few thousand nested `*1\r\n`.
 //!
