@@ -167,7 +167,7 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
     if settings.xds.is_some() {
         return Ok(Config::default().into());
     }
-    let (_, baseline) = watched_config(settings);
+    let baseline = fingerprint(&watched_config(settings));
     let config = settings.sources().load()?;
     log_gocc_warnings(&config);
     Ok(FirstConfig {
@@ -185,8 +185,8 @@ pub async fn start(
     let FirstConfig { config, baseline } = first.into();
     // Taken before the config was read, or now, before anything else: a change made from then
     // on is a change to reload.
-    let (config_watched, now) = watched_config(settings);
-    let config_baseline = baseline.unwrap_or(now);
+    let config_watched = watched_config(settings);
+    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
@@ -280,17 +280,15 @@ fn tls_and_reloader(
     Ok((tls, reloader))
 }
 
-/// The config location as the poller watches it, and its fingerprint now.
-fn watched_config(settings: &Settings) -> (Watched, u64) {
-    let watched = Watched::Config {
+/// The config location as the poller watches it.
+fn watched_config(settings: &Settings) -> Watched {
+    Watched::Config {
         path: settings.config_path.clone(),
         root: Some(settings.runtime_root.clone())
             .filter(|r| settings.watch_root && settings.config_path.starts_with(r)),
         include_dotfiles: settings.load.include_dotfiles,
         extra: settings.sources().extra_files(),
-    };
-    let baseline = fingerprint(&watched);
-    (watched, baseline)
+    }
 }
 
 /// What `/metrics` and the statsd push read.

@@ -7,7 +7,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::sync::{watch, Barrier};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
@@ -90,13 +89,10 @@ pub(super) struct Stopping {
     pub(super) barrier: Arc<Barrier>,
 }
 
-type Rls = ShouldRateLimit;
-
-/// The gRPC services every worker serves: the rate-limit service, the rate-limit quota service
-/// (RLQS), health, reflection (v1 and v1alpha, for grpcurl), behind the per-call layer.
-fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<Rls>, Identity>> {
-    let rls = RateLimitServiceServer::new(RlsService::new(grpc.limiter.clone()))
-        .max_decoding_message_size(grpc.max_message_bytes);
+/// The gRPC services every worker serves: the rate-limit service (called by the per-call layer
+/// itself, past the router), the rate-limit quota service (RLQS), health, reflection (v1 and
+/// v1alpha, for grpcurl).
+fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimit>, Identity>> {
     let rlqs =
         RateLimitQuotaServiceServer::new(RlqsService::new(grpc.quota.clone(), grpc.stop.clone()))
             .max_decoding_message_size(grpc.max_message_bytes);
@@ -123,7 +119,6 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<Rls>, Identity
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(rls)
         .add_service(rlqs)
 }
 

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::server::{Grpc, UnaryService};
 use tonic::{Request, Response, Status};
@@ -40,17 +39,6 @@ impl From<RlsError> for Status {
             RlsError::Overloaded => Status::resource_exhausted(e.to_string()),
             RlsError::Unavailable => Status::unavailable(e.to_string()),
         }
-    }
-}
-
-/// For tonic's generated server (the router's route, and tests that build one).
-#[tonic::async_trait]
-impl RateLimitService for RlsService {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        self.answer(request.into_inner()).await.map(Response::new)
     }
 }
 

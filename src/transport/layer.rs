@@ -18,8 +18,7 @@ use crate::telemetry::RequestStats;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// `rls` is the rate-limit service, also added to the router (for reflection and the odd
-/// client that needs it there), called directly for `ShouldRateLimit`.
+/// `rls` serves `ShouldRateLimit`, called directly (the router serves every other method).
 #[derive(Clone)]
 pub struct RequestLayer<R> {
     pub metrics: Arc<RequestStats>,
