@@ -32,6 +32,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message as _;
 use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
@@ -40,6 +41,7 @@ use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
 use turnstile::telemetry::{RequestStats, TopTable};
+use turnstile::transport::codec::read_request;
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
 #[global_allocator]
@@ -388,14 +390,17 @@ fn service_decide(c: &mut Criterion) {
                 descriptors: descriptors.clone(),
                 hits_addend: 0,
             };
-            let check = rt.block_on(limiter.decide(req.clone())).expect("decide");
+            // As the gRPC adapter does: the request read from its bytes, then decided.
+            let bytes = req.encode_to_vec();
+            let read = || read_request(black_box(&bytes)).expect("a request");
+            let check = rt.block_on(limiter.decide(&read())).expect("decide");
             assert_eq!(check.overall_code, *want as i32, "mix {name}");
             g.bench_function(format!("{name}{suffix}"), |b| {
                 b.iter_custom(|iters| {
                     rt.block_on(async {
                         let start = Instant::now();
                         for _ in 0..iters {
-                            black_box(limiter.decide(req.clone()).await.expect("decide"));
+                            black_box(limiter.decide(&read()).await.expect("decide"));
                         }
                         start.elapsed()
                     })
@@ -422,7 +427,9 @@ fn service_decide(c: &mut Criterion) {
                         let value = &mut req.descriptors[0].entries[0].value;
                         value.clear();
                         let _ = write!(value, "k{i}");
-                        black_box(limiter.decide(req.clone()).await.expect("decide"));
+                        let bytes = req.encode_to_vec();
+                        let read = read_request(&bytes).expect("a request");
+                        black_box(limiter.decide(&read).await.expect("decide"));
                     }
                     start.elapsed()
                 })
@@ -452,12 +459,16 @@ fn top_record(c: &mut Criterion) {
         key: "remote_address".into(),
         value: "10.0.0.1".into(),
     }];
+    fn view(entries: &[Entry]) -> Vec<turnstile::descriptor::Entry<'_>> {
+        entries.iter().map(Into::into).collect()
+    }
     g.throughput(Throughput::Elements(1));
+    let tracked = view(&entries);
     g.bench_function("tracked", |b| {
-        b.iter(|| bound.record(node, black_box(&entries), 1, false, false))
+        b.iter(|| bound.record(node, black_box(&tracked), 1, false, false))
     });
     g.bench_function("tracked_over", |b| {
-        b.iter(|| bound.record(node, black_box(&entries), 1, true, true))
+        b.iter(|| bound.record(node, black_box(&tracked), 1, true, true))
     });
     let mut i = 0usize;
     g.bench_function("distinct", |b| {
@@ -466,7 +477,7 @@ fn top_record(c: &mut Criterion) {
             let value = &mut entries[0].value;
             value.clear();
             let _ = write!(value, "10.{}.{}", i >> 8, i & 255);
-            bound.record(node, black_box(&entries), 1, false, false)
+            bound.record(node, black_box(&view(&entries)), 1, false, false)
         })
     });
     g.finish();

@@ -27,7 +27,7 @@ use libfuzzer_sys::fuzz_target;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::descriptor::{counter_key, find};
 use turnstile::limiter::key::{key_hash, shard_of};
-use turnstile::service::{validate, RequestLimits, RlsError};
+use turnstile::service::{validate, Request, RequestLimits, RlsError};
 
 /// Exact values, wildcards anywhere, key-only defaults, nesting, several limits, and
 /// `share_threshold` at the top and under a parent. A second domain with `_` in its name lets
@@ -164,7 +164,7 @@ fn limits(input: &Input) -> RequestLimits {
     }
 }
 
-fn within(req: &RateLimitRequest, l: &RequestLimits) -> bool {
+fn within(req: &Request<'_>, l: &RequestLimits) -> bool {
     !req.domain.is_empty()
         && !req.descriptors.is_empty()
         && req.descriptors.len() <= l.max_descriptors
@@ -192,7 +192,8 @@ fn parse(key: &str) -> (Vec<&str>, usize) {
 }
 
 fuzz_target!(|input: Input| {
-    let req = request(&input);
+    let owned = request(&input);
+    let req = Request::of(&owned);
     let limits = limits(&input);
     match validate(&req, &limits) {
         Err(RlsError::InvalidArgument(m)) => {
@@ -205,7 +206,7 @@ fuzz_target!(|input: Input| {
     }
 
     let config = config();
-    let domain = config.domain(&req.domain);
+    let domain = config.domain(req.domain);
     // Key → the parts it was made from, for the keys whose parts are `_`-free.
     let mut seen: HashMap<String, (Vec<String>, usize)> = HashMap::new();
     for d in &req.descriptors {
@@ -221,18 +222,18 @@ fuzz_target!(|input: Input| {
             None => 1,
         };
         for index in 0..limit_count {
-            let key = counter_key(&req.domain, &d.entries, matched.as_ref(), index);
+            let key = counter_key(req.domain, &d.entries, matched.as_ref(), index);
 
             // The layout, spelled out.
-            let mut parts = vec![req.domain.clone()];
+            let mut parts = vec![req.domain.to_owned()];
             for (i, e) in d.entries.iter().enumerate() {
-                parts.push(e.key.clone());
+                parts.push(e.key.to_owned());
                 let shared = matched
                     .as_ref()
                     .and_then(|m| m.path.get(i))
                     .filter(|n| n.share_threshold)
                     .and_then(|n| n.value.clone());
-                parts.push(shared.unwrap_or_else(|| e.value.clone()));
+                parts.push(shared.unwrap_or_else(|| e.value.to_owned()));
             }
             let mut expected = parts.join("_");
             expected.push('_');

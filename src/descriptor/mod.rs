@@ -1,9 +1,26 @@
 //! Request descriptor → matched config node → counter key and shard hash (pure functions).
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry as PbEntry;
 use smallvec::SmallVec;
 
 use crate::config::{Domain, Level, Node};
+
+/// One entry of a request's descriptor, borrowed from wherever the request was read: the
+/// protobuf bytes of a gRPC call, or a decoded message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Entry<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
+impl<'a> From<&'a PbEntry> for Entry<'a> {
+    fn from(e: &'a PbEntry) -> Entry<'a> {
+        Entry {
+            key: &e.key,
+            value: &e.value,
+        }
+    }
+}
 
 /// The config node a descriptor matched, with the node of every level on the way to it
 /// (the counter key needs them: a `share_threshold` wildcard puts its pattern in the key).
@@ -21,11 +38,11 @@ impl<'c> Matched<'c> {
 /// Walks the tree one level per entry: exact `key_value`, then wildcards in file order, then the
 /// key-only node. Only a node at the depth of the last entry counts; there is no fallback to a
 /// shallower node's limit.
-pub fn find<'c>(domain: &'c Domain, entries: &[Entry]) -> Option<Matched<'c>> {
+pub fn find<'c>(domain: &'c Domain, entries: &[Entry<'_>]) -> Option<Matched<'c>> {
     let mut level: &'c Level = &domain.root;
     let mut path = SmallVec::new();
     for entry in entries {
-        let node = step(level, &entry.key, &entry.value)?;
+        let node = step(level, entry.key, entry.value)?;
         path.push(node);
         level = &node.children;
     }
@@ -60,7 +77,7 @@ use crate::config::glob;
 /// The limit index is appended for the second and later limits of one descriptor.
 pub fn counter_key(
     domain: &str,
-    entries: &[Entry],
+    entries: &[Entry<'_>],
     matched: Option<&Matched<'_>>,
     limit_index: usize,
 ) -> String {
@@ -72,13 +89,13 @@ pub fn counter_key(
     key.push_str(domain);
     key.push('_');
     for (i, e) in entries.iter().enumerate() {
-        key.push_str(&e.key);
+        key.push_str(e.key);
         key.push('_');
         let shared = matched
             .and_then(|m| m.path.get(i))
             .filter(|n| n.share_threshold)
             .and_then(|n| n.value.as_deref());
-        key.push_str(shared.unwrap_or(&e.value));
+        key.push_str(shared.unwrap_or(e.value));
         key.push('_');
     }
     if limit_index > 0 {
@@ -95,7 +112,7 @@ pub fn counter_key(
 /// the other levels drop an empty value's `_`); otherwise levels matched by value keep it,
 /// `value_to_metric` levels matched by key or wildcard take the request's value, and wildcard
 /// levels otherwise keep their pattern.
-pub fn stat_path(entries: &[Entry], m: &Matched<'_>) -> Option<String> {
+pub fn stat_path(entries: &[Entry<'_>], m: &Matched<'_>) -> Option<String> {
     let leaf = m.node();
     if !leaf.detailed_metric && !m.path.iter().any(|n| n.value_to_metric) {
         return None;
@@ -112,7 +129,7 @@ pub fn stat_path(entries: &[Entry], m: &Matched<'_>) -> Option<String> {
         if i > 0 {
             out.push('.');
         }
-        out.push_str(&e.key);
+        out.push_str(e.key);
         let value = if let Some(p) = shared(n) {
             p
         } else if leaf.detailed_metric {
@@ -120,16 +137,16 @@ pub fn stat_path(entries: &[Entry], m: &Matched<'_>) -> Option<String> {
                 continue;
             }
             out.push('_');
-            out.push_str(&e.value);
+            out.push_str(e.value);
             continue;
         } else if let Some(p) = pattern(n) {
             if n.value_to_metric {
-                &e.value
+                e.value
             } else {
                 p
             }
         } else if n.value.is_some() || n.value_to_metric {
-            &e.value
+            e.value
         } else {
             ""
         };
@@ -145,16 +162,16 @@ pub fn stat_path(entries: &[Entry], m: &Matched<'_>) -> Option<String> {
 /// The stats series of a descriptor carrying Envoy's `limit` override, after its domain: the
 /// request's entries, `key_value` (or `key` for an empty value), joined by dots (the
 /// reference's `descriptorKey`).
-pub fn override_stat_path(entries: &[Entry]) -> String {
+pub fn override_stat_path(entries: &[Entry<'_>]) -> String {
     let mut out = String::with_capacity(64);
     for (i, e) in entries.iter().enumerate() {
         if i > 0 {
             out.push('.');
         }
-        out.push_str(&e.key);
+        out.push_str(e.key);
         if !e.value.is_empty() {
             out.push('_');
-            out.push_str(&e.value);
+            out.push_str(e.value);
         }
     }
     out
@@ -162,13 +179,10 @@ pub fn override_stat_path(entries: &[Entry]) -> String {
 
 /// Request entries from `(key, value)` pairs, for the tests of the modules that match them.
 #[cfg(test)]
-pub(crate) fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+pub(crate) fn entries<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<Entry<'a>> {
     pairs
         .iter()
-        .map(|(k, v)| Entry {
-            key: k.to_string(),
-            value: v.to_string(),
-        })
+        .map(|&(key, value)| Entry { key, value })
         .collect()
 }
 

@@ -18,11 +18,11 @@ mod sketch;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use fnv::FnvHashMap;
 use serde::Serialize;
 
 use crate::config::{Config, Node};
+use crate::descriptor::Entry;
 pub use sketch::MAX_VALUE_BYTES;
 use sketch::{Key, Slot, SpaceSaving};
 
@@ -35,7 +35,7 @@ pub const STRIPES: usize = 4;
 
 /// A descriptor's entries as one value, `key=value` pairs joined by `, `, hashed and compared
 /// without being joined.
-struct Entries<'a>(&'a [Entry]);
+struct Entries<'a>(&'a [Entry<'a>]);
 
 impl Key for Entries<'_> {
     fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
@@ -364,7 +364,7 @@ impl BoundTop {
     /// it was refused. Checks that consume nothing (`hits` 0) are not counted.
     /// Counts `hits` of `entries` on `node`'s lists: every call when `exact` (refusals, usage
     /// counted in full), otherwise one call in the sample.
-    pub fn record(&self, node: &Node, entries: &[Entry], hits: u64, over: bool, exact: bool) {
+    pub fn record(&self, node: &Node, entries: &[Entry<'_>], hits: u64, over: bool, exact: bool) {
         if hits == 0 {
             return;
         }

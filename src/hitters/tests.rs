@@ -26,14 +26,11 @@ fn node<'c>(c: &'c Config, stat_key: &str) -> &'c Node {
     found.unwrap_or_else(|| panic!("no node {stat_key}"))
 }
 
-fn e(k: &str, v: &str) -> Entry {
-    Entry {
-        key: k.into(),
-        value: v.into(),
-    }
+fn e<'a>(key: &'a str, value: &'a str) -> Entry<'a> {
+    Entry { key, value }
 }
 
-fn ip(v: &str) -> Vec<Entry> {
+fn ip(v: &str) -> Vec<Entry<'_>> {
     vec![e("remote_address", v)]
 }
 

@@ -14,11 +14,10 @@
 //! on one node) is refused. Buckets of different Envoys with the same counter key share one
 //! limit; a key-only node gives every value its own, as in `ShouldRateLimit`.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use smallvec::SmallVec;
 
 use crate::config::{Algorithm, Config, Level, Node};
-use crate::descriptor::{self, Matched};
+use crate::descriptor::{self, Entry, Matched};
 
 /// Entries a bucket may have: enough for any tree people write, and a bound on the walk.
 pub const MAX_BUCKET_ENTRIES: usize = 8;
@@ -94,7 +93,7 @@ pub fn resolve(config: &Config, domain: &str, bucket: &BucketKey) -> Target {
     target(domain, &walk.entries, &matched)
 }
 
-fn target(domain: &str, entries: &[Entry], matched: &Matched<'_>) -> Target {
+fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target {
     let node = matched.node();
     let limit = match node.limits.as_slice() {
         [] => return Target::AllowAll("the bucket's node has no limit"),
@@ -166,7 +165,7 @@ struct Walk<'b, 'c> {
     /// Entries not used yet, in ascending key order.
     left: Vec<(&'b str, &'b str)>,
     path: SmallVec<[&'c Node; 4]>,
-    entries: Vec<Entry>,
+    entries: Vec<Entry<'b>>,
     steps: usize,
 }
 
@@ -186,10 +185,7 @@ impl<'c> Walk<'_, 'c> {
             };
             self.left.remove(i);
             self.path.push(node);
-            self.entries.push(Entry {
-                key: key.to_string(),
-                value: value.to_string(),
-            });
+            self.entries.push(Entry { key, value });
             if self.descend(&node.children) {
                 return true;
             }

@@ -5,7 +5,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::plan::{self, LimitRef, Plan};
-use super::{validate, AnswerSettings, Live, RateLimiter};
+use super::{validate, AnswerSettings, Live, RateLimiter, Request};
 use crate::config::{Algorithm, Unit};
 use crate::limiter::{EngineError, LookedUp, Op, Role};
 
@@ -68,6 +68,7 @@ impl RateLimiter {
     /// Every limit that applies to the request's descriptors, with what each has used. Counts
     /// nothing anywhere: a decision after a look-up is the decision without it.
     pub async fn look_up(&self, req: &RateLimitRequest) -> Result<Vec<Acted<Usage>>, AdminError> {
+        let req = &Request::of(req);
         let live = self.live();
         let mut out = Vec::new();
         for (limit, op) in targets(&live, req, &self.answer, None)? {
@@ -91,6 +92,7 @@ impl RateLimiter {
         req: &RateLimitRequest,
         only: Option<&str>,
     ) -> Result<Vec<Acted<Option<u64>>>, AdminError> {
+        let req = &Request::of(req);
         let live = self.live();
         let targets = targets(&live, req, &self.answer, only)?;
         let mut out = Vec::with_capacity(targets.len());
@@ -143,7 +145,7 @@ fn unavailable(e: EngineError) -> AdminError {
 }
 
 /// A descriptor's entries as `key=value, key=value`, for messages and logs.
-fn entries(req: &RateLimitRequest, i: usize) -> String {
+fn entries(req: &Request<'_>, i: usize) -> String {
     let parts: Vec<String> = req.descriptors[i]
         .entries
         .iter()
@@ -156,13 +158,13 @@ fn entries(req: &RateLimitRequest, i: usize) -> String {
 /// only the one named `only`, when given. Every descriptor must match a limit.
 fn targets(
     live: &Live,
-    req: &RateLimitRequest,
+    req: &Request<'_>,
     answer: &AnswerSettings,
     only: Option<&str>,
 ) -> Result<Vec<Target>, AdminError> {
     validate(req, &answer.request_limits).map_err(|e| AdminError::BadRequest(e.to_string()))?;
     takes_no_hits(req)?;
-    let Some(domain) = live.config.domain(&req.domain) else {
+    let Some(domain) = live.config.domain(req.domain) else {
         let mut known: Vec<&str> = live.config.domains.keys().map(String::as_str).collect();
         known.sort_unstable();
         return Err(AdminError::NotFound(format!(
@@ -220,7 +222,7 @@ fn targets(
 
 /// A look-up and a reset count nothing: hits in the request would be ignored, so they are
 /// refused rather than silently dropped.
-fn takes_no_hits(req: &RateLimitRequest) -> Result<(), AdminError> {
+fn takes_no_hits(req: &Request<'_>) -> Result<(), AdminError> {
     let refuse = |what: String| {
         Err(AdminError::BadRequest(format!(
             "{what}: a look-up or a reset takes no hits"

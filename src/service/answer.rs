@@ -6,13 +6,14 @@ pub(super) use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_respon
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     DescriptorStatus, RateLimit as PbRateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::{
     value::Kind, Duration as PbDuration, ListValue, Struct, Value,
 };
 use smallvec::SmallVec;
 
 use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
+use super::request::Request;
 use crate::descriptor;
 use crate::limiter::{Counting, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
@@ -77,7 +78,7 @@ pub(super) fn ok_statuses(n: usize) -> Vec<DescriptorStatus> {
 
 /// Builds the response from the engine's `decision` on the ops of `plan`, counting the stats.
 pub(super) fn answer(
-    req: &RateLimitRequest,
+    req: &Request<'_>,
     plan: &mut Plan<'_>,
     decision: &Decision,
     settings: &AnswerSettings,
@@ -143,14 +144,14 @@ pub(super) fn answer(
 /// `hitsAddend`, and under `metadata` the `metadata` of the descriptors that passed, merged in
 /// descriptor order (the first value of a key wins; maps merge key by key).
 fn dynamic_metadata(
-    req: &RateLimitRequest,
+    req: &Request<'_>,
     plan: &Plan<'_>,
     best: &[Option<(usize, Outcome)>],
     statuses: &[DescriptorStatus],
 ) -> Struct {
     use serde_json::{json, Map, Value as J};
     let mut top = Map::new();
-    top.insert("domain".into(), J::String(req.domain.clone()));
+    top.insert("domain".into(), J::String(req.domain.to_owned()));
     let descriptors = req.descriptors.iter().map(|d| {
         let mut m = Map::new();
         let entries = d
@@ -158,14 +159,14 @@ fn dynamic_metadata(
             .iter()
             .map(|e| J::String(format!("{}={}", e.key, e.value)));
         m.insert("entries".into(), J::Array(entries.collect()));
-        if let Some(l) = &d.limit {
+        if let Some(l) = d.limit {
             let unit = crate::config::Unit::from_envoy_override(l.unit)
                 .map_or_else(|| l.unit.to_string(), |u| u.name().to_uppercase());
             let text = format!("requests_per_unit:{} unit:{unit}", l.requests_per_unit);
             m.insert("limit".into(), J::String(text));
         }
-        if let Some(h) = &d.hits_addend {
-            m.insert("hitsAddend".into(), json!(h.value));
+        if let Some(h) = d.hits_addend {
+            m.insert("hitsAddend".into(), json!(h));
         }
         J::Object(m)
     });
@@ -234,7 +235,7 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
 /// the levels that ask), which live in a capped map of their own; and in its limit's heavy
 /// hitters, by the descriptor's values (Envoy's `limit` overrides have no node: not there).
 fn count(
-    req: &RateLimitRequest,
+    req: &Request<'_>,
     plan: &Plan<'_>,
     i: usize,
     a: &Applied<'_>,
@@ -282,7 +283,7 @@ fn count(
             .record(matched.map(|m| c.stats.of(m.node())), counted, totals),
         Some(path) => {
             c.metrics.record(None, counted, totals);
-            c.metrics.record_series(&req.domain, &path, counted);
+            c.metrics.record_series(req.domain, &path, counted);
         }
     }
 }

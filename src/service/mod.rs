@@ -9,17 +9,19 @@ mod error;
 mod live;
 mod plan;
 pub mod rate;
+mod request;
 pub mod throttle;
 mod validate;
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
+pub use request::{Descriptor, Override, Request};
 pub use throttle::{ThrottleLimits, ThrottleService};
 pub use validate::{validate, RequestLimits};
 
@@ -64,10 +66,10 @@ impl RateLimiter {
     }
 
     /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.
-    pub async fn decide(&self, req: RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
-        validate(&req, &self.answer.request_limits)?;
+    pub async fn decide(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
+        validate(req, &self.answer.request_limits)?;
         let live = self.live.load_full();
-        let Some(domain) = live.config.domain(&req.domain) else {
+        let Some(domain) = live.config.domain(req.domain) else {
             // An unknown domain limits nothing; it is not an error.
             return Ok(RateLimitResponse {
                 overall_code: answer::Code::Ok as i32,
@@ -76,7 +78,7 @@ impl RateLimiter {
             });
         };
         let mut plan = plan::Plan::default();
-        let ops = plan::plan(&mut plan, domain, &req, &self.answer)?;
+        let ops = plan::plan(&mut plan, domain, req, &self.answer)?;
         let decision = self
             .engine
             .decide(ops, self.answer.global_shadow_mode)
@@ -88,7 +90,7 @@ impl RateLimiter {
             refused_hits: self.answer.refused_hits,
         };
         Ok(answer::answer(
-            &req,
+            req,
             &mut plan,
             &decision,
             &self.answer,

@@ -1,10 +1,9 @@
 //! A request's plan: every descriptor matched against the limit tree, `replaces` applied, and
 //! an op for every limit that counts (unlimited ones are answered without one).
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
+use super::request::{Descriptor, Request};
 use super::{AnswerSettings, RefusedHits, RlsError};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
@@ -71,7 +70,7 @@ pub(super) struct Plan<'c> {
 pub(super) fn plan<'c>(
     plan: &mut Plan<'c>,
     domain: &'c Domain,
-    req: &RateLimitRequest,
+    req: &Request<'_>,
     settings: &AnswerSettings,
 ) -> Result<Vec<Op>, RlsError> {
     plan.matches.reserve(req.descriptors.len());
@@ -90,7 +89,7 @@ impl<'c> Plan<'c> {
     fn apply(
         &mut self,
         i: usize,
-        d: &RateLimitDescriptor,
+        d: &Descriptor<'_>,
         m: Option<&Matched<'c>>,
         global_quota: bool,
     ) -> Result<(), RlsError> {
@@ -103,7 +102,7 @@ impl<'c> Plan<'c> {
                 role
             }
         };
-        if let Some(limit) = &d.limit {
+        if let Some(limit) = d.limit {
             let unit = Unit::from_envoy_override(limit.unit).ok_or_else(|| {
                 RlsError::InvalidArgument(format!(
                     "descriptors[{i}].limit.unit {} is not a known unit",
@@ -159,7 +158,7 @@ impl<'c> Plan<'c> {
     }
 
     /// An op for every counted limit.
-    fn ops(&mut self, req: &RateLimitRequest, refused_hits: RefusedHits) -> Vec<Op> {
+    fn ops(&mut self, req: &Request<'_>, refused_hits: RefusedHits) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
         // One key (most requests) is hashed as it is made; several, side by side at the end.
         let one = self.applied.len() == 1;
@@ -181,7 +180,7 @@ impl<'c> Plan<'c> {
                     .unwrap_or(0),
                 LimitRef::Override { .. } => 0,
             };
-            let text = descriptor::counter_key(&req.domain, &d.entries, matched, index);
+            let text = descriptor::counter_key(req.domain, &d.entries, matched, index);
             let key = if one {
                 Key::new(text)
             } else {
@@ -222,7 +221,7 @@ impl<'c> Plan<'c> {
 /// fact (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
 /// `apply_on_stream_done` reports included) counts in full, other hits only when admitted,
 /// unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` says otherwise.
-pub(super) fn counting_of(rule: RefusedHits, d: &RateLimitDescriptor) -> Counting {
+pub(super) fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
     match rule {
         RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
         RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
@@ -232,9 +231,9 @@ pub(super) fn counting_of(rule: RefusedHits, d: &RateLimitDescriptor) -> Countin
 
 /// Hits for one descriptor: its own `hits_addend` wins when set (0 = check without consuming);
 /// otherwise the request's, where 0 means 1.
-pub(super) fn hits_of(req: &RateLimitRequest, d: &RateLimitDescriptor) -> (u64, bool) {
-    let hits = match &d.hits_addend {
-        Some(h) => h.value,
+pub(super) fn hits_of(req: &Request<'_>, d: &Descriptor<'_>) -> (u64, bool) {
+    let hits = match d.hits_addend {
+        Some(h) => h,
         None => u64::from(req.hits_addend.max(1)),
     };
     (hits, d.is_negative_hits)

@@ -1,9 +1,7 @@
 //! The bounds on one request, so a hostile or broken client cannot make the service do
 //! unbounded work; bad input gets INVALID_ARGUMENT naming what is wrong.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-
-use super::RlsError;
+use super::{Request, RlsError};
 
 /// Bounds on one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +26,7 @@ impl Default for RequestLimits {
 }
 
 /// Bad input gets INVALID_ARGUMENT naming what is wrong.
-pub fn validate(req: &RateLimitRequest, limits: &RequestLimits) -> Result<(), RlsError> {
+pub fn validate(req: &Request<'_>, limits: &RequestLimits) -> Result<(), RlsError> {
     let bad = |m: String| Err(RlsError::InvalidArgument(m));
     if req.domain.is_empty() {
         return bad("domain must not be empty".into());

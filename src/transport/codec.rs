@@ -1,38 +1,209 @@
-//! The `ShouldRateLimit` codec: prost's decoder for the request (its size limit and its errors
-//! unchanged), and an encoder that writes the answer in one pass.
+//! The `ShouldRateLimit` codec. The request is read where it lies: [`read_request`] borrows its
+//! strings from the call's bytes, and anything it does not take goes to prost, whose answer (an
+//! error included, with tonic's status and message) is the one given. The answer is written in
+//! one pass.
 //!
 //! prost's derived encoder works out a nested message's length again at every level it is
 //! written from: an answer's statuses and their limits are measured three times before a byte
 //! is written. This one measures each once, and writes the same bytes (a property test holds it
 //! to prost's output for any answer).
 
-use bytes::BufMut;
+use bytes::{Buf, BufMut, Bytes};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, message, WireType};
 use prost::Message;
-use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
-use tonic_prost::ProstCodec;
 
-/// The codec of the `ShouldRateLimit` method.
+use crate::descriptor::Entry;
+use crate::service::{Descriptor, Override, Request};
+
+/// The codec of the `ShouldRateLimit` method: the request's bytes as they came (tonic has
+/// checked their size), and the answer written in one pass.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RlsCodec;
 
 impl Codec for RlsCodec {
     type Encode = RateLimitResponse;
-    type Decode = RateLimitRequest;
+    type Decode = Bytes;
     type Encoder = AnswerEncoder;
-    type Decoder = <ProstCodec<RateLimitResponse, RateLimitRequest> as Codec>::Decoder;
+    type Decoder = RequestBytes;
 
     fn encoder(&mut self) -> AnswerEncoder {
         AnswerEncoder
     }
 
-    fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<RateLimitResponse, RateLimitRequest>::default().decoder()
+    fn decoder(&mut self) -> RequestBytes {
+        RequestBytes
+    }
+}
+
+/// Hands the request's bytes on as they are (no copy: tonic's buffer is split off).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestBytes;
+
+impl Decoder for RequestBytes {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// Decodes `bytes` with prost, for what [`read_request`] does not take: its error is the one
+/// tonic's prost codec gives (INTERNAL, the message naming the field), which the per-call
+/// layer answers as INVALID_ARGUMENT.
+pub fn decode_request(bytes: &[u8]) -> Result<RateLimitRequest, Status> {
+    RateLimitRequest::decode(bytes).map_err(|e| Status::internal(e.to_string()))
+}
+
+/// Reads a `RateLimitRequest` from its protobuf bytes, borrowing its strings. `None` for bytes
+/// prost would refuse, and for what protobuf allows but Envoy never sends and prost handles
+/// (a descriptor's `limit` or `hits_addend` sent twice, which merge; groups): both go to
+/// [`decode_request`]. What it takes, it reads as prost would (a fuzz target holds it to that):
+/// unknown fields skipped, the last of a repeated scalar wins.
+pub fn read_request(bytes: &[u8]) -> Option<Request<'_>> {
+    let mut r = Reader(bytes);
+    let mut req = Request::default();
+    while let Some((tag, wire)) = r.key()? {
+        match (tag, wire) {
+            (1, LEN) => req.domain = r.str()?,
+            (2, LEN) => req.descriptors.push(descriptor(r.bytes()?)?),
+            (3, VARINT) => req.hits_addend = r.varint()? as u32,
+            (1..=3, _) => return None,
+            _ => r.skip(wire)?,
+        }
+    }
+    Some(req)
+}
+
+fn descriptor(bytes: &[u8]) -> Option<Descriptor<'_>> {
+    let mut r = Reader(bytes);
+    let mut d = Descriptor::default();
+    while let Some((tag, wire)) = r.key()? {
+        match (tag, wire) {
+            (1, LEN) => d.entries.push(entry(r.bytes()?)?),
+            (2, LEN) if d.limit.is_none() => d.limit = Some(limit(r.bytes()?)?),
+            (3, LEN) if d.hits_addend.is_none() => d.hits_addend = Some(u64_value(r.bytes()?)?),
+            (4, VARINT) => d.is_negative_hits = r.varint()? != 0,
+            (1..=4, _) => return None,
+            _ => r.skip(wire)?,
+        }
+    }
+    Some(d)
+}
+
+fn entry(bytes: &[u8]) -> Option<Entry<'_>> {
+    let mut r = Reader(bytes);
+    let mut e = Entry::default();
+    while let Some((tag, wire)) = r.key()? {
+        match (tag, wire) {
+            (1, LEN) => e.key = r.str()?,
+            (2, LEN) => e.value = r.str()?,
+            (1 | 2, _) => return None,
+            _ => r.skip(wire)?,
+        }
+    }
+    Some(e)
+}
+
+fn limit(bytes: &[u8]) -> Option<Override> {
+    let mut r = Reader(bytes);
+    let mut l = Override::default();
+    while let Some((tag, wire)) = r.key()? {
+        match (tag, wire) {
+            (1, VARINT) => l.requests_per_unit = r.varint()? as u32,
+            (2, VARINT) => l.unit = r.varint()? as i32,
+            (1 | 2, _) => return None,
+            _ => r.skip(wire)?,
+        }
+    }
+    Some(l)
+}
+
+/// A `google.protobuf.UInt64Value`.
+fn u64_value(bytes: &[u8]) -> Option<u64> {
+    let mut r = Reader(bytes);
+    let mut v = 0;
+    while let Some((tag, wire)) = r.key()? {
+        match (tag, wire) {
+            (1, VARINT) => v = r.varint()?,
+            (1, _) => return None,
+            _ => r.skip(wire)?,
+        }
+    }
+    Some(v)
+}
+
+const VARINT: u8 = 0;
+const LEN: u8 = 2;
+
+/// The bytes of one message not read yet.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    /// The next field's tag and wire type; `Some(None)` at the end of the message.
+    #[inline]
+    fn key(&mut self) -> Option<Option<(u32, u8)>> {
+        if self.0.is_empty() {
+            return Some(None);
+        }
+        let key = u32::try_from(self.varint()?).ok()?;
+        let tag = key >> 3;
+        if tag == 0 {
+            return None;
+        }
+        Some(Some((tag, (key & 7) as u8)))
+    }
+
+    /// A varint of at most ten bytes, the tenth at most 1 (as prost reads them).
+    #[inline]
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for (i, &b) in self.0.iter().enumerate().take(10) {
+            if i == 9 && b > 1 {
+                return None;
+            }
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                self.0 = &self.0[i + 1..];
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.varint()?).ok()?;
+        if n > self.0.len() {
+            return None;
+        }
+        let (field, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(field)
+    }
+
+    #[inline]
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+
+    /// Skips a field of an unknown tag; groups are left to prost.
+    fn skip(&mut self, wire: u8) -> Option<()> {
+        let n = match wire {
+            VARINT => return self.varint().map(drop),
+            1 => 8,
+            LEN => return self.bytes().map(drop),
+            5 => 4,
+            _ => return None,
+        };
+        self.0 = self.0.get(n..)?;
+        Some(())
     }
 }
 
@@ -234,5 +405,115 @@ mod tests {
         let mut ours = Vec::new();
         encode_response(&r, &mut ours);
         assert_eq!(ours, r.encode_to_vec());
+    }
+
+    fn request() -> impl Strategy<Value = RateLimitRequest> {
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+            Entry as PbEntry, RateLimitOverride,
+        };
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+        use envoy_types::pb::google::protobuf::UInt64Value;
+        let entry = (".{0,12}", ".{0,300}").prop_map(|(key, value)| PbEntry { key, value });
+        let limit =
+            (any::<u32>(), -2i32..8).prop_map(|(requests_per_unit, unit)| RateLimitOverride {
+                requests_per_unit,
+                unit,
+            });
+        let descriptor = (
+            proptest::collection::vec(entry, 0..5),
+            proptest::option::of(limit),
+            proptest::option::of(any::<u64>()),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(entries, limit, hits, is_negative_hits)| RateLimitDescriptor {
+                    entries,
+                    limit,
+                    hits_addend: hits.map(|value| UInt64Value { value }),
+                    is_negative_hits,
+                },
+            );
+        (
+            ".{0,20}",
+            proptest::collection::vec(descriptor, 0..6),
+            any::<u32>(),
+        )
+            .prop_map(|(domain, descriptors, hits_addend)| RateLimitRequest {
+                domain,
+                descriptors,
+                hits_addend,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn reads_any_request_as_prost_decodes_it(r in request()) {
+            let bytes = r.encode_to_vec();
+            prop_assert_eq!(read_request(&bytes), Some(Request::of(&r)));
+        }
+    }
+
+    fn field(tag: u32, wire: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_varint(u64::from(tag << 3 | wire), &mut out);
+        if wire == 2 {
+            encode_varint(body.len() as u64, &mut out);
+        }
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn unknown_fields_are_skipped_and_the_last_of_a_scalar_wins() {
+        let mut b = field(1, 2, b"first");
+        b.extend(field(9, 0, &[0x96, 0x01]));
+        b.extend(field(10, 2, b"whatever"));
+        b.extend(field(11, 5, &[1, 2, 3, 4]));
+        b.extend(field(12, 1, &[1, 2, 3, 4, 5, 6, 7, 8]));
+        b.extend(field(1, 2, b"second"));
+        b.extend(field(3, 0, &[7]));
+        let prost = RateLimitRequest::decode(&b[..]).expect("prost decodes it");
+        assert_eq!(prost.domain, "second");
+        assert_eq!(read_request(&b), Some(Request::of(&prost)));
+    }
+
+    /// Protobuf merges a message field sent twice; the reader leaves that to prost, and the
+    /// adapter answers what prost decodes.
+    #[test]
+    fn a_limit_sent_twice_is_left_to_prost() {
+        let limit = |body: &[u8]| field(2, 2, body);
+        let mut d = field(1, 2, &[field(1, 2, b"k"), field(2, 2, b"v")].concat());
+        d.extend(limit(&[8, 5]));
+        d.extend(limit(&[16, 2]));
+        let b = field(2, 2, &d);
+        assert_eq!(read_request(&b), None);
+        let prost = decode_request(&b).expect("prost merges the two");
+        let l = prost.descriptors[0].limit.expect("a limit");
+        assert_eq!((l.requests_per_unit, l.unit), (5, 2));
+    }
+
+    /// Whatever prost refuses, the reader refuses, and prost's error is the answer: it names
+    /// the field.
+    #[test]
+    fn bytes_prost_refuses_are_refused_with_prost_s_error() {
+        let not_utf8 = field(2, 2, &field(1, 2, &field(2, 2, &[0xff])));
+        let wrong_wire = field(1, 0, &[1]);
+        let cut = &field(1, 2, b"domain")[..4];
+        for (bytes, needle) in [
+            (&not_utf8[..], "Entry.value"),
+            (&wrong_wire[..], "invalid wire type"),
+            (cut, "buffer underflow"),
+            (&[0xff; 11][..], "invalid varint"),
+            (&[0x00][..], "invalid tag value: 0"),
+        ] {
+            assert_eq!(read_request(bytes), None, "{needle}");
+            let e = decode_request(bytes).expect_err(needle);
+            assert_eq!(e.code(), tonic::Code::Internal);
+            assert!(
+                e.message().contains("failed to decode Protobuf message"),
+                "{e:?}"
+            );
+            assert!(e.message().contains(needle), "{needle}: {e:?}");
+        }
     }
 }

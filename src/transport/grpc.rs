@@ -5,13 +5,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tonic::server::{Grpc, UnaryService};
-use tonic::{Request, Response, Status};
+use tonic::{Response, Status};
 use tower_service::Service;
 
-use super::codec::RlsCodec;
-use crate::service::{RateLimiter, RlsError};
+use super::codec::{self, RlsCodec};
+use crate::service::{RateLimiter, Request, RlsError};
 
 /// The Envoy rate-limit service; a thin adapter, errors mapped here and nowhere else.
 #[derive(Clone)]
@@ -24,8 +25,18 @@ impl RlsService {
         RlsService { limiter }
     }
 
-    async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        let result = self.limiter.decide(request).await;
+    /// Answers the request in `body`, read where it lies (prost decodes what the reader does
+    /// not take; bytes that are not a request are refused before anything is counted).
+    async fn answer(&self, body: Bytes) -> Result<RateLimitResponse, Status> {
+        let decoded;
+        let req = match codec::read_request(&body) {
+            Some(req) => req,
+            None => {
+                decoded = codec::decode_request(&body)?;
+                Request::of(&decoded)
+            }
+        };
+        let result = self.limiter.decide(&req).await;
         self.limiter.count(&result);
         Ok(result?)
     }
@@ -82,11 +93,11 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
 
 struct Unary(std::sync::Arc<RlsService>);
 
-impl UnaryService<RateLimitRequest> for Unary {
+impl UnaryService<Bytes> for Unary {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
-    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let rls = self.0.clone();
         Box::pin(async move { rls.answer(request.into_inner()).await.map(Response::new) })
     }

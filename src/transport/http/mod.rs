@@ -24,7 +24,7 @@ pub use json::{response_json, JsonError, JsonRequest};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
-use crate::service::{LiveLimits, RateLimiter, RlsError, ThrottleLimits, ThrottleService};
+use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::Counters;
 
 /// What `/metrics` and `/rlconfig` read: every subsystem's counters, and the live limits (their
@@ -150,7 +150,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
     let start = std::time::Instant::now();
-    let result = s.limiter.decide(req).await;
+    let result = s.limiter.decide(&Request::of(&req)).await;
     (s.metrics.counters.service).observe_latency(start.elapsed());
     s.limiter.count(&result);
     match result {

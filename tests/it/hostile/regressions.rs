@@ -8,9 +8,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use turnstile::config::{Config, LoadOptions};
-use turnstile::descriptor::{counter_key, find};
+use turnstile::descriptor::{counter_key, find, Entry};
 use turnstile::limiter::key::{key_hash, shard_of};
 use turnstile::service::RequestLimits;
 
@@ -68,13 +67,10 @@ fn config_yaml_regressions_load_or_fail_cleanly() {
     replay("fuzz/regressions/config_yaml");
 }
 
-fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+fn entries<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<Entry<'a>> {
     pairs
         .iter()
-        .map(|(k, v)| Entry {
-            key: (*k).into(),
-            value: (*v).into(),
-        })
+        .map(|&(key, value)| Entry { key, value })
         .collect()
 }
 
@@ -146,9 +142,7 @@ fn without_underscores_keys_parse_back() {
 /// refused with INVALID_ARGUMENT, nothing panics.
 #[test]
 fn validate_with_zero_limits_refuses_cleanly() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-    use turnstile::service::{validate, RlsError};
+    use turnstile::service::{validate, Descriptor, Request, RlsError};
     let zero = RequestLimits {
         max_descriptors: 0,
         max_entries: 0,
@@ -156,12 +150,14 @@ fn validate_with_zero_limits_refuses_cleanly() {
         max_value_len: 0,
         max_message_bytes: 0,
     };
-    let req = RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries(&[("k", "")]),
+    let req = Request {
+        domain: "d",
+        descriptors: [Descriptor {
+            entries: entries(&[("k", "")]).into_iter().collect(),
             ..Default::default()
-        }],
+        }]
+        .into_iter()
+        .collect(),
         hits_addend: 0,
     };
     assert!(matches!(
