@@ -12,7 +12,6 @@ mod same_thread;
 mod shard;
 mod spread;
 mod store;
-pub mod verdict;
 mod waiters;
 
 use std::cell::RefCell;
@@ -24,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
-pub use op::{Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
+pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Answer, Decide, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
@@ -33,7 +32,6 @@ use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
-pub use verdict::refuses;
 
 use key::{shard_of, Key};
 use waiters::WaiterBudget;

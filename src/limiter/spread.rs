@@ -5,9 +5,10 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::key::shard_of;
+use super::op::refuses;
 use super::op::{Op, Outcome, Role};
 use super::protocol::{Answer, Decide, Hits, Msg, Reply, ReplyTo};
-use super::{verdict, Decision, Engine, EngineError};
+use super::{Decision, Engine, EngineError};
 
 /// Where each op of the request went: (part, index in the part).
 type Placed = SmallVec<[(usize, usize); 4]>;
@@ -35,7 +36,7 @@ impl Engine {
                 .zip(r.outcomes.iter())
                 .map(|(o, out)| (o.role, out.over))
         });
-        let refused = refused || verdict::refuses(judged, global_shadow);
+        let refused = refused || refuses(judged, global_shadow);
         if refused {
             request.refund_committed();
         }

@@ -24,8 +24,7 @@ use crate::quota::{DemandExchange, QuotaHub};
 use crate::service::RateLimiter;
 use crate::settings::Settings;
 use crate::telemetry::RequestStats;
-use crate::transport::grpc::{RlsService, ShouldRateLimit};
-use crate::transport::layer::RequestLayer;
+use crate::transport::grpc::{RequestLayer, RlsService, ShouldRateLimit};
 use crate::transport::rlqs::RlqsService;
 
 /// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server

@@ -11,7 +11,6 @@ mod plan;
 pub mod rate;
 mod request;
 pub mod throttle;
-mod validate;
 
 use std::sync::Arc;
 
@@ -21,9 +20,8 @@ pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
-pub use request::{Descriptor, Override, Request};
+pub use request::{validate, Descriptor, Override, Request, RequestLimits};
 pub use throttle::{ThrottleLimits, ThrottleService};
-pub use validate::{validate, RequestLimits};
 
 use crate::limiter::Engine;
 use crate::telemetry::RequestStats;

@@ -133,7 +133,7 @@ impl RequestStats {
 }
 
 /// What one descriptor's limit counted, as the stats count it (the request's verdict is
-/// `limiter::verdict`'s).
+/// `limiter::refuses`'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counted {
     pub hits: u64,

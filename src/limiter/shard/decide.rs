@@ -15,9 +15,9 @@ use super::queues::Queues;
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::clock::Clock;
+use crate::limiter::op::refuses;
 use crate::limiter::op::{Op, Outcome, Outcomes, Role};
 use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
-use crate::limiter::verdict;
 
 /// What a shard keeps besides its counters, queues and mode: its clock and metrics, whether it
 /// is draining, and the answer for a synchronous caller.
@@ -104,7 +104,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
             Role::Quota(_) if !d.whole => None,
             Role::Quota(_) | Role::Shadow => Some((op.role, e.over)),
         });
-    let action = if verdict::refuses(counted, d.global_shadow) {
+    let action = if refuses(counted, d.global_shadow) {
         Action::Refuse
     } else if let Some(i) = wait {
         Action::Wait(i)
