@@ -1,7 +1,8 @@
 //! turnstile: a rate-limit service for Envoy, a drop-in for envoyproxy/ratelimit.
 //!
 //! Envoy's ratelimit filter calls `ShouldRateLimit` with a domain and descriptors. The gRPC
-//! adapter (`transport::grpc`) hands the request to [`service::RateLimiter`], which validates it,
+//! adapter (`transport::grpc`) reads the request where it lies in the call's bytes
+//! (`transport::codec`) and hands it to [`service::RateLimiter`], which validates it,
 //! matches each descriptor against the limit tree (`descriptor`), and plans an op for every limit
 //! that applies: a counter key, its FNV-1a hash, the limit's parameters and the hits. The ops go
 //! to the `limiter` engine: the hash picks one of N shard actors, each owning the state and the
@@ -62,19 +63,22 @@
 //!   source/              where configs come from: files (poll, SIGHUP) and xDS (ADS client);
 //!                        each yields the first config and a stream of updates for `server`
 //!   settings/            the one reader of the environment
-//!   transport/           thin adapters: grpc/, http/, resp/, rlqs
+//!   transport/           thin adapters: grpc.rs (ShouldRateLimit, its per-call layer) and
+//!                        codec.rs (the request read where it lies, the answer in one pass),
+//!                        http/, resp/, rlqs
 //!   quota/               RLQS: book (pure), hub; the fleet exchange as a trait that
 //!                        backend::redis implements (above quota, as it implements it)
-//!   service/             validate → plan → engine → answer; the direct APIs' decisions
+//!   service/             request.rs (the request, borrowed, and its bounds) → plan → engine
+//!                        → answer; the direct APIs' decisions
 //!   telemetry/           counters each subsystem owns, Prometheus text, statsd, logs, traces
 //!   hitters/             the heavy-hitters feature (`/debug/top`, space-saving per limit)
 //!   backend/redis/       the store and exchange contracts over Redis: connections, keys, scripts
 //!   limiter/
 //!     mod.rs             Engine: routes a request's ops to the shards owning their keys
 //!     key.rs             Key: the counter key's text and its hash together; the shard choice
-//!     op.rs              Op, Role, Counting, Outcome: the vocabulary of one decision
+//!     op.rs              Op, Role, Counting, Outcome: the vocabulary of one decision, and the
+//!                        request's verdict (`refuses`), worked out once, carried in the Decision
 //!     protocol.rs        every message a shard takes and every answer it gives
-//!     verdict.rs         the request's verdict, worked out once and carried in the Decision
 //!     algorithm/         fixed window, sliding window, token bucket (pure; time a parameter)
 //!     store.rs           the store contract (memory keeps no store; Redis is one)
 //!     actor.rs, same_thread.rs   how callers reach a shard (its task; in place on its thread)
@@ -102,20 +106,35 @@
 //! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | done: each part a type with its own fields and methods, none importing its parent; `Mode::{Memory, Store(Link)}` chosen once; `Decider` borrows the parts to decide a message; actor and same-thread access moved up to `limiter` |
 //! | 5 | `source/` out of `config` (done: the poller and the ADS client; each yields a stream of `source::Update`s that only `server::reload` consumes; the first config from the files is read by `server::first_config`, which fingerprints them before reading, so a change made while the server starts is reloaded; over xDS it is the first update); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | done |
 //! | 6 | one context from `server` (done: `server::Context`; `RateLimiter` hands out none of its parts), counters owned by their subsystems (done: the types stay in `telemetry`, below every subsystem; reloads' held by `server::reload`, TLS's by `server`'s TLS listener, throttle's by `service::ThrottleService`, quota's by `quota::QuotaHub`, admin's by the admin router, statsd's by its push, the heavy hitters by `service::LiveLimits`; `telemetry::RequestStats` keeps `ShouldRateLimit`'s alone); config loads recorded once (done: `server::reload::record`) | done |
-//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `link::Link` in `Mode::Store`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done: telemetry's per-limit `Verdict` is `Counted`, the shard's per-message one `Action`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | in progress |
+//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `link::Link` in `Mode::Store`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done: telemetry's per-limit `Verdict` is `Counted`, the shard's per-message one `Action`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | done |
 //!
-//! Not yet reached: "a memory decision crosses at most 8 files". Today one `ShouldRateLimit`
-//! decided in memory runs code in 20 files: `transport/layer.rs` (span, latency) →
-//! `transport/grpc.rs` → `transport/codec.rs` (decode) → `service/mod.rs` →
-//! `service/validate.rs` → `service/plan.rs` → `descriptor/mod.rs` (match, key text) →
-//! `limiter/key.rs` → `limiter/mod.rs` (route) → `limiter/same_thread.rs` →
-//! `limiter/shard/mod.rs` → `limiter/shard/decide.rs` → `limiter/shard/counters.rs` and
-//! `table.rs` → `limiter/algorithm.rs` → `limiter/verdict.rs` → `service/answer.rs` →
-//! `telemetry/mod.rs` and `limit_stats.rs` → `hitters/mod.rs` → `transport/codec.rs` (encode).
-//! Of these, six decide something (plan, match, the shard's judgement, the algorithm, the
-//! verdict, the answer); the rest carry the call, route it, or count it. Eight would take
-//! folding validation into the plan, the key into the plan's text, the same-thread path into
-//! the engine, and the recording into the answer, rooms this pass kept apart on purpose.
+//! # The walk of one decision
+//!
+//! One `ShouldRateLimit` decided in memory, file by file; a parent calls each step and takes its
+//! result back, and no file is entered twice from below:
+//!
+//! - (1) `transport/grpc.rs`: the per-call layer opens the span and starts the clock; the
+//!   service reads the request (2) and hands it to (3).
+//! - (2) `transport/codec.rs`: the request read where it lies, strings borrowed.
+//! - (3) `service/mod.rs`: `RateLimiter::decide` calls 4, 5, 8 and 16 in turn.
+//! - (4) `service/request.rs`: the request's bounds (`validate`).
+//! - (5) `service/plan.rs`: the limits that apply and an op for each, matching in
+//!   `descriptor/mod.rs` (6: the node, the counter key's text) and hashing in
+//!   `limiter/key.rs` (7).
+//! - (8) `limiter/mod.rs`: the engine routes the ops to the shard owning their keys, in place on
+//!   this thread (`limiter/same_thread.rs`, 9).
+//! - (10) `limiter/shard/mod.rs` dispatches the message to `limiter/shard/decide.rs` (11), which
+//!   reads and writes each key's state in `shard/counters.rs` (12, stored in `shard/table.rs`,
+//!   13), judges it by `limiter/algorithm.rs` (14), and works out the request's verdict
+//!   (`limiter/op.rs`, 15).
+//! - (16) `service/answer.rs`: a status per descriptor, counted in `telemetry/mod.rs` and
+//!   `telemetry/limit_stats.rs` (17, 18) and the heavy hitters (`hitters/mod.rs`, 19); the
+//!   answer is written by 2.
+//!
+//! That is 19 files, six of which decide something (plan, match, the shard's judgement, the
+//! algorithm, the verdict, the answer). The issue that set this pass asked for at most 8; with
+//! the shard in owned parts, the key and the verdict in the limiter and each subsystem counting
+//! its own, as the same issue asks, 8 would take folding rooms this pass keeps apart on purpose.
 
 pub mod backend;
 pub mod cli;
