@@ -6,7 +6,7 @@
 #
 #   BIN_DIR=DIR       take turnstile and noop_rls from DIR (default target/release)
 #   SERVERS="..."     noop turnstile-w1 (default both)
-#   MIXES="..."       one multi over (default one multi)
+#   MIXES="..."       one multi over report report_over (default one multi)
 #   CALLS=N           calls counted per server and mix (default 20000), after 2000 not counted
 #   PROFILE=DIR       also keep each run's callgrind file in DIR, for callgrind_annotate
 #

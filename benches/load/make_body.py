@@ -10,10 +10,13 @@ needs nothing but python3; only the fields we use are written:
                        2: descriptors (repeated RateLimitDescriptor)
                        3: hits_addend (uint32, omitted when 0)
   RateLimitDescriptor  1: entries (repeated Entry)
+                       3: hits_addend (google.protobuf.UInt64Value)
   Entry                1: key (string)   2: value (string)
+  UInt64Value          1: value (uint64)
 
 Usage:
-  make_body.py OUT_DIR             write one.bin, multi.bin, over.bin
+  make_body.py OUT_DIR             write one.bin, multi.bin, over.bin, report.bin,
+                                   report_over.bin
   make_body.py OUT_DIR MIX [...]   write only the named mixes
   make_body.py --dump MIX          print the body as hex (for eyeballing)
 
@@ -28,7 +31,9 @@ import sys
 
 DOMAIN = "bench"
 
-# Each mix is a list of descriptors; each descriptor a list of (key, value).
+# Each mix is a list of descriptors; each descriptor a list of (key, value), or a
+# dict with those "entries" and the descriptor's own "hits_addend" (usage Envoy
+# reports after the response, counted in full).
 MIXES = {
     # One descriptor, one entry: the cheapest real request.
     "one": [[("api_key", "k1")]],
@@ -42,6 +47,10 @@ MIXES = {
     ],
     # Matches `blocked: yes` in bench.conf.yaml, limit 0: always OVER_LIMIT.
     "over": [[("blocked", "yes")]],
+    # Usage reported after the response: "one" and "over" with the
+    # descriptor's own hits_addend.
+    "report": [{"entries": [("api_key", "k1")], "hits_addend": 1}],
+    "report_over": [{"entries": [("blocked", "yes")], "hits_addend": 1}],
 }
 
 
@@ -69,11 +78,14 @@ def field_varint(field: int, value: int) -> bytes:
 
 def encode_request(domain, descriptors, hits_addend=0) -> bytes:
     msg = field_bytes(1, domain.encode())
-    for entries in descriptors:
+    for d in descriptors:
+        entries, own_hits = (d["entries"], d["hits_addend"]) if isinstance(d, dict) else (d, None)
         desc = b"".join(
             field_bytes(1, field_bytes(1, k.encode()) + field_bytes(2, v.encode()))
             for k, v in entries
         )
+        if own_hits is not None:
+            desc += field_bytes(3, field_varint(1, own_hits))
         msg += field_bytes(2, desc)
     if hits_addend:  # proto3: a zero scalar is not written
         msg += field_varint(3, hits_addend)
