@@ -11,7 +11,7 @@ use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
 use super::decode::{ints, Ints};
-use super::scripts::{add, Cmd};
+use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
 /// A connection to one deployment, reconnecting by itself.
@@ -235,21 +235,22 @@ impl RedisStore {
     }
 }
 
-/// Sends `cmds` over `conn`; answers each command's reply as integers, in order. Scripts go by
-/// their SHA1; those Redis does not know (`NOSCRIPT`: it restarted, or never saw them) are sent
-/// again with their text. A command answered `NOSCRIPT` did not run, so sending it again counts
-/// nothing twice; but it runs after whatever the shard sent meanwhile (two round trips may be
-/// out). That can only make a count read meanwhile too high (a give-back that came late), or
-/// leave a script to judge on a newer count, which it does atomically: it may refuse more than
-/// needed, once, never admit more.
-pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Ints>, String> {
-    let mut values = send(&conn, cmds, true).await?;
+/// Sends the commands of `pipe` (packed with `ignore_errors`, see [`pipeline`]) over `conn`;
+/// answers each command's reply as integers, in order. Scripts go by their SHA1; those Redis does
+/// not know (`NOSCRIPT`: it restarted, or never saw them) are sent again with their text. A
+/// command answered `NOSCRIPT` did not run, so sending it again counts nothing twice; but it runs
+/// after whatever the shard sent meanwhile (two round trips may be out). That can only make a
+/// count read meanwhile too high (a give-back that came late), or leave a script to judge on a
+/// newer count, which it does atomically: it may refuse more than needed, once, never admit more.
+pub(super) async fn exec(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Ints>, String> {
+    let mut values = send(conn, pipe).await?;
     let unknown: Vec<usize> = (0..values.len())
         .filter(|&i| is_noscript(&values[i]))
         .collect();
     if !unknown.is_empty() {
-        let again: Vec<Cmd> = unknown.iter().map(|&i| cmds[i].clone()).collect();
-        for (i, v) in unknown.into_iter().zip(send(&conn, &again, false).await?) {
+        let sent: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+        let again = pipeline(unknown.iter().map(|&i| by_text(sent[i])));
+        for (i, v) in unknown.into_iter().zip(send(conn, &again).await?) {
             values[i] = v;
         }
     }
@@ -264,24 +265,22 @@ fn is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
-fn pipeline(cmds: &[Cmd], by_sha: bool) -> Pipeline {
-    let mut pipe = redis::pipe();
+/// A pipeline of packed commands; a command's error comes back as its reply.
+pub(super) fn pipeline(cmds: impl ExactSizeIterator<Item = redis::Cmd>) -> Pipeline {
+    let mut pipe = Pipeline::with_capacity(cmds.len());
     pipe.ignore_errors();
     for c in cmds {
-        add(&mut pipe, c, by_sha);
+        pipe.add_command(c);
     }
     pipe
 }
 
-/// One pipeline of `cmds`; a command's error comes back as its reply.
-async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, String> {
+/// Sends `pipe` (see [`pipeline`]) as one pipeline, or command by command on a Cluster.
+async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Value>, String> {
     let values: Vec<Value> = match conn {
         Conn::Single(m) => {
             let mut m = m.clone();
-            pipeline(cmds, by_sha)
-                .query_async(&mut m)
-                .await
-                .map_err(|e| e.to_string())?
+            pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
         }
         Conn::Sentinel(s) => {
             let mut guard = s.lock().await;
@@ -295,7 +294,7 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
             }
             let mut c = guard.1.clone().expect("connected");
             drop(guard);
-            match pipeline(cmds, by_sha).query_async(&mut c).await {
+            match pipe.query_async(&mut c).await {
                 Ok(v) => v,
                 Err(e) => {
                     // The master may have moved: ask the sentinels again next time.
@@ -307,12 +306,12 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
         Conn::Cluster(c) => {
             // A pipeline must stay within one slot: each command (its keys share a hash tag
             // or are one key) goes on its own, all at once.
-            let futs = cmds.iter().map(|cmd| {
+            let futs = pipe.cmd_iter().map(|cmd| {
                 let mut c = c.clone();
-                let pipe = pipeline(std::slice::from_ref(cmd), by_sha);
-                async move { pipe.query_async::<Vec<Value>>(&mut c).await }
+                let one = pipeline(std::iter::once(cmd.clone()));
+                async move { one.query_async::<Vec<Value>>(&mut c).await }
             });
-            let mut out = Vec::with_capacity(cmds.len());
+            let mut out = Vec::with_capacity(pipe.len());
             for r in futures_util::future::join_all(futs).await {
                 let mut v = r.map_err(|e| e.to_string())?;
                 out.push(v.pop().unwrap_or(Value::Nil));
@@ -320,11 +319,11 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
             out
         }
     };
-    if values.len() != cmds.len() {
+    if values.len() != pipe.len() {
         return Err(format!(
             "Redis answered {} replies to {} commands",
             values.len(),
-            cmds.len()
+            pipe.len()
         ));
     }
     Ok(values)

@@ -19,12 +19,19 @@
 //! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
 //! by the same `RedisStore::cmd`.
 //!
+//! # Commands
+//!
+//! An op becomes a [`Cmd`] (what to ask, with the key's [`Name`] borrowed from the op), packed
+//! at once into the `redis::Cmd` that goes in the pipeline ([`pack`]): its arguments written
+//! straight into the one buffer the crate encodes from, the key included.
+//!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
+use std::io::Write;
 use std::sync::LazyLock;
 
-use redis::Pipeline;
+use redis::RedisWrite;
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -118,23 +125,56 @@ redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
 return tat
 ";
 
+/// A key as Redis names it: `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the
+/// window's start, if any. Written where it is needed (a command's argument, or a `String` for
+/// the admin listener), never held on its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Name<'a> {
+    prefix: &'a str,
+    open: &'static str,
+    key: &'a str,
+    close: &'static str,
+    start: Option<WindowStart>,
+}
+
+impl Name<'_> {
+    fn len(&self) -> usize {
+        self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
+    }
+
+    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        out.write_all(self.prefix.as_bytes())?;
+        out.write_all(self.open.as_bytes())?;
+        out.write_all(self.key.as_bytes())?;
+        out.write_all(self.close.as_bytes())?;
+        if let Some(s) = self.start {
+            s.write_to(out)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut v = Vec::with_capacity(self.len());
+        self.write_to(&mut v).map_err(|_| std::fmt::Error)?;
+        f.write_str(&String::from_utf8_lossy(&v))
+    }
+}
+
 /// One op as sent to Redis, with what its answer means.
-#[derive(Debug, Clone)]
-pub(super) enum Cmd {
-    /// `INCRBY key hits`: answers the count after; a key it created needs `Expire` next.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Cmd<'a> {
+    /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
+    /// ([`expire`]).
     Fixed {
-        key: String,
+        key: Name<'a>,
         hits: u64,
-        ttl_ms: u64,
-    },
-    /// `PEXPIRE key ttl`, for a fixed-window key its `INCRBY` created.
-    Expire {
-        key: String,
-        ttl_ms: u64,
+        window_ms: u64,
     },
     Sliding {
-        cur: String,
-        prev: String,
+        cur: Name<'a>,
+        prev: Name<'a>,
         limit: u32,
         hits: u64,
         left_ms: u64,
@@ -143,50 +183,53 @@ pub(super) enum Cmd {
         in_full: bool,
     },
     Gcra {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         burst: u32,
         hits: u64,
     },
     GcraAdd {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         hits: u64,
     },
     RefundCount {
-        key: String,
+        key: Name<'a>,
         hits: u64,
     },
     RefundGcra {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         hits: u64,
     },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
     Get {
-        key: String,
+        key: Name<'a>,
     },
     /// `DEL key`: a reset; answers 1 if the key was there.
     Del {
-        key: String,
+        key: Name<'a>,
     },
 }
 
-impl Cmd {
-    /// The `PEXPIRE` a fixed window's `INCRBY` needs when its answer shows it made the key
-    /// (the count after is its own hits).
-    pub(super) fn expire_if_created(&self, reply: &[i64]) -> Option<Cmd> {
-        match self {
-            Cmd::Fixed { key, hits, ttl_ms } if reply.first() == Some(&(*hits as i64)) => {
-                Some(Cmd::Expire {
-                    key: key.clone(),
-                    ttl_ms: *ttl_ms,
-                })
-            }
-            _ => None,
+/// What to do once a packed command is answered: a fixed window's `INCRBY` that made its key
+/// (it answers exactly its own hits) gives the key its TTL.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Then {
+    Nothing,
+    ExpireIfCreated { hits: u64, window_ms: u64 },
+}
+
+impl Cmd<'_> {
+    pub(super) fn then(&self) -> Then {
+        match *self {
+            Cmd::Fixed {
+                hits, window_ms, ..
+            } => Then::ExpireIfCreated { hits, window_ms },
+            _ => Then::Nothing,
         }
     }
 
@@ -196,40 +239,91 @@ impl Cmd {
     }
 }
 
+impl Then {
+    /// The `PEXPIRE` of `sent`'s key when its reply shows it made the key: TTL one window plus
+    /// up to `jitter_max_secs` (drawn only for keys being created).
+    pub(super) fn expire(
+        &self,
+        sent: &redis::Cmd,
+        reply: &[i64],
+        jitter_max_secs: u64,
+    ) -> Option<redis::Cmd> {
+        let Then::ExpireIfCreated { hits, window_ms } = *self else {
+            return None;
+        };
+        if reply.first() != Some(&(hits as i64)) {
+            return None;
+        }
+        let jitter = if jitter_max_secs > 0 {
+            rand::random_range(0..jitter_max_secs) * 1000
+        } else {
+            0
+        };
+        let key = match sent.args_iter().nth(1) {
+            Some(redis::Arg::Simple(k)) => k,
+            _ => return None,
+        };
+        let mut c = redis::Cmd::with_capacity(3, key.len() + 32);
+        c.arg("PEXPIRE").arg(key).arg(window_ms.max(1) + jitter);
+        Some(c)
+    }
+}
+
 /// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
 /// windows of the direct API.
+#[derive(Debug, Clone, Copy)]
 struct WindowStart {
     ms: u64,
 }
 
-impl std::fmt::Display for WindowStart {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl WindowStart {
+    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut buf = [0u8; 20];
         if self.ms.is_multiple_of(1000) {
-            write!(f, "{}", self.ms / 1000)
+            out.write_all(decimal(self.ms / 1000, &mut buf))
         } else {
-            write!(f, "{}ms", self.ms)
+            out.write_all(decimal(self.ms, &mut buf))?;
+            out.write_all(b"ms")
+        }
+    }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
         }
     }
 }
 
 impl RedisStore {
-    /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + `suffix`, in one allocation.
-    fn key(&self, op: &Op, open: &str, close: &str, suffix: impl std::fmt::Display) -> String {
-        use std::fmt::Write;
-        let mut k = String::with_capacity(self.prefix.len() + op.key.as_str().len() + 24);
-        k.push_str(&self.prefix);
-        k.push_str(open);
-        k.push_str(op.key.as_str());
-        k.push_str(close);
-        let _ = write!(k, "{suffix}");
-        k
+    /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the window's start.
+    fn key<'a>(
+        &'a self,
+        op: &'a Op,
+        open: &'static str,
+        close: &'static str,
+        start: Option<WindowStart>,
+    ) -> Name<'a> {
+        Name {
+            prefix: &self.prefix,
+            open,
+            key: op.key.as_str(),
+            close,
+            start,
+        }
     }
 
     /// The command adding `op.hits` whatever the limit says (a local-first replica's hits,
     /// admitted at `at`; or usage counted in full, `at` = `now`), at `now` (ns): windows count
     /// into the window of `at` (INCRBY, as an exact decision would), token buckets take the
     /// tokens at `now`.
-    pub(super) fn sync_cmd(&self, op: &Op, at: u64, now: u64) -> Cmd {
+    pub(super) fn sync_cmd<'a>(&'a self, op: &'a Op, at: u64, now: u64) -> Cmd<'a> {
         match op.params.algorithm {
             Algorithm::TokenBucket { .. } => match self.cmd(op, now, false) {
                 Cmd::Gcra {
@@ -257,27 +351,22 @@ impl RedisStore {
     }
 
     /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
-    pub(super) fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
+    pub(super) fn cmd<'a>(&'a self, op: &'a Op, now: u64, refund: bool) -> Cmd<'a> {
         let p = &op.params;
         let w = p.window_ms.max(1);
         let now_ms = now / 1_000_000;
         let idx = now_ms / w;
-        let start = |i: u64| WindowStart { ms: i * w };
+        let start = |i: u64| Some(WindowStart { ms: i * w });
         match p.algorithm {
             Algorithm::FixedWindow => {
                 let key = self.key(op, "", "", start(idx));
                 if refund {
                     Cmd::RefundCount { key, hits: op.hits }
                 } else {
-                    let jitter = if self.jitter_max_secs > 0 {
-                        rand::random_range(0..self.jitter_max_secs) * 1000
-                    } else {
-                        0
-                    };
                     Cmd::Fixed {
                         key,
                         hits: op.hits,
-                        ttl_ms: w + jitter,
+                        window_ms: w,
                     }
                 }
             }
@@ -301,7 +390,7 @@ impl RedisStore {
                 }
             }
             Algorithm::TokenBucket { burst } => {
-                let key = self.key(op, "{", "}_tat", "");
+                let key = self.key(op, "{", "}_tat", None);
                 let interval_us = w * 1000 / u64::from(p.requests_per_unit.max(1));
                 let interval_us = if p.requests_per_unit == 0 {
                     0
@@ -329,22 +418,6 @@ impl RedisStore {
     }
 }
 
-/// Starts a script call: `EVALSHA` with the script's SHA1 (a few bytes instead of the script's
-/// text, and no hashing on Redis's side), or `EVAL` with its text (which loads it, after a
-/// Redis restart answered `NOSCRIPT`).
-fn script<'p>(
-    pipe: &'p mut Pipeline,
-    src: &'static str,
-    sha: &LazyLock<String>,
-    by_sha: bool,
-) -> &'p mut Pipeline {
-    if by_sha {
-        pipe.cmd("EVALSHA").arg(sha.as_str())
-    } else {
-        pipe.cmd("EVAL").arg(src)
-    }
-}
-
 fn sha1(src: &str) -> String {
     redis::Script::new(src).get_hash().to_owned()
 }
@@ -358,31 +431,39 @@ static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
 static REFUND_COUNT_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_COUNT));
 static REFUND_GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_GCRA));
 
-/// Adds the command of `c` to `pipe`: one reply each. Scripts go by their SHA1 when `by_sha`.
-pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
-    match c {
-        Cmd::Fixed { key, hits, .. } => {
-            pipe.cmd("INCRBY").arg(key).arg(*hits);
-        }
-        Cmd::Expire { key, ttl_ms } => {
-            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms);
-        }
-        Cmd::Get { key } => {
-            pipe.cmd("GET").arg(key);
-        }
-        Cmd::Del { key } => {
-            pipe.cmd("DEL").arg(key);
-        }
-        _ => add_script(pipe, c, by_sha),
-    }
+/// Writes `name` as the next argument of `c`.
+fn key_arg(c: &mut redis::Cmd, name: &Name<'_>) {
+    // Writing into a Vec cannot fail.
+    let _ = name.write_to(&mut c.writer_for_next_arg());
 }
 
-/// Adds a script call (`c` runs one of the scripts above).
-fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
-    match c {
-        Cmd::Fixed { .. } | Cmd::Expire { .. } | Cmd::Get { .. } | Cmd::Del { .. } => {
-            unreachable!("a plain command is added by `add`")
+/// Starts a script call of `keys` keys: `EVALSHA` with the script's SHA1 (a few bytes instead of
+/// the script's text, and no hashing on Redis's side).
+fn script(sha: &LazyLock<String>, keys: &[&Name<'_>], args: usize) -> redis::Cmd {
+    let bytes: usize = keys.iter().map(|k| k.len()).sum::<usize>() + 40 + 21 * args;
+    let mut c = redis::Cmd::with_capacity(3 + keys.len() + args, bytes + 20);
+    c.arg("EVALSHA").arg(sha.as_str()).arg(keys.len());
+    for k in keys {
+        key_arg(&mut c, k);
+    }
+    c
+}
+
+/// The command of `c`, packed once: one reply each. Scripts go by their SHA1 (see [`by_text`]).
+pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
+    let plain = |name: &str, key: &Name<'_>, arg: Option<u64>| {
+        let mut out = redis::Cmd::with_capacity(3, key.len() + 32);
+        out.arg(name);
+        key_arg(&mut out, key);
+        if let Some(a) = arg {
+            out.arg(a);
         }
+        out
+    };
+    match c {
+        Cmd::Fixed { key, hits, .. } => plain("INCRBY", key, Some(*hits)),
+        Cmd::Get { key } => plain("GET", key, None),
+        Cmd::Del { key } => plain("DEL", key, None),
         Cmd::Sliding {
             cur,
             prev,
@@ -392,16 +473,14 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             window_ms,
             in_full,
         } => {
-            script(pipe, SLIDING, &SLIDING_SHA, by_sha)
-                .arg(2)
-                .arg(cur)
-                .arg(prev)
-                .arg(*limit)
+            let mut s = script(&SLIDING_SHA, &[cur, prev], 6);
+            s.arg(*limit)
                 .arg(*hits)
                 .arg(*left_ms)
                 .arg(*window_ms)
                 .arg(2 * *window_ms)
                 .arg(u8::from(*in_full));
+            s
         }
         Cmd::Gcra {
             key,
@@ -410,13 +489,9 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             burst,
             hits,
         } => {
-            script(pipe, GCRA, &GCRA_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*burst)
-                .arg(*hits);
+            let mut s = script(&GCRA_SHA, &[key], 4);
+            s.arg(*now_us).arg(*interval_us).arg(*burst).arg(*hits);
+            s
         }
         Cmd::GcraAdd {
             key,
@@ -424,18 +499,14 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             interval_us,
             hits,
         } => {
-            script(pipe, GCRA_ADD, &GCRA_ADD_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*hits);
+            let mut s = script(&GCRA_ADD_SHA, &[key], 3);
+            s.arg(*now_us).arg(*interval_us).arg(*hits);
+            s
         }
         Cmd::RefundCount { key, hits } => {
-            script(pipe, REFUND_COUNT, &REFUND_COUNT_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*hits);
+            let mut s = script(&REFUND_COUNT_SHA, &[key], 1);
+            s.arg(*hits);
+            s
         }
         Cmd::RefundGcra {
             key,
@@ -443,12 +514,213 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             interval_us,
             hits,
         } => {
-            script(pipe, REFUND_GCRA, &REFUND_GCRA_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*hits);
+            let mut s = script(&REFUND_GCRA_SHA, &[key], 3);
+            s.arg(*now_us).arg(*interval_us).arg(*hits);
+            s
         }
+    }
+}
+
+/// The `EVAL` with the script's text of a packed `EVALSHA` (which loads the script, after a
+/// Redis restart answered `NOSCRIPT`); any other command as it is.
+pub(super) fn by_text(c: &redis::Cmd) -> redis::Cmd {
+    let args: Vec<&[u8]> = c
+        .args_iter()
+        .filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let src = match args.as_slice() {
+        [b"EVALSHA", sha, ..] => ALL.iter().find(|src| {
+            let known: &str = match **src {
+                SLIDING => &SLIDING_SHA,
+                GCRA => &GCRA_SHA,
+                GCRA_ADD => &GCRA_ADD_SHA,
+                REFUND_COUNT => &REFUND_COUNT_SHA,
+                _ => &REFUND_GCRA_SHA,
+            };
+            known.as_bytes() == *sha
+        }),
+        _ => None,
+    };
+    let Some(src) = src else {
+        return c.clone();
+    };
+    let mut out = redis::Cmd::with_capacity(args.len(), src.len() + 64);
+    out.arg("EVAL").arg(*src);
+    for a in &args[2..] {
+        out.arg(*a);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::key::Key;
+    use crate::limiter::{Counting, Role};
+
+    fn store(prefix: &str) -> RedisStore {
+        RedisStore::for_tests(prefix)
+    }
+
+    fn op(algorithm: Algorithm, window_ms: u64) -> Op {
+        Op {
+            key: Key::new("dom_k_v_"),
+            params: Params {
+                requests_per_unit: 10,
+                window_ms,
+                algorithm,
+            },
+            hits: 3,
+            refund: false,
+            role: Role::Binding,
+            queue: None,
+            grant: None,
+            counting: Counting::IfAdmitted,
+            local_first: None,
+        }
+    }
+
+    fn text(c: &redis::Cmd) -> String {
+        String::from_utf8(c.get_packed_command()).unwrap()
+    }
+
+    /// The crate's own encoding of the command as `add` built it before packing went direct.
+    fn reference(args: &[&[u8]]) -> String {
+        let mut c = redis::Cmd::new();
+        for a in args {
+            c.arg(*a);
+        }
+        text(&c)
+    }
+
+    const NOW: u64 = 1_700_000_123_456_000_000;
+
+    #[test]
+    fn fixed_windows_keep_envoys_key_and_incrby() {
+        let s = store("pre_");
+        let o = op(Algorithm::FixedWindow, 60_000);
+        let c = s.cmd(&o, NOW, false);
+        assert_eq!(
+            text(&pack(&c)),
+            reference(&[b"INCRBY", b"pre_dom_k_v_1700000100", b"3"])
+        );
+        let sub = op(Algorithm::FixedWindow, 250);
+        let c = s.cmd(&sub, NOW, false);
+        assert_eq!(
+            text(&pack(&c)),
+            reference(&[b"INCRBY", b"pre_dom_k_v_1700000123250ms", b"3"])
+        );
+        assert_eq!(
+            text(&pack(&s.cmd(&o, NOW, true))),
+            reference(&[
+                b"EVALSHA",
+                REFUND_COUNT_SHA.as_bytes(),
+                b"1",
+                b"pre_dom_k_v_1700000100",
+                b"3"
+            ])
+        );
+    }
+
+    #[test]
+    fn a_created_key_gets_one_window_of_ttl() {
+        let s = store("");
+        let o = op(Algorithm::FixedWindow, 1000);
+        let c = s.cmd(&o, NOW, false);
+        let sent = pack(&c);
+        assert!(c.then().expire(&sent, &[4], 0).is_none());
+        let e = c.then().expire(&sent, &[3], 0).expect("created");
+        assert_eq!(
+            text(&e),
+            reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
+        );
+        let e = c.then().expire(&sent, &[3], 5).expect("created");
+        let ttl: u64 = String::from_utf8(
+            e.args_iter()
+                .nth(2)
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => b.to_vec(),
+                    _ => vec![],
+                })
+                .unwrap(),
+        )
+        .unwrap()
+        .parse()
+        .unwrap();
+        assert!((1000..6000).contains(&ttl), "{ttl}");
+    }
+
+    #[test]
+    fn scripts_go_by_sha_and_again_by_text() {
+        let s = store("p:");
+        let sliding = op(Algorithm::SlidingWindow, 1000);
+        let c = pack(&s.cmd(&sliding, NOW, false));
+        let want: [&[u8]; 11] = [
+            b"EVALSHA",
+            SLIDING_SHA.as_bytes(),
+            b"2",
+            b"p:{dom_k_v_}_1700000123",
+            b"p:{dom_k_v_}_1700000122",
+            b"10",
+            b"3",
+            b"544",
+            b"1000",
+            b"2000",
+            b"0",
+        ];
+        assert_eq!(text(&c), reference(&want));
+        let mut again = want;
+        again[0] = b"EVAL";
+        again[1] = SLIDING.as_bytes();
+        assert_eq!(text(&by_text(&c)), reference(&again));
+        let synced = pack(&s.sync_cmd(&sliding, NOW, NOW));
+        assert!(text(&synced).ends_with("$1\r\n1\r\n"));
+
+        let bucket = op(Algorithm::TokenBucket { burst: 4 }, 1000);
+        let c = pack(&s.cmd(&bucket, NOW, false));
+        assert_eq!(
+            text(&c),
+            reference(&[
+                b"EVALSHA",
+                GCRA_SHA.as_bytes(),
+                b"1",
+                b"p:{dom_k_v_}_tat",
+                b"1700000123456000",
+                b"100000",
+                b"4",
+                b"3"
+            ])
+        );
+        for (cmd, src) in [
+            (s.sync_cmd(&bucket, NOW, NOW), GCRA_ADD),
+            (s.cmd(&bucket, NOW, true), REFUND_GCRA),
+            (s.cmd(&bucket, NOW, false), GCRA),
+            (s.cmd(&sliding, NOW, true), REFUND_COUNT),
+        ] {
+            let t = text(&by_text(&pack(&cmd)));
+            assert!(t.contains(src), "{t}");
+            assert!(t.starts_with("*"), "{t}");
+        }
+        let plain = pack(&Cmd::Get {
+            key: s.key(&sliding, "", "", None),
+        });
+        assert_eq!(text(&by_text(&plain)), text(&plain));
+        assert_eq!(text(&plain), reference(&[b"GET", b"p:dom_k_v_"]));
+    }
+
+    #[test]
+    fn names_print_as_they_are_sent() {
+        let s = store("x_");
+        let o = op(Algorithm::FixedWindow, 1000);
+        let Cmd::Fixed { key, .. } = s.cmd(&o, NOW, false) else {
+            panic!("fixed");
+        };
+        assert_eq!(key.to_string(), "x_dom_k_v_1700000123");
+        let mut buf = [0u8; 20];
+        assert_eq!(decimal(0, &mut buf), b"0");
+        assert_eq!(decimal(u64::MAX, &mut buf), b"18446744073709551615");
     }
 }
