@@ -11,6 +11,7 @@ use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
 use super::decode::{ints, Ints};
+use super::direct::{Direct, Reply, Target};
 use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
@@ -21,11 +22,14 @@ pub(super) enum Conn {
     Cluster(ClusterConnection),
     /// Sentinel: asks the sentinels for the master again after a failure.
     Sentinel(Arc<Mutex<(SentinelClient, Option<MultiplexedConnection>)>>),
+    /// A single Redis without TLS, on a shard's round trips (see `direct`).
+    Direct(Arc<Direct>),
 }
 
 /// The connections of one deployment.
 pub(super) struct Deployment {
-    /// Made at start (and PINGed there); Cluster and Sentinel send through them.
+    /// Made at start through the crate (and PINGed there); Cluster and Sentinel send through
+    /// them, and so do RLQS exchanges.
     pub(super) conns: Vec<Conn>,
     /// A single Redis: one connection per pool slot, made by the first shard that uses the
     /// slot, on that shard's worker thread, so its reads and writes run beside the shard
@@ -36,7 +40,9 @@ pub(super) struct Deployment {
 pub(super) struct Home {
     client: redis::Client,
     config: ConnectionManagerConfig,
-    slots: Box<[OnceLock<ConnectionManager>]>,
+    /// Plain TCP or a unix socket: the slots connect directly (see `direct`).
+    direct: Option<Target>,
+    slots: Box<[OnceLock<Conn>]>,
 }
 
 impl Deployment {
@@ -46,14 +52,19 @@ impl Deployment {
         match &self.home {
             Some(h) => {
                 let slot = &h.slots[lane % h.slots.len()];
-                let m = slot.get_or_init(|| {
-                    ConnectionManager::new_lazy_with_config(h.client.clone(), h.config.clone())
-                        .unwrap_or_else(|_| match &self.conns[lane % n] {
-                            Conn::Single(m) => m.clone(),
-                            _ => unreachable!("a single Redis has single connections"),
-                        })
+                let c = slot.get_or_init(|| {
+                    if let Some(t) = &h.direct {
+                        return Conn::Direct(Arc::new(Direct::new(t.clone())));
+                    }
+                    match ConnectionManager::new_lazy_with_config(
+                        h.client.clone(),
+                        h.config.clone(),
+                    ) {
+                        Ok(m) => Conn::Single(m),
+                        Err(_) => self.conns[lane % n].clone(),
+                    }
                 });
-                Conn::Single(m.clone())
+                c.clone()
             }
             None => self.conns[lane % n].clone(),
         }
@@ -120,7 +131,9 @@ async fn single(
     let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
         .await
         .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+    let connect_timeout = deadline.max(Duration::from_millis(500));
     let home = Home {
+        direct: Target::of(&client, connect_timeout),
         client,
         config: cfg,
         slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
@@ -243,26 +256,39 @@ impl RedisStore {
 /// count read meanwhile too high (a give-back that came late), or leave a script to judge on a
 /// newer count, which it does atomically: it may refuse more than needed, once, never admit more.
 pub(super) async fn exec(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Ints>, String> {
-    let mut values = send(conn, pipe).await?;
-    let unknown: Vec<usize> = (0..values.len())
-        .filter(|&i| is_noscript(&values[i]))
+    let mut replies = send(conn, pipe).await?;
+    let unknown: Vec<usize> = (0..replies.len())
+        .filter(|&i| is_noscript(&replies[i]))
         .collect();
     if !unknown.is_empty() {
         let sent: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
         let again = pipeline(unknown.iter().map(|&i| by_text(sent[i])));
-        for (i, v) in unknown.into_iter().zip(send(conn, &again).await?) {
-            values[i] = v;
+        for (i, r) in unknown.into_iter().zip(send(conn, &again).await?) {
+            replies[i] = r;
         }
     }
-    if let Some(Value::ServerError(e)) = values.iter().find(|v| matches!(v, Value::ServerError(_)))
-    {
-        return Err(format!("Redis answered an error: {e:?}"));
-    }
-    Ok(values.into_iter().map(ints).collect())
+    replies
+        .into_iter()
+        .map(|r| match r {
+            Reply::Ints(i) => Ok(i),
+            Reply::Error(e) => Err(format!("Redis answered an error: {e}")),
+        })
+        .collect()
 }
 
-fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+fn is_noscript(r: &Reply) -> bool {
+    matches!(r, Reply::Error(e) if e.split(' ').next() == Some("NOSCRIPT"))
+}
+
+/// A reply the crate read, as a [`Reply`].
+fn reply(v: Value) -> Reply {
+    match v {
+        Value::ServerError(e) => Reply::Error(match e.details() {
+            Some(d) => format!("{} {d}", e.code()),
+            None => e.code().to_owned(),
+        }),
+        v => Reply::Ints(ints(v)),
+    }
 }
 
 /// A pipeline of packed commands; a command's error comes back as its reply.
@@ -276,8 +302,12 @@ pub(super) fn pipeline(cmds: impl ExactSizeIterator<Item = redis::Cmd>) -> Pipel
 }
 
 /// Sends `pipe` (see [`pipeline`]) as one pipeline, or command by command on a Cluster.
-async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Value>, String> {
+async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Reply>, String> {
     let values: Vec<Value> = match conn {
+        Conn::Direct(d) => {
+            let replies = d.round_trip(pipe.get_packed_pipeline(), pipe.len()).await?;
+            return Ok(replies);
+        }
         Conn::Single(m) => {
             let mut m = m.clone();
             pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
@@ -326,12 +356,14 @@ async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Value>, String> {
             pipe.len()
         ));
     }
-    Ok(values)
+    Ok(values.into_iter().map(reply).collect())
 }
 
-/// Sends one pipeline whose keys share one slot over `conn`; answers the raw replies.
+/// Sends one pipeline whose keys share one slot over `conn` (one of a deployment's `conns`, made
+/// through the crate); answers the raw replies.
 pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, String> {
     match conn {
+        Conn::Direct(_) => Err("a direct connection answers integers only".into()),
         Conn::Single(mut m) => pipe.query_async(&mut m).await.map_err(|e| e.to_string()),
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await.map_err(|e| e.to_string()),
         Conn::Sentinel(s) => {
@@ -375,6 +407,7 @@ async fn load_scripts(conn: &Conn, within: Duration) {
 
 async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {
     let r: Result<Vec<Value>, redis::RedisError> = match conn {
+        Conn::Direct(_) => return Err("a direct connection is not checked with PING".into()),
         Conn::Single(mut m) => pipe.query_async(&mut m).await,
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
         Conn::Sentinel(s) => {

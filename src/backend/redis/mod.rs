@@ -3,6 +3,7 @@
 mod admin;
 mod connect;
 mod decode;
+mod direct;
 pub mod fleet;
 mod scripts;
 mod settings;
