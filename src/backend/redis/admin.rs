@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use super::connect::{exec, pipeline};
+use super::connect::exec;
 use super::decode::stored;
+use super::packed::Packed;
 use super::scripts::{pack, Cmd, Name};
 use super::{within, RedisStore};
 use crate::limiter::{DeleteFuture, Op, StoreFuture, StoreReply};
@@ -32,7 +33,10 @@ impl RedisStore {
         deadline: Duration,
     ) -> StoreFuture {
         let names = self.keys_of(op, now);
-        let cmds = pipeline(names.into_iter().map(|key| pack(&Cmd::Get { key })));
+        let mut cmds = Packed::with_capacity(names.len());
+        for key in names {
+            pack(&Cmd::Get { key }, &mut cmds);
+        }
         let conn = self.deployment(&op.params).conn(lane);
         let params = op.params;
         Box::pin(async move {
@@ -54,7 +58,10 @@ impl RedisStore {
         deadline: Duration,
     ) -> DeleteFuture {
         let names = self.keys_of(op, now);
-        let cmds = pipeline(names.into_iter().map(|key| pack(&Cmd::Del { key })));
+        let mut cmds = Packed::with_capacity(names.len());
+        for key in names {
+            pack(&Cmd::Del { key }, &mut cmds);
+        }
         let conn = self.deployment(&op.params).conn(lane);
         Box::pin(async move {
             let replies = within(deadline, exec(&conn, &cmds)).await?;

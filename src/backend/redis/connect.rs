@@ -12,6 +12,7 @@ use tokio::sync::Mutex;
 
 use super::decode::{ints, Ints};
 use super::direct::{Direct, Reply, Target};
+use super::packed::Packed;
 use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
@@ -248,21 +249,23 @@ impl RedisStore {
     }
 }
 
-/// Sends the commands of `pipe` (packed with `ignore_errors`, see [`pipeline`]) over `conn`;
-/// answers each command's reply as integers, in order. Scripts go by their SHA1; those Redis does
-/// not know (`NOSCRIPT`: it restarted, or never saw them) are sent again with their text. A
-/// command answered `NOSCRIPT` did not run, so sending it again counts nothing twice; but it runs
-/// after whatever the shard sent meanwhile (two round trips may be out). That can only make a
-/// count read meanwhile too high (a give-back that came late), or leave a script to judge on a
-/// newer count, which it does atomically: it may refuse more than needed, once, never admit more.
-pub(super) async fn exec(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Ints>, String> {
-    let mut replies = send(conn, pipe).await?;
+/// Sends `cmds` over `conn`; answers each command's reply as integers, in order. Scripts go by
+/// their SHA1; those Redis does not know (`NOSCRIPT`: it restarted, or never saw them) are sent
+/// again with their text. A command answered `NOSCRIPT` did not run, so sending it again counts
+/// nothing twice; but it runs after whatever the shard sent meanwhile (two round trips may be
+/// out). That can only make a count read meanwhile too high (a give-back that came late), or
+/// leave a script to judge on a newer count, which it does atomically: it may refuse more than
+/// needed, once, never admit more.
+pub(super) async fn exec(conn: &Conn, cmds: &Packed) -> Result<Vec<Ints>, String> {
+    let mut replies = send(conn, cmds).await?;
     let unknown: Vec<usize> = (0..replies.len())
         .filter(|&i| is_noscript(&replies[i]))
         .collect();
     if !unknown.is_empty() {
-        let sent: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
-        let again = pipeline(unknown.iter().map(|&i| by_text(sent[i])));
+        let mut again = Packed::with_capacity(unknown.len());
+        for &i in &unknown {
+            by_text(cmds, i, &mut again);
+        }
         for (i, r) in unknown.into_iter().zip(send(conn, &again).await?) {
             replies[i] = r;
         }
@@ -291,26 +294,14 @@ fn reply(v: Value) -> Reply {
     }
 }
 
-/// A pipeline of packed commands; a command's error comes back as its reply.
-pub(super) fn pipeline(cmds: impl ExactSizeIterator<Item = redis::Cmd>) -> Pipeline {
-    let mut pipe = Pipeline::with_capacity(cmds.len());
-    pipe.ignore_errors();
-    for c in cmds {
-        pipe.add_command(c);
-    }
-    pipe
-}
-
-/// Sends `pipe` (see [`pipeline`]) as one pipeline, or command by command on a Cluster.
-async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Reply>, String> {
+/// Sends `cmds` as one pipeline, or command by command on a Cluster; a command's error comes
+/// back as its reply.
+async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
     let values: Vec<Value> = match conn {
-        Conn::Direct(d) => {
-            let replies = d.round_trip(pipe.get_packed_pipeline(), pipe.len()).await?;
-            return Ok(replies);
-        }
+        Conn::Direct(d) => return d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
         Conn::Single(m) => {
             let mut m = m.clone();
-            pipe.query_async(&mut m).await.map_err(|e| e.to_string())?
+            (cmds.pipeline().query_async(&mut m).await).map_err(|e| e.to_string())?
         }
         Conn::Sentinel(s) => {
             let mut guard = s.lock().await;
@@ -324,7 +315,7 @@ async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Reply>, String> {
             }
             let mut c = guard.1.clone().expect("connected");
             drop(guard);
-            match pipe.query_async(&mut c).await {
+            match cmds.pipeline().query_async(&mut c).await {
                 Ok(v) => v,
                 Err(e) => {
                     // The master may have moved: ask the sentinels again next time.
@@ -336,12 +327,12 @@ async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Reply>, String> {
         Conn::Cluster(c) => {
             // A pipeline must stay within one slot: each command (its keys share a hash tag
             // or are one key) goes on its own, all at once.
-            let futs = pipe.cmd_iter().map(|cmd| {
+            let futs = (0..cmds.len()).map(|i| {
                 let mut c = c.clone();
-                let one = pipeline(std::iter::once(cmd.clone()));
+                let one = cmds.pipeline_of(i..i + 1);
                 async move { one.query_async::<Vec<Value>>(&mut c).await }
             });
-            let mut out = Vec::with_capacity(pipe.len());
+            let mut out = Vec::with_capacity(cmds.len());
             for r in futures_util::future::join_all(futs).await {
                 let mut v = r.map_err(|e| e.to_string())?;
                 out.push(v.pop().unwrap_or(Value::Nil));
@@ -349,11 +340,11 @@ async fn send(conn: &Conn, pipe: &Pipeline) -> Result<Vec<Reply>, String> {
             out
         }
     };
-    if values.len() != pipe.len() {
+    if values.len() != cmds.len() {
         return Err(format!(
             "Redis answered {} replies to {} commands",
             values.len(),
-            pipe.len()
+            cmds.len()
         ));
     }
     Ok(values.into_iter().map(reply).collect())

@@ -5,13 +5,15 @@ mod connect;
 mod decode;
 mod direct;
 pub mod fleet;
+mod packed;
 mod scripts;
 mod settings;
 
 use std::time::Duration;
 
-use connect::{exec, pipeline, Deployment};
+use connect::{exec, Deployment};
 use decode::Asked;
+use packed::Packed;
 use scripts::{pack, Then};
 pub use settings::{RedisSettings, RedisTarget, RedisType};
 
@@ -33,7 +35,7 @@ pub struct RedisStore {
 struct Lane {
     at: Vec<usize>,
     then: Vec<Then>,
-    cmds: Vec<redis::Cmd>,
+    cmds: Packed,
 }
 
 impl Store for RedisStore {
@@ -51,17 +53,17 @@ impl Store for RedisStore {
             };
             let to =
                 &mut lanes[usize::from(self.per_second.is_some() && c.per_second(&b.op.params))];
-            if to.cmds.capacity() == 0 {
+            if to.at.capacity() == 0 {
                 let n = batch.len();
                 *to = Lane {
                     at: Vec::with_capacity(n),
                     then: Vec::with_capacity(n),
-                    cmds: Vec::with_capacity(n),
+                    cmds: Packed::with_capacity(n),
                 };
             }
             to.at.push(i);
             to.then.push(c.then());
-            to.cmds.push(pack(&c));
+            pack(&c, &mut to.cmds);
             asked.push(Asked {
                 params: b.op.params,
                 hits: b.op.hits,
@@ -73,7 +75,7 @@ impl Store for RedisStore {
         let [main, second] = lanes;
         let pick = |dep: Option<&Deployment>, l: Lane| {
             let dep = dep.filter(|_| !l.cmds.is_empty())?;
-            Some((dep.conn(lane), l.at, l.then, pipeline(l.cmds.into_iter())))
+            Some((dep.conn(lane), l.at, l.then, l.cmds))
         };
         let lists = [
             pick(Some(&self.main), main),
@@ -83,14 +85,15 @@ impl Store for RedisStore {
         Box::pin(async move {
             let fut = async {
                 let mut out = vec![decode::Ints::new(); asked.len()];
-                for (conn, at, then, pipe) in lists.into_iter().flatten() {
-                    let replies = exec(&conn, &pipe).await?;
+                for (conn, at, then, cmds) in lists.into_iter().flatten() {
+                    let replies = exec(&conn, &cmds).await?;
                     // Keys this round trip created get their TTL before it answers.
-                    let expire: Vec<redis::Cmd> = (pipe.cmd_iter().zip(&then).zip(&replies))
-                        .filter_map(|((c, t), r)| t.expire(c, r, jitter))
-                        .collect();
+                    let mut expire = Packed::default();
+                    for (i, (t, r)) in then.iter().zip(&replies).enumerate() {
+                        t.expire((&cmds, i), r, jitter, &mut expire);
+                    }
                     if !expire.is_empty() {
-                        exec(&conn, &pipeline(expire.into_iter())).await?;
+                        exec(&conn, &expire).await?;
                     }
                     for (i, r) in at.into_iter().zip(replies) {
                         out[i] = r;

@@ -22,8 +22,7 @@
 //! # Commands
 //!
 //! An op becomes a [`Cmd`] (what to ask, with the key's [`Name`] borrowed from the op), packed
-//! at once into the `redis::Cmd` that goes in the pipeline ([`pack`]): its arguments written
-//! straight into the one buffer the crate encodes from, the key included.
+//! at once into the round trip's buffer ([`pack`], see `packed`), the key written in place.
 //!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
@@ -31,7 +30,7 @@
 use std::io::Write;
 use std::sync::LazyLock;
 
-use redis::RedisWrite;
+use super::packed::{decimal, Encoded, Packed};
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -154,6 +153,26 @@ impl Name<'_> {
     }
 }
 
+impl Name<'_> {
+    /// Writes the name as the next argument of `p`.
+    fn pack(&self, p: &mut Packed) {
+        let mut d = [0u8; 20];
+        let (digits, ms): (&[u8], &[u8]) = match self.start {
+            None => (b"", b""),
+            Some(s) if s.ms.is_multiple_of(1000) => (decimal(s.ms / 1000, &mut d), b""),
+            Some(s) => (decimal(s.ms, &mut d), b"ms"),
+        };
+        p.parts(&[
+            self.prefix.as_bytes(),
+            self.open.as_bytes(),
+            self.key.as_bytes(),
+            self.close.as_bytes(),
+            digits,
+            ms,
+        ]);
+    }
+}
+
 impl std::fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut v = Vec::with_capacity(self.len());
@@ -240,32 +259,32 @@ impl Cmd<'_> {
 }
 
 impl Then {
-    /// The `PEXPIRE` of `sent`'s key when its reply shows it made the key: TTL one window plus
-    /// up to `jitter_max_secs` (drawn only for keys being created).
+    /// Adds to `out` the `PEXPIRE` of the key of command `i` of `sent` when its reply shows it
+    /// made the key: TTL one window plus up to `jitter_max_secs` (drawn only for keys being
+    /// created).
     pub(super) fn expire(
         &self,
-        sent: &redis::Cmd,
+        (sent, i): (&Packed, usize),
         reply: &[i64],
         jitter_max_secs: u64,
-    ) -> Option<redis::Cmd> {
+        out: &mut Packed,
+    ) {
         let Then::ExpireIfCreated { hits, window_ms } = *self else {
-            return None;
+            return;
         };
         if reply.first() != Some(&(hits as i64)) {
-            return None;
+            return;
         }
         let jitter = if jitter_max_secs > 0 {
             rand::random_range(0..jitter_max_secs) * 1000
         } else {
             0
         };
-        let key = match sent.args_iter().nth(1) {
-            Some(redis::Arg::Simple(k)) => k,
-            _ => return None,
-        };
-        let mut c = redis::Cmd::with_capacity(3, key.len() + 32);
-        c.arg("PEXPIRE").arg(key).arg(window_ms.max(1) + jitter);
-        Some(c)
+        let args = sent.args(i);
+        out.start(3);
+        out.encoded(&PEXPIRE);
+        out.arg(args.get(1).copied().unwrap_or_default());
+        out.int(window_ms.max(1) + jitter);
     }
 }
 
@@ -284,19 +303,6 @@ impl WindowStart {
         } else {
             out.write_all(decimal(self.ms, &mut buf))?;
             out.write_all(b"ms")
-        }
-    }
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
         }
     }
 }
@@ -431,39 +437,47 @@ static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
 static REFUND_COUNT_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_COUNT));
 static REFUND_GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_GCRA));
 
-/// Writes `name` as the next argument of `c`.
-fn key_arg(c: &mut redis::Cmd, name: &Name<'_>) {
-    // Writing into a Vec cannot fail.
-    let _ = name.write_to(&mut c.writer_for_next_arg());
+/// A command's name, or `EVALSHA` with a script's SHA1, encoded once.
+type Head = LazyLock<Encoded>;
+static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
+static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
+static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
+static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
+static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
+static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
+static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
+static REFUND_COUNT_HEAD: Head = LazyLock::new(|| evalsha(&REFUND_COUNT_SHA));
+static REFUND_GCRA_HEAD: Head = LazyLock::new(|| evalsha(&REFUND_GCRA_SHA));
+
+fn evalsha(sha: &str) -> Encoded {
+    Encoded::new(&[b"EVALSHA", sha.as_bytes()])
 }
 
-/// Starts a script call of `keys` keys: `EVALSHA` with the script's SHA1 (a few bytes instead of
-/// the script's text, and no hashing on Redis's side).
-fn script(sha: &LazyLock<String>, keys: &[&Name<'_>], args: usize) -> redis::Cmd {
-    let bytes: usize = keys.iter().map(|k| k.len()).sum::<usize>() + 40 + 21 * args;
-    let mut c = redis::Cmd::with_capacity(3 + keys.len() + args, bytes + 20);
-    c.arg("EVALSHA").arg(sha.as_str()).arg(keys.len());
+/// Starts a script call of `keys` keys and `args` more arguments: `EVALSHA` with the
+/// script's SHA1 (a few bytes instead of the script's text, and no hashing on Redis's side).
+fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: usize) {
+    p.start(3 + keys.len() + args);
+    p.encoded(head);
+    p.int(keys.len() as u64);
     for k in keys {
-        key_arg(&mut c, k);
+        k.pack(p);
     }
-    c
 }
 
-/// The command of `c`, packed once: one reply each. Scripts go by their SHA1 (see [`by_text`]).
-pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
-    let plain = |name: &str, key: &Name<'_>, arg: Option<u64>| {
-        let mut out = redis::Cmd::with_capacity(3, key.len() + 32);
-        out.arg(name);
-        key_arg(&mut out, key);
+/// Adds the command of `c` to `p`: one reply each. Scripts go by their SHA1 (see [`by_text`]).
+pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
+    let plain = |p: &mut Packed, name: &Head, key: &Name<'_>, arg: Option<u64>| {
+        p.start(2 + usize::from(arg.is_some()));
+        p.encoded(name);
+        key.pack(p);
         if let Some(a) = arg {
-            out.arg(a);
+            p.int(a);
         }
-        out
     };
     match c {
-        Cmd::Fixed { key, hits, .. } => plain("INCRBY", key, Some(*hits)),
-        Cmd::Get { key } => plain("GET", key, None),
-        Cmd::Del { key } => plain("DEL", key, None),
+        Cmd::Fixed { key, hits, .. } => plain(p, &INCRBY, key, Some(*hits)),
+        Cmd::Get { key } => plain(p, &GET, key, None),
+        Cmd::Del { key } => plain(p, &DEL, key, None),
         Cmd::Sliding {
             cur,
             prev,
@@ -473,14 +487,13 @@ pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
             window_ms,
             in_full,
         } => {
-            let mut s = script(&SLIDING_SHA, &[cur, prev], 6);
-            s.arg(*limit)
-                .arg(*hits)
-                .arg(*left_ms)
-                .arg(*window_ms)
-                .arg(2 * *window_ms)
-                .arg(u8::from(*in_full));
-            s
+            script(p, &SLIDING_HEAD, &[cur, prev], 6);
+            p.int(u64::from(*limit));
+            p.int(*hits);
+            p.int(*left_ms);
+            p.int(*window_ms);
+            p.int(2 * *window_ms);
+            p.int(u64::from(*in_full));
         }
         Cmd::Gcra {
             key,
@@ -489,9 +502,11 @@ pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
             burst,
             hits,
         } => {
-            let mut s = script(&GCRA_SHA, &[key], 4);
-            s.arg(*now_us).arg(*interval_us).arg(*burst).arg(*hits);
-            s
+            script(p, &GCRA_HEAD, &[key], 4);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(u64::from(*burst));
+            p.int(*hits);
         }
         Cmd::GcraAdd {
             key,
@@ -499,14 +514,14 @@ pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
             interval_us,
             hits,
         } => {
-            let mut s = script(&GCRA_ADD_SHA, &[key], 3);
-            s.arg(*now_us).arg(*interval_us).arg(*hits);
-            s
+            script(p, &GCRA_ADD_HEAD, &[key], 3);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(*hits);
         }
         Cmd::RefundCount { key, hits } => {
-            let mut s = script(&REFUND_COUNT_SHA, &[key], 1);
-            s.arg(*hits);
-            s
+            script(p, &REFUND_COUNT_HEAD, &[key], 1);
+            p.int(*hits);
         }
         Cmd::RefundGcra {
             key,
@@ -514,45 +529,32 @@ pub(super) fn pack(c: &Cmd<'_>) -> redis::Cmd {
             interval_us,
             hits,
         } => {
-            let mut s = script(&REFUND_GCRA_SHA, &[key], 3);
-            s.arg(*now_us).arg(*interval_us).arg(*hits);
-            s
+            script(p, &REFUND_GCRA_HEAD, &[key], 3);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(*hits);
         }
     }
 }
 
-/// The `EVAL` with the script's text of a packed `EVALSHA` (which loads the script, after a
-/// Redis restart answered `NOSCRIPT`); any other command as it is.
-pub(super) fn by_text(c: &redis::Cmd) -> redis::Cmd {
-    let args: Vec<&[u8]> = c
-        .args_iter()
-        .filter_map(|a| match a {
-            redis::Arg::Simple(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let src = match args.as_slice() {
-        [b"EVALSHA", sha, ..] => ALL.iter().find(|src| {
-            let known: &str = match **src {
-                SLIDING => &SLIDING_SHA,
-                GCRA => &GCRA_SHA,
-                GCRA_ADD => &GCRA_ADD_SHA,
-                REFUND_COUNT => &REFUND_COUNT_SHA,
-                _ => &REFUND_GCRA_SHA,
-            };
-            known.as_bytes() == *sha
-        }),
-        _ => None,
-    };
-    let Some(src) = src else {
-        return c.clone();
-    };
-    let mut out = redis::Cmd::with_capacity(args.len(), src.len() + 64);
-    out.arg("EVAL").arg(*src);
-    for a in &args[2..] {
-        out.arg(*a);
+/// Adds to `out` command `i` of `sent` again: an `EVALSHA` as `EVAL` with the script's text
+/// (which loads it, after a Redis restart answered `NOSCRIPT`); any other command as it is.
+pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
+    let mut args = sent.args(i);
+    if let [b"EVALSHA", sha, ..] = args.as_slice() {
+        let known = [
+            (SLIDING, &*SLIDING_SHA),
+            (GCRA, &*GCRA_SHA),
+            (GCRA_ADD, &*GCRA_ADD_SHA),
+            (REFUND_COUNT, &*REFUND_COUNT_SHA),
+            (REFUND_GCRA, &*REFUND_GCRA_SHA),
+        ];
+        if let Some((src, _)) = known.iter().find(|(_, h)| h.as_bytes() == *sha) {
+            args[0] = b"EVAL";
+            args[1] = src.as_bytes();
+        }
     }
-    out
+    out.push(&args);
 }
 
 #[cfg(test)]
@@ -583,17 +585,30 @@ mod tests {
         }
     }
 
-    fn text(c: &redis::Cmd) -> String {
-        String::from_utf8(c.get_packed_command()).unwrap()
+    fn text(p: &Packed) -> String {
+        String::from_utf8(p.bytes().to_vec()).unwrap()
     }
 
-    /// The crate's own encoding of the command as `add` built it before packing went direct.
+    fn packed(c: &Cmd<'_>) -> Packed {
+        let mut p = Packed::default();
+        pack(c, &mut p);
+        assert_eq!(p.len(), 1);
+        p
+    }
+
+    /// The crate's own encoding of a command of these arguments.
     fn reference(args: &[&[u8]]) -> String {
         let mut c = redis::Cmd::new();
         for a in args {
             c.arg(*a);
         }
-        text(&c)
+        String::from_utf8(c.get_packed_command()).unwrap()
+    }
+
+    fn again(p: &Packed) -> Packed {
+        let mut out = Packed::default();
+        by_text(p, 0, &mut out);
+        out
     }
 
     const NOW: u64 = 1_700_000_123_456_000_000;
@@ -604,17 +619,17 @@ mod tests {
         let o = op(Algorithm::FixedWindow, 60_000);
         let c = s.cmd(&o, NOW, false);
         assert_eq!(
-            text(&pack(&c)),
+            text(&packed(&c)),
             reference(&[b"INCRBY", b"pre_dom_k_v_1700000100", b"3"])
         );
         let sub = op(Algorithm::FixedWindow, 250);
         let c = s.cmd(&sub, NOW, false);
         assert_eq!(
-            text(&pack(&c)),
+            text(&packed(&c)),
             reference(&[b"INCRBY", b"pre_dom_k_v_1700000123250ms", b"3"])
         );
         assert_eq!(
-            text(&pack(&s.cmd(&o, NOW, true))),
+            text(&packed(&s.cmd(&o, NOW, true))),
             reference(&[
                 b"EVALSHA",
                 REFUND_COUNT_SHA.as_bytes(),
@@ -630,26 +645,17 @@ mod tests {
         let s = store("");
         let o = op(Algorithm::FixedWindow, 1000);
         let c = s.cmd(&o, NOW, false);
-        let sent = pack(&c);
-        assert!(c.then().expire(&sent, &[4], 0).is_none());
-        let e = c.then().expire(&sent, &[3], 0).expect("created");
+        let sent = packed(&c);
+        let mut e = Packed::default();
+        c.then().expire((&sent, 0), &[4], 0, &mut e);
+        assert!(e.is_empty());
+        c.then().expire((&sent, 0), &[3], 0, &mut e);
         assert_eq!(
             text(&e),
             reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
         );
-        let e = c.then().expire(&sent, &[3], 5).expect("created");
-        let ttl: u64 = String::from_utf8(
-            e.args_iter()
-                .nth(2)
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => b.to_vec(),
-                    _ => vec![],
-                })
-                .unwrap(),
-        )
-        .unwrap()
-        .parse()
-        .unwrap();
+        c.then().expire((&sent, 0), &[3], 5, &mut e);
+        let ttl: u64 = std::str::from_utf8(e.args(1)[2]).unwrap().parse().unwrap();
         assert!((1000..6000).contains(&ttl), "{ttl}");
     }
 
@@ -657,7 +663,7 @@ mod tests {
     fn scripts_go_by_sha_and_again_by_text() {
         let s = store("p:");
         let sliding = op(Algorithm::SlidingWindow, 1000);
-        let c = pack(&s.cmd(&sliding, NOW, false));
+        let c = packed(&s.cmd(&sliding, NOW, false));
         let want: [&[u8]; 11] = [
             b"EVALSHA",
             SLIDING_SHA.as_bytes(),
@@ -672,15 +678,15 @@ mod tests {
             b"0",
         ];
         assert_eq!(text(&c), reference(&want));
-        let mut again = want;
-        again[0] = b"EVAL";
-        again[1] = SLIDING.as_bytes();
-        assert_eq!(text(&by_text(&c)), reference(&again));
-        let synced = pack(&s.sync_cmd(&sliding, NOW, NOW));
+        let mut again_args = want;
+        again_args[0] = b"EVAL";
+        again_args[1] = SLIDING.as_bytes();
+        assert_eq!(text(&again(&c)), reference(&again_args));
+        let synced = packed(&s.sync_cmd(&sliding, NOW, NOW));
         assert!(text(&synced).ends_with("$1\r\n1\r\n"));
 
         let bucket = op(Algorithm::TokenBucket { burst: 4 }, 1000);
-        let c = pack(&s.cmd(&bucket, NOW, false));
+        let c = packed(&s.cmd(&bucket, NOW, false));
         assert_eq!(
             text(&c),
             reference(&[
@@ -700,14 +706,14 @@ mod tests {
             (s.cmd(&bucket, NOW, false), GCRA),
             (s.cmd(&sliding, NOW, true), REFUND_COUNT),
         ] {
-            let t = text(&by_text(&pack(&cmd)));
+            let t = text(&again(&packed(&cmd)));
             assert!(t.contains(src), "{t}");
             assert!(t.starts_with("*"), "{t}");
         }
-        let plain = pack(&Cmd::Get {
+        let plain = packed(&Cmd::Get {
             key: s.key(&sliding, "", "", None),
         });
-        assert_eq!(text(&by_text(&plain)), text(&plain));
+        assert_eq!(text(&again(&plain)), text(&plain));
         assert_eq!(text(&plain), reference(&[b"GET", b"p:dom_k_v_"]));
     }
 
@@ -719,8 +725,10 @@ mod tests {
             panic!("fixed");
         };
         assert_eq!(key.to_string(), "x_dom_k_v_1700000123");
-        let mut buf = [0u8; 20];
-        assert_eq!(decimal(0, &mut buf), b"0");
-        assert_eq!(decimal(u64::MAX, &mut buf), b"18446744073709551615");
+        let sub = op(Algorithm::FixedWindow, 250);
+        let Cmd::Fixed { key, .. } = s.cmd(&sub, NOW, false) else {
+            panic!("fixed");
+        };
+        assert_eq!(key.to_string(), "x_dom_k_v_1700000123250ms");
     }
 }
