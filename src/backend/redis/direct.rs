@@ -356,6 +356,29 @@ fn number(s: &[u8]) -> Option<i64> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
+/// An integer reply's number and where the next reply starts, read in one pass (every reply to
+/// INCRBY is one); `None` for anything else, which [`item`] reads the long way.
+fn integer(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+    let rest = buf.get(at..)?;
+    let (neg, digits) = match rest {
+        [b':', b'-', d @ ..] => (true, d),
+        [b':', d @ ..] => (false, d),
+        _ => return None,
+    };
+    let mut n: i64 = 0;
+    for (i, &b) in digits.iter().enumerate().take(21) {
+        match b {
+            b'0'..=b'9' => n = n.checked_mul(10)?.checked_add(i64::from(b - b'0'))?,
+            b'\r' if i > 0 && digits.get(i + 1) == Some(&b'\n') => {
+                let used = rest.len() - digits.len() + i + 2;
+                return Some((if neg { -n } else { n }, at + used));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 fn item(
     buf: &[u8],
     at: usize,
@@ -363,6 +386,10 @@ fn item(
     error: &mut Option<String>,
     depth: usize,
 ) -> Result<Option<usize>, String> {
+    if let Some((n, next)) = integer(buf, at) {
+        ints.push(n);
+        return Ok(Some(next));
+    }
     let bad = || "Redis sent something that is not RESP".to_owned();
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
@@ -439,6 +466,11 @@ mod tests {
         let cases: &[&[u8]] = &[
             b":42\r\n",
             b":-7\r\n",
+            b":0\r\n",
+            b":9223372036854775807\r\n",
+            b":-9223372036854775807\r\n",
+            b":1234567890123456789\r\n",
+            b":-9223372036854775808\r\n",
             b"+OK\r\n",
             b"+12\r\n",
             b"$2\r\n17\r\n",
