@@ -297,8 +297,17 @@ fn reply(v: Value) -> Reply {
 /// Sends `cmds` as one pipeline, or command by command on a Cluster; a command's error comes
 /// back as its reply.
 async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
+    match conn {
+        Conn::Direct(d) => d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
+        // Boxed: the crate's futures would make every round trip's future as large as theirs.
+        _ => Box::pin(through_crate(conn, cmds)).await,
+    }
+}
+
+/// [`send`] over a connection made through the crate.
+async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
     let values: Vec<Value> = match conn {
-        Conn::Direct(d) => return d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
+        Conn::Direct(_) => unreachable!("a direct connection sends by itself"),
         Conn::Single(m) => {
             let mut m = m.clone();
             (cmds.pipeline().query_async(&mut m).await).map_err(|e| e.to_string())?
