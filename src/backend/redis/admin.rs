@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::connect::exec;
 use super::decode::stored;
-use super::scripts::Cmd;
+use super::packed::Packed;
+use super::scripts::{pack, Cmd, Name};
 use super::{within, RedisStore};
 use crate::limiter::{DeleteFuture, Op, StoreFuture, StoreReply};
 
@@ -14,7 +15,7 @@ impl RedisStore {
     /// The keys `op`'s algorithm reads to decide at `now` (ns): the fixed window's key of the
     /// current window; the sliding window's current and previous windows' keys; the token
     /// bucket's TAT key.
-    fn keys_of(&self, op: &Op, now: u64) -> Vec<String> {
+    fn keys_of<'a>(&'a self, op: &'a Op, now: u64) -> Vec<Name<'a>> {
         match self.cmd(op, now, false) {
             Cmd::Fixed { key, .. } | Cmd::Gcra { key, .. } => vec![key],
             Cmd::Sliding { cur, prev, .. } => vec![cur, prev],
@@ -31,13 +32,15 @@ impl RedisStore {
         now: u64,
         deadline: Duration,
     ) -> StoreFuture {
-        let cmds: Vec<Cmd> = (self.keys_of(op, now).into_iter())
-            .map(|key| Cmd::Get { key })
-            .collect();
+        let names = self.keys_of(op, now);
+        let mut cmds = Packed::with_capacity(names.len());
+        for key in names {
+            pack(&Cmd::Get { key }, &mut cmds);
+        }
         let conn = self.deployment(&op.params).conn(lane);
         let params = op.params;
         Box::pin(async move {
-            let replies = within(deadline, exec(conn, &cmds)).await?;
+            let replies = within(deadline, exec(&conn, &cmds)).await?;
             let values: Vec<Option<i64>> = replies.iter().map(|r| r.first().copied()).collect();
             Ok(vec![StoreReply {
                 before: stored(&params, now, &values),
@@ -54,12 +57,14 @@ impl RedisStore {
         now: u64,
         deadline: Duration,
     ) -> DeleteFuture {
-        let cmds: Vec<Cmd> = (self.keys_of(op, now).into_iter())
-            .map(|key| Cmd::Del { key })
-            .collect();
+        let names = self.keys_of(op, now);
+        let mut cmds = Packed::with_capacity(names.len());
+        for key in names {
+            pack(&Cmd::Del { key }, &mut cmds);
+        }
         let conn = self.deployment(&op.params).conn(lane);
         Box::pin(async move {
-            let replies = within(deadline, exec(conn, &cmds)).await?;
+            let replies = within(deadline, exec(&conn, &cmds)).await?;
             Ok(replies
                 .iter()
                 .filter_map(|r| r.first())

@@ -11,7 +11,9 @@ use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
 use super::decode::{ints, Ints};
-use super::scripts::{add, Cmd};
+use super::direct::{Direct, Reply, Target};
+use super::packed::Packed;
+use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
 /// A connection to one deployment, reconnecting by itself.
@@ -21,11 +23,14 @@ pub(super) enum Conn {
     Cluster(ClusterConnection),
     /// Sentinel: asks the sentinels for the master again after a failure.
     Sentinel(Arc<Mutex<(SentinelClient, Option<MultiplexedConnection>)>>),
+    /// A single Redis without TLS, on a shard's round trips (see `direct`).
+    Direct(Arc<Direct>),
 }
 
 /// The connections of one deployment.
 pub(super) struct Deployment {
-    /// Made at start (and PINGed there); Cluster and Sentinel send through them.
+    /// Made at start through the crate (and PINGed there); Cluster and Sentinel send through
+    /// them, and so do RLQS exchanges.
     pub(super) conns: Vec<Conn>,
     /// A single Redis: one connection per pool slot, made by the first shard that uses the
     /// slot, on that shard's worker thread, so its reads and writes run beside the shard
@@ -36,7 +41,9 @@ pub(super) struct Deployment {
 pub(super) struct Home {
     client: redis::Client,
     config: ConnectionManagerConfig,
-    slots: Box<[OnceLock<ConnectionManager>]>,
+    /// Plain TCP or a unix socket: the slots connect directly (see `direct`).
+    direct: Option<Target>,
+    slots: Box<[OnceLock<Conn>]>,
 }
 
 impl Deployment {
@@ -46,14 +53,19 @@ impl Deployment {
         match &self.home {
             Some(h) => {
                 let slot = &h.slots[lane % h.slots.len()];
-                let m = slot.get_or_init(|| {
-                    ConnectionManager::new_lazy_with_config(h.client.clone(), h.config.clone())
-                        .unwrap_or_else(|_| match &self.conns[lane % n] {
-                            Conn::Single(m) => m.clone(),
-                            _ => unreachable!("a single Redis has single connections"),
-                        })
+                let c = slot.get_or_init(|| {
+                    if let Some(t) = &h.direct {
+                        return Conn::Direct(Arc::new(Direct::new(t.clone())));
+                    }
+                    match ConnectionManager::new_lazy_with_config(
+                        h.client.clone(),
+                        h.config.clone(),
+                    ) {
+                        Ok(m) => Conn::Single(m),
+                        Err(_) => self.conns[lane % n].clone(),
+                    }
                 });
-                Conn::Single(m.clone())
+                c.clone()
             }
             None => self.conns[lane % n].clone(),
         }
@@ -120,7 +132,9 @@ async fn single(
     let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
         .await
         .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+    let connect_timeout = deadline.max(Duration::from_millis(500));
     let home = Home {
+        direct: Target::of(&client, connect_timeout),
         client,
         config: cfg,
         slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
@@ -242,46 +256,61 @@ impl RedisStore {
 /// out). That can only make a count read meanwhile too high (a give-back that came late), or
 /// leave a script to judge on a newer count, which it does atomically: it may refuse more than
 /// needed, once, never admit more.
-pub(super) async fn exec(conn: Conn, cmds: &[Cmd]) -> Result<Vec<Ints>, String> {
-    let mut values = send(&conn, cmds, true).await?;
-    let unknown: Vec<usize> = (0..values.len())
-        .filter(|&i| is_noscript(&values[i]))
+pub(super) async fn exec(conn: &Conn, cmds: &Packed) -> Result<Vec<Ints>, String> {
+    let mut replies = send(conn, cmds).await?;
+    let unknown: Vec<usize> = (0..replies.len())
+        .filter(|&i| is_noscript(&replies[i]))
         .collect();
     if !unknown.is_empty() {
-        let again: Vec<Cmd> = unknown.iter().map(|&i| cmds[i].clone()).collect();
-        for (i, v) in unknown.into_iter().zip(send(&conn, &again, false).await?) {
-            values[i] = v;
+        let mut again = Packed::with_capacity(unknown.len());
+        for &i in &unknown {
+            by_text(cmds, i, &mut again);
+        }
+        for (i, r) in unknown.into_iter().zip(send(conn, &again).await?) {
+            replies[i] = r;
         }
     }
-    if let Some(Value::ServerError(e)) = values.iter().find(|v| matches!(v, Value::ServerError(_)))
-    {
-        return Err(format!("Redis answered an error: {e:?}"));
+    replies
+        .into_iter()
+        .map(|r| match r {
+            Reply::Ints(i) => Ok(i),
+            Reply::Error(e) => Err(format!("Redis answered an error: {e}")),
+        })
+        .collect()
+}
+
+fn is_noscript(r: &Reply) -> bool {
+    matches!(r, Reply::Error(e) if e.split(' ').next() == Some("NOSCRIPT"))
+}
+
+/// A reply the crate read, as a [`Reply`].
+fn reply(v: Value) -> Reply {
+    match v {
+        Value::ServerError(e) => Reply::Error(match e.details() {
+            Some(d) => format!("{} {d}", e.code()),
+            None => e.code().to_owned(),
+        }),
+        v => Reply::Ints(ints(v)),
     }
-    Ok(values.into_iter().map(ints).collect())
 }
 
-fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
-}
-
-fn pipeline(cmds: &[Cmd], by_sha: bool) -> Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for c in cmds {
-        add(&mut pipe, c, by_sha);
+/// Sends `cmds` as one pipeline, or command by command on a Cluster; a command's error comes
+/// back as its reply.
+async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
+    match conn {
+        Conn::Direct(d) => d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
+        // Boxed: the crate's futures would make every round trip's future as large as theirs.
+        _ => Box::pin(through_crate(conn, cmds)).await,
     }
-    pipe
 }
 
-/// One pipeline of `cmds`; a command's error comes back as its reply.
-async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, String> {
+/// [`send`] over a connection made through the crate.
+async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
     let values: Vec<Value> = match conn {
+        Conn::Direct(_) => unreachable!("a direct connection sends by itself"),
         Conn::Single(m) => {
             let mut m = m.clone();
-            pipeline(cmds, by_sha)
-                .query_async(&mut m)
-                .await
-                .map_err(|e| e.to_string())?
+            (cmds.pipeline().query_async(&mut m).await).map_err(|e| e.to_string())?
         }
         Conn::Sentinel(s) => {
             let mut guard = s.lock().await;
@@ -295,7 +324,7 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
             }
             let mut c = guard.1.clone().expect("connected");
             drop(guard);
-            match pipeline(cmds, by_sha).query_async(&mut c).await {
+            match cmds.pipeline().query_async(&mut c).await {
                 Ok(v) => v,
                 Err(e) => {
                     // The master may have moved: ask the sentinels again next time.
@@ -307,10 +336,10 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
         Conn::Cluster(c) => {
             // A pipeline must stay within one slot: each command (its keys share a hash tag
             // or are one key) goes on its own, all at once.
-            let futs = cmds.iter().map(|cmd| {
+            let futs = (0..cmds.len()).map(|i| {
                 let mut c = c.clone();
-                let pipe = pipeline(std::slice::from_ref(cmd), by_sha);
-                async move { pipe.query_async::<Vec<Value>>(&mut c).await }
+                let one = cmds.pipeline_of(i..i + 1);
+                async move { one.query_async::<Vec<Value>>(&mut c).await }
             });
             let mut out = Vec::with_capacity(cmds.len());
             for r in futures_util::future::join_all(futs).await {
@@ -327,12 +356,14 @@ async fn send(conn: &Conn, cmds: &[Cmd], by_sha: bool) -> Result<Vec<Value>, Str
             cmds.len()
         ));
     }
-    Ok(values)
+    Ok(values.into_iter().map(reply).collect())
 }
 
-/// Sends one pipeline whose keys share one slot over `conn`; answers the raw replies.
+/// Sends one pipeline whose keys share one slot over `conn` (one of a deployment's `conns`, made
+/// through the crate); answers the raw replies.
 pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, String> {
     match conn {
+        Conn::Direct(_) => Err("a direct connection answers integers only".into()),
         Conn::Single(mut m) => pipe.query_async(&mut m).await.map_err(|e| e.to_string()),
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await.map_err(|e| e.to_string()),
         Conn::Sentinel(s) => {
@@ -376,6 +407,7 @@ async fn load_scripts(conn: &Conn, within: Duration) {
 
 async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {
     let r: Result<Vec<Value>, redis::RedisError> = match conn {
+        Conn::Direct(_) => return Err("a direct connection is not checked with PING".into()),
         Conn::Single(mut m) => pipe.query_async(&mut m).await,
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
         Conn::Sentinel(s) => {

@@ -3,7 +3,9 @@
 mod admin;
 mod connect;
 mod decode;
+mod direct;
 pub mod fleet;
+mod packed;
 mod scripts;
 mod settings;
 
@@ -11,7 +13,8 @@ use std::time::Duration;
 
 use connect::{exec, Deployment};
 use decode::Asked;
-use scripts::Cmd;
+use packed::Packed;
+use scripts::{pack, Then};
 pub use settings::{RedisSettings, RedisTarget, RedisType};
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
@@ -26,13 +29,19 @@ pub struct RedisStore {
     fleet_deadline: Duration,
 }
 
-/// Commands with their place in the batch.
-type Numbered = Vec<(usize, Cmd)>;
+/// Packed commands of one deployment, with each one's place in the batch and what follows its
+/// answer.
+#[derive(Default)]
+struct Lane {
+    at: Vec<usize>,
+    then: Vec<Then>,
+    cmds: Packed,
+}
 
 impl Store for RedisStore {
     /// One pipeline per deployment (per-second limits go to their own Redis when one is set).
     fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture {
-        let (mut main, mut second): (Numbered, Numbered) = (Vec::new(), Vec::new());
+        let mut lanes: [Lane; 2] = Default::default();
         let mut asked = Vec::with_capacity(batch.len());
         for (i, b) in batch.iter().enumerate() {
             let at = b.sync_at.unwrap_or(now);
@@ -42,11 +51,19 @@ impl Store for RedisStore {
                 None if in_full => self.sync_cmd(b.op, now, now),
                 None => self.cmd(b.op, now, b.refund),
             };
-            if self.per_second.is_some() && c.per_second(&b.op.params) {
-                second.push((i, c));
-            } else {
-                main.push((i, c));
+            let to =
+                &mut lanes[usize::from(self.per_second.is_some() && c.per_second(&b.op.params))];
+            if to.at.capacity() == 0 {
+                let n = batch.len();
+                *to = Lane {
+                    at: Vec::with_capacity(n),
+                    then: Vec::with_capacity(n),
+                    cmds: Packed::with_capacity(n),
+                };
             }
+            to.at.push(i);
+            to.then.push(c.then());
+            pack(&c, &mut to.cmds);
             asked.push(Asked {
                 params: b.op.params,
                 hits: b.op.hits,
@@ -55,28 +72,28 @@ impl Store for RedisStore {
                 at,
             });
         }
-        let pick = |dep: Option<&Deployment>, list: Numbered| {
-            let dep = dep.filter(|_| !list.is_empty())?;
-            Some((dep.conn(lane), list))
+        let [main, second] = lanes;
+        let pick = |dep: Option<&Deployment>, l: Lane| {
+            let dep = dep.filter(|_| !l.cmds.is_empty())?;
+            Some((dep.conn(lane), l.at, l.then, l.cmds))
         };
         let lists = [
             pick(Some(&self.main), main),
             pick(self.per_second.as_ref(), second),
         ];
+        let jitter = self.jitter_max_secs;
         Box::pin(async move {
             let fut = async {
                 let mut out = vec![decode::Ints::new(); asked.len()];
-                for (conn, list) in lists.into_iter().flatten() {
-                    let (at, cmds): (Vec<usize>, Vec<Cmd>) = list.into_iter().unzip();
-                    let replies = exec(conn.clone(), &cmds).await?;
+                for (conn, at, then, cmds) in lists.into_iter().flatten() {
+                    let replies = exec(&conn, &cmds).await?;
                     // Keys this round trip created get their TTL before it answers.
-                    let expire: Vec<Cmd> = cmds
-                        .iter()
-                        .zip(&replies)
-                        .filter_map(|(c, r)| c.expire_if_created(r))
-                        .collect();
+                    let mut expire = Packed::default();
+                    for (i, (t, r)) in then.iter().zip(&replies).enumerate() {
+                        t.expire((&cmds, i), r, jitter, &mut expire);
+                    }
                     if !expire.is_empty() {
-                        exec(conn, &expire).await?;
+                        exec(&conn, &expire).await?;
                     }
                     for (i, r) in at.into_iter().zip(replies) {
                         out[i] = r;
@@ -119,5 +136,22 @@ async fn within<T>(
         Err(_) => Err(StoreError(format!(
             "Redis did not answer within {deadline:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+impl RedisStore {
+    /// A store with no connections, to test how ops become commands.
+    pub(super) fn for_tests(prefix: &str) -> RedisStore {
+        RedisStore {
+            main: Deployment {
+                conns: Vec::new(),
+                home: None,
+            },
+            per_second: None,
+            prefix: prefix.to_owned(),
+            jitter_max_secs: 0,
+            fleet_deadline: Duration::from_secs(1),
+        }
     }
 }

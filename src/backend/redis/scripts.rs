@@ -19,12 +19,18 @@
 //! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
 //! by the same `RedisStore::cmd`.
 //!
+//! # Commands
+//!
+//! An op becomes a [`Cmd`] (what to ask, with the key's [`Name`] borrowed from the op), packed
+//! at once into the round trip's buffer ([`pack`], see `packed`), the key written in place.
+//!
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
+use std::io::Write;
 use std::sync::LazyLock;
 
-use redis::Pipeline;
+use super::packed::{decimal, Encoded, Packed};
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -118,23 +124,76 @@ redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
 return tat
 ";
 
+/// A key as Redis names it: `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the
+/// window's start, if any. Written where it is needed (a command's argument, or a `String` for
+/// the admin listener), never held on its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Name<'a> {
+    prefix: &'a str,
+    open: &'static str,
+    key: &'a str,
+    close: &'static str,
+    start: Option<WindowStart>,
+}
+
+impl Name<'_> {
+    fn len(&self) -> usize {
+        self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
+    }
+
+    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        out.write_all(self.prefix.as_bytes())?;
+        out.write_all(self.open.as_bytes())?;
+        out.write_all(self.key.as_bytes())?;
+        out.write_all(self.close.as_bytes())?;
+        if let Some(s) = self.start {
+            s.write_to(out)?;
+        }
+        Ok(())
+    }
+}
+
+impl Name<'_> {
+    /// Writes the name as the next argument of `p`.
+    fn pack(&self, p: &mut Packed) {
+        let mut d = [0u8; 20];
+        let (digits, ms): (&[u8], &[u8]) = match self.start {
+            None => (b"", b""),
+            Some(s) if s.ms.is_multiple_of(1000) => (decimal(s.ms / 1000, &mut d), b""),
+            Some(s) => (decimal(s.ms, &mut d), b"ms"),
+        };
+        p.parts(&[
+            self.prefix.as_bytes(),
+            self.open.as_bytes(),
+            self.key.as_bytes(),
+            self.close.as_bytes(),
+            digits,
+            ms,
+        ]);
+    }
+}
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut v = Vec::with_capacity(self.len());
+        self.write_to(&mut v).map_err(|_| std::fmt::Error)?;
+        f.write_str(&String::from_utf8_lossy(&v))
+    }
+}
+
 /// One op as sent to Redis, with what its answer means.
-#[derive(Debug, Clone)]
-pub(super) enum Cmd {
-    /// `INCRBY key hits`: answers the count after; a key it created needs `Expire` next.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Cmd<'a> {
+    /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
+    /// ([`expire`]).
     Fixed {
-        key: String,
+        key: Name<'a>,
         hits: u64,
-        ttl_ms: u64,
-    },
-    /// `PEXPIRE key ttl`, for a fixed-window key its `INCRBY` created.
-    Expire {
-        key: String,
-        ttl_ms: u64,
+        window_ms: u64,
     },
     Sliding {
-        cur: String,
-        prev: String,
+        cur: Name<'a>,
+        prev: Name<'a>,
         limit: u32,
         hits: u64,
         left_ms: u64,
@@ -143,50 +202,53 @@ pub(super) enum Cmd {
         in_full: bool,
     },
     Gcra {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         burst: u32,
         hits: u64,
     },
     GcraAdd {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         hits: u64,
     },
     RefundCount {
-        key: String,
+        key: Name<'a>,
         hits: u64,
     },
     RefundGcra {
-        key: String,
+        key: Name<'a>,
         now_us: u64,
         interval_us: u64,
         hits: u64,
     },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
     Get {
-        key: String,
+        key: Name<'a>,
     },
     /// `DEL key`: a reset; answers 1 if the key was there.
     Del {
-        key: String,
+        key: Name<'a>,
     },
 }
 
-impl Cmd {
-    /// The `PEXPIRE` a fixed window's `INCRBY` needs when its answer shows it made the key
-    /// (the count after is its own hits).
-    pub(super) fn expire_if_created(&self, reply: &[i64]) -> Option<Cmd> {
-        match self {
-            Cmd::Fixed { key, hits, ttl_ms } if reply.first() == Some(&(*hits as i64)) => {
-                Some(Cmd::Expire {
-                    key: key.clone(),
-                    ttl_ms: *ttl_ms,
-                })
-            }
-            _ => None,
+/// What to do once a packed command is answered: a fixed window's `INCRBY` that made its key
+/// (it answers exactly its own hits) gives the key its TTL.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Then {
+    Nothing,
+    ExpireIfCreated { hits: u64, window_ms: u64 },
+}
+
+impl Cmd<'_> {
+    pub(super) fn then(&self) -> Then {
+        match *self {
+            Cmd::Fixed {
+                hits, window_ms, ..
+            } => Then::ExpireIfCreated { hits, window_ms },
+            _ => Then::Nothing,
         }
     }
 
@@ -196,40 +258,78 @@ impl Cmd {
     }
 }
 
+impl Then {
+    /// Adds to `out` the `PEXPIRE` of the key of command `i` of `sent` when its reply shows it
+    /// made the key: TTL one window plus up to `jitter_max_secs` (drawn only for keys being
+    /// created).
+    pub(super) fn expire(
+        &self,
+        (sent, i): (&Packed, usize),
+        reply: &[i64],
+        jitter_max_secs: u64,
+        out: &mut Packed,
+    ) {
+        let Then::ExpireIfCreated { hits, window_ms } = *self else {
+            return;
+        };
+        if reply.first() != Some(&(hits as i64)) {
+            return;
+        }
+        let jitter = if jitter_max_secs > 0 {
+            rand::random_range(0..jitter_max_secs) * 1000
+        } else {
+            0
+        };
+        let args = sent.args(i);
+        out.start(3);
+        out.encoded(&PEXPIRE);
+        out.arg(args.get(1).copied().unwrap_or_default());
+        out.int(window_ms.max(1) + jitter);
+    }
+}
+
 /// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
 /// windows of the direct API.
+#[derive(Debug, Clone, Copy)]
 struct WindowStart {
     ms: u64,
 }
 
-impl std::fmt::Display for WindowStart {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl WindowStart {
+    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut buf = [0u8; 20];
         if self.ms.is_multiple_of(1000) {
-            write!(f, "{}", self.ms / 1000)
+            out.write_all(decimal(self.ms / 1000, &mut buf))
         } else {
-            write!(f, "{}ms", self.ms)
+            out.write_all(decimal(self.ms, &mut buf))?;
+            out.write_all(b"ms")
         }
     }
 }
 
 impl RedisStore {
-    /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + `suffix`, in one allocation.
-    fn key(&self, op: &Op, open: &str, close: &str, suffix: impl std::fmt::Display) -> String {
-        use std::fmt::Write;
-        let mut k = String::with_capacity(self.prefix.len() + op.key.as_str().len() + 24);
-        k.push_str(&self.prefix);
-        k.push_str(open);
-        k.push_str(op.key.as_str());
-        k.push_str(close);
-        let _ = write!(k, "{suffix}");
-        k
+    /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the window's start.
+    fn key<'a>(
+        &'a self,
+        op: &'a Op,
+        open: &'static str,
+        close: &'static str,
+        start: Option<WindowStart>,
+    ) -> Name<'a> {
+        Name {
+            prefix: &self.prefix,
+            open,
+            key: op.key.as_str(),
+            close,
+            start,
+        }
     }
 
     /// The command adding `op.hits` whatever the limit says (a local-first replica's hits,
     /// admitted at `at`; or usage counted in full, `at` = `now`), at `now` (ns): windows count
     /// into the window of `at` (INCRBY, as an exact decision would), token buckets take the
     /// tokens at `now`.
-    pub(super) fn sync_cmd(&self, op: &Op, at: u64, now: u64) -> Cmd {
+    pub(super) fn sync_cmd<'a>(&'a self, op: &'a Op, at: u64, now: u64) -> Cmd<'a> {
         match op.params.algorithm {
             Algorithm::TokenBucket { .. } => match self.cmd(op, now, false) {
                 Cmd::Gcra {
@@ -257,27 +357,22 @@ impl RedisStore {
     }
 
     /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
-    pub(super) fn cmd(&self, op: &Op, now: u64, refund: bool) -> Cmd {
+    pub(super) fn cmd<'a>(&'a self, op: &'a Op, now: u64, refund: bool) -> Cmd<'a> {
         let p = &op.params;
         let w = p.window_ms.max(1);
         let now_ms = now / 1_000_000;
         let idx = now_ms / w;
-        let start = |i: u64| WindowStart { ms: i * w };
+        let start = |i: u64| Some(WindowStart { ms: i * w });
         match p.algorithm {
             Algorithm::FixedWindow => {
                 let key = self.key(op, "", "", start(idx));
                 if refund {
                     Cmd::RefundCount { key, hits: op.hits }
                 } else {
-                    let jitter = if self.jitter_max_secs > 0 {
-                        rand::random_range(0..self.jitter_max_secs) * 1000
-                    } else {
-                        0
-                    };
                     Cmd::Fixed {
                         key,
                         hits: op.hits,
-                        ttl_ms: w + jitter,
+                        window_ms: w,
                     }
                 }
             }
@@ -301,7 +396,7 @@ impl RedisStore {
                 }
             }
             Algorithm::TokenBucket { burst } => {
-                let key = self.key(op, "{", "}_tat", "");
+                let key = self.key(op, "{", "}_tat", None);
                 let interval_us = w * 1000 / u64::from(p.requests_per_unit.max(1));
                 let interval_us = if p.requests_per_unit == 0 {
                     0
@@ -329,22 +424,6 @@ impl RedisStore {
     }
 }
 
-/// Starts a script call: `EVALSHA` with the script's SHA1 (a few bytes instead of the script's
-/// text, and no hashing on Redis's side), or `EVAL` with its text (which loads it, after a
-/// Redis restart answered `NOSCRIPT`).
-fn script<'p>(
-    pipe: &'p mut Pipeline,
-    src: &'static str,
-    sha: &LazyLock<String>,
-    by_sha: bool,
-) -> &'p mut Pipeline {
-    if by_sha {
-        pipe.cmd("EVALSHA").arg(sha.as_str())
-    } else {
-        pipe.cmd("EVAL").arg(src)
-    }
-}
-
 fn sha1(src: &str) -> String {
     redis::Script::new(src).get_hash().to_owned()
 }
@@ -358,31 +437,47 @@ static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
 static REFUND_COUNT_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_COUNT));
 static REFUND_GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_GCRA));
 
-/// Adds the command of `c` to `pipe`: one reply each. Scripts go by their SHA1 when `by_sha`.
-pub(super) fn add(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
-    match c {
-        Cmd::Fixed { key, hits, .. } => {
-            pipe.cmd("INCRBY").arg(key).arg(*hits);
-        }
-        Cmd::Expire { key, ttl_ms } => {
-            pipe.cmd("PEXPIRE").arg(key).arg(*ttl_ms);
-        }
-        Cmd::Get { key } => {
-            pipe.cmd("GET").arg(key);
-        }
-        Cmd::Del { key } => {
-            pipe.cmd("DEL").arg(key);
-        }
-        _ => add_script(pipe, c, by_sha),
+/// A command's name, or `EVALSHA` with a script's SHA1, encoded once.
+type Head = LazyLock<Encoded>;
+static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
+static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
+static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
+static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
+static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
+static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
+static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
+static REFUND_COUNT_HEAD: Head = LazyLock::new(|| evalsha(&REFUND_COUNT_SHA));
+static REFUND_GCRA_HEAD: Head = LazyLock::new(|| evalsha(&REFUND_GCRA_SHA));
+
+fn evalsha(sha: &str) -> Encoded {
+    Encoded::new(&[b"EVALSHA", sha.as_bytes()])
+}
+
+/// Starts a script call of `keys` keys and `args` more arguments: `EVALSHA` with the
+/// script's SHA1 (a few bytes instead of the script's text, and no hashing on Redis's side).
+fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: usize) {
+    p.start(3 + keys.len() + args);
+    p.encoded(head);
+    p.int(keys.len() as u64);
+    for k in keys {
+        k.pack(p);
     }
 }
 
-/// Adds a script call (`c` runs one of the scripts above).
-fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
-    match c {
-        Cmd::Fixed { .. } | Cmd::Expire { .. } | Cmd::Get { .. } | Cmd::Del { .. } => {
-            unreachable!("a plain command is added by `add`")
+/// Adds the command of `c` to `p`: one reply each. Scripts go by their SHA1 (see [`by_text`]).
+pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
+    let plain = |p: &mut Packed, name: &Head, key: &Name<'_>, arg: Option<u64>| {
+        p.start(2 + usize::from(arg.is_some()));
+        p.encoded(name);
+        key.pack(p);
+        if let Some(a) = arg {
+            p.int(a);
         }
+    };
+    match c {
+        Cmd::Fixed { key, hits, .. } => plain(p, &INCRBY, key, Some(*hits)),
+        Cmd::Get { key } => plain(p, &GET, key, None),
+        Cmd::Del { key } => plain(p, &DEL, key, None),
         Cmd::Sliding {
             cur,
             prev,
@@ -392,16 +487,13 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             window_ms,
             in_full,
         } => {
-            script(pipe, SLIDING, &SLIDING_SHA, by_sha)
-                .arg(2)
-                .arg(cur)
-                .arg(prev)
-                .arg(*limit)
-                .arg(*hits)
-                .arg(*left_ms)
-                .arg(*window_ms)
-                .arg(2 * *window_ms)
-                .arg(u8::from(*in_full));
+            script(p, &SLIDING_HEAD, &[cur, prev], 6);
+            p.int(u64::from(*limit));
+            p.int(*hits);
+            p.int(*left_ms);
+            p.int(*window_ms);
+            p.int(2 * *window_ms);
+            p.int(u64::from(*in_full));
         }
         Cmd::Gcra {
             key,
@@ -410,13 +502,11 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             burst,
             hits,
         } => {
-            script(pipe, GCRA, &GCRA_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*burst)
-                .arg(*hits);
+            script(p, &GCRA_HEAD, &[key], 4);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(u64::from(*burst));
+            p.int(*hits);
         }
         Cmd::GcraAdd {
             key,
@@ -424,18 +514,14 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             interval_us,
             hits,
         } => {
-            script(pipe, GCRA_ADD, &GCRA_ADD_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*hits);
+            script(p, &GCRA_ADD_HEAD, &[key], 3);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(*hits);
         }
         Cmd::RefundCount { key, hits } => {
-            script(pipe, REFUND_COUNT, &REFUND_COUNT_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*hits);
+            script(p, &REFUND_COUNT_HEAD, &[key], 1);
+            p.int(*hits);
         }
         Cmd::RefundGcra {
             key,
@@ -443,12 +529,206 @@ fn add_script(pipe: &mut Pipeline, c: &Cmd, by_sha: bool) {
             interval_us,
             hits,
         } => {
-            script(pipe, REFUND_GCRA, &REFUND_GCRA_SHA, by_sha)
-                .arg(1)
-                .arg(key)
-                .arg(*now_us)
-                .arg(*interval_us)
-                .arg(*hits);
+            script(p, &REFUND_GCRA_HEAD, &[key], 3);
+            p.int(*now_us);
+            p.int(*interval_us);
+            p.int(*hits);
         }
+    }
+}
+
+/// Adds to `out` command `i` of `sent` again: an `EVALSHA` as `EVAL` with the script's text
+/// (which loads it, after a Redis restart answered `NOSCRIPT`); any other command as it is.
+pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
+    let mut args = sent.args(i);
+    if let [b"EVALSHA", sha, ..] = args.as_slice() {
+        let known = [
+            (SLIDING, &*SLIDING_SHA),
+            (GCRA, &*GCRA_SHA),
+            (GCRA_ADD, &*GCRA_ADD_SHA),
+            (REFUND_COUNT, &*REFUND_COUNT_SHA),
+            (REFUND_GCRA, &*REFUND_GCRA_SHA),
+        ];
+        if let Some((src, _)) = known.iter().find(|(_, h)| h.as_bytes() == *sha) {
+            args[0] = b"EVAL";
+            args[1] = src.as_bytes();
+        }
+    }
+    out.push(&args);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::key::Key;
+    use crate::limiter::{Counting, Role};
+
+    fn store(prefix: &str) -> RedisStore {
+        RedisStore::for_tests(prefix)
+    }
+
+    fn op(algorithm: Algorithm, window_ms: u64) -> Op {
+        Op {
+            key: Key::new("dom_k_v_"),
+            params: Params {
+                requests_per_unit: 10,
+                window_ms,
+                algorithm,
+            },
+            hits: 3,
+            refund: false,
+            role: Role::Binding,
+            queue: None,
+            grant: None,
+            counting: Counting::IfAdmitted,
+            local_first: None,
+        }
+    }
+
+    fn text(p: &Packed) -> String {
+        String::from_utf8(p.bytes().to_vec()).unwrap()
+    }
+
+    fn packed(c: &Cmd<'_>) -> Packed {
+        let mut p = Packed::default();
+        pack(c, &mut p);
+        assert_eq!(p.len(), 1);
+        p
+    }
+
+    /// The crate's own encoding of a command of these arguments.
+    fn reference(args: &[&[u8]]) -> String {
+        let mut c = redis::Cmd::new();
+        for a in args {
+            c.arg(*a);
+        }
+        String::from_utf8(c.get_packed_command()).unwrap()
+    }
+
+    fn again(p: &Packed) -> Packed {
+        let mut out = Packed::default();
+        by_text(p, 0, &mut out);
+        out
+    }
+
+    const NOW: u64 = 1_700_000_123_456_000_000;
+
+    #[test]
+    fn fixed_windows_keep_envoys_key_and_incrby() {
+        let s = store("pre_");
+        let o = op(Algorithm::FixedWindow, 60_000);
+        let c = s.cmd(&o, NOW, false);
+        assert_eq!(
+            text(&packed(&c)),
+            reference(&[b"INCRBY", b"pre_dom_k_v_1700000100", b"3"])
+        );
+        let sub = op(Algorithm::FixedWindow, 250);
+        let c = s.cmd(&sub, NOW, false);
+        assert_eq!(
+            text(&packed(&c)),
+            reference(&[b"INCRBY", b"pre_dom_k_v_1700000123250ms", b"3"])
+        );
+        assert_eq!(
+            text(&packed(&s.cmd(&o, NOW, true))),
+            reference(&[
+                b"EVALSHA",
+                REFUND_COUNT_SHA.as_bytes(),
+                b"1",
+                b"pre_dom_k_v_1700000100",
+                b"3"
+            ])
+        );
+    }
+
+    #[test]
+    fn a_created_key_gets_one_window_of_ttl() {
+        let s = store("");
+        let o = op(Algorithm::FixedWindow, 1000);
+        let c = s.cmd(&o, NOW, false);
+        let sent = packed(&c);
+        let mut e = Packed::default();
+        c.then().expire((&sent, 0), &[4], 0, &mut e);
+        assert!(e.is_empty());
+        c.then().expire((&sent, 0), &[3], 0, &mut e);
+        assert_eq!(
+            text(&e),
+            reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
+        );
+        c.then().expire((&sent, 0), &[3], 5, &mut e);
+        let ttl: u64 = std::str::from_utf8(e.args(1)[2]).unwrap().parse().unwrap();
+        assert!((1000..6000).contains(&ttl), "{ttl}");
+    }
+
+    #[test]
+    fn scripts_go_by_sha_and_again_by_text() {
+        let s = store("p:");
+        let sliding = op(Algorithm::SlidingWindow, 1000);
+        let c = packed(&s.cmd(&sliding, NOW, false));
+        let want: [&[u8]; 11] = [
+            b"EVALSHA",
+            SLIDING_SHA.as_bytes(),
+            b"2",
+            b"p:{dom_k_v_}_1700000123",
+            b"p:{dom_k_v_}_1700000122",
+            b"10",
+            b"3",
+            b"544",
+            b"1000",
+            b"2000",
+            b"0",
+        ];
+        assert_eq!(text(&c), reference(&want));
+        let mut again_args = want;
+        again_args[0] = b"EVAL";
+        again_args[1] = SLIDING.as_bytes();
+        assert_eq!(text(&again(&c)), reference(&again_args));
+        let synced = packed(&s.sync_cmd(&sliding, NOW, NOW));
+        assert!(text(&synced).ends_with("$1\r\n1\r\n"));
+
+        let bucket = op(Algorithm::TokenBucket { burst: 4 }, 1000);
+        let c = packed(&s.cmd(&bucket, NOW, false));
+        assert_eq!(
+            text(&c),
+            reference(&[
+                b"EVALSHA",
+                GCRA_SHA.as_bytes(),
+                b"1",
+                b"p:{dom_k_v_}_tat",
+                b"1700000123456000",
+                b"100000",
+                b"4",
+                b"3"
+            ])
+        );
+        for (cmd, src) in [
+            (s.sync_cmd(&bucket, NOW, NOW), GCRA_ADD),
+            (s.cmd(&bucket, NOW, true), REFUND_GCRA),
+            (s.cmd(&bucket, NOW, false), GCRA),
+            (s.cmd(&sliding, NOW, true), REFUND_COUNT),
+        ] {
+            let t = text(&again(&packed(&cmd)));
+            assert!(t.contains(src), "{t}");
+            assert!(t.starts_with("*"), "{t}");
+        }
+        let plain = packed(&Cmd::Get {
+            key: s.key(&sliding, "", "", None),
+        });
+        assert_eq!(text(&again(&plain)), text(&plain));
+        assert_eq!(text(&plain), reference(&[b"GET", b"p:dom_k_v_"]));
+    }
+
+    #[test]
+    fn names_print_as_they_are_sent() {
+        let s = store("x_");
+        let o = op(Algorithm::FixedWindow, 1000);
+        let Cmd::Fixed { key, .. } = s.cmd(&o, NOW, false) else {
+            panic!("fixed");
+        };
+        assert_eq!(key.to_string(), "x_dom_k_v_1700000123");
+        let sub = op(Algorithm::FixedWindow, 250);
+        let Cmd::Fixed { key, .. } = s.cmd(&sub, NOW, false) else {
+            panic!("fixed");
+        };
+        assert_eq!(key.to_string(), "x_dom_k_v_1700000123250ms");
     }
 }

@@ -303,6 +303,8 @@ impl Decider<'_> {
             with_hits(before, p, now, unsynced)
         };
         let mut e = before.eval(p, now, hits);
+        // Room for these hits (at least one) is room for one: the key is not full.
+        let room = hits > 0 && !e.over;
         // The script's action stands (its arithmetic is in milliseconds or microseconds),
         // unless local hits it could not see make the op over.
         if let Some(allowed) = allowed.filter(|_| unsynced == 0) {
@@ -319,11 +321,13 @@ impl Decider<'_> {
         // a single hit, or one these hits, counted in full, took past its limit (as
         // envoyproxy/ratelimit's local cache remembers a key once it answers it over).
         let full = if counted && op.counts_in_full() && e.over {
-            before.add(p, now, hits).eval(p, now, 1)
+            Some(before.add(p, now, hits).eval(p, now, 1))
+        } else if room {
+            None
         } else {
-            before.eval(p, now, 1)
+            Some(before.eval(p, now, 1))
         };
-        if full.over && full.retry_ns != u64::MAX {
+        if let Some(full) = full.filter(|f| f.over && f.retry_ns != u64::MAX) {
             self.link().remember_full(&op.key, now + full.retry_ns, now);
         }
         (e, counted)
