@@ -1,0 +1,172 @@
+use super::*;
+use crate::limiter::key::Key;
+use crate::limiter::{Counting, Role};
+
+fn store(prefix: &str) -> RedisStore {
+    RedisStore::for_tests(prefix)
+}
+
+fn op(algorithm: Algorithm, window_ms: u64) -> Op {
+    Op {
+        key: Key::new("dom_k_v_"),
+        params: Params {
+            requests_per_unit: 10,
+            window_ms,
+            algorithm,
+        },
+        hits: 3,
+        refund: false,
+        role: Role::Binding,
+        queue: None,
+        grant: None,
+        counting: Counting::IfAdmitted,
+        local_first: None,
+    }
+}
+
+fn text(p: &Packed) -> String {
+    String::from_utf8(p.bytes().to_vec()).unwrap()
+}
+
+fn packed(c: &Cmd<'_>) -> Packed {
+    let mut p = Packed::default();
+    pack(c, &mut p);
+    assert_eq!(p.len(), 1);
+    p
+}
+
+/// The crate's own encoding of a command of these arguments.
+fn reference(args: &[&[u8]]) -> String {
+    let mut c = redis::Cmd::new();
+    for a in args {
+        c.arg(*a);
+    }
+    String::from_utf8(c.get_packed_command()).unwrap()
+}
+
+fn again(p: &Packed) -> Packed {
+    let mut out = Packed::default();
+    by_text(p, 0, &mut out);
+    out
+}
+
+const NOW: u64 = 1_700_000_123_456_000_000;
+
+#[test]
+fn fixed_windows_keep_envoys_key_and_incrby() {
+    let s = store("pre_");
+    let o = op(Algorithm::FixedWindow, 60_000);
+    let c = s.cmd(&o, NOW, false);
+    assert_eq!(
+        text(&packed(&c)),
+        reference(&[b"INCRBY", b"pre_dom_k_v_1700000100", b"3"])
+    );
+    let sub = op(Algorithm::FixedWindow, 250);
+    let c = s.cmd(&sub, NOW, false);
+    assert_eq!(
+        text(&packed(&c)),
+        reference(&[b"INCRBY", b"pre_dom_k_v_1700000123250ms", b"3"])
+    );
+    assert_eq!(
+        text(&packed(&s.cmd(&o, NOW, true))),
+        reference(&[
+            b"EVALSHA",
+            REFUND_COUNT_SHA.as_bytes(),
+            b"1",
+            b"pre_dom_k_v_1700000100",
+            b"3"
+        ])
+    );
+}
+
+#[test]
+fn a_created_key_gets_one_window_of_ttl() {
+    let s = store("");
+    let o = op(Algorithm::FixedWindow, 1000);
+    let c = s.cmd(&o, NOW, false);
+    let sent = packed(&c);
+    let mut e = Packed::default();
+    c.then().expire((&sent, 0), &[4], 0, &mut e);
+    assert!(e.is_empty());
+    c.then().expire((&sent, 0), &[3], 0, &mut e);
+    assert_eq!(
+        text(&e),
+        reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
+    );
+    c.then().expire((&sent, 0), &[3], 5, &mut e);
+    let ttl: u64 = std::str::from_utf8(e.args(1)[2]).unwrap().parse().unwrap();
+    assert!((1000..6000).contains(&ttl), "{ttl}");
+}
+
+#[test]
+fn scripts_go_by_sha_and_again_by_text() {
+    let s = store("p:");
+    let sliding = op(Algorithm::SlidingWindow, 1000);
+    let c = packed(&s.cmd(&sliding, NOW, false));
+    let want: [&[u8]; 11] = [
+        b"EVALSHA",
+        SLIDING_SHA.as_bytes(),
+        b"2",
+        b"p:{dom_k_v_}_1700000123",
+        b"p:{dom_k_v_}_1700000122",
+        b"10",
+        b"3",
+        b"544",
+        b"1000",
+        b"2000",
+        b"0",
+    ];
+    assert_eq!(text(&c), reference(&want));
+    let mut again_args = want;
+    again_args[0] = b"EVAL";
+    again_args[1] = SLIDING.as_bytes();
+    assert_eq!(text(&again(&c)), reference(&again_args));
+    let synced = packed(&s.sync_cmd(&sliding, NOW, NOW));
+    assert!(text(&synced).ends_with("$1\r\n1\r\n"));
+
+    let bucket = op(Algorithm::TokenBucket { burst: 4 }, 1000);
+    let c = packed(&s.cmd(&bucket, NOW, false));
+    assert_eq!(
+        text(&c),
+        reference(&[
+            b"EVALSHA",
+            GCRA_SHA.as_bytes(),
+            b"1",
+            b"p:{dom_k_v_}_tat",
+            b"1700000123456000",
+            b"100000",
+            b"4",
+            b"3"
+        ])
+    );
+    for (cmd, src) in [
+        (s.sync_cmd(&bucket, NOW, NOW), GCRA_ADD),
+        (s.cmd(&bucket, NOW, true), REFUND_GCRA),
+        (s.cmd(&bucket, NOW, false), GCRA),
+        (s.cmd(&sliding, NOW, true), REFUND_COUNT),
+    ] {
+        let t = text(&again(&packed(&cmd)));
+        assert!(t.contains(src), "{t}");
+        assert!(t.starts_with("*"), "{t}");
+    }
+    let plain = packed(&Cmd::Get {
+        key: s.key(&sliding, "", "", None),
+    });
+    assert_eq!(text(&again(&plain)), text(&plain));
+    assert_eq!(text(&plain), reference(&[b"GET", b"p:dom_k_v_"]));
+}
+
+#[test]
+fn names_print_as_they_are_sent() {
+    let s = store("x_");
+    let o = op(Algorithm::FixedWindow, 1000);
+    let Cmd::Fixed { key, .. } = s.cmd(&o, NOW, false) else {
+        panic!("fixed");
+    };
+    assert_eq!(key.to_string(), "x_dom_k_v_1700000123");
+    let sub = op(Algorithm::FixedWindow, 250);
+    let Cmd::Fixed { key, .. } = s.cmd(&sub, NOW, false) else {
+        panic!("fixed");
+    };
+    assert_eq!(key.to_string(), "x_dom_k_v_1700000123250ms");
+}
