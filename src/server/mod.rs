@@ -35,7 +35,7 @@ pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
 use crate::config::{Config, ConfigError};
-use crate::limiter::{Clock, ShardTask};
+use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::Settings;
 use crate::source::files::{fingerprint, Watched};
@@ -212,11 +212,7 @@ pub async fn start(
         fleet,
         stop_rx.clone(),
     );
-    let mut threads = Vec::with_capacity(workers + 1);
-    let shards = deal(shard_tasks, workers);
-    for (w, (listener, mine)) in listeners.grpc.into_iter().zip(shards).enumerate() {
-        threads.push(worker::spawn(w, listener, mine, &grpc, stopping())?);
-    }
+    let mut threads = worker::spawn_all(listeners.grpc, shard_tasks, &grpc, &stopping)?;
     let http_addr = local_addr(&listeners.http, settings.http_addr)?;
     let ports = (
         listeners.http,
@@ -349,15 +345,6 @@ type HttpPorts = (
     Option<StdListener>,
     Option<StdListener>,
 );
-
-/// Shard `i` goes to worker `i % workers`.
-fn deal(tasks: Vec<ShardTask>, workers: usize) -> Vec<Vec<ShardTask>> {
-    let mut out: Vec<Vec<ShardTask>> = (0..workers).map(|_| Vec::new()).collect();
-    for (i, t) in tasks.into_iter().enumerate() {
-        out[i % workers].push(t);
-    }
-    out
-}
 
 impl Running {
     /// Loads the config location again (SIGHUP does this): valid, it goes live with the stats

@@ -121,8 +121,28 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimi
         .add_service(rlqs)
 }
 
+/// Starts every worker on its own thread, one per listener: shard `i` goes to worker
+/// `i % workers`.
+pub(super) fn spawn_all<H: Health>(
+    listeners: Vec<GrpcListener>,
+    shards: Vec<ShardTask>,
+    grpc: &Grpc<H>,
+    stopping: &impl Fn() -> Stopping,
+) -> Result<Vec<JoinHandle<()>>, StartError> {
+    let workers = listeners.len();
+    let mut dealt: Vec<Vec<ShardTask>> = (0..workers).map(|_| Vec::new()).collect();
+    for (i, t) in shards.into_iter().enumerate() {
+        dealt[i % workers].push(t);
+    }
+    let mut threads = Vec::with_capacity(workers + 1);
+    for (w, (listener, mine)) in listeners.into_iter().zip(dealt).enumerate() {
+        threads.push(spawn(w, listener, mine, grpc, stopping())?);
+    }
+    Ok(threads)
+}
+
 /// Starts worker `w` on its own thread.
-pub(super) fn spawn<H: Health>(
+fn spawn<H: Health>(
     w: usize,
     listener: GrpcListener,
     shards: Vec<ShardTask>,
