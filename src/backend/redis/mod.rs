@@ -5,6 +5,7 @@ mod connect;
 mod decode;
 mod direct;
 pub mod fleet;
+mod lane;
 mod packed;
 mod scripts;
 mod settings;
@@ -13,8 +14,8 @@ use std::time::Duration;
 
 use connect::{exec, Deployment};
 use decode::Asked;
+use lane::Lane;
 use packed::Packed;
-use scripts::{pack, Then};
 pub use settings::{RedisSettings, RedisTarget, RedisType};
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
@@ -29,19 +30,10 @@ pub struct RedisStore {
     fleet_deadline: Duration,
 }
 
-/// Packed commands of one deployment, with each one's place in the batch and what follows its
-/// answer.
-#[derive(Default)]
-struct Lane {
-    at: Vec<usize>,
-    then: Vec<Then>,
-    cmds: Packed,
-}
-
 impl Store for RedisStore {
     /// One pipeline per deployment (per-second limits go to their own Redis when one is set).
     fn run(&self, lane: usize, batch: &[StoreOp<'_>], now: u64, deadline: Duration) -> StoreFuture {
-        let mut lanes: [Lane; 2] = Default::default();
+        let mut lanes: [Option<Lane<'_>>; 2] = [None, None];
         let mut asked = Vec::with_capacity(batch.len());
         for (i, b) in batch.iter().enumerate() {
             let at = b.sync_at.unwrap_or(now);
@@ -51,19 +43,9 @@ impl Store for RedisStore {
                 None if in_full => self.sync_cmd(b.op, now, now),
                 None => self.cmd(b.op, now, b.refund),
             };
-            let to =
-                &mut lanes[usize::from(self.per_second.is_some() && c.per_second(&b.op.params))];
-            if to.at.capacity() == 0 {
-                let n = batch.len();
-                *to = Lane {
-                    at: Vec::with_capacity(n),
-                    then: Vec::with_capacity(n),
-                    cmds: Packed::with_capacity(n),
-                };
-            }
-            to.at.push(i);
-            to.then.push(c.then());
-            pack(&c, &mut to.cmds);
+            let to = usize::from(self.per_second.is_some() && c.per_second(&b.op.params));
+            let to = lanes[to].get_or_insert_with(|| Lane::with_capacity(batch.len()));
+            to.push(i, &b.op.key, c, b.sync_at.is_none() && !b.refund);
             asked.push(Asked {
                 params: b.op.params,
                 hits: b.op.hits,
@@ -73,9 +55,11 @@ impl Store for RedisStore {
             });
         }
         let [main, second] = lanes;
-        let pick = |dep: Option<&Deployment>, l: Lane| {
-            let dep = dep.filter(|_| !l.cmds.is_empty())?;
-            Some((dep.conn(lane), l.at, l.then, l.cmds))
+        let pick = |dep: Option<&Deployment>, l: Option<Lane<'_>>| {
+            let l = l.filter(|l| !l.is_empty())?;
+            let dep = dep?;
+            let (cmds, then, answers) = l.pack();
+            Some((dep.conn(lane), answers, then, cmds))
         };
         let lists = [
             pick(Some(&self.main), main),
@@ -85,7 +69,7 @@ impl Store for RedisStore {
         Box::pin(async move {
             let fut = async {
                 let mut out = vec![decode::Ints::new(); asked.len()];
-                for (conn, at, then, cmds) in lists.into_iter().flatten() {
+                for (conn, answers, then, cmds) in lists.into_iter().flatten() {
                     let replies = exec(&conn, &cmds).await?;
                     // Keys this round trip created get their TTL before it answers.
                     let mut expire = Packed::default();
@@ -95,9 +79,7 @@ impl Store for RedisStore {
                     if !expire.is_empty() {
                         exec(&conn, &expire).await?;
                     }
-                    for (i, r) in at.into_iter().zip(replies) {
-                        out[i] = r;
-                    }
+                    answers.answer(replies, &mut out);
                 }
                 Ok(out)
             };

@@ -127,7 +127,7 @@ return tat
 /// A key as Redis names it: `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the
 /// window's start, if any. Written where it is needed (a command's argument, or a `String` for
 /// the admin listener), never held on its own.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Name<'a> {
     prefix: &'a str,
     open: &'static str,
@@ -137,6 +137,11 @@ pub(super) struct Name<'a> {
 }
 
 impl Name<'_> {
+    /// The start of the window the name counts, in ms (0 for a name without one).
+    pub(super) fn start_ms(&self) -> u64 {
+        self.start.map_or(0, |s| s.ms)
+    }
+
     fn len(&self) -> usize {
         self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
     }
@@ -290,7 +295,7 @@ impl Then {
 
 /// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
 /// windows of the direct API.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WindowStart {
     ms: u64,
 }
