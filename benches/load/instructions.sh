@@ -34,7 +34,10 @@ done
 
 mkdir -p target; work=$(mktemp -d "$PWD/target/instructions.XXXXXX")
 pid=""
-redis_pid=""
+# A fresh redis-server per run (start_redis, stop_redis), as run.sh starts it.
+# shellcheck source=benches/load/redis.sh
+source "$(dirname "$0")/redis.sh"
+
 cleanup() {
     [[ -n $pid ]] && kill "$pid" 2>/dev/null
     [[ -n $redis_pid ]] && kill "$redis_pid" 2>/dev/null
@@ -49,24 +52,6 @@ calls() {  # ADDR MIX N
     grep -q " $3 succeeded" "$work/h2load.out" || { cat "$work/h2load.out" >&2; exit 1; }
 }
 
-# A fresh redis-server per run, on a free port, no persistence (run.sh's start_redis).
-start_redis() {
-    command -v redis-server >/dev/null || { echo "instructions.sh: redis-server not found" >&2; exit 1; }
-    redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-        --daemonize no >"$work/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 50); do
-        redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    echo "redis-server did not answer on $redis_port" >&2; exit 1
-}
-stop_redis() {
-    [[ -n $redis_pid ]] || return 0
-    kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; redis_pid=""
-}
-
 declare -A floor mem
 for server in $SERVERS; do
     for mix in $MIXES; do
@@ -77,7 +62,7 @@ for server in $SERVERS; do
             turnstile-w*) cmd=("$BIN_DIR/turnstile" serve --config benches/load/bench.conf.yaml
                 --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --workers "${server#turnstile-w}") ;;
             turnstile-redis-w*)
-                start_redis
+                start_redis || exit 1
                 # Under callgrind a round trip takes far longer than the 50 ms default deadline
                 # allows; a breaker that opened would count fallback decisions instead.
                 env=(BACKEND_TYPE=redis "REDIS_URL=127.0.0.1:$redis_port" TURNSTILE_LOCAL_FIRST=false

@@ -127,27 +127,10 @@ start_server() {
     return 1
 }
 
-# A fresh redis-server for the Redis servers, on a free port, no persistence;
-# its CPU is read around each run too (REDIS_CPU_US per call in the table).
-redis_pid=""
-redis_port=""
-start_redis() {
-    command -v redis-server >/dev/null || { log "redis-server not found (apt-get install redis-server)"; return 1; }
-    stop_redis
-    redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-        --daemonize no >"$work/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 50); do
-        redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    log "redis-server did not answer on $redis_port"; return 1
-}
-stop_redis() {
-    if [[ -n "$redis_pid" ]]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
-    redis_pid=""
-}
+# The Redis servers' redis-server (start_redis, stop_redis); its CPU is read around each run
+# too (REDIS_CPU_US per call in the table).
+# shellcheck source=benches/load/redis.sh
+source "$(dirname "$0")/redis.sh"
 
 stop_server() {
     kill "$server_pid" 2>/dev/null || true
