@@ -64,7 +64,7 @@
 //!                        each yields the first config and a stream of updates for `server`
 //!   settings/            the one reader of the environment
 //!   transport/           thin adapters: grpc.rs (ShouldRateLimit, its per-call layer) and
-//!                        codec.rs (the request read where it lies, the answer in one pass),
+//!                        codec/ (the request read where it lies, the answer in one pass),
 //!                        http/, resp/, rlqs
 //!   quota/               RLQS: book (pure), hub; the fleet exchange as a trait that
 //!                        backend::redis implements (above quota, as it implements it)
@@ -115,7 +115,7 @@
 //!
 //! - (1) `transport/grpc.rs`: the per-call layer opens the span and starts the clock; the
 //!   service reads the request (2) and hands it to (3).
-//! - (2) `transport/codec.rs`: the request read where it lies, strings borrowed.
+//! - (2) `transport/codec/mod.rs`: the request read where it lies, strings borrowed.
 //! - (3) `service/mod.rs`: `RateLimiter::decide` calls 4, 5, 8 and 16 in turn.
 //! - (4) `service/request.rs`: the request's bounds (`validate`).
 //! - (5) `service/plan.rs`: the limits that apply and an op for each, matching in
