@@ -123,27 +123,13 @@ impl Answers {
 
 #[cfg(test)]
 mod tests {
-    use super::super::RedisStore;
+    use super::super::{test_op, RedisStore};
     use super::*;
     use crate::config::Algorithm;
-    use crate::limiter::{Counting, Op, Params, Role};
+    use crate::limiter::Op;
 
     fn op(key: &str, window_ms: u64, hits: u64) -> Op {
-        Op {
-            key: Key::new(key),
-            params: Params {
-                requests_per_unit: 10,
-                window_ms,
-                algorithm: Algorithm::FixedWindow,
-            },
-            hits,
-            refund: false,
-            role: Role::Binding,
-            queue: None,
-            grant: None,
-            counting: Counting::IfAdmitted,
-            local_first: None,
-        }
+        test_op(key, Algorithm::FixedWindow, window_ms, hits)
     }
 
     const NOW: u64 = 1_700_000_041_000_000_000;

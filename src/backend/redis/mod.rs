@@ -137,3 +137,29 @@ impl RedisStore {
         }
     }
 }
+
+/// A decision of `hits` on counter `key`, 10 a window of `window_ms`: how tests see ops become
+/// commands.
+#[cfg(test)]
+pub(super) fn test_op(
+    key: &str,
+    algorithm: crate::config::Algorithm,
+    window_ms: u64,
+    hits: u64,
+) -> Op {
+    Op {
+        key: crate::limiter::key::Key::new(key),
+        params: Params {
+            requests_per_unit: 10,
+            window_ms,
+            algorithm,
+        },
+        hits,
+        refund: false,
+        role: crate::limiter::Role::Binding,
+        queue: None,
+        grant: None,
+        counting: crate::limiter::Counting::IfAdmitted,
+        local_first: None,
+    }
+}

@@ -1,27 +1,12 @@
+use super::super::test_op;
 use super::*;
-use crate::limiter::key::Key;
-use crate::limiter::{Counting, Role};
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::for_tests(prefix)
 }
 
 fn op(algorithm: Algorithm, window_ms: u64) -> Op {
-    Op {
-        key: Key::new("dom_k_v_"),
-        params: Params {
-            requests_per_unit: 10,
-            window_ms,
-            algorithm,
-        },
-        hits: 3,
-        refund: false,
-        role: Role::Binding,
-        queue: None,
-        grant: None,
-        counting: Counting::IfAdmitted,
-        local_first: None,
-    }
+    test_op("dom_k_v_", algorithm, window_ms, 3)
 }
 
 fn text(p: &Packed) -> String {
