@@ -245,14 +245,25 @@ pub fn encode_response(r: &RateLimitResponse, buf: &mut impl BufMut) {
 }
 
 /// A status as field 2 of the answer.
+///
+/// A status without a limit name or a quota (most configs name no limit) is written on the
+/// stack first and put in `buf` with one copy: tonic's buffer checks its capacity for every
+/// byte put into it. Such a status is at most 62 bytes: its key and length 2, the code 11, the
+/// limit 19, the remaining count 6, the reset 24.
 fn encode_status(s: &DescriptorStatus, buf: &mut impl BufMut) {
     let unnamed = s.current_limit.as_ref().is_none_or(|l| l.name.is_empty());
     if unnamed && s.quota.is_none() {
-        let mut out = Scratch::new();
-        out.status(s);
-        buf.put_slice(out.written());
-        return;
+        let mut bytes = [0u8; 64];
+        let mut rest = &mut bytes[..];
+        write_status(s, &mut rest);
+        let written = 64 - rest.len();
+        buf.put_slice(&bytes[..written]);
+    } else {
+        write_status(s, buf);
     }
+}
+
+fn write_status(s: &DescriptorStatus, buf: &mut impl BufMut) {
     let limit_len = s.current_limit.as_ref().map(limit_body_len);
     let reset_len = s.duration_until_reset.as_ref().map(Message::encoded_len);
     let quota_len = s.quota.as_ref().map(Message::encoded_len);
@@ -285,82 +296,6 @@ fn encode_status(s: &DescriptorStatus, buf: &mut impl BufMut) {
         encode_key(5, WireType::LengthDelimited, buf);
         encode_varint(n as u64, buf);
         q.encode_raw(buf);
-    }
-}
-
-/// A status without a limit name or a quota, written on the stack and put in the answer with
-/// one copy: tonic's buffer checks its capacity for every byte put into it. Such a status is
-/// at most 62 bytes: its key and length 2, the code 11, the limit 19, the remaining count 6,
-/// the reset 24.
-struct Scratch {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl Scratch {
-    fn new() -> Scratch {
-        Scratch {
-            bytes: [0; 64],
-            len: 0,
-        }
-    }
-
-    fn written(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-
-    #[inline]
-    fn byte(&mut self, b: u8) {
-        self.bytes[self.len] = b;
-        self.len += 1;
-    }
-
-    #[inline]
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
-    }
-
-    /// A varint field, left out when zero (as [`varint_field`]).
-    #[inline]
-    fn field(&mut self, tag: u8, v: u64) {
-        if v != 0 {
-            self.byte(tag << 3);
-            self.varint(v);
-        }
-    }
-
-    /// `s` as field 2 of the answer; its limit has no name, and it has no quota.
-    fn status(&mut self, s: &DescriptorStatus) {
-        const NESTED: u8 = WireType::LengthDelimited as u8;
-        let limit_len = s.current_limit.as_ref().map(limit_body_len);
-        let reset_len = s
-            .duration_until_reset
-            .as_ref()
-            .map(|d| varint_field_len(d.seconds as u64) + varint_field_len(d.nanos as u64));
-        let len = varint_field_len(s.code as u64)
-            + limit_len.map_or(0, nested_len)
-            + varint_field_len(u64::from(s.limit_remaining))
-            + reset_len.map_or(0, nested_len);
-        self.byte(2 << 3 | NESTED);
-        self.varint(len as u64);
-        self.field(1, s.code as u64);
-        if let (Some(l), Some(n)) = (&s.current_limit, limit_len) {
-            self.byte(2 << 3 | NESTED);
-            self.varint(n as u64);
-            self.field(1, u64::from(l.requests_per_unit));
-            self.field(2, l.unit as u64);
-        }
-        self.field(3, u64::from(s.limit_remaining));
-        if let (Some(d), Some(n)) = (&s.duration_until_reset, reset_len) {
-            self.byte(4 << 3 | NESTED);
-            self.varint(n as u64);
-            self.field(1, d.seconds as u64);
-            self.field(2, d.nanos as u64);
-        }
     }
 }
 
