@@ -458,14 +458,17 @@ fn evalsha(sha: &str) -> Encoded {
     Encoded::new(&[b"EVALSHA", sha.as_bytes()])
 }
 
-/// Starts a script call of `keys` keys and `args` more arguments: `EVALSHA` with the
-/// script's SHA1 (a few bytes instead of the script's text, and no hashing on Redis's side).
-fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: usize) {
-    p.start(3 + keys.len() + args);
+/// A script call on `keys` with `args`: `EVALSHA` with the script's SHA1 (a few bytes instead
+/// of the script's text, and no hashing on Redis's side).
+fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: &[u64]) {
+    p.start(3 + keys.len() + args.len());
     p.encoded(head);
     p.int(keys.len() as u64);
     for k in keys {
         k.pack(p);
+    }
+    for &a in args {
+        p.int(a);
     }
 }
 
@@ -492,13 +495,16 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             window_ms,
             in_full,
         } => {
-            script(p, &SLIDING_HEAD, &[cur, prev], 6);
-            p.int(u64::from(*limit));
-            p.int(*hits);
-            p.int(*left_ms);
-            p.int(*window_ms);
-            p.int(2 * *window_ms);
-            p.int(u64::from(*in_full));
+            let in_full = u64::from(*in_full);
+            let args = [
+                u64::from(*limit),
+                *hits,
+                *left_ms,
+                *window_ms,
+                2 * *window_ms,
+                in_full,
+            ];
+            script(p, &SLIDING_HEAD, &[cur, prev], &args);
         }
         Cmd::Gcra {
             key,
@@ -506,39 +512,30 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             interval_us,
             burst,
             hits,
-        } => {
-            script(p, &GCRA_HEAD, &[key], 4);
-            p.int(*now_us);
-            p.int(*interval_us);
-            p.int(u64::from(*burst));
-            p.int(*hits);
-        }
+        } => script(
+            p,
+            &GCRA_HEAD,
+            &[key],
+            &[*now_us, *interval_us, u64::from(*burst), *hits],
+        ),
         Cmd::GcraAdd {
             key,
             now_us,
             interval_us,
             hits,
-        } => {
-            script(p, &GCRA_ADD_HEAD, &[key], 3);
-            p.int(*now_us);
-            p.int(*interval_us);
-            p.int(*hits);
-        }
-        Cmd::RefundCount { key, hits } => {
-            script(p, &REFUND_COUNT_HEAD, &[key], 1);
-            p.int(*hits);
-        }
+        } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
+        Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
         Cmd::RefundGcra {
             key,
             now_us,
             interval_us,
             hits,
-        } => {
-            script(p, &REFUND_GCRA_HEAD, &[key], 3);
-            p.int(*now_us);
-            p.int(*interval_us);
-            p.int(*hits);
-        }
+        } => script(
+            p,
+            &REFUND_GCRA_HEAD,
+            &[key],
+            &[*now_us, *interval_us, *hits],
+        ),
     }
 }
 
