@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::algorithm::{Params, State};
 use super::key::Key;
-use super::op::{Op, Outcomes};
+use super::op::{refuses, Op, Outcomes, Role};
 use super::store::{DeleteFuture, StoreFuture};
 
 /// What callers send a shard.
@@ -62,6 +62,32 @@ pub(crate) struct Decide {
     /// Whether an over-limit queued op may wait; when false it is refused like any other.
     pub(crate) may_wait: bool,
     pub(crate) reply: ReplyTo,
+}
+
+impl Decide {
+    /// The verdict this message can give, from whether each of its ops is over: every path
+    /// that answers a message (the counters, the store's answers, the local over-limit cache,
+    /// a store that cannot decide) asks here, so a shadow op never refuses and nothing refuses
+    /// under `global_shadow`. Quota ops are judged only when the message holds the whole
+    /// request; the engine judges them across the parts otherwise.
+    pub(crate) fn refuses(&self, over: impl IntoIterator<Item = bool>) -> bool {
+        let whole = self.whole;
+        let ops = self
+            .ops
+            .iter()
+            .zip(over)
+            .filter_map(|(op, over)| match op.role {
+                Role::Quota(_) if !whole => None,
+                role => Some((role, over)),
+            });
+        refuses(ops, self.global_shadow)
+    }
+
+    /// Whether no op of this message can refuse its request, however over: every limit in
+    /// shadow mode, or `global_shadow`.
+    pub(crate) fn never_refuses(&self) -> bool {
+        self.global_shadow || self.ops.iter().all(|op| op.role == Role::Shadow)
+    }
 }
 
 /// Where a message's answer goes.

@@ -91,6 +91,8 @@ pub struct Book {
     /// This replica's id among those sharing limits through Redis; orders the fleet's buckets
     /// the same way on every replica, so they all round the split alike.
     replica: u64,
+    /// `SHADOW_MODE`: no limit refuses, so every bucket is allowed everything.
+    global_shadow: bool,
 }
 
 impl Book {
@@ -103,7 +105,22 @@ impl Book {
             abandons: Vec::new(),
             pending: FnvHashSet::default(),
             replica: 0,
+            global_shadow: false,
         }
+    }
+
+    /// The book under `SHADOW_MODE` (`on`): every bucket is assigned allow-all.
+    pub fn global_shadow(mut self, on: bool) -> Book {
+        self.global_shadow = on;
+        self
+    }
+
+    /// What a bucket is matched to under `config`.
+    fn target(&self, config: &Config, key: &Slot) -> Target {
+        if self.global_shadow {
+            return Target::AllowAll("SHADOW_MODE");
+        }
+        bucket::resolve(config, &key.0, &key.1)
     }
 
     /// The book of replica `id` of a fleet.
@@ -164,7 +181,7 @@ impl Book {
         now: u64,
         dirty: &mut BTreeMap<String, bool>,
     ) {
-        let target = bucket::resolve(config, &key.0, &key.1);
+        let target = self.target(config, &key);
         log_target(&key, &target);
         if let Target::Limit(l) = &target {
             self.join(l, stream, &key);
@@ -324,7 +341,7 @@ impl Book {
         let mut moves = Vec::new();
         for (&s, buckets) in &self.streams {
             for (k, b) in buckets {
-                let target = bucket::resolve(config, &k.0, &k.1);
+                let target = self.target(config, k);
                 if target != b.target {
                     moves.push((s, k.clone(), target));
                 }

@@ -96,11 +96,13 @@ struct State {
 impl QuotaHub {
     /// The hub of this process, matching buckets against `live`'s limits and counting in
     /// `stats`; with an `exchange` (Redis), limits are split over every replica's streams.
+    /// Under `global_shadow` (`SHADOW_MODE`) every bucket is allowed everything.
     pub fn new(
         live: LiveLimits,
         clock: Clock,
         stats: Arc<QuotaStats>,
         exchange: Option<Arc<dyn DemandExchange>>,
+        global_shadow: bool,
     ) -> QuotaHub {
         let replica = rand::random::<u64>();
         let fleet = exchange.map(|exchange| Fleet {
@@ -114,7 +116,9 @@ impl QuotaHub {
                 fleet,
                 last_tick: Mutex::new(None),
                 state: Mutex::new(State {
-                    book: Book::new(MAX_BUCKETS).replica(replica),
+                    book: Book::new(MAX_BUCKETS)
+                        .replica(replica)
+                        .global_shadow(global_shadow),
                     outlets: FnvHashMap::default(),
                     config: live.load_full(),
                     view_due: false,

@@ -65,6 +65,7 @@ impl<H> Grpc<H> {
             cx.engine.clock().clone(),
             cx.counters.quota.clone(),
             fleet,
+            settings.global_shadow_mode,
         );
         Grpc {
             limiter: cx.limiter.clone(),

@@ -15,7 +15,6 @@ use super::queues::Queues;
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::clock::Clock;
-use crate::limiter::op::refuses;
 use crate::limiter::op::{Op, Outcome, Outcomes, Role};
 use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 
@@ -93,18 +92,16 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
             wait.get_or_insert(i);
         }
     }
-    // (role, over) of the ops that count towards the verdict. Only a message holding the whole
-    // request can judge its quota ops; the engine judges them across the parts otherwise.
-    let counted = d
+    // A binding op that may wait does not refuse the request (yet).
+    let over = d
         .ops
         .iter()
         .zip(evals)
-        .filter_map(|(op, (e, blocked))| match op.role {
-            Role::Binding => Some((Role::Binding, (e.over || *blocked) && !waits(op, e))),
-            Role::Quota(_) if !d.whole => None,
-            Role::Quota(_) | Role::Shadow => Some((op.role, e.over)),
+        .map(|(op, (e, blocked))| match op.role {
+            Role::Binding => (e.over || *blocked) && !waits(op, e),
+            Role::Quota(_) | Role::Shadow => e.over,
         });
-    let action = if refuses(counted, d.global_shadow) {
+    let action = if d.refuses(over) {
         Action::Refuse
     } else if let Some(i) = wait {
         Action::Wait(i)

@@ -17,7 +17,7 @@ use super::link::{refund_views, with_hits, Done, InFlight, Link, Mode, StoreBoun
 use super::queues::{Queues, Waiter};
 use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Outcome};
+use crate::limiter::op::{Op, Outcome, Outcomes};
 use crate::limiter::protocol::{Decide, Hits, Reply};
 use crate::limiter::store::{FailureMode, StoreError, StoreReply};
 
@@ -81,11 +81,8 @@ impl Decider<'_> {
         }
         if let Some((i, until)) = link.known_full(&d, now) {
             (self.cx.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
-            let outcomes = d
-                .ops
-                .iter()
-                .enumerate()
-                .map(|(j, _)| Outcome {
+            let outcomes: Outcomes = (0..d.ops.len())
+                .map(|j| Outcome {
                     over: j == i,
                     remaining: 0,
                     reset_ns: if j == i { until - now } else { 0 },
@@ -94,8 +91,16 @@ impl Decider<'_> {
                     past: u64::MAX,
                 })
                 .collect();
-            self.counters.count_denied(&d.ops, now);
-            self.answer(d.reply, Reply::refused(outcomes, 0));
+            // Over its limit, as the store last said; whether that refuses is the op's role's
+            // to say (a shadow limit answered from the cache is admitted, uncounted, as
+            // envoyproxy/ratelimit's local cache answers it).
+            let refused = d.refuses(outcomes.iter().map(|o| o.over));
+            if refused {
+                self.counters.count_denied(&d.ops, now);
+                self.answer(d.reply, Reply::refused(outcomes, 0));
+            } else {
+                self.answer(d.reply, Reply::admitted_uncounted(outcomes));
+            }
             return;
         }
         let mut d = d;
@@ -110,25 +115,10 @@ impl Decider<'_> {
         (self.cx.stats.fallback_decisions).fetch_add(1, Ordering::Relaxed);
         match self.link().policy.failure_mode {
             FailureMode::Fallback => self.decide(d),
-            FailureMode::FailOpen => {
-                let now = self.cx.clock.now();
-                let outcomes = d
-                    .ops
-                    .iter()
-                    .map(|op| {
-                        let e = State::fresh(&op.params, now).eval(&op.params, now, 0);
-                        Outcome {
-                            over: false,
-                            remaining: e.remaining,
-                            reset_ns: e.reset_ns,
-                            retry_ns: 0,
-                            blocked: false,
-                            past: 0,
-                        }
-                    })
-                    .collect();
-                self.answer(d.reply, Reply::admitted_uncounted(outcomes));
-            }
+            // A request none of whose limits can refuse it (shadow mode) is not failed for
+            // want of a store: it is admitted uncounted, as fail-open admits it.
+            FailureMode::FailClosed if d.never_refuses() => self.admit_uncounted(d),
+            FailureMode::FailOpen => self.admit_uncounted(d),
             FailureMode::FailClosed => {
                 self.answer(
                     d.reply,
@@ -141,6 +131,25 @@ impl Decider<'_> {
                 );
             }
         }
+    }
+
+    /// Answers `d` admitted without counting it, each op as a fresh window would see it.
+    fn admit_uncounted(&mut self, d: Decide) {
+        let now = self.cx.clock.now();
+        let outcomes = (d.ops.iter())
+            .map(|op| {
+                let e = State::fresh(&op.params, now).eval(&op.params, now, 0);
+                Outcome {
+                    over: false,
+                    remaining: e.remaining,
+                    reset_ns: e.reset_ns,
+                    retry_ns: 0,
+                    blocked: false,
+                    past: 0,
+                }
+            })
+            .collect();
+        self.answer(d.reply, Reply::admitted_uncounted(outcomes));
     }
 
     /// Gives back, through Redis, what the ops at `done` counted there.

@@ -148,23 +148,19 @@ impl TestServer {
     }
 
     pub async fn call(&self, req: RateLimitRequest) -> RateLimitResponse {
-        self.client
-            .clone()
-            .should_rate_limit(req)
-            .await
-            .expect("call succeeds")
-            .into_inner()
+        self.try_call(req).await.expect("call succeeds")
     }
 
+    /// The call's answer, held to [`refused_by_a_status`] whatever the test asserts of it.
     pub async fn try_call(
         &self,
         req: RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        self.client
-            .clone()
-            .should_rate_limit(req)
-            .await
-            .map(|r| r.into_inner())
+        let r = (self.client.clone().should_rate_limit(req).await).map(|r| r.into_inner());
+        if let Ok(r) = &r {
+            refused_by_a_status(r);
+        }
+        r
     }
 
     pub fn advance(&self, by: Duration) {
@@ -205,6 +201,18 @@ pub fn one(domain: &str, pairs: &[(&str, &str)]) -> RateLimitRequest {
 
 pub const OK: i32 = 1;
 pub const OVER: i32 = 2;
+
+/// Envoy answers 429 on the overall code alone, so a refusal must be some status's: an
+/// OVER_LIMIT answer with no OVER_LIMIT status is a limit that said OK (shadow mode) refusing
+/// anyway. Every call of the harness is held to it, whatever its test asserts.
+pub fn refused_by_a_status(r: &RateLimitResponse) {
+    if r.overall_code == OVER {
+        assert!(
+            r.statuses.iter().any(|s| s.code == OVER),
+            "OVER_LIMIT overall with no status over its limit: {r:?}"
+        );
+    }
+}
 
 /// (code, remaining) of every status.
 pub fn codes(r: &RateLimitResponse) -> Vec<(i32, u32)> {

@@ -538,3 +538,48 @@ async fn turnstile_exits_zero_on_sigterm_while_envoy_is_connected() {
         "turnstile exited with {status} after SIGTERM"
     );
 }
+
+/// A rule an operator put in shadow mode never produces a 429, also once Redis's over-limit
+/// cache holds its key (the fifth call on, with 3 an hour), and under `SHADOW_MODE` no rule
+/// does.
+#[tokio::test]
+async fn a_shadow_rule_never_gets_a_429_with_the_local_cache() {
+    let redis = crate::common::redis::Redis::start();
+    let url_env = redis.url();
+    let opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-api-key", "api_key")]}]),
+    );
+    let yaml = "domain: edge\ndescriptors:\n  - key: api_key\n    value: trial\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+    for global in ["false", "true"] {
+        let prefix = format!("g{global}_");
+        let env = [
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", url_env.as_str()),
+            ("CACHE_KEY_PREFIX", prefix.as_str()),
+            ("LOCAL_CACHE_SIZE_IN_BYTES", "1000000"),
+            ("SHADOW_MODE", global),
+        ];
+        let stack = Stack::start("shadow", &[("edge.yaml", yaml)], &env, &opts).await;
+        let c = client();
+        let url = format!("{}/", stack.envoy.base);
+        clear_of_window_edge(HOUR, 60).await;
+        for i in 1..=8 {
+            let r = get(&c, &url, &[("x-api-key", "trial")]).await;
+            assert_status(
+                &r,
+                200,
+                &format!("shadow rule, SHADOW_MODE={global}: call {i}"),
+            );
+        }
+        for i in 1..=8 {
+            let r = get(&c, &url, &[("x-api-key", "paid")]).await;
+            let want = if global == "true" || i <= 3 { 200 } else { 429 };
+            assert_status(
+                &r,
+                want,
+                &format!("binding rule, SHADOW_MODE={global}: call {i}"),
+            );
+        }
+    }
+}

@@ -41,4 +41,4 @@ mod config;
 mod fixed_cache;
 mod integration;
 mod service;
-mod support;
+pub(crate) mod support;

@@ -154,6 +154,22 @@ async fn each_kind_of_bucket_gets_its_assignment() {
     assert_eq!(e.next().await[0].1, Told::Allow, "refused: sliding_window");
 }
 
+/// A shadow-mode limit never refuses, and under `SHADOW_MODE` none does: their buckets are
+/// allowed everything, so the Envoy enforcing them never denies.
+#[tokio::test]
+async fn shadow_limits_and_global_shadow_mode_allow_all() {
+    let shadow = "domain: q\ndescriptors:\n  - key: user\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
+    let s = TestServer::start(shadow).await;
+    let mut e = Envoy::connect(&s).await;
+    e.report("q", &[("user", "a")], 0, 1).await;
+    assert_eq!(e.next().await[0].1, Told::Allow, "shadow_mode");
+
+    let s = TestServer::start_with(LIMITS, &[("SHADOW_MODE", "true")]).await;
+    let mut e = Envoy::connect(&s).await;
+    e.report("q", &[("user", "a")], 0, 1).await;
+    assert_eq!(e.next().await[0].1, Told::Allow, "SHADOW_MODE");
+}
+
 #[tokio::test]
 async fn a_second_envoy_halves_the_first_ones_share_without_waiting_for_its_report() {
     let s = TestServer::start(LIMITS).await;

@@ -6,3 +6,4 @@ mod answers;
 mod budgets;
 mod grpcurl;
 mod queue;
+mod shadow;
