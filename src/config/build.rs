@@ -5,7 +5,7 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fnv::FnvHashMap;
+use fnv::{FnvHashMap, FnvHashSet};
 
 use super::grammar::parse_bounded_duration;
 use super::raw::{self, RawDescriptor, RawFile, RawRateLimit};
@@ -138,10 +138,16 @@ fn add_level(
     path: &str,
     parent_stat: &str,
 ) -> Result<(), ConfigError> {
+    // The level's `key_value` names, for the duplicate check: one look-up a node, so a level of
+    // any size loads in linear time.
+    let mut names: FnvHashSet<String> = level
+        .nodes()
+        .map(|n| composite(&n.key, n.value.as_deref()))
+        .collect();
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{path}[{i}]");
         let node = build_node(ctx, raw, &here, parent_stat)?;
-        insert_node(ctx, level, node, &here)?;
+        insert_node(ctx, level, &mut names, node, &here)?;
     }
     Ok(())
 }
@@ -210,10 +216,12 @@ fn build_node(
     Ok(node)
 }
 
-/// Files `node` into its level: exact, wildcard (in file order) or key-only.
+/// Files `node` into its level: exact, wildcard (in file order) or key-only; `names` holds the
+/// level's `key_value` names so far.
 fn insert_node(
     ctx: &Ctx<'_>,
     level: &mut Level,
+    names: &mut FnvHashSet<String>,
     node: Node,
     here: &str,
 ) -> Result<(), ConfigError> {
@@ -225,10 +233,7 @@ fn insert_node(
         )
     };
     // The reference compares `key_value` strings, so "a_b"+"c" and "a"+"b_c" collide too.
-    if level
-        .nodes()
-        .any(|n| composite(&n.key, n.value.as_deref()) == name)
-    {
+    if names.contains(&name) {
         return Err(dup());
     }
     let group = level.groups.entry(node.key.clone()).or_default();
@@ -242,6 +247,7 @@ fn insert_node(
             }
         },
     }
+    names.insert(name);
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! the debug port, dashboards, the admin listener.
 
 mod admin;
+mod big_config;
 mod binary;
 mod cli;
 mod dashboards;

@@ -1,0 +1,104 @@
+//! A config of 50 000 tenants (100 000 limits), as a SaaS with a limit per customer writes it,
+//! through the binary: `turnstile check` lists it and still finds a duplicate, `serve` answers
+//! from it, and an edit of the file goes live. Loading is linear in the config's size; a
+//! quadratic load took 9 minutes here at this size (BENCHMARKS.md, "Config load"), far past the
+//! waits below, which are readiness waits, not timings.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::envoy::Turnstile;
+use crate::common::tempdir::TempDir;
+
+const TENANTS: usize = 50_000;
+/// How long a start or a reload may take before the test gives up on it (the debug build is
+/// about ten times slower than the release build the docs' figures are measured on).
+const WAIT: Duration = Duration::from_secs(120);
+
+/// One domain, `TENANTS` tenants, each with a limit and one child; tenant `last` gets
+/// `last_rpu` requests a minute.
+fn saas(last_rpu: u32) -> String {
+    let mut y = String::with_capacity(TENANTS * 160);
+    y.push_str("domain: saas\ndescriptors:\n");
+    for i in 0..TENANTS {
+        let rpu = if i == TENANTS - 1 { last_rpu } else { 100 };
+        y.push_str(&format!(
+            "  - key: tenant\n    value: t{i}\n    rate_limit: {{unit: minute, requests_per_unit: {rpu}}}\n    descriptors:\n      - key: path\n        rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        ));
+    }
+    y
+}
+
+fn check(config: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("check")
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .output()
+        .expect("run turnstile check")
+}
+
+#[test]
+fn check_lists_fifty_thousand_tenants_and_still_finds_a_duplicate() {
+    let t = TempDir::new("big-check");
+    let path = t.write("saas.yaml", &saas(7));
+    let out = check(&path);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("config OK: 1 domain(s)"), "{stderr}");
+    let limits = stdout.lines().filter(|l| l.starts_with("saas.")).count();
+    assert_eq!(limits, 2 * TENANTS, "every limit listed");
+
+    // The same tenant twice, far apart: the same error as ever, naming the second.
+    let dup = saas(7)
+        + "  - key: tenant\n    value: t7\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    let path = t.write("saas.yaml", &dup);
+    let out = check(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("descriptors[{TENANTS}]"))
+            && stderr.contains("duplicate composite key \"saas.tenant_t7\""),
+        "{stderr}"
+    );
+}
+
+/// The limit `/json` reports for the last tenant.
+async fn last_tenant_limit(http: std::net::SocketAddr) -> Option<u64> {
+    let body = format!(
+        r#"{{"domain":"saas","descriptors":[{{"entries":[{{"key":"tenant","value":"t{}"}}]}}]}}"#,
+        TENANTS - 1
+    );
+    let r = reqwest::Client::new()
+        .post(format!("http://{http}/json"))
+        .body(body)
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.json().await.ok()?;
+    v["statuses"][0]["currentLimit"]["requestsPerUnit"].as_u64()
+}
+
+#[tokio::test]
+async fn serve_answers_from_fifty_thousand_tenants_and_reloads_an_edit() {
+    let t = TempDir::new("big-serve");
+    let s = Turnstile::start(t.path(), &[("saas.yaml", &saas(7))], &[]);
+    assert_eq!(last_tenant_limit(s.http).await, Some(7));
+
+    std::fs::write(t.path().join("limits/saas.yaml"), saas(9)).unwrap();
+    let end = Instant::now() + WAIT;
+    let mut got = None;
+    while Instant::now() < end {
+        got = last_tenant_limit(s.http).await;
+        if got == Some(9) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(got, Some(9), "the edit went live within {WAIT:?}");
+}
