@@ -115,21 +115,19 @@ fn main() {
     let local = tokio::task::LocalSet::new();
     let rows = local.block_on(&rt, async {
         let url = format!("127.0.0.1:{port}");
-        let settings = loop {
-            let env = |k: &str| match k {
-                "BACKEND_TYPE" => Some("redis".to_string()),
-                "REDIS_URL" => Some(url.clone()),
-                "REDIS_POOL_SIZE" => Some(shards.to_string()),
-                "TURNSTILE_REDIS_DEADLINE_MS" => Some("1000".into()),
-                _ => None,
-            };
-            let s = Settings::from_env(env).unwrap().redis.unwrap();
-            if RedisStore::connect(&s).await.is_ok() {
-                break s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let env = |k: &str| match k {
+            "BACKEND_TYPE" => Some("redis".to_string()),
+            "REDIS_URL" => Some(url.clone()),
+            "REDIS_POOL_SIZE" => Some(shards.to_string()),
+            "TURNSTILE_REDIS_DEADLINE_MS" => Some("1000".into()),
+            // The redis-server just started: retried until it answers.
+            "REDIS_STARTUP_INITIAL_INTERVAL" => Some("50ms".into()),
+            _ => None,
         };
-        let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&settings).await.unwrap());
+        let settings = Settings::from_env(env).unwrap().redis.unwrap();
+        let retries = std::sync::atomic::AtomicU64::new(0);
+        let store = RedisStore::connect(&settings, &retries).await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(store);
         let mut rows = Vec::new();
         for (name, redis) in [
             ("memory", None),

@@ -2,6 +2,7 @@
 //! direct APIs and every subsystem's counters. Each adapter is handed the parts it uses, never
 //! the whole (`server::start` says who gets what).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::{reload, StartError};
@@ -44,10 +45,12 @@ impl Context {
         clock: Clock,
     ) -> Result<Built, StartError> {
         let mut fleet = None;
+        let startup_retries = Arc::new(AtomicU64::new(0));
         let redis = match &settings.redis {
             None => None,
             Some(r) => {
-                let store = Arc::new(RedisStore::connect(r).await.map_err(StartError::Redis)?);
+                let store = RedisStore::connect(r, &startup_retries).await;
+                let store = Arc::new(store.map_err(StartError::Redis)?);
                 fleet = Some(store.clone() as Arc<dyn DemandExchange>);
                 let store: Arc<dyn Store> = store;
                 Some((store, r.policy.clone()))
@@ -68,6 +71,7 @@ impl Context {
         let counters = Counters {
             service: service.clone(),
             shards: engine.stats().into(),
+            redis_startup_retries: startup_retries,
             ..Counters::default()
         };
         let source = settings.config_path.display().to_string();

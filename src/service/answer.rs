@@ -139,16 +139,23 @@ pub(super) fn answer(
     response
 }
 
-/// envoyproxy/ratelimit's dynamic metadata (`ratelimitToMetadata`): the domain, each
+/// The answer to a request for a domain with no config: every status OK, nothing counted,
+/// and with `RESPONSE_DYNAMIC_METADATA` the request's metadata, as envoyproxy/ratelimit sends it
+/// for any domain (`ratelimitToMetadata`: no limit passed, so no `metadata`).
+pub(super) fn unknown_domain(req: &Request<'_>, settings: &AnswerSettings) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: ok_statuses(req.descriptors.len()),
+        dynamic_metadata: (settings.response_dynamic_metadata)
+            .then(|| to_struct(request_metadata(req))),
+        ..Default::default()
+    }
+}
+
+/// The request's part of envoyproxy/ratelimit's dynamic metadata: the domain, each
 /// descriptor's entries as `key=value`, its `limit` and `hitsAddend`, the request's
-/// `hitsAddend`, and under `metadata` the `metadata` of the descriptors that passed, merged in
-/// descriptor order (the first value of a key wins; maps merge key by key).
-fn dynamic_metadata(
-    req: &Request<'_>,
-    plan: &Plan<'_>,
-    best: &[Option<(usize, Outcome)>],
-    statuses: &[DescriptorStatus],
-) -> Struct {
+/// `hitsAddend`.
+fn request_metadata(req: &Request<'_>) -> serde_json::Map<String, serde_json::Value> {
     use serde_json::{json, Map, Value as J};
     let mut top = Map::new();
     top.insert("domain".into(), J::String(req.domain.to_owned()));
@@ -174,6 +181,20 @@ fn dynamic_metadata(
     if req.hits_addend != 0 {
         top.insert("hitsAddend".into(), json!(req.hits_addend));
     }
+    top
+}
+
+/// envoyproxy/ratelimit's dynamic metadata (`ratelimitToMetadata`): the request's part, and
+/// under `metadata` the `metadata` of the descriptors that passed, merged in descriptor order
+/// (the first value of a key wins; maps merge key by key).
+fn dynamic_metadata(
+    req: &Request<'_>,
+    plan: &Plan<'_>,
+    best: &[Option<(usize, Outcome)>],
+    statuses: &[DescriptorStatus],
+) -> Struct {
+    use serde_json::{Map, Value as J};
+    let mut top = request_metadata(req);
     let mut passed = Map::new();
     for (i, b) in best.iter().enumerate() {
         let Some((ai, _)) = b else { continue };

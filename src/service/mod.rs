@@ -69,11 +69,7 @@ impl RateLimiter {
         let live = self.live.load_full();
         let Some(domain) = live.config.domain(req.domain) else {
             // An unknown domain limits nothing; it is not an error.
-            return Ok(RateLimitResponse {
-                overall_code: answer::Code::Ok as i32,
-                statuses: answer::ok_statuses(req.descriptors.len()),
-                ..Default::default()
-            });
+            return Ok(answer::unknown_domain(req, &self.answer));
         };
         let mut plan = plan::Plan::default();
         let ops = plan::plan(&mut plan, domain, req, &self.answer)?;

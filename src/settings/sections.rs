@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
-use crate::backend::redis::{RedisSettings, RedisTarget, RedisType};
+use crate::backend::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
 use crate::limiter::{FailureMode, StorePolicy};
@@ -61,6 +61,7 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
             None
         },
         prefix: env.get("CACHE_KEY_PREFIX").unwrap_or_default(),
+        startup: startup_retry(env)?,
         jitter_max_secs: env.number("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
         policy: StorePolicy {
             local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
@@ -73,6 +74,26 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
             sync_interval: sync_interval(env)?,
         },
     }))
+}
+
+/// `REDIS_STARTUP_*`: how the first connection is retried (the reference's defaults: 1s,
+/// 30s, 0 for ever).
+fn startup_retry(env: &Env<'_>) -> Result<StartupRetry> {
+    let d = StartupRetry::default();
+    let initial = env.duration("REDIS_STARTUP_INITIAL_INTERVAL", d.initial)?;
+    let max = env.duration("REDIS_STARTUP_MAX_INTERVAL", d.max)?;
+    if initial.is_zero() || max < initial {
+        return Err(format!(
+            "REDIS_STARTUP_INITIAL_INTERVAL ({initial:?}) must be more than 0 and at most \
+             REDIS_STARTUP_MAX_INTERVAL ({max:?})"
+        ));
+    }
+    let elapsed = env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
+    Ok(StartupRetry {
+        initial,
+        max,
+        max_elapsed: (!elapsed.is_zero()).then_some(elapsed),
+    })
 }
 
 /// `TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL`: how often local-first counters meet Redis.
@@ -122,6 +143,7 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<RedisTarget> {
             ],
         )?,
         auth: env.get(&var("AUTH")),
+        sentinel_auth: env.get(&var("SENTINEL_AUTH")),
         tls: env.flag(&var("TLS"), false)?,
         tls_ca: env.get(&var("TLS_CACERT")),
         tls_client,
@@ -434,10 +456,25 @@ pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
                 .into(),
         );
     }
-    let unused: [(&str, &str); 1] = [(
-        "PROMETHEUS_MAPPER_YAML",
-        "metrics are native Prometheus series, no statsd mapping is applied",
-    )];
+    let unused: [(&str, &str); 4] = [
+        (
+            "PROMETHEUS_MAPPER_YAML",
+            "metrics are native Prometheus series, no statsd mapping is applied",
+        ),
+        (
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+            "it sets the unit of the reference's statsd-mapped response_time; turnstile's \
+             ratelimit_service_request_duration_seconds is a native histogram in seconds",
+        ),
+        (
+            "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+            "with Redis Cluster every command of a pipeline goes to its node at once",
+        ),
+        (
+            "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+            "with Redis Cluster every command of a pipeline goes to its node at once",
+        ),
+    ];
     for (k, why) in unused.iter().chain(&GOCC_UNUSED) {
         if env.get(k).is_some() {
             out.push(format!("{k} is ignored: {why}"));

@@ -1,5 +1,6 @@
 //! Every subsystem's counters side by side, as `server` gathers them for the exposition.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::admin::AdminStats;
@@ -27,4 +28,6 @@ pub struct Counters {
     pub admin: Arc<AdminStats>,
     /// RLQS streams and shares (`quota::QuotaHub`).
     pub quota: Arc<QuotaStats>,
+    /// Tries of the first Redis connection that failed and were retried (`server`'s start).
+    pub redis_startup_retries: Arc<AtomicU64>,
 }

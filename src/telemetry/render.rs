@@ -146,7 +146,7 @@ impl Counters {
             "ratelimit_service_request_duration_seconds",
             "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
         );
-        let plain: [(&str, &str, &str, &AtomicU64); 8] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 9] = [
             (
                 "ratelimit_service_statsd_packets_total",
                 "Packets (UDP) or writes (TCP) the statsd push sent.",
@@ -176,6 +176,12 @@ impl Counters {
                 "When the live config was loaded.",
                 "gauge",
                 &self.reloads.loaded_at,
+            ),
+            (
+                "ratelimit_service_redis_startup_retries_total",
+                "Tries of the first Redis connection at start that failed and were retried.",
+                "counter",
+                &self.redis_startup_retries,
             ),
             (
                 "ratelimit_service_tls_handshake_errors_total",

@@ -16,6 +16,41 @@ use super::packed::Packed;
 use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
 
+/// Why a deployment could not be reached at start: a wrong setting (no wait helps) or Redis
+/// not answering yet (worth another try).
+#[derive(Debug)]
+pub(super) enum ConnectError {
+    Setting(String),
+    Unreachable(String),
+}
+
+impl ConnectError {
+    /// A Redis error, with `what` was tried: a refused password is a setting, anything else
+    /// may pass.
+    fn of(e: &redis::RedisError, what: String) -> ConnectError {
+        let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        let msg = format!("{what}: {e}");
+        if auth {
+            ConnectError::Setting(msg)
+        } else {
+            ConnectError::Unreachable(msg)
+        }
+    }
+
+    pub(super) fn message(&self) -> &str {
+        match self {
+            ConnectError::Setting(m) | ConnectError::Unreachable(m) => m,
+        }
+    }
+}
+
+impl From<String> for ConnectError {
+    fn from(m: String) -> ConnectError {
+        ConnectError::Setting(m)
+    }
+}
+
 /// A connection to one deployment, reconnecting by itself.
 #[derive(Clone)]
 pub(super) enum Conn {
@@ -94,6 +129,31 @@ fn url_of(t: &RedisTarget, host: &str) -> String {
     format!("{scheme}://{auth}{host}")
 }
 
+/// `user:password` for an ACL user, a bare password otherwise.
+fn credentials(auth: &str) -> redis::RedisConnectionInfo {
+    let (user, pass) = match auth.split_once(':') {
+        Some((u, p)) => (Some(u), p),
+        None => (None, auth),
+    };
+    let info = redis::RedisConnectionInfo::default().set_password(pass);
+    match user {
+        Some(u) => info.set_username(u),
+        None => info,
+    }
+}
+
+/// A Sentinel's address, with the Sentinels' own password when they have one.
+fn sentinel_info(host: &str, auth: Option<&str>) -> Result<redis::ConnectionInfo, String> {
+    use redis::IntoConnectionInfo;
+    let info = format!("redis://{host}")
+        .into_connection_info()
+        .map_err(|e| format!("REDIS_URL (sentinel {host}): {e}"))?;
+    Ok(match auth {
+        Some(a) => info.set_redis_settings(credentials(a)),
+        None => info,
+    })
+}
+
 /// The CA and client certificate files, read now so a wrong path stops the start.
 fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, String> {
     if !t.tls || (t.tls_ca.is_none() && t.tls_client.is_none()) {
@@ -118,7 +178,7 @@ async fn single(
     t: &RedisTarget,
     certs: Option<redis::TlsCertificates>,
     deadline: Duration,
-) -> Result<(Conn, Home), String> {
+) -> Result<(Conn, Home), ConnectError> {
     let url = url_of(t, &t.url);
     let client = match certs {
         Some(c) => redis::Client::build_with_tls(url, c),
@@ -131,7 +191,7 @@ async fn single(
         .set_number_of_retries(1);
     let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
         .await
-        .map_err(|e| format!("cannot connect to Redis at {}: {e}", t.url))?;
+        .map_err(|e| ConnectError::of(&e, format!("cannot connect to Redis at {}", t.url)))?;
     let connect_timeout = deadline.max(Duration::from_millis(500));
     let home = Home {
         direct: Target::of(&client, connect_timeout),
@@ -142,7 +202,7 @@ async fn single(
     Ok((Conn::Single(m), home))
 }
 
-async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, String> {
+async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, ConnectError> {
     let mut conns = Vec::with_capacity(t.pool_size);
     let mut home = None;
     let certs = certificates(t)?;
@@ -163,10 +223,12 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
             let client = builder
                 .build()
                 .map_err(|e| format!("REDIS_URL (cluster): {e}"))?;
-            let c = client
-                .get_async_connection()
-                .await
-                .map_err(|e| format!("cannot connect to the Redis Cluster at {}: {e}", t.url))?;
+            let c = client.get_async_connection().await.map_err(|e| {
+                ConnectError::of(
+                    &e,
+                    format!("cannot connect to the Redis Cluster at {}", t.url),
+                )
+            })?;
             // One cluster connection multiplexes over a connection per node.
             conns.push(Conn::Cluster(c));
         }
@@ -174,23 +236,19 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
             // envoyproxy/ratelimit's form: `master-name,sentinel1:26379,sentinel2:26379`.
             let mut parts = t.url.split(',').map(str::trim);
             let master = parts.next().unwrap_or_default().to_owned();
-            let sentinels: Vec<String> = parts.map(|h| format!("redis://{h}")).collect();
+            let sentinels = parts
+                .map(|h| sentinel_info(h, t.sentinel_auth.as_deref()))
+                .collect::<Result<Vec<_>, String>>()?;
             if master.is_empty() || sentinels.is_empty() {
                 return Err(
-                    "REDIS_URL for sentinel must be master-name,host:port[,host:port...]".into(),
+                    "REDIS_URL for sentinel must be master-name,host:port[,host:port...]"
+                        .to_owned()
+                        .into(),
                 );
             }
             let mut node = redis::sentinel::SentinelNodeConnectionInfo::default();
             if let Some(a) = &t.auth {
-                let (user, pass) = match a.split_once(':') {
-                    Some((u, p)) => (Some(u.to_owned()), p.to_owned()),
-                    None => (None, a.clone()),
-                };
-                let mut info = redis::RedisConnectionInfo::default().set_password(pass);
-                if let Some(u) = user {
-                    info = info.set_username(u);
-                }
-                node = node.set_redis_connection_info(info);
+                node = node.set_redis_connection_info(credentials(a));
             }
             for _ in 0..t.pool_size {
                 let client = SentinelClient::build(
@@ -208,9 +266,10 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Stri
 }
 
 impl RedisStore {
-    /// Connects and checks every deployment with a PING, so a wrong address or password stops
-    /// the start instead of sending every decision to the fallback.
-    pub async fn connect(s: &RedisSettings) -> Result<RedisStore, String> {
+    /// Connects and checks every deployment with a PING, so a wrong address or password is
+    /// known at start instead of sending every decision to the fallback (`startup` retries
+    /// what may pass).
+    pub(super) async fn connect_once(s: &RedisSettings) -> Result<RedisStore, ConnectError> {
         let deadline = s.policy.deadline;
         let main = connect(&s.main, deadline).await?;
         let per_second = match &s.per_second {
@@ -229,11 +288,16 @@ impl RedisStore {
                 let ping = ping(c.clone(), pipe);
                 match tokio::time::timeout(check, ping).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(format!("Redis at {name} does not answer PING: {e}")),
-                    Err(_) => {
-                        return Err(format!(
-                            "Redis at {name} does not answer PING within {check:?}"
+                    Ok(Err(e)) => {
+                        return Err(ConnectError::of(
+                            &e,
+                            format!("Redis at {name} does not answer PING"),
                         ))
+                    }
+                    Err(_) => {
+                        return Err(ConnectError::Unreachable(format!(
+                            "Redis at {name} does not answer PING within {check:?}"
+                        )))
                     }
                 }
                 load_scripts(c, check).await;
@@ -405,23 +469,23 @@ async fn load_scripts(conn: &Conn, within: Duration) {
     }
 }
 
-async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), String> {
+async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), redis::RedisError> {
     let r: Result<Vec<Value>, redis::RedisError> = match conn {
-        Conn::Direct(_) => return Err("a direct connection is not checked with PING".into()),
+        Conn::Direct(_) => {
+            let why = "a direct connection is not checked with PING";
+            return Err((redis::ErrorKind::Client, why).into());
+        }
         Conn::Single(mut m) => pipe.query_async(&mut m).await,
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
         Conn::Sentinel(s) => {
             let mut g = s.lock().await;
-            let mut c =
-                g.0.get_async_connection()
-                    .await
-                    .map_err(|e| e.to_string())?;
+            let mut c = g.0.get_async_connection().await?;
             let r = pipe.query_async(&mut c).await;
             g.1 = Some(c);
             r
         }
     };
-    r.map(|_| ()).map_err(|e| e.to_string())
+    r.map(|_| ())
 }
 
 #[cfg(test)]
@@ -435,6 +499,7 @@ mod tests {
             socket_unix: true,
             kind: RedisType::Single,
             auth: Some("pw".into()),
+            sentinel_auth: None,
             tls: false,
             tls_ca: None,
             tls_client: None,

@@ -9,6 +9,7 @@ mod lane;
 mod packed;
 mod scripts;
 mod settings;
+mod startup;
 
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use connect::{exec, Deployment};
 use decode::Asked;
 use lane::Lane;
 use packed::Packed;
-pub use settings::{RedisSettings, RedisTarget, RedisType};
+pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
 

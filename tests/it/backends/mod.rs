@@ -2,4 +2,5 @@
 
 mod local_first;
 mod redis;
+mod redis_start;
 mod scenarios;

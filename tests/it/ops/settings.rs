@@ -299,3 +299,21 @@ fn go_durations() {
         assert!(parse_go_duration(bad).is_err(), "{bad:?}");
     }
 }
+
+/// docs/settings.md says, for every setting of envoyproxy/ratelimit at its current head,
+/// whether it is honoured, honoured differently or not, and why: each is named there by its
+/// own name (a wildcard such as `REDIS_PERSECOND_*` does not count).
+#[test]
+fn the_settings_page_names_every_setting_of_the_reference() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let names = std::fs::read_to_string(root.join("tests/it/reference/data/settings.txt")).unwrap();
+    let page = std::fs::read_to_string(root.join("docs/settings.md")).unwrap();
+    let missing: Vec<&str> = (names.lines())
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter(|n| !page.contains(&format!("`{n}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/settings.md does not name {missing:?}"
+    );
+}

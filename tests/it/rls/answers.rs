@@ -335,6 +335,35 @@ async fn metadata_is_returned_as_dynamic_metadata() {
         panic!("no descriptors in {md:?}");
     };
     assert_eq!(descriptors.values.len(), 1);
+    // A domain with no config: the request's metadata all the same, as the reference builds it
+    // for any domain, and no `metadata` (no limit passed).
+    let r = s.call(one("unconfigured", &[("meta", "m")])).await;
+    assert_eq!(codes(&r), vec![(OK, 0)]);
+    let md = r
+        .dynamic_metadata
+        .expect("dynamic metadata for an unknown domain");
+    let field = |name: &str| md.fields.get(name).and_then(|v| v.kind.clone());
+    assert_eq!(
+        field("domain"),
+        Some(Kind::StringValue("unconfigured".into()))
+    );
+    let Some(Kind::ListValue(descriptors)) = field("descriptors") else {
+        panic!("no descriptors in {md:?}");
+    };
+    let Some(Kind::StructValue(d0)) = descriptors.values[0].kind.clone() else {
+        panic!("{descriptors:?}");
+    };
+    assert_eq!(
+        d0.fields["entries"].kind,
+        Some(Kind::ListValue(
+            envoy_types::pb::google::protobuf::ListValue {
+                values: vec![envoy_types::pb::google::protobuf::Value {
+                    kind: Some(Kind::StringValue("meta=m".into()))
+                }]
+            }
+        ))
+    );
+    assert!(field("metadata").is_none(), "{md:?}");
     // Off by default, as in the reference.
     let d = TestServer::start(EDGE).await;
     let r = d.call(one("edge", &[("meta", "m")])).await;
