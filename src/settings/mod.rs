@@ -192,6 +192,7 @@ impl Settings {
         let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
         let xds = sections::xds(&env)?;
         let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
+        let grace_secs = env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?;
         Ok(Settings {
             config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
             gocc_file,
@@ -226,9 +227,7 @@ impl Settings {
                 }
                 Some(_) => RefusedHits::KeepAll,
             },
-            shutdown_grace: Duration::from_secs(
-                env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?,
-            ),
+            shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
             admit_waiters_on_shutdown: env.choice(
                 "TURNSTILE_SHUTDOWN_WAITERS",

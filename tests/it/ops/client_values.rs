@@ -187,28 +187,8 @@ fn top_limited(top: &Value, limit: &str) -> String {
         .to_owned()
 }
 
-#[test]
-fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does() {
-    let t = TempDir::new("client-values");
-    let token = t.write("admin.token", &format!("{ADMIN_TOKEN}\n"));
-    let token = token.to_str().unwrap();
-    let server = istio_on_open_ports(
-        &t,
-        &[
-            ("TURNSTILE_CLIENT_DIGEST_KEY", DIGEST_KEY),
-            ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
-            ("TURNSTILE_ADMIN_TOKEN_FILE", token),
-        ],
-    );
-    let p = &server.ports;
-    let (grpc, http, debug, metrics) = (
-        local(p.grpc),
-        local(p.http),
-        local(p.debug),
-        local(p.metrics),
-    );
-    traffic(grpc, http);
-
+/// No client value in any answer of the open ports, but `detailed_metric`'s series on metrics.
+fn no_client_value_in_any_answer(http: SocketAddr, debug: SocketAddr, metrics: SocketAddr) {
     let answers = every_answer(http, debug, metrics);
     for (from, body) in &answers {
         for value in [LIMITED, API_KEY, JSON_CLIENT, RATE_KEY] {
@@ -227,33 +207,11 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
         m.contains(DETAILED_USER),
         "the detailed_metric series:\n{m}"
     );
+}
 
-    // Who is limited, by the digest an operator computes from their own logs.
-    let top: Value = serde_json::from_str(&http_get(debug, "/debug/top")).unwrap();
-    assert_eq!(top["values"], "digest", "{top}");
-    let digest = expected_digest(LIMITED);
-    assert_eq!(
-        top_limited(&top, "web.remote_address"),
-        format!("remote_address={digest}")
-    );
-    let cli = Command::new(BIN)
-        .args(["digest", LIMITED])
-        .env_clear()
-        .env("TURNSTILE_CLIENT_DIGEST_KEY", DIGEST_KEY)
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&cli.stdout);
-    assert_eq!(printed.trim(), format!("{LIMITED}\t{digest}"), "{cli:?}");
-    let debug_all: Value = serde_json::from_str(&http_get(http, "/debug")).unwrap();
-    let rate_digest = expected_digest(RATE_KEY);
-    assert_eq!(
-        debug_all["Instances"][&rate_digest]["Key"],
-        json!(rate_digest),
-        "{debug_all}"
-    );
-
+/// The admin listener, with its token, shows clear values beside their digests.
+fn admin_listener_shows_clear_values(a: SocketAddr, digest: &str) {
     // The admin listener, with its token, shows clear values beside their digests.
-    let a = admin_addr(&server.ready);
     let (status, top) = admin(
         a,
         reqwest::Method::GET,
@@ -280,6 +238,57 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
         {"entries": [{"key": "api_key", "value": API_KEY}]}]});
     let (status, v) = admin(a, reqwest::Method::POST, "/admin/reset", Some(reset));
     assert_eq!(status, 200, "{v}");
+}
+
+#[test]
+fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does() {
+    let t = TempDir::new("client-values");
+    let token = t.write("admin.token", &format!("{ADMIN_TOKEN}\n"));
+    let token = token.to_str().unwrap();
+    let server = istio_on_open_ports(
+        &t,
+        &[
+            ("TURNSTILE_CLIENT_DIGEST_KEY", DIGEST_KEY),
+            ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
+            ("TURNSTILE_ADMIN_TOKEN_FILE", token),
+        ],
+    );
+    let p = &server.ports;
+    let (grpc, http, debug, metrics) = (
+        local(p.grpc),
+        local(p.http),
+        local(p.debug),
+        local(p.metrics),
+    );
+    traffic(grpc, http);
+
+    no_client_value_in_any_answer(http, debug, metrics);
+
+    // Who is limited, by the digest an operator computes from their own logs.
+    let top: Value = serde_json::from_str(&http_get(debug, "/debug/top")).unwrap();
+    assert_eq!(top["values"], "digest", "{top}");
+    let digest = expected_digest(LIMITED);
+    assert_eq!(
+        top_limited(&top, "web.remote_address"),
+        format!("remote_address={digest}")
+    );
+    let cli = Command::new(BIN)
+        .args(["digest", LIMITED])
+        .env_clear()
+        .env("TURNSTILE_CLIENT_DIGEST_KEY", DIGEST_KEY)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&cli.stdout);
+    assert_eq!(printed.trim(), format!("{LIMITED}\t{digest}"), "{cli:?}");
+    let debug_all: Value = serde_json::from_str(&http_get(http, "/debug")).unwrap();
+    let rate_digest = expected_digest(RATE_KEY);
+    assert_eq!(
+        debug_all["Instances"][&rate_digest]["Key"],
+        json!(rate_digest),
+        "{debug_all}"
+    );
+
+    admin_listener_shows_clear_values(admin_addr(&server.ready), &digest);
 
     let logs = server.stop();
     assert!(logs.contains("limit reset"), "{logs}");
