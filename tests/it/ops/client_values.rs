@@ -128,6 +128,7 @@ fn every_answer(http: SocketAddr, debug: SocketAddr, metrics: SocketAddr) -> Vec
         (http, "/rlconfig"),
         (http, "/metrics"),
         (http, "/debug"),
+        (http, "/debug/tenant-4711-export"),
         (debug, "/"),
         (debug, "/rlconfig"),
         (debug, "/metrics"),
@@ -287,6 +288,10 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
         json!(rate_digest),
         "{debug_all}"
     );
+    // GoCC's `/debug/{key}` finds the key by its digest too (`#` as `%23`).
+    let path = format!("/debug/%23{}", &rate_digest[1..]);
+    let one: Value = serde_json::from_str(&http_get(http, &path)).unwrap();
+    assert_eq!(one["Key"], json!(rate_digest), "{one}");
 
     admin_listener_shows_clear_values(admin_addr(&server.ready), &digest);
 
