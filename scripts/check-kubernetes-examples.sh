@@ -8,7 +8,8 @@
 #   - what a production team expects of each Deployment's pods: readiness and liveness probes,
 #     resource requests and a memory limit, non-root, no privilege escalation, read-only root
 #     file system, all capabilities dropped, no service-account token; a PodDisruptionBudget for
-#     each Deployment of more than one replica.
+#     each Deployment of more than one replica; a NetworkPolicy selecting each Deployment's pods,
+#     whose ingress ports are ports those pods declare (by name or number).
 #
 #   scripts/check-kubernetes-examples.sh [TURNSTILE_BINARY]   (default: target/release/turnstile,
 #                                                             else target/debug/turnstile)
@@ -50,7 +51,7 @@ import os, sys, yaml
 
 work, files = sys.argv[1], sys.argv[2:]
 problems = []
-deployments, pdbs = [], []
+deployments, pdbs, policies = [], [], []
 configmaps = 0
 for path in files:
     with open(path) as f:
@@ -72,6 +73,12 @@ for path in files:
             deployments.append((where, doc))
         elif kind == "PodDisruptionBudget":
             pdbs.append(doc)
+        elif kind == "NetworkPolicy":
+            policies.append((where, doc))
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in (selector or {}).get("matchLabels", {}).items())
 
 for where, d in deployments:
     spec = d["spec"]
@@ -106,8 +113,26 @@ for where, d in deployments:
         )
         if not covered:
             problems.append(f"{where}: {spec['replicas']} replicas and no PodDisruptionBudget selecting them")
+    declared = set()
+    for c in pod["containers"]:
+        for port in c.get("ports", []):
+            declared.add(port["containerPort"])
+            if "name" in port:
+                declared.add(port["name"])
+    fencing = [(pw, p) for pw, p in policies if selects(p["spec"].get("podSelector"), labels)]
+    if not fencing:
+        problems.append(f"{where}: no NetworkPolicy selects its pods")
+    for pw, p in fencing:
+        if "Ingress" not in p["spec"].get("policyTypes", ["Ingress"]):
+            problems.append(f"{pw}: selects {where} but does not restrict ingress")
+        for rule in p["spec"].get("ingress", []):
+            if not rule.get("from") or not rule.get("ports"):
+                problems.append(f"{pw}: an ingress rule without `from` or `ports` admits too much")
+            for port in rule.get("ports", []):
+                if port.get("port") not in declared:
+                    problems.append(f"{pw}: port {port.get('port')!r} is not a port of {where}")
 
-print(f"check-kubernetes-examples: {len(deployments)} Deployment(s), {len(pdbs)} PodDisruptionBudget(s), {configmaps} ConfigMap(s)")
+print(f"check-kubernetes-examples: {len(deployments)} Deployment(s), {len(pdbs)} PodDisruptionBudget(s), {len(policies)} NetworkPolicy(ies), {configmaps} ConfigMap(s)")
 for p in problems:
     print(f"check-kubernetes-examples: {p}", file=sys.stderr)
 sys.exit(1 if problems else 0)

@@ -1,5 +1,5 @@
 //! The command line: `turnstile serve` (or the binary named `ratelimit`, as manifests written
-//! for envoyproxy/ratelimit run it) and `turnstile check`.
+//! for envoyproxy/ratelimit run it), `turnstile check` and `turnstile digest`.
 
 use std::path::PathBuf;
 
@@ -27,6 +27,13 @@ pub enum Command {
     Check {
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Print each value's digest, as listeners without authentication show client values,
+    /// under TURNSTILE_CLIENT_DIGEST_KEY (which must be set: without it each server process
+    /// digests with a random key of its own; ask its admin listener, POST /admin/digest).
+    Digest {
+        #[arg(required = true)]
+        values: Vec<String>,
     },
 }
 
@@ -90,5 +97,22 @@ pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::
         eprintln!("RLQS: {why}");
     }
     eprintln!("config OK: {} domain(s)", c.domains.len());
+    Ok(())
+}
+
+/// `turnstile digest`: `value<TAB>digest` per value on stdout; the error when the key is unset.
+pub fn digest(settings: &crate::settings::Settings, values: &[String]) -> Result<(), String> {
+    let Some(key) = &settings.client_values.digest_key else {
+        return Err(
+            "TURNSTILE_CLIENT_DIGEST_KEY is not set: each server process then digests \
+                    with a random key of its own (its admin listener's POST /admin/digest \
+                    computes them)"
+                .into(),
+        );
+    };
+    crate::telemetry::client_values::set_digest_key(key);
+    for v in values {
+        println!("{v}\t{}", crate::telemetry::digest(v));
+    }
     Ok(())
 }

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
     let (flags, check) = match Cli::command() {
         Command::Check { config } => (config.map(Overrides::config).unwrap_or_default(), true),
         Command::Serve(args) => (args.into(), false),
+        Command::Digest { values } => return digest(&values),
     };
     let settings = match Settings::from_process(flags) {
         Ok(s) => s,
@@ -29,6 +30,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_SETTINGS);
         }
     };
+    if let Some(key) = &settings.client_values.digest_key {
+        turnstile::telemetry::client_values::set_digest_key(key);
+    }
     let tracing = settings.tracing.as_ref().filter(|_| !check);
     let telemetry = match turnstile::telemetry::init(&settings.log, tracing) {
         Ok(t) => t,
@@ -49,6 +53,19 @@ fn main() -> ExitCode {
     // Outside the runtime: flushing waits on the exporter's own runtime.
     telemetry.shutdown();
     code
+}
+
+/// `turnstile digest`: exit 0 with the digests, 1 when the settings or the key are missing.
+fn digest(values: &[String]) -> ExitCode {
+    let done = Settings::from_process(Overrides::default())
+        .and_then(|s| turnstile::cli::digest(&s, values));
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_SETTINGS)
+        }
+    }
 }
 
 /// `turnstile check`: exit 0 when the config loads, 2 (with the error) when not.

@@ -33,20 +33,50 @@ pub const WINDOW_SECS: u64 = 60;
 /// Locks per limit.
 pub const STRIPES: usize = 4;
 
-/// A descriptor's entries as one value, `key=value` pairs joined by `, `, hashed and compared
-/// without being joined.
+/// Between a key and its value in a stored value: a control byte, not valid in the header
+/// values descriptors are made of, so a stored value splits back into its entries.
+const KEY_END: u8 = 0x1f;
+/// Between two entries of a stored value.
+const ENTRY_END: u8 = 0x1e;
+
+/// A descriptor's entries as one value, hashed and compared without being joined.
 struct Entries<'a>(&'a [Entry<'a>]);
 
 impl Key for Entries<'_> {
     fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
         for (i, e) in self.0.iter().enumerate() {
-            let go =
-                (i == 0 || f(b", ")) && f(e.key.as_bytes()) && f(b"=") && f(e.value.as_bytes());
+            let go = (i == 0 || f(&[ENTRY_END]))
+                && f(e.key.as_bytes())
+                && f(&[KEY_END])
+                && f(e.value.as_bytes());
             if !go {
                 return;
             }
         }
     }
+}
+
+/// A stored value as `key=value` pairs joined by `, `, each value passed through `show`; a
+/// value cut at [`MAX_VALUE_BYTES`] and shown otherwise than as itself ends in `…`.
+fn display(stored: &[u8], show: &dyn Fn(&str) -> String) -> String {
+    let text = String::from_utf8_lossy(stored);
+    let entries: Vec<&str> = text.split(ENTRY_END as char).collect();
+    let cut = stored.len() >= MAX_VALUE_BYTES;
+    let mut out = String::with_capacity(text.len());
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let (key, value) = entry.split_once(KEY_END as char).unwrap_or((entry, ""));
+        let shown = show(value);
+        out.push_str(key);
+        out.push('=');
+        out.push_str(&shown);
+        if cut && i + 1 == entries.len() && shown != value {
+            out.push('…');
+        }
+    }
+    out
 }
 
 /// The two tables of one window.
@@ -191,7 +221,9 @@ fn merge(merged: &mut FnvHashMap<Vec<u8>, TopValue>, slot: &Slot, ranked: Ranked
     let v = merged
         .entry(slot.value.clone())
         .or_insert_with(|| TopValue {
-            value: String::from_utf8_lossy(&slot.value).into_owned(),
+            value: display(&slot.value, &|v| v.to_owned()),
+            stored: slot.value.clone(),
+            digest: None,
             hits: 0,
             over_limit: 0,
             hits_error: 0,
@@ -232,9 +264,23 @@ pub struct TopValue {
     /// windows listed.
     pub first_seen: u64,
     pub last_seen: u64,
+    /// The value with each descriptor value as a keyed digest, where an answer shows both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     /// [hits table: weight, other], [over table: weight, other], summed over windows.
     #[serde(skip)]
     parts: [[u64; 2]; 2],
+    /// The value as the tables hold it.
+    #[serde(skip)]
+    stored: Vec<u8>,
+}
+
+impl TopValue {
+    /// `value` with each descriptor value passed through `show` (a keyed digest, say); the
+    /// descriptor keys, which the config names, stay.
+    pub fn show_values(&mut self, show: &dyn Fn(&str) -> String) {
+        self.value = display(&self.stored, show);
+    }
 }
 
 /// A limit's two lists.

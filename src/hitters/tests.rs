@@ -236,3 +236,24 @@ fn admitted_hits_are_sampled_and_refusals_are_not() {
         vec![("remote_address=10.0.0.2", 100, 100)]
     );
 }
+
+/// Values split back into their entries: each descriptor value shown through the function, the
+/// keys as they are; a value cut at the cap and shown otherwise ends in `…`.
+#[test]
+fn values_are_shown_entry_by_entry() {
+    let c = config(YAML);
+    let table = TopTable::new(4).with_sample(1);
+    table.tick(T0);
+    let bound = table.bind(&c);
+    let n = node(&c, "web.path.user");
+    let long = "v".repeat(MAX_VALUE_BYTES);
+    bound.record(n, &[e("path", "x, y=z"), e("user", "w")], 1, true, true);
+    bound.record(n, &[e("path", "q"), e("user", &long)], 2, false, true);
+    let mut by_hits = bound.of(n).unwrap().lists(table.now_s(), 4).by_hits;
+    assert_eq!(by_hits[1].value, "path=x, y=z, user=w");
+    by_hits[1].show_values(&|v| format!("<{v}>"));
+    assert_eq!(by_hits[1].value, "path=<x, y=z>, user=<w>");
+    by_hits[0].show_values(&|v| format!("<{}>", v.len()));
+    let cut = MAX_VALUE_BYTES - "path?q?user?".len();
+    assert_eq!(by_hits[0].value, format!("path=<1>, user=<{cut}>…"));
+}

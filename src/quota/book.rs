@@ -552,7 +552,11 @@ fn log_target((domain, key): &Slot, target: &Target) {
             tracing::debug!(domain, bucket = ?key, why, "RLQS bucket allowed all")
         }
         Target::Refused(why) => {
-            tracing::error!(domain, bucket = ?key, error = %why, "RLQS bucket refused")
+            // The bucket id's values are the client's: a digest at error level.
+            let bucket: Vec<(&str, String)> = (key.iter())
+                .map(|(k, v)| (k.as_str(), crate::telemetry::digest(v)))
+                .collect();
+            tracing::error!(domain, bucket = ?bucket, error = %why, "RLQS bucket refused")
         }
     }
 }

@@ -251,7 +251,9 @@ impl QuotaHub {
                     Err(e) => {
                         let q = &self.inner.stats;
                         q.fleet_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(error = %e, limit = %key, "RLQS: demand exchange with Redis failed");
+                        // The counter key holds the bucket's values: its digest at warn.
+                        let key = crate::telemetry::digest(&key);
+                        tracing::warn!(error = %e, key, "RLQS: demand exchange with Redis failed");
                     }
                 }
             }

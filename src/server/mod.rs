@@ -39,7 +39,7 @@ use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::Settings;
 use crate::source::files::{fingerprint, Watched};
-use crate::telemetry::TlsStats;
+use crate::telemetry::{Shown, TlsStats};
 use crate::transport::http::{self, HttpState, MetricsState};
 use admin::Admin;
 use listeners::{local_addr, Listeners};
@@ -302,7 +302,14 @@ fn http_servers(
     health: &Health,
     (port, debug, prometheus, admin): HttpPorts,
 ) -> Vec<(&'static str, StdListener, axum::Router)> {
+    let show_clear = settings.client_values.show_clear;
+    let shown = |l: &StdListener| match l.local_addr() {
+        Ok(a) => Shown::for_listener(a, show_clear),
+        Err(_) if show_clear => Shown::Clear,
+        Err(_) => Shown::Digest,
+    };
     let state = HttpState {
+        shown: shown(&port),
         limiter: cx.limiter.clone(),
         serving: health.serving.clone(),
         throttle: cx.throttle.clone(),
@@ -317,6 +324,7 @@ fn http_servers(
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
             redis: settings.redis.is_some(),
+            shown: shown(&l),
         };
         out.push(("debug", l, http::debug_router(state)));
     }
@@ -332,6 +340,9 @@ fn http_servers(
             limiter: cx.limiter.clone(),
             token: a.token.clone(),
             stats: cx.counters.admin.clone(),
+            live: cx.live.clone(),
+            top: cx.top.clone(),
+            clock: cx.engine.clock().clone(),
         };
         out.push(("admin", l, http::admin_router(state)));
     }

@@ -8,6 +8,7 @@ use super::plan::{self, LimitRef, Plan};
 use super::{validate, AnswerSettings, Live, RateLimiter, Request};
 use crate::config::{Algorithm, Unit};
 use crate::limiter::{EngineError, LookedUp, Op, Role};
+use crate::telemetry::digest;
 
 /// Why an admin action was not done; the message names what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,13 +109,18 @@ impl RateLimiter {
                     unavailable(e)
                 ))
             })?;
+            // Values as digests at info; in clear at debug only.
             tracing::info!(
                 domain = %req.domain,
-                descriptor = %entries(req, limit.descriptor),
+                descriptor = %entries(req, limit.descriptor, &|v| digest(v)),
                 limit = %limit.name,
-                key = %limit.key,
                 store_keys_deleted = ?deleted,
                 "limit reset"
+            );
+            tracing::debug!(
+                descriptor = %entries(req, limit.descriptor, &|v| v.to_owned()),
+                key = %limit.key,
+                "limit reset: in clear"
             );
             out.push(Acted {
                 limit,
@@ -144,12 +150,13 @@ fn unavailable(e: EngineError) -> AdminError {
     })
 }
 
-/// A descriptor's entries as `key=value, key=value`, for messages and logs.
-fn entries(req: &Request<'_>, i: usize) -> String {
+/// A descriptor's entries as `key=value, key=value`, each value through `show`, for messages
+/// and logs.
+fn entries(req: &Request<'_>, i: usize, show: &dyn Fn(&str) -> String) -> String {
     let parts: Vec<String> = req.descriptors[i]
         .entries
         .iter()
-        .map(|e| format!("{}={}", e.key, e.value))
+        .map(|e| format!("{}={}", e.key, show(e.value)))
         .collect();
     parts.join(", ")
 }
@@ -203,7 +210,7 @@ fn targets(
     {
         return Err(AdminError::NotFound(format!(
             "descriptors[{i}] ({}) matches no limit in domain {:?} (see /rlconfig)",
-            entries(req, i),
+            entries(req, i, &|v| v.to_owned()),
             req.domain
         )));
     }

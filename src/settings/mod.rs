@@ -21,6 +21,7 @@ use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::service::rate::RateDefaults;
 use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
+use crate::telemetry::client_values::DigestKey;
 use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::http::AdminSettings;
@@ -134,6 +135,9 @@ pub struct Settings {
     /// `TURNSTILE_TOP_N` (default 20, at most 1000, 0 turns it off): heavy hitters listed per
     /// limit by `/debug/top` and the status page; memory per limit grows with it.
     pub top_n: usize,
+    /// `TURNSTILE_CLIENT_DIGEST_KEY`, `TURNSTILE_SHOW_CLIENT_VALUES`: how client values are
+    /// shown on listeners without authentication.
+    pub client_values: ClientValues,
     /// `TURNSTILE_TOP_SAMPLE` (default 8, 1 to 1024): admitted hits are counted into the
     /// heavy hitters one call in this many, at random, weighing as many; refusals all count.
     pub top_sample: u64,
@@ -188,6 +192,7 @@ impl Settings {
         let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
         let xds = sections::xds(&env)?;
         let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
+        let grace_secs = env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?;
         Ok(Settings {
             config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
             gocc_file,
@@ -222,9 +227,7 @@ impl Settings {
                 }
                 Some(_) => RefusedHits::KeepAll,
             },
-            shutdown_grace: Duration::from_secs(
-                env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?,
-            ),
+            shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
             admit_waiters_on_shutdown: env.choice(
                 "TURNSTILE_SHUTDOWN_WAITERS",
@@ -244,6 +247,7 @@ impl Settings {
             max_detailed_series: env.number("TURNSTILE_MAX_DETAILED_SERIES", 10_000usize)?,
             top_n: env.number_in("TURNSTILE_TOP_N", DEFAULT_TOP_N as u64, 0, 1000)? as usize,
             top_sample: env.number_in("TURNSTILE_TOP_SAMPLE", DEFAULT_SAMPLE, 1, 1024)?,
+            client_values: client_values(&env)?,
             grpc_max_connection_age: env
                 .duration("GRPC_MAX_CONNECTION_AGE", Duration::from_secs(24 * 3600))?,
             grpc_max_connection_age_grace: env
@@ -303,6 +307,28 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// How client values leave the process (`telemetry::client_values` states the rule).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientValues {
+    /// `TURNSTILE_CLIENT_DIGEST_KEY`: digests' key; random for the process when unset.
+    pub digest_key: Option<DigestKey>,
+    /// `TURNSTILE_SHOW_CLIENT_VALUES` (default false): clear values on every listener, where
+    /// the operator holds the ports private.
+    pub show_clear: bool,
+}
+
+fn client_values(env: &Env<'_>) -> Result<ClientValues, String> {
+    const KEY: &str = "TURNSTILE_CLIENT_DIGEST_KEY";
+    let digest_key = match env.get(KEY) {
+        None => None,
+        Some(k) => Some(DigestKey::new(&k).map_err(|e| format!("{KEY}: {e}"))?),
+    };
+    Ok(ClientValues {
+        digest_key,
+        show_clear: env.flag("TURNSTILE_SHOW_CLIENT_VALUES", false)?,
+    })
 }
 
 fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {

@@ -1,4 +1,4 @@
-//! Counters of the admin listener's actions (look-up, reset) by outcome, refusals included.
+//! Counters of the admin listener's actions (look-up, reset, heavy hitters, digests) by outcome, refusals included.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum AdminAction {
     LookUp,
     Reset,
+    /// The heavy hitters with clear values (`/admin/top`).
+    Top,
+    /// Digests of given values (`/admin/digest`).
+    Digest,
 }
 
 /// How an admin action ended.
@@ -26,9 +30,11 @@ pub enum AdminOutcome {
     Unavailable,
 }
 
-const ACTIONS: [(AdminAction, &str); 2] = [
+const ACTIONS: [(AdminAction, &str); 4] = [
     (AdminAction::LookUp, "look_up"),
     (AdminAction::Reset, "reset"),
+    (AdminAction::Top, "top"),
+    (AdminAction::Digest, "digest"),
 ];
 
 const OUTCOMES: [(AdminOutcome, &str); 6] = [
@@ -62,7 +68,7 @@ impl AdminStats {
         let name = "turnstile_admin_actions_total";
         let _ = writeln!(
             out,
-            "# HELP {name} Admin listener look-ups and resets by outcome, refused calls included.\n# TYPE {name} counter"
+            "# HELP {name} Admin listener actions by outcome, refused calls included.\n# TYPE {name} counter"
         );
         for (a, (_, action)) in ACTIONS.iter().enumerate() {
             for (o, (_, outcome)) in OUTCOMES.iter().enumerate() {

@@ -6,6 +6,7 @@
 //! them for the Prometheus text and the statsd push.
 
 pub mod admin;
+pub mod client_values;
 mod counters;
 pub mod detailed;
 pub mod histogram;
@@ -22,6 +23,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 pub use crate::hitters::{BoundTop, TopTable};
+pub use client_values::{digest, Shown};
 pub use counters::Counters;
 pub use detailed::DetailedSeries;
 pub use histogram::Histogram;

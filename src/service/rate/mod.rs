@@ -312,7 +312,13 @@ struct GaveUp<'a> {
 impl Drop for GaveUp<'_> {
     fn drop(&mut self) {
         if self.armed {
-            tracing::info!(status = 499, key = self.key, "caller gave up while waiting");
+            let key = crate::telemetry::digest(self.key);
+            tracing::info!(status = 499, key, "caller gave up while waiting");
+            tracing::debug!(
+                status = 499,
+                key = self.key,
+                "caller gave up while waiting: in clear"
+            );
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The admin listener (`TURNSTILE_ADMIN_ADDR`, off by default): `POST /admin/look-up` and
-//! `POST /admin/reset`, each taking `/json`'s body (a `RateLimitRequest` in proto3 JSON form).
+//! `POST /admin/reset`, each taking `/json`'s body (a `RateLimitRequest` in proto3 JSON form);
+//! `GET /admin/top`, the heavy hitters with clear values and their digests beside them; and
+//! `POST /admin/digest`, the digests of the values given, as this process computes them.
 //!
 //! Protection: without `TURNSTILE_ADMIN_TOKEN_FILE` the listener must be bound to loopback
 //! (settings refuse anything else) and answers loopback callers only; with it, every call must
@@ -13,15 +15,18 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::{json, Value};
 
 use super::json::{JsonError, JsonRequest};
-use crate::limiter::Role;
-use crate::service::{Acted, AdminError, Applies, RateLimiter, Usage};
+use super::status::TopView;
+use crate::hitters::TopTable;
+use crate::limiter::{Clock, Role};
+use crate::service::{Acted, AdminError, Applies, LiveLimits, RateLimiter, Usage};
 use crate::telemetry::admin::{AdminAction, AdminOutcome, AdminStats};
+use crate::telemetry::{digest, Shown};
 
 /// `TURNSTILE_ADMIN_ADDR` with `true` or a bare port: loopback, this port.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:6071";
@@ -87,12 +92,18 @@ pub struct AdminState {
     pub token: Option<AdminToken>,
     /// What the listener did, by action and outcome.
     pub stats: Arc<AdminStats>,
+    /// The live limits and their heavy hitters, for `/admin/top`.
+    pub live: LiveLimits,
+    pub top: Arc<TopTable>,
+    pub clock: Clock,
 }
 
 pub fn admin_router(state: AdminState) -> Router {
     Router::new()
         .route("/admin/look-up", post(look_up))
         .route("/admin/reset", post(reset))
+        .route("/admin/top", get(top))
+        .route("/admin/digest", post(digests))
         .with_state(state)
 }
 
@@ -172,24 +183,33 @@ fn admit(
 }
 
 impl AdminState {
-    /// Admits the caller and reads its body and query; refusals are logged.
-    async fn read(
+    /// Admits the caller and reads its query and body; refusals are logged.
+    async fn admit_and_read(
         &self,
         action: AdminAction,
         req: Request,
-    ) -> Result<(RateLimitRequest, Vec<(String, String)>), Refusal> {
+    ) -> Result<(axum::body::Bytes, Vec<(String, String)>), Refusal> {
         let peer = (req.extensions().get::<ConnectInfo<SocketAddr>>()).map(|c| c.0);
         if let Err(refused) = admit(self.token.as_ref(), peer, req.headers()) {
             tracing::warn!(?peer, ?action, status = %refused.status(), "admin call refused");
             return Err(refused);
         }
-        let bad = |m: String| Refusal::new(AdminOutcome::BadRequest, m);
         let query = Query::<Vec<(String, String)>>::try_from_uri(req.uri())
             .map_err(|e| bad(format!("bad query: {e}")))?
             .0;
         let body = axum::body::to_bytes(req.into_body(), MAX_BODY)
             .await
             .map_err(|e| bad(format!("bad body: {e}")))?;
+        Ok((body, query))
+    }
+
+    /// Admits the caller and reads a `RateLimitRequest` body and the query.
+    async fn read(
+        &self,
+        action: AdminAction,
+        req: Request,
+    ) -> Result<(RateLimitRequest, Vec<(String, String)>), Refusal> {
+        let (body, query) = self.admit_and_read(action, req).await?;
         let parsed: JsonRequest =
             serde_json::from_slice(&body).map_err(|e| bad(format!("bad JSON body: {e}")))?;
         Ok((parsed.into_proto().map_err(bad)?, query))
@@ -212,6 +232,49 @@ impl AdminState {
             }
         }
     }
+}
+
+fn bad(m: String) -> Refusal {
+    Refusal::new(AdminOutcome::BadRequest, m)
+}
+
+/// `GET /admin/top[?domain=&limit=]`: `/debug/top`'s lists with clear values, each with
+/// `digest`, the form listeners without authentication show. 400 names a bad filter.
+async fn top(State(s): State<AdminState>, req: Request) -> Response {
+    let action = AdminAction::Top;
+    let result = async {
+        let (_, query) = s.admit_and_read(action, req).await?;
+        let view = TopView {
+            live: &s.live,
+            table: &s.top,
+            now_ns: s.clock.now(),
+        };
+        view.render(&query, Shown::Clear, true).map_err(bad)
+    };
+    let result = result.await;
+    s.answer(action, result)
+}
+
+/// `POST /admin/digest` with `{"values": ["...", ...]}`: each value's digest under this
+/// process's key, as the heavy hitters, GoCC's `/debug` and the logs show it.
+async fn digests(State(s): State<AdminState>, req: Request) -> Response {
+    let action = AdminAction::Digest;
+    let result = async {
+        let (body, _) = s.admit_and_read(action, req).await?;
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Values {
+            values: Vec<String>,
+        }
+        let v: Values =
+            serde_json::from_slice(&body).map_err(|e| bad(format!("bad JSON body: {e}")))?;
+        let out: serde_json::Map<String, Value> = (v.values.iter())
+            .map(|x| (x.clone(), json!(digest(x))))
+            .collect();
+        Ok(json!({ "digests": out }))
+    };
+    let result = result.await;
+    s.answer(action, result)
 }
 
 fn failed(e: AdminError) -> Refusal {

@@ -25,7 +25,7 @@ use crate::hitters::TopTable;
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
-use crate::telemetry::Counters;
+use crate::telemetry::{Counters, Shown};
 
 /// What `/metrics` and `/rlconfig` read: every subsystem's counters, and the live limits (their
 /// per-limit series, their text).
@@ -49,6 +49,8 @@ pub struct HttpState {
     /// GoCC's `/rate` API, with its defaults and sticky overrides.
     pub rate: RateApiService,
     pub metrics: MetricsState,
+    /// How the port shows client values (GoCC's `/debug`, error messages).
+    pub shown: Shown,
 }
 
 impl FromRef<HttpState> for MetricsState {
@@ -66,6 +68,8 @@ pub struct DebugState {
     pub clock: Clock,
     /// Whether counters live in Redis (the status page shows its breaker then).
     pub redis: bool,
+    /// How the port shows client values (`/debug/top`, the status page).
+    pub shown: Shown,
 }
 
 impl FromRef<DebugState> for MetricsState {

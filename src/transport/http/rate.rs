@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::HttpState;
 use crate::service::rate::{RateAnswer, RateError, RateWindow, RawAsk};
+use crate::telemetry::{digest, Shown};
 
 /// echo's `MIMETextPlainCharsetUTF8`.
 const TEXT: &str = "text/plain; charset=UTF-8";
@@ -86,10 +87,10 @@ pub(crate) async fn release(
     }
 }
 
-/// GoCC's `/debug` form of one key's window.
-fn describe(w: &RateWindow) -> Value {
+/// GoCC's `/debug` form of one key's window, the key as the port shows client values.
+fn describe(w: &RateWindow, shown: Shown) -> Value {
     json!({
-        "Key": w.key,
+        "Key": shown.value(&w.key),
         "Config": {
             "WindowMillis": w.window_ms,
             "MaxRequestsPerWindow": w.max_requests,
@@ -102,27 +103,38 @@ fn describe(w: &RateWindow) -> Value {
     })
 }
 
-/// `GET /debug`: every direct API key's window.
+/// `GET /debug`: every direct API key's window, keyed as the port shows client values.
 pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
     match s.rate.windows(None).await {
         Ok(ws) => {
-            let instances: Map<String, Value> =
-                ws.iter().map(|w| (w.key.clone(), describe(w))).collect();
+            let instances: Map<String, Value> = (ws.iter())
+                .map(|w| (s.shown.value(&w.key).into_owned(), describe(w, s.shown)))
+                .collect();
             Json(json!({ "Instances": instances })).into_response()
         }
         Err(e) => error(RateError::Unavailable(e)),
     }
 }
 
-/// `GET /debug/{key}`: one key's window; 404 "Key not found" when it has none, as GoCC
-/// (`pkg/server/endpoints/endpoint_debug.go:22`).
+/// `GET /debug/{key}`: one key's window, found by the key or by its digest (`/debug/%23…`,
+/// as `/debug` lists keys where it shows digests); 404 "Key not found" when it has none, as
+/// GoCC (`pkg/server/endpoints/endpoint_debug.go:22`).
 pub(crate) async fn debug_key(State(s): State<HttpState>, Path(key): Path<String>) -> Response {
-    match s.rate.windows(Some(&key)).await {
-        Ok(ws) => match ws.first() {
-            Some(w) => Json(describe(w)).into_response(),
-            None => text(StatusCode::NOT_FOUND, "Key not found"),
+    let found = match s.rate.windows(Some(&key)).await {
+        Ok(ws) => ws.into_iter().find(|w| w.key == key),
+        Err(e) => return error(RateError::Unavailable(e)),
+    };
+    let found = match found {
+        Some(w) => Some(w),
+        None if key.starts_with('#') => match s.rate.windows(None).await {
+            Ok(ws) => ws.into_iter().find(|w| digest(&w.key) == key),
+            Err(e) => return error(RateError::Unavailable(e)),
         },
-        Err(e) => error(RateError::Unavailable(e)),
+        None => None,
+    };
+    match found {
+        Some(w) => Json(describe(&w, s.shown)).into_response(),
+        None => text(StatusCode::NOT_FOUND, "Key not found"),
     }
 }
 

@@ -15,8 +15,10 @@ use serde_json::{json, Value};
 
 use super::DebugState;
 use crate::config::Config;
-use crate::hitters::{TopLists, WINDOW_SECS};
+use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::BreakerState;
+use crate::service::LiveLimits;
+use crate::telemetry::{digest, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");
@@ -106,40 +108,77 @@ struct LimitTop {
 }
 
 /// `/debug/top`: per domain and limit, the top values by over-limit hits and by hits over the
-/// current and the previous window. 400 names a bad filter.
+/// current and the previous window, each descriptor value shown as the port shows client
+/// values. 400 names a bad filter.
 pub(super) async fn top(
     State(s): State<DebugState>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let live = s.metrics.live.load_full();
-    let (domain, limit) = match filters(&query, &live.config) {
-        Ok(f) => f,
-        Err(m) => return bad_request(m),
+    let view = TopView {
+        live: &s.metrics.live,
+        table: &s.top,
+        now_ns: s.clock.now(),
     };
-    let table = &s.top;
-    table.tick(s.clock.now());
-    let now = table.now_s();
-    let mut limits = Vec::new();
-    for (name, node) in nodes_with_limits(&live.config) {
-        let wanted = domain.as_ref().is_none_or(|d| *d == name)
-            && limit.as_ref().is_none_or(|l| *l == node.stat_key);
-        let Some(t) = live.top.of(node).filter(|_| wanted) else {
-            continue;
-        };
-        limits.push(LimitTop {
-            domain: name.to_owned(),
-            limit: node.stat_key.clone(),
-            lists: t.lists(now, table.top_n()),
-        });
+    match view.render(&query, s.shown, false) {
+        Ok(body) => Json(body).into_response(),
+        Err(m) => bad_request(m),
     }
-    Json(json!({
-        "now": now,
-        "window_seconds": WINDOW_SECS,
-        "top_n": table.top_n(),
-        "sample": table.sample(),
-        "limits": limits,
-    }))
-    .into_response()
+}
+
+/// What the heavy-hitter lists are read from.
+pub(super) struct TopView<'a> {
+    pub(super) live: &'a LiveLimits,
+    pub(super) table: &'a TopTable,
+    pub(super) now_ns: u64,
+}
+
+impl TopView<'_> {
+    /// The lists `query` asks for (`domain`, `limit`), values shown as `shown` says, and with
+    /// `with_digests` each value's digest beside it; the error names a bad filter.
+    pub(super) fn render(
+        &self,
+        query: &[(String, String)],
+        shown: Shown,
+        with_digests: bool,
+    ) -> Result<Value, String> {
+        let live = self.live.load_full();
+        let (domain, limit) = filters(query, &live.config)?;
+        let table = self.table;
+        table.tick(self.now_ns);
+        let now = table.now_s();
+        let mut limits = Vec::new();
+        for (name, node) in nodes_with_limits(&live.config) {
+            let wanted = domain.as_ref().is_none_or(|d| *d == name)
+                && limit.as_ref().is_none_or(|l| *l == node.stat_key);
+            let Some(t) = live.top.of(node).filter(|_| wanted) else {
+                continue;
+            };
+            let mut lists = t.lists(now, table.top_n());
+            for v in lists.by_over_limit.iter_mut().chain(&mut lists.by_hits) {
+                if with_digests {
+                    let mut d = v.clone();
+                    d.show_values(&|x| digest(x));
+                    v.digest = Some(d.value);
+                }
+                if shown == Shown::Digest {
+                    v.show_values(&|x| digest(x));
+                }
+            }
+            limits.push(LimitTop {
+                domain: name.to_owned(),
+                limit: node.stat_key.clone(),
+                lists,
+            });
+        }
+        Ok(json!({
+            "now": now,
+            "window_seconds": WINDOW_SECS,
+            "top_n": table.top_n(),
+            "sample": table.sample(),
+            "values": shown.name(),
+            "limits": limits,
+        }))
+    }
 }
 
 /// (domain name, node) of every node with limits, domains sorted, nodes in listing order.

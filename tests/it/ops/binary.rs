@@ -26,29 +26,29 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 
-const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+pub(super) const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Ports printed on the readiness line.
-struct Ports {
-    grpc: SocketAddr,
-    http: SocketAddr,
-    debug: SocketAddr,
-    metrics: SocketAddr,
+pub(super) struct Ports {
+    pub(super) grpc: SocketAddr,
+    pub(super) http: SocketAddr,
+    pub(super) debug: SocketAddr,
+    pub(super) metrics: SocketAddr,
 }
 
-struct Server {
+pub(super) struct Server {
     child: Child,
     stderr: Arc<Mutex<String>>,
     stderr_reader: Option<thread::JoinHandle<()>>,
-    ports: Ports,
+    pub(super) ports: Ports,
     /// The first line on stdout, which tells the ports.
-    ready: String,
+    pub(super) ready: String,
 }
 
 impl Server {
     /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
-    fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+    pub(super) fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut vars: HashMap<&str, &str> = [
             ("HOST", "127.0.0.1"),
             ("PORT", "0"),
@@ -137,7 +137,7 @@ impl Server {
     }
 
     /// SIGTERM, exit 0, and the whole of stderr.
-    fn stop(mut self) -> String {
+    pub(super) fn stop(mut self) -> String {
         self.signal("TERM");
         let end = Instant::now() + DEADLINE;
         let status = loop {
@@ -165,7 +165,7 @@ impl Drop for Server {
     }
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> String {
+pub(super) fn http_get(addr: SocketAddr, path: &str) -> String {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -193,7 +193,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
     panic!("{what}: never happened; last:\n{last}");
 }
 
-fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
+pub(super) fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
         descriptors: vec![RateLimitDescriptor {
@@ -208,7 +208,7 @@ fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
 }
 
 /// A call with `metadata` as gRPC metadata (what Envoy sends: x-request-id, trace headers).
-async fn call(
+pub(super) async fn call(
     grpc: SocketAddr,
     req: RateLimitRequest,
     metadata: &[(&'static str, &str)],
@@ -226,7 +226,7 @@ async fn call(
         .into_inner()
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -248,7 +248,7 @@ descriptors:
 ";
 
 /// A ConfigMap volume at `dir`: `..v1/config.yaml`, `..data -> ..v1`, `config.yaml -> ..data/...`.
-fn configmap(dir: &Path, yaml: &str) {
+pub(super) fn configmap(dir: &Path, yaml: &str) {
     std::fs::create_dir_all(dir.join("..v1")).unwrap();
     std::fs::write(dir.join("..v1/config.yaml"), yaml).unwrap();
     std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();

@@ -317,3 +317,21 @@ fn the_settings_page_names_every_setting_of_the_reference() {
         "docs/settings.md does not name {missing:?}"
     );
 }
+
+#[test]
+fn client_values_are_digests_by_default_with_a_key_long_enough_when_set() {
+    let c = ok(&[]).client_values;
+    assert!(c.digest_key.is_none() && !c.show_clear, "{c:?}");
+    let c = ok(&[
+        ("TURNSTILE_CLIENT_DIGEST_KEY", "0123456789abcdef"),
+        ("TURNSTILE_SHOW_CLIENT_VALUES", "true"),
+    ])
+    .client_values;
+    assert!(c.digest_key.is_some() && c.show_clear);
+    assert!(!format!("{c:?}").contains("0123456789abcdef"), "{c:?}");
+    let e = err(&[("TURNSTILE_CLIENT_DIGEST_KEY", "short")]);
+    assert!(
+        e.contains("TURNSTILE_CLIENT_DIGEST_KEY") && e.contains("16"),
+        "{e}"
+    );
+}
