@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::{watch, Barrier};
+use tokio::sync::watch;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -199,11 +199,8 @@ pub async fn start(
     let workers = settings.workers.max(1);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
-    let barrier = Arc::new(Barrier::new(workers + 1));
-    let stopping = || Stopping {
-        stop: stop_rx.clone(),
-        barrier: barrier.clone(),
-    };
+    let stopping = Stopping::new(stop_rx.clone(), workers);
+    let stopping = || stopping.clone();
     let grpc = Grpc::new(
         settings,
         &cx,
@@ -235,6 +232,7 @@ pub async fn start(
         interval: settings.reload_interval,
         statsd: (settings.statsd.clone()).map(|s| (s, metrics_state(&cx))),
         top: (cx.top.clone(), cx.engine.clock().clone()),
+        grace: settings.shutdown_grace,
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {

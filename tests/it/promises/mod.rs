@@ -5,6 +5,7 @@
 
 mod logs;
 mod settings_table;
+mod shutdown;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
