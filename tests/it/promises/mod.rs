@@ -6,6 +6,7 @@
 mod logs;
 mod settings_table;
 mod shutdown;
+mod uds;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
