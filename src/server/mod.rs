@@ -308,7 +308,8 @@ fn http_servers(
         rate: RateApiService::new(cx.limiter.clone(), settings.rate),
         metrics: metrics_state(cx),
     };
-    let mut out = vec![("HTTP", port, http::router(state))];
+    let metrics = settings.metrics;
+    let mut out = vec![("HTTP", port, http::router(state, metrics))];
     if let Some(l) = debug {
         let state = http::DebugState {
             metrics: metrics_state(cx),
@@ -316,7 +317,7 @@ fn http_servers(
             clock: cx.engine.clock().clone(),
             redis: settings.redis.is_some(),
         };
-        out.push(("debug", l, http::debug_router(state)));
+        out.push(("debug", l, http::debug_router(state, metrics)));
     }
     if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
         out.push((

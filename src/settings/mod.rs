@@ -117,8 +117,12 @@ pub struct Settings {
     pub reload_interval: Duration,
     /// `DEBUG_HOST:DEBUG_PORT` (0.0.0.0:6070): `/rlconfig` and `/metrics`.
     pub debug_addr: Option<SocketAddr>,
-    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics).
+    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics):
+    /// the listener of its own.
     pub prometheus: Option<PrometheusSettings>,
+    /// `USE_PROMETHEUS` (default true): the series at all; false takes `/metrics` off the HTTP
+    /// and debug ports too.
+    pub metrics: bool,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the reference's stats pushed to statsd every
     /// `STATS_FLUSH_INTERVAL`, beside Prometheus.
     pub statsd: Option<StatsdSettings>,
@@ -230,6 +234,7 @@ impl Settings {
             reload_interval: env.millis("TURNSTILE_RELOAD_INTERVAL_MS", 1000)?,
             debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
             prometheus: prometheus(&env)?,
+            metrics: env.flag("USE_PROMETHEUS", true)?,
             statsd: stats::statsd(&env)?,
             grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
             tls: tls(&env)?,

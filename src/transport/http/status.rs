@@ -24,7 +24,7 @@ const PAGE: &str = include_str!("status.html");
 /// What `/` lists for clients that do not ask for HTML (as envoyproxy/ratelimit's debug port).
 pub(super) const ENDPOINTS: &str =
     "/rlconfig: print out the currently loaded configuration for debugging\n\
-     /metrics: Prometheus exposition of the service's metrics\n\
+     /metrics: Prometheus exposition of the service's metrics (off with USE_PROMETHEUS=false)\n\
      /debug/top: heavy hitters per limit as JSON (?domain=...&limit=<stat key>)\n\
      /debug/status: limits, their counters, shards, breaker and config loads as JSON\n";
 

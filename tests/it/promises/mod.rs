@@ -4,6 +4,7 @@
 //! examples validated by Envoy, and the files and links the docs name.
 
 mod logs;
+mod metrics;
 mod settings_table;
 mod shutdown;
 mod uds;
