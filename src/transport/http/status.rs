@@ -105,7 +105,7 @@ struct LimitTop {
     lists: TopLists,
 }
 
-/// `/debug/top`: per domain and limit, the top values by over-limit hits and by hits over the
+/// `/debug/top`: per domain and limit, the top values by refused hits and by hits over the
 /// current and the previous window. 400 names a bad filter.
 pub(super) async fn top(
     State(s): State<DebugState>,

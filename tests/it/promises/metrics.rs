@@ -22,3 +22,43 @@ fn use_prometheus_false_turns_metrics_off_on_every_port() {
 fn metrics_are_served_on_the_http_and_debug_ports_by_default() {
     assert_eq!(metrics_status(&[]), (200, 200));
 }
+
+/// One word, one number: the budgets example's alice reports 600 and 600 against 1000. The
+/// Prometheus `over_limit` series counts the 200 hits past the limit (as envoyproxy/ratelimit
+/// does); `/debug/top` counts the 600 hits of the refused report under another name.
+#[test]
+fn over_limit_means_one_number_everywhere() {
+    let dir = TempDir::new("overlimit");
+    let yaml = "domain: ai\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      requests_per_unit: 1000\n";
+    let config = config_dir(dir.path(), yaml);
+    let every_call = [("TURNSTILE_TOP_SAMPLE", "1")];
+    let s = Server::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        &every_call,
+    );
+    let report = r#"{"domain":"ai","hits_addend":600,"descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}"#;
+    assert_eq!(http(s.http, "POST", "/json", report).unwrap().0, 200);
+    assert_eq!(http(s.http, "POST", "/json", report).unwrap().0, 429);
+    let debug = s.debug.expect("a debug port");
+    let (_, metrics) = http_get(debug, "/metrics").unwrap();
+    let series = "ratelimit_service_rate_limit_over_limit{domain=\"ai\",descriptor=\"user\"} ";
+    let over: u64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix(series))
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(over, 200);
+    let (_, top) = http_get(debug, "/debug/top?domain=ai").unwrap();
+    let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+    let alice = &top["limits"][0]["by_hits"][0];
+    assert_eq!(alice["value"], "user=alice", "{top}");
+    assert_eq!(alice["hits"], 1200, "{top}");
+    assert_eq!(
+        alice.get("over_limit"),
+        None,
+        "/debug/top says over_limit {} where the series says {over}",
+        alice["over_limit"]
+    );
+    assert_eq!(alice["refused"], 600, "{top}");
+}
