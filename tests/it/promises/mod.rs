@@ -3,6 +3,7 @@
 //! Prometheus, health during the drain, `turnstile check` on every example config, Envoy's
 //! examples validated by Envoy, and the files and links the docs name.
 
+mod docs;
 mod examples;
 mod logs;
 mod metrics;
