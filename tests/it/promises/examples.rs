@@ -128,3 +128,33 @@ fn the_ready_line_the_docs_quote_is_the_one_printed() {
     }
     assert!(quoted > 0, "no doc quotes the ready line");
 }
+
+/// examples/envoy/docker-compose.yaml says turnstile counts in memory as shipped: its
+/// environment, read as turnstile reads it, selects no Redis.
+#[test]
+fn the_compose_example_counts_in_memory_as_it_says() {
+    let text = std::fs::read_to_string(repo().join("examples/envoy/docker-compose.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let env = doc["services"]["turnstile"]["environment"]
+        .as_mapping()
+        .expect("the turnstile service's environment");
+    let vars: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_yaml::Value::String(s) => s.clone(),
+                other => serde_yaml::to_string(other).unwrap().trim().to_owned(),
+            };
+            (k.as_str().unwrap().to_owned(), v)
+        })
+        .collect();
+    let settings = turnstile::settings::Settings::from_env(|k| {
+        vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    })
+    .unwrap_or_else(|e| panic!("the compose environment {vars:?}: {e}"));
+    assert!(
+        settings.redis.is_none(),
+        "the compose example selects Redis with {vars:?}"
+    );
+    assert!(text.contains("turnstile counts in memory here"), "{text}");
+}
