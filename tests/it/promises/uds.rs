@@ -43,3 +43,46 @@ fn grpcurl_over_the_unix_socket_as_it_sends() {
         "health over the socket: {stdout}"
     );
 }
+
+/// Envoy reaching turnstile over the socket (a `pipe` address in its cluster), as a sidecar
+/// deployment would: the limit is applied through it, and refusing to pass on an error
+/// (`failure_mode_deny`) shows the calls really are answered.
+#[tokio::test]
+async fn envoy_over_a_pipe_address() {
+    use crate::common::envoy::{client, envoy_config, header_action, Envoy, EnvoyOpts, Upstream};
+    use serde_json::json;
+
+    let dir = TempDir::new("udsenvoy");
+    let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n";
+    let config = config_dir(dir.path(), yaml);
+    let socket = dir.path().join("rls.sock");
+    let _turnstile = Server::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[("GRPC_UDS", socket.to_str().unwrap())],
+    );
+    let upstream = Upstream::start();
+    let mut opts = EnvoyOpts::new(
+        "edge",
+        json!([{"actions": [header_action("x-user", "user")]}]),
+    );
+    opts.failure_mode_deny = true;
+    let unused = "127.0.0.1:9".parse().unwrap();
+    let mut config = envoy_config(upstream.addr, unused, &opts);
+    let turnstile_cluster = (config["static_resources"]["clusters"].as_array_mut())
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "turnstile"))
+        .expect("the turnstile cluster");
+    turnstile_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        ["address"] = json!({"pipe": {"path": socket.to_str().unwrap()}});
+    let envoy = Envoy::start(dir.path(), "envoy", &config).await;
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let r = client()
+            .get(format!("{}/", envoy.base))
+            .header("x-user", "alice")
+            .send()
+            .await
+            .expect("a reply from Envoy");
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, vec![200, 200, 429]);
+}
