@@ -1,6 +1,6 @@
 //! `GRPC_UDS` (docs/settings.md: "gRPC on that unix socket instead of TCP") served to the
 //! clients people point at a socket: grpcurl `-unix` sends the socket's path as `:authority`,
-//! and the call is answered as over TCP.
+//! Python's grpc its %-encoding, Envoy its cluster's name; each call is answered as over TCP.
 
 use std::process::Command;
 
@@ -41,6 +41,59 @@ fn grpcurl_over_the_unix_socket_as_it_sends() {
     assert!(
         stdout.contains("SERVING"),
         "health over the socket: {stdout}"
+    );
+}
+
+/// Python's grpc (grpc-core) on a `unix:` target sends the socket path's %-encoding as
+/// `:authority`. The call is raw bytes, so no generated code is needed: an empty
+/// HealthCheckRequest, and SERVING (field 1 = 1) back.
+const PYTHON_HEALTH: &str = r#"
+import sys, grpc
+check = grpc.insecure_channel("unix:" + sys.argv[1]).unary_unary("/grpc.health.v1.Health/Check")
+try:
+    print(check(b"", timeout=10).hex())
+except grpc.RpcError as e:
+    print("error:", e.code(), e.details())
+    sys.exit(1)
+"#;
+
+#[test]
+fn python_grpc_over_the_unix_socket() {
+    let python = tool("python3");
+    let has_grpc = || {
+        Command::new(&python)
+            .args(["-c", "import grpc"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !has_grpc() {
+        let st = Command::new("bash")
+            .arg(repo().join("scripts/install-test-deps.sh"))
+            .status()
+            .expect("run scripts/install-test-deps.sh");
+        assert!(
+            st.success() && has_grpc(),
+            "grpcio is missing after install-test-deps.sh"
+        );
+    }
+    let dir = TempDir::new("udspy");
+    let config = config_dir(dir.path(), SIMPLE);
+    let socket = dir.path().join("rls.sock");
+    let _s = Server::start(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[("GRPC_UDS", socket.to_str().unwrap())],
+    );
+    let out = Command::new(&python)
+        .args(["-c", PYTHON_HEALTH])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "0801",
+        "Python's grpc over the socket: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
