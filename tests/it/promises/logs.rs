@@ -78,3 +78,26 @@ fn a_failed_reload_is_logged_at_warning() {
         (!e.contains("fortnight")).then_some(e)
     });
 }
+
+/// Redis down at the start: exit 1, and why on stderr, at `LOG_LEVEL=warning` too.
+#[test]
+fn redis_down_at_the_start_is_reported_at_warning() {
+    let dir = TempDir::new("logredis");
+    let config = config_dir(dir.path(), SIMPLE);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("127.0.0.1:{port}");
+    let out = run(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[("LOG_LEVEL", "warning"), ("REDIS_URL", &url)],
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot start"),
+        "nothing on stderr says why: {:?}",
+        out.stderr
+    );
+}
