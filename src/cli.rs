@@ -88,6 +88,12 @@ impl From<ServeArgs> for Overrides {
 pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::ConfigError> {
     let c = settings.sources().load()?;
     c.describe().iter().for_each(|line| println!("{line}"));
+    let rate_api = c
+        .rate_api
+        .as_ref()
+        .map(|r| r.describe())
+        .unwrap_or_default();
+    rate_api.iter().for_each(|line| println!("{line}"));
     if let Some(g) = &c.gocc {
         g.warnings.iter().for_each(|w| eprintln!("{}: {w}", g.file));
         eprintln!("GoCC key file OK: {} ({} key(s))", g.file, g.entries.len());
@@ -96,7 +102,11 @@ pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::
     for why in crate::quota::refusals(&c) {
         eprintln!("RLQS: {why}");
     }
-    eprintln!("config OK: {} domain(s)", c.domains.len());
+    let keys = c.rate_api.as_ref().map_or(0, |r| r.keys.len());
+    eprintln!(
+        "config OK: {} domain(s), {keys} rate_api key(s)",
+        c.domains.len()
+    );
     Ok(())
 }
 

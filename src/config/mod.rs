@@ -281,6 +281,26 @@ impl RateApi {
     pub fn find(&self, key: &str) -> Option<&RateApiKey> {
         self.keys.iter().find(|k| glob(&k.pattern, key))
     }
+
+    /// Its settings, then each key's limits in file order, one per line:
+    /// `rate_api key "report-*": window=1000ms max_requests=10 max_in_queue=100 max_wait=5000ms`.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "rate_api: allow_overrides={} max_requests_cap={} max_in_queue_cap={}",
+            self.allow_overrides, self.max_requests_cap, self.max_in_queue_cap
+        )];
+        out.extend(self.keys.iter().map(|k| {
+            format!(
+                "rate_api key {:?}: window={}ms max_requests={} max_in_queue={} max_wait={}ms",
+                k.pattern,
+                k.window.as_millis(),
+                k.max_requests,
+                k.max_in_queue,
+                k.max_wait.as_millis()
+            )
+        }));
+        out
+    }
 }
 
 /// Options that change how files are read.

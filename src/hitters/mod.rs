@@ -1,4 +1,4 @@
-//! Heavy hitters per limit: which descriptor values take the most hits and the most over-limit
+//! Heavy hitters per limit: which descriptor values take the most hits and the most refused
 //! answers, in bounded memory whatever the number of distinct values.
 //!
 //! Each limit (a config node, by its stat key, as the per-limit stats bind them) has
@@ -7,7 +7,7 @@
 //! [`WINDOW_SECS`] aligned to the epoch, the current one and the previous one; a reader sees
 //! both summed, so the lists cover the last one to two minutes. A window holds two
 //! space-saving tables (`sketch`) of `2 × top_n` slots: one ranked by hits, where every
-//! decision is offered, and one ranked by over-limit hits, where only refusals take a slot.
+//! decision is offered, and one ranked by refused hits, where only refusals take a slot.
 //!
 //! The hot path does not read the clock: [`TopTable::tick`] sets a coarse time in seconds (the
 //! server ticks it every second, and every reader ticks it before reading), and a stripe turns
@@ -162,7 +162,7 @@ impl LimitTop {
         }
     }
 
-    /// The top `n` values by over-limit hits (those with any) and by hits, over both windows.
+    /// The top `n` values by refused hits (those with any) and by hits, over both windows.
     pub fn lists(&self, now_s: u64, n: usize) -> TopLists {
         let mut merged: FnvHashMap<Vec<u8>, TopValue> = FnvHashMap::default();
         for stripe in &self.stripes {
@@ -178,18 +178,14 @@ impl LimitTop {
             }
         }
         let all: Vec<TopValue> = merged.into_values().collect();
-        let mut by_over: Vec<TopValue> = all.iter().filter(|v| v.over_limit > 0).cloned().collect();
-        by_over.sort_by(|a, b| {
-            (b.over_limit, b.hits, &a.value).cmp(&(a.over_limit, a.hits, &b.value))
-        });
+        let mut by_over: Vec<TopValue> = all.iter().filter(|v| v.refused > 0).cloned().collect();
+        by_over.sort_by(|a, b| (b.refused, b.hits, &a.value).cmp(&(a.refused, a.hits, &b.value)));
         by_over.truncate(n);
         let mut by_hits = all;
-        by_hits.sort_by(|a, b| {
-            (b.hits, b.over_limit, &a.value).cmp(&(a.hits, a.over_limit, &b.value))
-        });
+        by_hits.sort_by(|a, b| (b.hits, b.refused, &a.value).cmp(&(a.hits, a.refused, &b.value)));
         by_hits.truncate(n);
         TopLists {
-            by_over_limit: by_over,
+            by_refused: by_over,
             by_hits,
         }
     }
@@ -225,9 +221,9 @@ fn merge(merged: &mut FnvHashMap<Vec<u8>, TopValue>, slot: &Slot, ranked: Ranked
             stored: slot.value.clone(),
             digest: None,
             hits: 0,
-            over_limit: 0,
+            refused: 0,
             hits_error: 0,
-            over_limit_error: 0,
+            refused_error: 0,
             first_seen: slot.first_s,
             last_seen: slot.last_s,
             parts: [[0; 2]; 2],
@@ -240,11 +236,11 @@ fn merge(merged: &mut FnvHashMap<Vec<u8>, TopValue>, slot: &Slot, ranked: Ranked
     part[1] += slot.other;
     match ranked {
         Ranked::Hits => v.hits_error += slot.error,
-        Ranked::Over => v.over_limit_error += slot.error,
+        Ranked::Over => v.refused_error += slot.error,
     }
     let [hits_table, over_table] = v.parts;
     v.hits = hits_table[0].max(over_table[1]);
-    v.over_limit = over_table[0].max(hits_table[1]);
+    v.refused = over_table[0].max(hits_table[1]);
     v.first_seen = v.first_seen.min(slot.first_s);
     v.last_seen = v.last_seen.max(slot.last_s);
 }
@@ -255,11 +251,13 @@ pub struct TopValue {
     /// The descriptor's entries, `key=value` joined by `, ` (cut at [`MAX_VALUE_BYTES`]).
     pub value: String,
     pub hits: u64,
-    pub over_limit: u64,
-    /// How much `hits` (`over_limit`) may be above the true count: space-saving's bound, 0
+    /// Hits of the calls this limit refused, whole: a report of 600 with 400 left counts 600
+    /// here, where the Prometheus `over_limit` series counts the 200 past the limit.
+    pub refused: u64,
+    /// How much `hits` (`refused`) may be above the true count: space-saving's bound, 0
     /// while the value had its slot from the start of the window.
     pub hits_error: u64,
-    pub over_limit_error: u64,
+    pub refused_error: u64,
     /// Seconds since the Unix epoch (to the second) of the first and last hit seen in the
     /// windows listed.
     pub first_seen: u64,
@@ -286,7 +284,7 @@ impl TopValue {
 /// A limit's two lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TopLists {
-    pub by_over_limit: Vec<TopValue>,
+    pub by_refused: Vec<TopValue>,
     pub by_hits: Vec<TopValue>,
 }
 

@@ -36,7 +36,7 @@ fn ip(v: &str) -> Vec<Entry<'_>> {
 
 fn names(l: &[TopValue]) -> Vec<(&str, u64, u64)> {
     l.iter()
-        .map(|v| (v.value.as_str(), v.hits, v.over_limit))
+        .map(|v| (v.value.as_str(), v.hits, v.refused))
         .collect()
 }
 
@@ -44,7 +44,7 @@ const T0: u64 = 1_800_000_000 * 1_000_000_000;
 const SEC: u64 = 1_000_000_000;
 
 #[test]
-fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
+fn lists_rank_by_refused_and_by_hits_and_name_the_values() {
     let c = config(YAML);
     let table = TopTable::new(3).with_sample(1);
     table.tick(T0);
@@ -63,7 +63,7 @@ fn lists_rank_by_over_limit_and_by_hits_and_name_the_values() {
     bound.record(n, &ip("10.0.0.4"), 0, true, true);
     let lists = bound.of(n).unwrap().lists(table.now_s(), 3);
     assert_eq!(
-        names(&lists.by_over_limit),
+        names(&lists.by_refused),
         vec![
             ("remote_address=10.0.0.2", 30, 20),
             ("remote_address=10.0.0.3", 2, 2)
@@ -117,7 +117,7 @@ fn lists_cover_the_current_window_and_the_previous_one() {
     table.tick(start + 2 * WINDOW_SECS * SEC);
     let l = top.lists(table.now_s(), 5);
     assert_eq!(names(&l.by_hits), vec![("remote_address=new", 1, 0)]);
-    assert!(l.by_over_limit.is_empty());
+    assert!(l.by_refused.is_empty());
     table.tick(start + 10 * WINDOW_SECS * SEC);
     assert_eq!(top.lists(table.now_s(), 5), TopLists::default());
 }
@@ -149,7 +149,7 @@ descriptors:
     let b2 = table.bind(&c2);
     let kept = b2.of(node(&c2, "web.remote_address")).unwrap();
     assert_eq!(
-        names(&kept.lists(table.now_s(), 5).by_over_limit),
+        names(&kept.lists(table.now_s(), 5).by_refused),
         vec![("remote_address=a", 3, 3)]
     );
     assert_eq!(
@@ -203,7 +203,7 @@ fn a_key_flood_stays_bounded_and_the_heavy_hitter_stays_on_top() {
     );
     let lists = top.lists(table.now_s(), top_n);
     assert_eq!(lists.by_hits[0].value, "remote_address=203.0.113.7");
-    assert_eq!(lists.by_over_limit[0].value, "remote_address=203.0.113.7");
+    assert_eq!(lists.by_refused[0].value, "remote_address=203.0.113.7");
     assert!(lists.by_hits[0].hits - lists.by_hits[0].hits_error <= 100_000);
     assert!(lists.by_hits[0].hits >= 100_000);
     assert_eq!(lists.by_hits.len(), top_n);
@@ -232,7 +232,7 @@ fn admitted_hits_are_sampled_and_refusals_are_not() {
         a.hits
     );
     assert_eq!(
-        names(&lists.by_over_limit),
+        names(&lists.by_refused),
         vec![("remote_address=10.0.0.2", 100, 100)]
     );
 }

@@ -45,6 +45,8 @@ pub(super) struct Admin {
     pub(super) statsd: Option<(StatsdSettings, MetricsState)>,
     /// The heavy hitters, and the clock whose seconds turn their windows.
     pub(super) top: (Arc<TopTable>, Clock),
+    /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
+    pub(super) grace: Duration,
 }
 
 /// Starts the admin thread; it ends once every server on it has drained after the stop.
@@ -71,13 +73,10 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                 if let Some((domains, health)) = admin.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
                 }
+                let drained = drain_end(stop.clone(), &stopping.grpc_draining, admin.grace);
                 for (what, listener, router) in admin.http {
-                    tasks.push(tokio::spawn(serve_http(
-                        what,
-                        listener,
-                        router,
-                        stop.clone(),
-                    )));
+                    let end = drained.clone();
+                    tasks.push(tokio::spawn(serve_http(what, listener, router, end)));
                 }
                 if let Some((watched, baseline, reloader)) = admin.config_poll {
                     let sources = reloader.sources();
@@ -192,16 +191,35 @@ fn run_xds(
     tasks
 }
 
+/// Turns true once the stop has come and gRPC has drained (every worker's server ended), or
+/// the grace has passed since the stop: until then the HTTP ports answer, `/healthcheck` with
+/// 500, as envoyproxy/ratelimit closes its HTTP listener only after gRPC's graceful stop.
+fn drain_end(
+    mut stop: watch::Receiver<bool>,
+    grpc_draining: &watch::Sender<usize>,
+    grace: Duration,
+) -> watch::Receiver<bool> {
+    let mut draining = grpc_draining.subscribe();
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = stop.wait_for(|s| *s).await;
+        let _ = tokio::time::timeout(grace, draining.wait_for(|n| *n == 0)).await;
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Serves `router` until `end` turns true.
 async fn serve_http(
     what: &'static str,
     listener: StdListener,
     router: axum::Router,
-    mut stop: watch::Receiver<bool>,
+    mut end: watch::Receiver<bool>,
 ) {
     let listener =
         tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
     let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
+        let _ = end.wait_for(|s| *s).await;
     };
     // The peer address lets `/throttle` and the admin port answer loopback callers only.
     let app = router.into_make_service_with_connect_info::<SocketAddr>();

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::{watch, Barrier};
+use tokio::sync::watch;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -199,11 +199,8 @@ pub async fn start(
     let workers = settings.workers.max(1);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
-    let barrier = Arc::new(Barrier::new(workers + 1));
-    let stopping = || Stopping {
-        stop: stop_rx.clone(),
-        barrier: barrier.clone(),
-    };
+    let stopping = Stopping::new(stop_rx.clone(), workers);
+    let stopping = || stopping.clone();
     let grpc = Grpc::new(
         settings,
         &cx,
@@ -235,6 +232,7 @@ pub async fn start(
         interval: settings.reload_interval,
         statsd: (settings.statsd.clone()).map(|s| (s, metrics_state(&cx))),
         top: (cx.top.clone(), cx.engine.clock().clone()),
+        grace: settings.shutdown_grace,
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {
@@ -317,7 +315,8 @@ fn http_servers(
         rate: RateApiService::new(cx.limiter.clone(), settings.rate),
         metrics: metrics_state(cx),
     };
-    let mut out = vec![("HTTP", port, http::router(state))];
+    let metrics = settings.metrics;
+    let mut out = vec![("HTTP", port, http::router(state, metrics))];
     if let Some(l) = debug {
         let state = http::DebugState {
             metrics: metrics_state(cx),
@@ -326,7 +325,7 @@ fn http_servers(
             redis: settings.redis.is_some(),
             shown: shown(&l),
         };
-        out.push(("debug", l, http::debug_router(state)));
+        out.push(("debug", l, http::debug_router(state, metrics)));
     }
     if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
         out.push((

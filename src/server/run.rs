@@ -113,8 +113,11 @@ pub fn serve_until_terminated(
         let _in_runtime = rt.enter();
         terminated()
     };
-    rt.block_on(run(settings, config, shutdown))
-        .map_err(|e| e.to_string())
+    let served = rt.block_on(run(settings, config, shutdown));
+    // Past the grace, what is still draining (a client holding its connection open) is left
+    // behind: the process ends now rather than when that client lets go.
+    rt.shutdown_background();
+    served.map_err(|e| e.to_string())
 }
 
 /// Completes on SIGTERM or SIGINT. The handlers are installed when this is called (inside a

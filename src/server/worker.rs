@@ -84,9 +84,24 @@ impl<H> Grpc<H> {
 
 /// How a worker stops: when `stop` turns true its server drains, then it waits at `barrier`
 /// for every other server, since a call on one worker may be waiting on a shard of another.
+#[derive(Clone)]
 pub(super) struct Stopping {
     pub(super) stop: watch::Receiver<bool>,
     pub(super) barrier: Arc<Barrier>,
+    /// gRPC servers still draining: each worker counts itself out when its server has ended;
+    /// the HTTP port keeps answering (health 500) until none is left or the grace ends.
+    pub(super) grpc_draining: Arc<watch::Sender<usize>>,
+}
+
+impl Stopping {
+    /// For `workers` gRPC workers and the admin thread.
+    pub(super) fn new(stop: watch::Receiver<bool>, workers: usize) -> Stopping {
+        Stopping {
+            stop,
+            barrier: Arc::new(Barrier::new(workers + 1)),
+            grpc_draining: Arc::new(watch::Sender::new(workers)),
+        }
+    }
 }
 
 /// The gRPC services every worker serves: the rate-limit service (called by the per-call layer
@@ -208,6 +223,7 @@ fn spawn<H: Health>(
                 if let Err(e) = result {
                     tracing::error!(worker = w, error = %e, "gRPC server failed");
                 }
+                (stopping.grpc_draining).send_modify(|n| *n = n.saturating_sub(1));
                 stopping.barrier.wait().await;
             })
         })

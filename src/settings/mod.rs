@@ -118,8 +118,12 @@ pub struct Settings {
     pub reload_interval: Duration,
     /// `DEBUG_HOST:DEBUG_PORT` (0.0.0.0:6070): `/rlconfig` and `/metrics`.
     pub debug_addr: Option<SocketAddr>,
-    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics).
+    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics):
+    /// the listener of its own.
     pub prometheus: Option<PrometheusSettings>,
+    /// `USE_PROMETHEUS` (default true): the series at all; false takes `/metrics` off the HTTP
+    /// and debug ports too.
+    pub metrics: bool,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the reference's stats pushed to statsd every
     /// `STATS_FLUSH_INTERVAL`, beside Prometheus.
     pub statsd: Option<StatsdSettings>,
@@ -220,13 +224,7 @@ impl Settings {
             global_quota_mode: env.flag("QUOTA_MODE", false)?,
             healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
-            refused_hits: match env.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
-                None => RefusedHits::KeepReports,
-                Some(_) if env.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true)? => {
-                    RefusedHits::KeepNone
-                }
-                Some(_) => RefusedHits::KeepAll,
-            },
+            refused_hits: refused_hits(&env)?,
             shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
             admit_waiters_on_shutdown: env.choice(
@@ -239,10 +237,11 @@ impl Settings {
             reload_interval: env.millis("TURNSTILE_RELOAD_INTERVAL_MS", 1000)?,
             debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
             prometheus: prometheus(&env)?,
+            metrics: env.flag("USE_PROMETHEUS", true)?,
             statsd: stats::statsd(&env)?,
             grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
             tls: tls(&env)?,
-            log: sections::log(&env),
+            log: sections::log(&env)?,
             tracing: sections::tracing(&env)?,
             max_detailed_series: env.number("TURNSTILE_MAX_DETAILED_SERIES", 10_000usize)?,
             top_n: env.number_in("TURNSTILE_TOP_N", DEFAULT_TOP_N as u64, 0, 1000)? as usize,
@@ -278,10 +277,15 @@ impl Settings {
         }
     }
 
-    /// `LOG_LEVEL` and `LOG_FORMAT` alone, for reporting when the rest cannot be read.
+    /// `LOG_LEVEL` and `LOG_FORMAT` alone, for reporting when the rest cannot be read: a bad
+    /// `LOG_LEVEL` (perhaps what is being reported) counts as `info`.
     pub fn log_from_process() -> LogSettings {
         let lookup = |k: &str| std::env::var(k).ok();
-        sections::log(&Env::new(&lookup))
+        let env = Env::new(&lookup);
+        sections::log(&env).unwrap_or(LogSettings {
+            level: "info".into(),
+            json: sections::log_json(&env),
+        })
     }
 
     /// Applies CLI flags over what the environment said.
@@ -331,6 +335,16 @@ fn client_values(env: &Env<'_>) -> Result<ClientValues, String> {
     })
 }
 
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: unset, true or false are three behaviours.
+fn refused_hits(env: &Env<'_>) -> Result<RefusedHits, String> {
+    const K: &str = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
+    Ok(match env.get(K) {
+        None => RefusedHits::KeepReports,
+        Some(_) if env.flag(K, true)? => RefusedHits::KeepNone,
+        Some(_) => RefusedHits::KeepAll,
+    })
+}
+
 fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {
     if !env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)? {
         return Ok(None);
@@ -342,18 +356,18 @@ fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {
     }))
 }
 
+/// Every value set is checked, on or off.
 fn prometheus(env: &Env<'_>) -> Result<Option<PrometheusSettings>, String> {
-    if !env.flag("USE_PROMETHEUS", true)? {
-        return Ok(None);
-    }
+    let on = env.flag("USE_PROMETHEUS", true)?;
     let path = env.string("PROMETHEUS_PATH", "/metrics");
     if !path.starts_with('/') {
         return Err(format!("PROMETHEUS_PATH={path} must start with /"));
     }
-    Ok(Some(PrometheusSettings {
-        addr: env.address("PROMETHEUS_ADDR", ":9090")?,
-        path,
-    }))
+    let addr = env.address("PROMETHEUS_ADDR", ":9090")?;
+    // The reference's unit switch for its statsd-mapped response_time: checked, then ignored
+    // (`sections::ignored` says why).
+    env.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
+    Ok(on.then_some(PrometheusSettings { addr, path }))
 }
 
 fn tls(env: &Env<'_>) -> Result<Option<TlsSettings>, String> {

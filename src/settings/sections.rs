@@ -15,12 +15,13 @@ use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
 use crate::source::xds::{XdsSettings, XdsTls};
-use crate::telemetry::{LogSettings, OtlpProtocol, TracingSettings};
+use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
 /// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
-/// when the backend is memory.
+/// when the backend is memory. Every Redis setting is read whatever the backend, so a bad value
+/// stops the start the day it is written, not the day the backend changes.
 pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
     // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample) set
     // only REDIS_URL: honour them; with no Redis configured, stay in memory.
@@ -38,9 +39,41 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
         .ok_or(
             "BACKEND_TYPE=memcache is not supported (memory or redis; memcache is not offered)",
         )?;
+    let policy = store_policy(env)?;
+    let main = redis_target(env, "REDIS")?;
+    let per_second_on = env.flag("REDIS_PERSECOND", false)?;
+    let per_second = redis_target(env, "REDIS_PERSECOND")?;
+    let jitter_max_secs = env.number("EXPIRATION_JITTER_MAX_SECONDS", 300)?;
+    let startup = startup_retry(env)?;
+    // Checked, then ignored: Cluster pipelines go to every node at once (`ignored`).
+    for k in [
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+    ] {
+        env.number(k, 1u32)?;
+    }
     if !on {
         return Ok(None);
     }
+    let required = |t: Option<RedisTarget>, p: &str| {
+        t.ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))
+    };
+    Ok(Some(RedisSettings {
+        main: required(main, "REDIS")?,
+        per_second: match per_second_on {
+            true => Some(required(per_second, "REDIS_PERSECOND")?),
+            false => None,
+        },
+        prefix: env.get("CACHE_KEY_PREFIX").unwrap_or_default(),
+        startup,
+        jitter_max_secs,
+        policy,
+    }))
+}
+
+/// The breaker, the local cache and local-first: `TURNSTILE_REDIS_*`, `TURNSTILE_LOCAL_FIRST*`,
+/// `LOCAL_CACHE_SIZE_IN_BYTES`.
+fn store_policy(env: &Env<'_>) -> Result<StorePolicy> {
     let failure_mode = env.choice(
         "TURNSTILE_REDIS_FAILURE_MODE",
         FailureMode::Fallback,
@@ -53,27 +86,16 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
     let deadline = env
         .millis("TURNSTILE_REDIS_DEADLINE_MS", 50)?
         .max(Duration::from_millis(1));
-    Ok(Some(RedisSettings {
-        main: redis_target(env, "REDIS")?,
-        per_second: if env.flag("REDIS_PERSECOND", false)? {
-            Some(redis_target(env, "REDIS_PERSECOND")?)
-        } else {
-            None
-        },
-        prefix: env.get("CACHE_KEY_PREFIX").unwrap_or_default(),
-        startup: startup_retry(env)?,
-        jitter_max_secs: env.number("EXPIRATION_JITTER_MAX_SECONDS", 300)?,
-        policy: StorePolicy {
-            local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
-            deadline,
-            failure_mode,
-            breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
-            slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
-            cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
-            local_first: env.flag("TURNSTILE_LOCAL_FIRST", false)?,
-            sync_interval: sync_interval(env)?,
-        },
-    }))
+    Ok(StorePolicy {
+        local_cache_bytes: env.number("LOCAL_CACHE_SIZE_IN_BYTES", 1usize << 20)?,
+        deadline,
+        failure_mode,
+        breaker_failures: env.number("TURNSTILE_REDIS_BREAKER_FAILURES", 3u32)?.max(1),
+        slow: env.millis("TURNSTILE_REDIS_SLOW_MS", deadline.as_millis() as u64)?,
+        cooldown: env.millis("TURNSTILE_REDIS_COOLDOWN_MS", 1000)?,
+        local_first: env.flag("TURNSTILE_LOCAL_FIRST", false)?,
+        sync_interval: sync_interval(env)?,
+    })
 }
 
 /// `REDIS_STARTUP_*`: how the first connection is retried (the reference's defaults: 1s,
@@ -109,11 +131,10 @@ fn sync_interval(env: &Env<'_>) -> Result<Duration> {
     Ok(d)
 }
 
-fn redis_target(env: &Env<'_>, p: &str) -> Result<RedisTarget> {
+/// The `{p}_*` settings of one Redis (`REDIS`, `REDIS_PERSECOND`), all checked; `None` when
+/// `{p}_URL` is unset.
+fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
     let var = |s: &str| format!("{p}_{s}");
-    let url = env
-        .get(&var("URL"))
-        .ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))?;
     let tls_client = match (
         env.get(&var("TLS_CLIENT_CERT")),
         env.get(&var("TLS_CLIENT_KEY")),
@@ -126,42 +147,44 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<RedisTarget> {
             ))
         }
     };
-    Ok(RedisTarget {
+    let socket_unix = env.choice(
+        &var("SOCKET_TYPE"),
+        false,
+        &[("tcp", false), ("unix", true)],
+    )?;
+    let kind = env.choice(
+        &var("TYPE"),
+        RedisType::Single,
+        &[
+            ("single", RedisType::Single),
+            ("sentinel", RedisType::Sentinel),
+            ("cluster", RedisType::Cluster),
+        ],
+    )?;
+    let tls = env.flag(&var("TLS"), false)?;
+    let pool_size = env.number(&var("POOL_SIZE"), 10usize)?.max(1);
+    Ok(env.get(&var("URL")).map(|url| RedisTarget {
         url,
-        socket_unix: env.choice(
-            &var("SOCKET_TYPE"),
-            false,
-            &[("tcp", false), ("unix", true)],
-        )?,
-        kind: env.choice(
-            &var("TYPE"),
-            RedisType::Single,
-            &[
-                ("single", RedisType::Single),
-                ("sentinel", RedisType::Sentinel),
-                ("cluster", RedisType::Cluster),
-            ],
-        )?,
+        socket_unix,
+        kind,
         auth: env.get(&var("AUTH")),
         sentinel_auth: env.get(&var("SENTINEL_AUTH")),
-        tls: env.flag(&var("TLS"), false)?,
+        tls,
         tls_ca: env.get(&var("TLS_CACERT")),
         tls_client,
-        pool_size: env.number(&var("POOL_SIZE"), 10usize)?.max(1),
-    })
+        pool_size,
+    }))
 }
 
 /// `None` when `CONFIG_TYPE` is `FILE` (the default), the xDS settings when it is
-/// `GRPC_XDS_SOTW`; unset variables take the reference's defaults.
+/// `GRPC_XDS_SOTW`; unset variables take the reference's defaults. Every value set is checked
+/// either way.
 pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
     let on = env.choice(
         "CONFIG_TYPE",
         false,
         &[("FILE", false), ("GRPC_XDS_SOTW", true)],
     )?;
-    if !on {
-        return Ok(None);
-    }
     let headers = env.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")?;
     for (k, v) in &headers {
         if MetadataKey::<Ascii>::from_bytes(k.as_bytes()).is_err()
@@ -195,20 +218,25 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
         0 => None,
         n => Some(n),
     };
+    let node_metadata = env.pairs("CONFIG_GRPC_XDS_NODE_METADATA")?;
+    let force_start = env.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?;
+    let use_tls = env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?;
+    if !on {
+        return Ok(None);
+    }
     Ok(Some(XdsSettings {
         server: XdsSettings::dial_target(
             &env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
         ),
         node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
-        node_metadata: env.pairs("CONFIG_GRPC_XDS_NODE_METADATA")?,
+        node_metadata,
         headers,
-        tls: xds_tls(env)?,
+        tls: if use_tls { xds_tls(env)? } else { None },
         backoff_initial,
         backoff_max,
         backoff_jitter,
         max_message_bytes,
-        force_start_without_initial_config: env
-            .flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+        force_start_without_initial_config: force_start,
         healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
         load: LoadOptions {
             merge_domains: env.flag("MERGE_DOMAIN_CONFIG", false)?,
@@ -217,10 +245,8 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
     }))
 }
 
+/// `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`: its files.
 fn xds_tls(env: &Env<'_>) -> Result<Option<XdsTls>> {
-    if !env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
-        return Ok(None);
-    }
     let ca_cert = env.get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").ok_or(
         "CONFIG_GRPC_XDS_SERVER_USE_TLS=true needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
          (turnstile does not read the system's CA store)",
@@ -283,12 +309,14 @@ pub(super) fn throttle(env: &Env<'_>) -> Result<ThrottleLimits> {
 /// `None` when `TURNSTILE_RESP_ADDR` is unset (the transport is off). It takes `HOST:PORT`, a
 /// bare `PORT` (on 127.0.0.1), or `true` for 127.0.0.1:6380.
 pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
-    let Some(text) = env.get("TURNSTILE_RESP_ADDR") else {
-        return Ok(None);
-    };
     let d = RespSettings::default();
-    let addr =
-        listener_addr(&text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?;
+    let text = env.get("TURNSTILE_RESP_ADDR");
+    let addr = match &text {
+        Some(text) => {
+            listener_addr(text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?
+        }
+        None => d.addr,
+    };
     let s = RespSettings {
         addr,
         allow_remote: env.flag("TURNSTILE_RESP_ALLOW_REMOTE", false)?,
@@ -306,6 +334,9 @@ pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
         )?),
         limits: throttle(env)?,
     };
+    if text.is_none() {
+        return Ok(None);
+    }
     s.check_addr()?;
     Ok(Some(s))
 }
@@ -355,21 +386,25 @@ fn listener_addr(text: &str, default: SocketAddr) -> std::result::Result<SocketA
     resolve(host, port)
 }
 
-/// `LOG_LEVEL` and `LOG_FORMAT` (json, or else text, as in envoyproxy/ratelimit).
-pub(super) fn log(env: &Env<'_>) -> LogSettings {
-    LogSettings {
-        level: env.string("LOG_LEVEL", "info"),
-        json: env
-            .get("LOG_FORMAT")
-            .is_some_and(|f| f.trim().eq_ignore_ascii_case("json")),
-    }
+/// `LOG_LEVEL` (a logrus level name, as envoyproxy/ratelimit reads it, or a `tracing` filter)
+/// and `LOG_FORMAT` (json, or else text, as in envoyproxy/ratelimit).
+pub(super) fn log(env: &Env<'_>) -> Result<LogSettings> {
+    Ok(LogSettings {
+        level: log_filter(&env.string("LOG_LEVEL", "info"))?,
+        json: log_json(env),
+    })
+}
+
+/// `LOG_FORMAT=json`.
+pub(super) fn log_json(env: &Env<'_>) -> bool {
+    env.get("LOG_FORMAT")
+        .is_some_and(|f| f.trim().eq_ignore_ascii_case("json"))
 }
 
 /// `TRACING_ENABLED=true`, the `TRACING_*` variables and the OTLP endpoint variables.
+/// Every value set is checked, on or off.
 pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
-    if !env.flag("TRACING_ENABLED", false)? {
-        return Ok(None);
-    }
+    let on = env.flag("TRACING_ENABLED", false)?;
     let protocol = env.choice(
         "TRACING_EXPORTER_PROTOCOL",
         OtlpProtocol::Http,
@@ -386,11 +421,15 @@ pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
                 OtlpProtocol::Grpc => e,
             })
     });
+    let sampling_rate = env.fraction("TRACING_SAMPLING_RATE", 1.0)?;
+    if !on {
+        return Ok(None);
+    }
     Ok(Some(TracingSettings {
         service_name: env.string("TRACING_SERVICE_NAME", "RateLimit"),
         service_namespace: env.get("TRACING_SERVICE_NAMESPACE"),
         service_instance_id: env.get("TRACING_SERVICE_INSTANCE_ID"),
-        sampling_rate: env.fraction("TRACING_SAMPLING_RATE", 1.0)?,
+        sampling_rate,
         protocol,
         endpoint,
     }))

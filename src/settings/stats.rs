@@ -27,9 +27,7 @@ pub(super) fn statsd(env: &Env<'_>) -> Result<Option<StatsdSettings>> {
                 .into(),
         );
     }
-    if env.flag("DISABLE_STATS", false)? || !(plain || dog) {
-        return Ok(None);
-    }
+    let disabled = env.flag("DISABLE_STATS", false)?;
     let port = env.number_in("STATSD_PORT", 8125, 1, 65_535)? as u16;
     let protocol = env.choice(
         "STATSD_PROTOCOL",
@@ -50,12 +48,18 @@ pub(super) fn statsd(env: &Env<'_>) -> Result<Option<StatsdSettings>> {
             env.get("STATS_FLUSH_INTERVAL").unwrap_or_default()
         ));
     }
+    // Every value set is checked, whether the push is on or not.
+    let mogrifiers = mogrifiers(env)?;
+    let extra_tags = extra_tags(env)?;
+    if disabled || !(plain || dog) {
+        return Ok(None);
+    }
     Ok(Some(StatsdSettings {
         host: env.string("STATSD_HOST", "localhost"),
         port,
         protocol,
-        dog: if dog { Some(mogrifiers(env)?) } else { None },
-        extra_tags: extra_tags(env)?,
+        dog: dog.then_some(mogrifiers),
+        extra_tags,
         flush_interval,
     }))
 }
@@ -82,18 +86,24 @@ fn mogrifiers(env: &Env<'_>) -> Result<Vec<Mogrifier>> {
     let mut out = Vec::new();
     for m in names.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let var = |s: &str| format!("DOG_STATSD_MOGRIFIER_{}_{s}", m.to_uppercase());
-        let pattern = env
-            .get(&var("PATTERN"))
-            .ok_or_else(|| format!("mogrifier {m}: {} is not set", var("PATTERN")))?;
+        let pattern = env.get(&var("PATTERN")).ok_or_else(|| {
+            format!(
+                "USE_DOG_STATSD_MOGRIFIERS={names}: {} is not set",
+                var("PATTERN")
+            )
+        })?;
         let regex = go_regex::compile(&pattern).map_err(|e| {
             format!(
                 "{}={pattern}: not a regular expression: {e}",
                 var("PATTERN")
             )
         })?;
-        let name = env
-            .get(&var("NAME"))
-            .ok_or_else(|| format!("mogrifier {m}: {} is not set", var("NAME")))?;
+        let name = env.get(&var("NAME")).ok_or_else(|| {
+            format!(
+                "USE_DOG_STATSD_MOGRIFIERS={names}: {} is not set",
+                var("NAME")
+            )
+        })?;
         let mut tags = env.pairs(&var("TAGS"))?;
         if let Some((k, _)) = tags.iter().find(|(_, v)| v.is_empty()) {
             return Err(format!("{}: tag {k} has no value", var("TAGS")));

@@ -32,7 +32,9 @@ pub use quota::{QuotaLimit, QuotaStats};
 pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use throttle::ThrottleStats;
 pub use tls::TlsStats;
-pub use trace::{init, init_logging, LogSettings, OtlpProtocol, Telemetry, TracingSettings};
+pub use trace::{
+    init, init_logging, log_filter, LogSettings, OtlpProtocol, Telemetry, TracingSettings,
+};
 
 /// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
 pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;

@@ -84,14 +84,59 @@ impl Telemetry {
     }
 }
 
+/// The level names envoyproxy/ratelimit's logrus takes (`logrus.ParseLevel`, any case), each
+/// with the `tracing` level it means here; panic and fatal lines are errors, so they still show.
+const LEVELS: [(&str, &str); 8] = [
+    ("panic", "error"),
+    ("fatal", "error"),
+    ("error", "error"),
+    ("warn", "warn"),
+    ("warning", "warn"),
+    ("info", "info"),
+    ("debug", "debug"),
+    ("trace", "trace"),
+];
+
+/// `LOG_LEVEL` as a `tracing` filter: a logrus level name (any case), or directives such as
+/// `info,turnstile=debug` whose bare words are level names. Anything else is refused: `tracing`
+/// would read a bare unknown word as a target and log nothing else, not even errors.
+pub fn log_filter(text: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "LOG_LEVEL={text} is not a log level (panic, fatal, error, warn, warning, info, \
+             debug, trace) or a filter such as info,turnstile=debug"
+        )
+    };
+    let mut out = Vec::new();
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = LEVELS
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(directive));
+        match bare {
+            Some((_, level)) => out.push((*level).to_owned()),
+            None if directive.contains(['=', '[']) => {
+                let (target, level) = directive.rsplit_once('=').ok_or_else(bad)?;
+                let level = LEVELS
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case(level.trim()))
+                    .map_or(level.trim().to_ascii_lowercase(), |(_, l)| (*l).to_owned());
+                out.push(format!("{target}={level}"));
+            }
+            None => return Err(bad()),
+        }
+    }
+    let filter = out.join(",");
+    if filter.is_empty() || EnvFilter::try_new(&filter).is_err() {
+        return Err(bad());
+    }
+    Ok(filter)
+}
+
 /// Installs the global subscriber: logs to stderr as `log` says, and spans to OTLP when
 /// `tracing` is given. Each has its own filter, so `LOG_LEVEL=warn` does not stop traces.
 pub fn init(log: &LogSettings, tracing: Option<&TracingSettings>) -> Result<Telemetry, String> {
-    let level = log.level.to_ascii_lowercase();
-    let (filter, bad_level) = match EnvFilter::try_new(&level) {
-        Ok(f) => (f, false),
-        Err(_) => (EnvFilter::new("info"), true),
-    };
+    let filter = log_filter(&log.level).map_err(|e| format!("bad settings: {e}"))?;
+    let filter = EnvFilter::try_new(&filter).map_err(|e| format!("LOG_LEVEL: {e}"))?;
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
@@ -129,21 +174,14 @@ pub fn init(log: &LogSettings, tracing: Option<&TracingSettings>) -> Result<Tele
         .try_init()
         .map_err(|e| format!("cannot install the log subscriber: {e}"))?;
     TRACING_ON.store(on, Ordering::Release);
-    if bad_level {
-        tracing::warn!(LOG_LEVEL = %log.level, "not a log level or filter; using info");
-    }
     Ok(telemetry)
 }
 
-/// Logs only, from `LOG_LEVEL` and `LOG_FORMAT`: for `check` and for reporting bad settings.
+/// Logs only, at `level` (the filter of `LOG_LEVEL`, or `info` when it is what is wrong): for
+/// reporting bad settings.
 pub fn init_logging(level: &str, json: bool) {
-    let _ = init(
-        &LogSettings {
-            level: level.to_owned(),
-            json,
-        },
-        None,
-    );
+    let level = log_filter(level).unwrap_or_else(|_| "info".to_owned());
+    let _ = init(&LogSettings { level, json }, None);
 }
 
 fn provider(

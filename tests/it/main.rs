@@ -18,6 +18,7 @@ mod envoy;
 mod hostile;
 mod image;
 mod ops;
+mod promises;
 mod reference;
 mod rlqs;
 mod rls;

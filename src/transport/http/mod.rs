@@ -80,15 +80,28 @@ impl FromRef<DebugState> for MetricsState {
 
 /// The debug port (`DEBUG_HOST:DEBUG_PORT`, as envoyproxy/ratelimit's): `/` the status page
 /// for browsers and the list of endpoints for other clients, `/rlconfig` every loaded limit
-/// one per line, `/metrics` the metrics, `/debug/top` and `/debug/status` what the page shows.
-pub fn debug_router(state: DebugState) -> Router {
-    Router::new()
+/// one per line, `/metrics` the metrics (with `metrics`: `USE_PROMETHEUS` on), `/debug/top` and
+/// `/debug/status` what the page shows.
+pub fn debug_router(state: DebugState, metrics: bool) -> Router {
+    let router = Router::new()
         .route("/", get(status::root))
         .route("/rlconfig", get(rlconfig))
-        .route("/metrics", get(metrics))
         .route("/debug/top", get(status::top))
-        .route("/debug/status", get(status::status))
-        .with_state(state)
+        .route("/debug/status", get(status::status));
+    with_metrics(router, metrics).with_state(state)
+}
+
+/// `/metrics` on `router` when the series are on (`USE_PROMETHEUS`, the default).
+fn with_metrics<S>(router: Router<S>, on: bool) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    MetricsState: FromRef<S>,
+{
+    if on {
+        router.route("/metrics", get(metrics))
+    } else {
+        router
+    }
 }
 
 /// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): the exposition alone, at `path`.
@@ -96,12 +109,11 @@ pub fn prometheus_router(state: MetricsState, path: &str) -> Router {
     Router::new().route(path, get(metrics)).with_state(state)
 }
 
-/// The HTTP port (`HOST:PORT`).
-pub fn router(state: HttpState) -> Router {
-    Router::new()
+/// The HTTP port (`HOST:PORT`); `/metrics` with `metrics` (`USE_PROMETHEUS` on).
+pub fn router(state: HttpState, metrics: bool) -> Router {
+    let router = Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/json", post(json))
-        .route("/metrics", get(metrics))
         .route("/rlconfig", get(rlconfig))
         .route("/rate/{key}", get(rate::take).post(rate::take))
         .route("/rate/", get(rate::empty_key).post(rate::empty_key))
@@ -110,8 +122,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/debug", get(rate::debug_all))
         .route("/debug/{key}", get(rate::debug_key))
         .route("/healthz", get(rate::healthz))
-        .route("/throttle", post(throttle::handle))
-        .with_state(state)
+        .route("/throttle", post(throttle::handle));
+    with_metrics(router, metrics).with_state(state)
 }
 
 /// 200 while serving. With Redis, the body says when its breaker is open: the service still

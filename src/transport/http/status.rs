@@ -26,7 +26,7 @@ const PAGE: &str = include_str!("status.html");
 /// What `/` lists for clients that do not ask for HTML (as envoyproxy/ratelimit's debug port).
 pub(super) const ENDPOINTS: &str =
     "/rlconfig: print out the currently loaded configuration for debugging\n\
-     /metrics: Prometheus exposition of the service's metrics\n\
+     /metrics: Prometheus exposition of the service's metrics (off with USE_PROMETHEUS=false)\n\
      /debug/top: heavy hitters per limit as JSON (?domain=...&limit=<stat key>)\n\
      /debug/status: limits, their counters, shards, breaker and config loads as JSON\n";
 
@@ -107,7 +107,7 @@ struct LimitTop {
     lists: TopLists,
 }
 
-/// `/debug/top`: per domain and limit, the top values by over-limit hits and by hits over the
+/// `/debug/top`: per domain and limit, the top values by refused hits and by hits over the
 /// current and the previous window, each descriptor value shown as the port shows client
 /// values. 400 names a bad filter.
 pub(super) async fn top(
@@ -154,7 +154,7 @@ impl TopView<'_> {
                 continue;
             };
             let mut lists = t.lists(now, table.top_n());
-            for v in lists.by_over_limit.iter_mut().chain(&mut lists.by_hits) {
+            for v in lists.by_refused.iter_mut().chain(&mut lists.by_hits) {
                 if with_digests {
                     let mut d = v.clone();
                     d.show_values(&|x| digest(x));

@@ -182,7 +182,7 @@ fn top_limited(top: &Value, limit: &str) -> String {
         .iter()
         .find(|l| l["limit"] == limit)
         .unwrap_or_else(|| panic!("no {limit} in {top}"));
-    l["by_over_limit"][0]["value"]
+    l["by_refused"][0]["value"]
         .as_str()
         .unwrap_or_else(|| panic!("nobody limited on {limit}: {top}"))
         .to_owned()
@@ -220,7 +220,7 @@ fn admin_listener_shows_clear_values(a: SocketAddr, digest: &str) {
         None,
     );
     assert_eq!(status, 200, "{top}");
-    let first = &top["limits"][0]["by_over_limit"][0];
+    let first = &top["limits"][0]["by_refused"][0];
     assert_eq!(first["value"], format!("remote_address={LIMITED}"), "{top}");
     assert_eq!(first["digest"], format!("remote_address={digest}"), "{top}");
     let body = json!({"values": [API_KEY]});

@@ -265,9 +265,14 @@ async fn prometheus_path_and_switch() {
     assert!(s.prometheus.is_none());
     let (r, _clock, _c) = start(&s).await;
     assert!(r.prometheus_addr.is_none());
-    // The debug port still serves them.
-    let body = get(format!("http://{}/metrics", r.debug_addr.unwrap())).await;
-    assert!(body.contains("ratelimit_service_requests_total"), "{body}");
+    // Off everywhere (docs/settings.md): the debug and HTTP ports serve no series either.
+    for addr in [r.debug_addr.unwrap(), r.http_addr] {
+        let status = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 404, "{addr}");
+    }
     r.shutdown().await;
 }
 

@@ -84,7 +84,7 @@ fn ports_logs_reload_and_uds() {
     assert_eq!(p.addr, "0.0.0.0:19001".parse().unwrap());
     assert_eq!(p.path, "/stats/prometheus");
     assert!(s.log.json);
-    assert_eq!(s.log.level, "WARN");
+    assert_eq!(s.log.level, "warn");
     assert!(!s.watch_root);
     assert_eq!(s.reload_interval, Duration::from_millis(250));
     assert_eq!(s.grpc_uds, Some(PathBuf::from("/tmp/rls.sock")));

@@ -73,7 +73,7 @@ fn limit<'a>(body: &'a Value, stat_key: &str) -> &'a Value {
 }
 
 #[tokio::test]
-async fn the_client_over_its_limit_is_first_in_over_limit_order() {
+async fn the_client_over_its_limit_is_first_in_refused_order() {
     let s = server().await;
     traffic(&s).await;
     let background = {
@@ -94,14 +94,14 @@ async fn the_client_over_its_limit_is_first_in_over_limit_order() {
     assert_eq!(body["window_seconds"], 60);
     let web = limit(&body, "web.remote_address");
     assert_eq!(web["domain"], "web");
-    let first = &web["by_over_limit"][0];
+    let first = &web["by_refused"][0];
     assert_eq!(first["value"], format!("remote_address={LIMITED}"), "{web}");
     assert_eq!(
-        (first["hits"].as_u64(), first["over_limit"].as_u64()),
+        (first["hits"].as_u64(), first["refused"].as_u64()),
         (Some(30), Some(25))
     );
     assert_eq!(
-        web["by_over_limit"].as_array().unwrap().len(),
+        web["by_refused"].as_array().unwrap().len(),
         1,
         "only one client was refused"
     );
@@ -261,5 +261,5 @@ async fn sampled_admitted_hits_still_find_the_heavy_client_and_refusals_stay_exa
         "estimated {estimate} of 2000"
     );
     let web = limit(&body, "web.remote_address");
-    assert_eq!(web["by_over_limit"][0]["over_limit"], over as u64, "{web}");
+    assert_eq!(web["by_refused"][0]["refused"], over as u64, "{web}");
 }

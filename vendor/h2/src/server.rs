@@ -1700,15 +1700,27 @@ impl proto::Peer for Peer {
 
         // A request translated from HTTP/1 must not include the :authority
         // header
+        //
+        // turnstile's patch (vendor/h2/PROVENANCE.md): an :authority that is not a URI authority
+        // is dropped, not a reason to reset the stream, except in CONNECT, where the authority
+        // is the target. gRPC clients on a unix socket send the socket's path there (grpcurl
+        // `-unix`, grpc-java) or its %-encoding (grpc-core >= 1.57), and grpc-go's server takes
+        // any value.
         if let Some(authority) = pseudo.authority {
             let maybe_authority = uri::Authority::from_maybe_shared(authority.clone().into_inner());
-            parts.authority = Some(maybe_authority.or_else(|why| {
-                malformed!(
+            match maybe_authority {
+                Ok(a) => parts.authority = Some(a),
+                Err(why) if is_connect => malformed!(
                     "malformed headers: malformed authority ({:?}): {}",
                     authority,
                     why,
-                )
-            })?);
+                ),
+                Err(why) => tracing::debug!(
+                    "malformed authority ({:?}) dropped: {}",
+                    authority,
+                    why,
+                ),
+            }
         }
 
         // A :scheme is required, except CONNECT.

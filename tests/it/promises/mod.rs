@@ -1,0 +1,261 @@
+//! What the docs promise, checked against the binary: log levels, shutdown at the grace's end,
+//! gRPC over a unix socket with common clients, every setting's refusal, `/metrics` off with
+//! Prometheus, health during the drain, `turnstile check` on every example config, Envoy's
+//! examples validated by Envoy, and the files and links the docs name.
+
+mod docs;
+mod examples;
+mod logs;
+mod metrics;
+mod settings_table;
+mod shutdown;
+mod uds;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+/// How long anything may take before a test gives up (not a timing assertion).
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The repository's root, where the docs and examples are.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Loopback and OS-chosen ports, then `env` over them; nothing else from this process.
+fn vars<'a>(env: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
+    let mut vars: HashMap<&str, &str> = [
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+        ("TURNSTILE_WORKERS", "1"),
+        ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
+    ]
+    .into_iter()
+    .collect();
+    vars.extend(env.iter().copied());
+    vars
+}
+
+/// What a run of the binary that ended said.
+pub struct Ended {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary to its end (a refusal, `check`), killed at the deadline.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Ended {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_clear()
+        .envs(vars(env))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn turnstile");
+    let end = Instant::now() + DEADLINE;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    Ended {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A serving binary: its readiness line's addresses and its stderr as it comes.
+pub struct Server {
+    pub child: Child,
+    stderr: Arc<Mutex<String>>,
+    pub grpc: String,
+    pub http: SocketAddr,
+    pub debug: Option<SocketAddr>,
+    /// The readiness line itself.
+    pub ready: String,
+}
+
+impl Server {
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_clear()
+            .envs(vars(env))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                sink.lock().unwrap().push_str(&text);
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
+        });
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+                .to_owned()
+        };
+        Server {
+            grpc: field("grpc"),
+            http: field("http").parse().unwrap(),
+            debug: field("debug").parse().ok(),
+            ready: line.clone(),
+            child,
+            stderr,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Whether it has exited, without waiting.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `f` until it says done (`None`), or panics with its last word at the deadline.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
+    let end = Instant::now() + DEADLINE;
+    let mut last = String::new();
+    while Instant::now() < end {
+        match f() {
+            None => return,
+            Some(l) => last = l,
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: never happened; last:\n{last}");
+}
+
+/// A plain HTTP/1.1 GET on a new connection: the status code and body, or the error.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    http(addr, "GET", path, "")
+}
+
+/// An HTTP/1.1 request on a new connection, `body` sent as JSON.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<(u16, String), String> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .map_err(|e| format!("read: {e}"))?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((status, body.to_owned()))
+}
+
+/// A program the tests drive, from PATH or the places scripts/install-test-deps.sh puts it;
+/// installed with that script when missing.
+pub fn tool(name: &str) -> PathBuf {
+    let find = || {
+        let home = std::env::var("HOME").unwrap_or_default();
+        let path = std::env::var("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .chain([PathBuf::from(home).join(".local/bin")])
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    };
+    if let Some(p) = find() {
+        return p;
+    }
+    let st = Command::new("bash")
+        .arg(repo().join("scripts/install-test-deps.sh"))
+        .status()
+        .expect("run scripts/install-test-deps.sh");
+    assert!(st.success(), "scripts/install-test-deps.sh failed");
+    find().unwrap_or_else(|| panic!("{name} not found after scripts/install-test-deps.sh"))
+}
+
+/// A config directory holding `yaml` as `config.yaml`.
+pub fn config_dir(dir: &Path, yaml: &str) -> PathBuf {
+    let p = dir.join("config");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("config.yaml"), yaml).unwrap();
+    p
+}
+
+pub const SIMPLE: &str = "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+";
