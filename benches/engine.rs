@@ -341,6 +341,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             refused_hits: Default::default(),
             global_quota_mode: false,
             response_dynamic_metadata: false,
+            refused_by_metadata: false,
         },
         metrics,
     );

@@ -87,6 +87,7 @@ impl Context {
             refused_hits: settings.refused_hits,
             global_quota_mode: settings.global_quota_mode,
             response_dynamic_metadata: settings.response_dynamic_metadata,
+            refused_by_metadata: settings.refused_by_metadata,
         };
         let context = Context {
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),

@@ -13,6 +13,7 @@ use envoy_types::pb::google::protobuf::{
 use smallvec::SmallVec;
 
 use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
+use super::refusal::{self, RefusalLog, Reported};
 use super::request::Request;
 use crate::descriptor;
 use crate::limiter::{Counting, Decision, Outcome, Role};
@@ -24,6 +25,10 @@ pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
 /// Header names for the RateLimit-* response headers (`LIMIT_RESPONSE_HEADERS_ENABLED`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
+    /// `TURNSTILE_RESPONSE_HEADERS=ietf`: the IETF `RateLimit` and `RateLimit-Policy` fields
+    /// (draft-ietf-httpapi-ratelimit-headers-11), the policy named after the limit, instead of
+    /// the three below.
+    pub ietf: bool,
     pub limit: String,
     pub remaining: String,
     pub reset: String,
@@ -41,6 +46,9 @@ pub struct AnswerSettings {
     /// `RESPONSE_DYNAMIC_METADATA`: dynamic metadata describing the request, and the
     /// `metadata` of the descriptors that passed.
     pub response_dynamic_metadata: bool,
+    /// `TURNSTILE_REFUSED_BY_METADATA`: a refused answer's dynamic metadata names the limit
+    /// that refused (`refused_by`).
+    pub refused_by_metadata: bool,
 }
 
 /// Which hits of a refused request are kept (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
@@ -63,6 +71,7 @@ pub(super) struct Recorders<'a> {
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
     pub(super) refused_hits: RefusedHits,
+    pub(super) refusals: &'a RefusalLog,
 }
 
 /// Statuses in descriptor order, every one OK until a limit says otherwise.
@@ -123,8 +132,18 @@ pub(super) fn answer(
         statuses,
         ..Default::default()
     };
+    let refused_by = (decision.refused)
+        .then(|| refusal::refusing(plan, &best, &response.statuses))
+        .flatten();
+    if let Some(named) = &refused_by {
+        recorders.refusals.log(req, plan, named);
+    }
     if let Some(names) = &settings.response_headers {
-        add_limit_headers(&mut response, names);
+        add_limit_headers(
+            &mut response,
+            names,
+            names.ietf.then_some((plan, &best[..])),
+        );
     }
     if decision.waited_ns > 0 && !decision.timed_out {
         response.response_headers_to_add.push(HeaderValue {
@@ -135,6 +154,13 @@ pub(super) fn answer(
     }
     if settings.response_dynamic_metadata {
         response.dynamic_metadata = Some(dynamic_metadata(req, plan, &best, &response.statuses));
+    }
+    if let Some(named) = refused_by.filter(|_| settings.refused_by_metadata) {
+        let md = response
+            .dynamic_metadata
+            .get_or_insert_with(Struct::default);
+        let by = refusal::metadata(req, plan, &named);
+        md.fields.insert("refused_by".to_owned(), to_value(by));
     }
     response
 }
@@ -311,27 +337,36 @@ fn count(
 
 /// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining (an
 /// over-limit one always wins), as envoyproxy/ratelimit does.
-fn add_limit_headers(resp: &mut RateLimitResponse, names: &HeaderNames) {
-    let pick = resp
-        .statuses
-        .iter()
-        .filter(|s| s.current_limit.is_some())
-        .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
-    let Some(s) = pick else { return };
-    let limit = s
-        .current_limit
-        .as_ref()
-        .expect("filtered")
-        .requests_per_unit;
-    let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let remaining = s.limit_remaining;
-    for (key, value) in [
-        (&names.limit, limit.to_string()),
-        (&names.remaining, remaining.to_string()),
-        (&names.reset, reset.to_string()),
-    ] {
+/// The service-made headers (`LIMIT_RESPONSE_HEADERS_ENABLED`) for the status closest to its
+/// limit (an over-limit one first): the reference's three, or with `ietf` (the plan and the
+/// limits the statuses report) the IETF fields naming that limit.
+fn add_limit_headers(
+    resp: &mut RateLimitResponse,
+    names: &HeaderNames,
+    ietf: Option<(&Plan<'_>, &Reported)>,
+) {
+    let pick = (resp.statuses.iter().enumerate())
+        .filter(|(_, s)| s.current_limit.is_some())
+        .min_by_key(|(_, s)| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let Some((i, s)) = pick else { return };
+    let fields = match ietf {
+        Some((plan, best)) => match refusal::Named::of(plan, best, i) {
+            Some(named) => refusal::ietf_fields(&named, s).to_vec(),
+            None => return,
+        },
+        None => {
+            let limit = s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
+            let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+            vec![
+                (names.limit.clone(), limit.to_string()),
+                (names.remaining.clone(), s.limit_remaining.to_string()),
+                (names.reset.clone(), reset.to_string()),
+            ]
+        }
+    };
+    for (key, value) in fields {
         resp.response_headers_to_add.push(HeaderValue {
-            key: key.clone(),
+            key,
             value,
             ..Default::default()
         });

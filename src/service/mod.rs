@@ -9,6 +9,7 @@ mod error;
 mod live;
 mod plan;
 pub mod rate;
+mod refusal;
 mod request;
 pub mod throttle;
 
@@ -20,6 +21,7 @@ pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
+use refusal::RefusalLog;
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
 pub use throttle::{ThrottleLimits, ThrottleService};
 
@@ -34,6 +36,7 @@ pub struct RateLimiter {
     engine: Engine,
     answer: Arc<AnswerSettings>,
     metrics: Arc<RequestStats>,
+    refusals: Arc<RefusalLog>,
 }
 
 impl RateLimiter {
@@ -50,6 +53,7 @@ impl RateLimiter {
             engine,
             answer: Arc::new(answer),
             metrics,
+            refusals: Arc::default(),
         }
     }
 
@@ -82,6 +86,7 @@ impl RateLimiter {
             stats: &live.stats,
             top: &live.top,
             refused_hits: self.answer.refused_hits,
+            refusals: &self.refusals,
         };
         Ok(answer::answer(
             req,

@@ -1,4 +1,5 @@
 //! End to end through a real Envoy's `envoy.filters.http.ratelimit`: answers, headers, queues.
 
+mod access_log;
 mod e2e;
 mod queue;
