@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
-use super::answer::Code;
 use super::plan::{Applied, LimitRef, Plan};
 use super::request::Request;
 use crate::descriptor;
 use crate::limiter::Outcome;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 /// The applied limit each descriptor's status reports, and its outcome (the answer's `best`).
 pub(super) type Reported = [Option<(usize, Outcome)>];
