@@ -14,6 +14,12 @@ export PATH="$HOME/.local/bin:$PATH"
 hash -r
 
 cargo fmt --all -- --check
+# One word a concept (src/lib.rs, "Words"): a word retired for another must not come back.
+retired='\b(give_back|with_backend|into_text|remote_undo|uncount|unview)\b|backend unavailable'
+if grep -rnE --exclude=lib.rs "$retired" src; then
+  echo "test.sh: a retired word is back in src/ (src/lib.rs, \"Words\", says which replaces it)" >&2
+  exit 1
+fi
 # Every target of the package: the library, the binary, the tests, examples/ and benches/.
 cargo clippy --all-targets --all-features -- -D warnings
 # The fuzz crate is its own workspace, outside the build above: checked here so a move in the

@@ -56,7 +56,7 @@ impl Context {
                 Some((store, r.policy.clone()))
             }
         };
-        let (engine, shard_tasks) = Engine::with_backend(
+        let (engine, shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
             settings.max_waiters,

@@ -11,6 +11,7 @@ mod plan;
 pub mod rate;
 mod refusal;
 mod request;
+mod settings;
 pub mod throttle;
 
 use std::sync::Arc;
@@ -18,11 +19,12 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 pub use admin::{Acted, AdminError, Applies, Usage};
-pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
+pub use answer::WAITED_HEADER;
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
 use refusal::RefusalLog;
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
+pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
 pub use throttle::{ThrottleLimits, ThrottleService};
 
 use crate::limiter::Engine;

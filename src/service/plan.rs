@@ -3,8 +3,9 @@
 
 use smallvec::SmallVec;
 
+use super::error::RlsError;
 use super::request::{Descriptor, Request};
-use super::{AnswerSettings, RefusedHits, RlsError};
+use super::settings::{AnswerSettings, RefusedHits};
 use crate::config::{Algorithm, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
