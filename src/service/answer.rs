@@ -12,11 +12,10 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
-use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
+use super::plan::{Applied, LimitRef, Plan};
 use super::refusal::{self, RefusalLog, Reported};
 use super::request::Request;
-use super::settings::{AnswerSettings, HeaderNames, RefusedHits};
-use crate::descriptor;
+use super::settings::{AnswerSettings, HeaderNames};
 use crate::limiter::{Counting, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
@@ -28,7 +27,6 @@ pub(super) struct Recorders<'a> {
     pub(super) metrics: &'a RequestStats,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
-    pub(super) refused_hits: RefusedHits,
     pub(super) refusals: &'a RefusalLog,
 }
 
@@ -249,7 +247,8 @@ fn count(
     totals: &mut Tally,
 ) {
     let over = out.over || out.blocked;
-    let hits = hits_of(req, &req.descriptors[i]).0;
+    let carried = &plan.carried[i];
+    let hits = carried.hits;
     // A shadow-mode descriptor over its limit counts in `over_limit` and `shadow_mode` (the
     // reference's cache counts both) but is not refused, nor listed as limited.
     let (counted_over, shadow) = (
@@ -258,14 +257,6 @@ fn count(
     );
     let from_config = matches!(a.limit, LimitRef::Config(_));
     let matched = plan.matches[i].as_ref().filter(|_| from_config);
-    let entries = &req.descriptors[i].entries;
-    // The reference's series name, when it is not the node's own: per-value series
-    // (`detailed_metric`, `value_to_metric`), or the request's entries for an override.
-    let named = match matched {
-        Some(m) => descriptor::stat_path(entries, m),
-        None if !from_config => Some(descriptor::override_stat_path(entries)),
-        None => None,
-    };
     let counted = Counted {
         hits,
         over,
@@ -278,23 +269,21 @@ fn count(
     if let Some(m) = matched {
         let d = &req.descriptors[i];
         // Usage counted in full is ranked exactly: budgets are compared by what was used.
-        let exact = counted_over || counting_of(c.refused_hits, d) == Counting::Usage;
+        let exact = counted_over || carried.counting == Counting::Usage;
         c.top
             .record(m.node(), &d.entries, hits, counted_over, exact);
     }
-    match named {
+    match &carried.stat_path {
         None => c
             .metrics
             .record(matched.map(|m| c.stats.of(m.node())), counted, totals),
         Some(path) => {
             c.metrics.record(None, counted, totals);
-            c.metrics.record_series(req.domain, &path, counted);
+            c.metrics.record_series(req.domain, path, counted);
         }
     }
 }
 
-/// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining (an
-/// over-limit one always wins), as envoyproxy/ratelimit does.
 /// The service-made headers (`LIMIT_RESPONSE_HEADERS_ENABLED`) for the status closest to its
 /// limit (an over-limit one first): the reference's three, or with `ietf` (the plan and the
 /// limits the statuses report) the IETF fields naming that limit.

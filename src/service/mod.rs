@@ -87,7 +87,6 @@ impl RateLimiter {
             metrics: &self.metrics,
             stats: &live.stats,
             top: &live.top,
-            refused_hits: self.answer.refused_hits,
             refusals: &self.refusals,
         };
         Ok(answer::answer(
