@@ -86,7 +86,10 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
                 }
                 if let Some((watched, baseline, tls)) = admin.tls_poll {
-                    let reload = move || tls.reload();
+                    let reload = move || {
+                        tls.reload();
+                        std::future::ready(())
+                    };
                     let p = poll(watched, baseline, admin.interval, reload, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }

@@ -108,13 +108,14 @@ fn hash_location(path: &Path, include_dotfiles: bool, h: &mut FnvHasher) {
 
 /// Polls `watched` every `interval` until `stop` turns true, calling `on_change` when its
 /// fingerprint differs from the last one seen, starting from `baseline` (taken when the live
-/// config was loaded, so a change made in between is not missed). A change that fails to load
+/// config was loaded, so a change made in between is not missed), and waiting for it before
+/// the next look, so changes are handled one at a time, in order. A change that fails to load
 /// is not retried until the files change again, so a bad config is logged once, not every tick.
-pub async fn poll(
+pub async fn poll<F: Future<Output = ()>>(
     watched: Watched,
     baseline: u64,
     interval: Duration,
-    mut on_change: impl FnMut(),
+    mut on_change: impl FnMut() -> F,
     mut stop: watch::Receiver<bool>,
 ) {
     if interval.is_zero() {
@@ -131,13 +132,15 @@ pub async fn poll(
         let now = fingerprint(&watched);
         if now != last {
             last = now;
-            on_change();
+            on_change().await;
         }
     }
 }
 
 /// The config location as a source: the poller (to run until `stop`, as [`poll`]) and the
-/// updates it yields, one for each change it notices, loaded from `sources` then.
+/// updates it yields, one for each change it notices, loaded from `sources` then. The files
+/// are read and built on a blocking thread: a big config (100 000 descriptors take most of a
+/// second) does not hold up the thread that serves HTTP and RESP.
 pub fn config_updates(
     watched: Watched,
     baseline: u64,
@@ -147,11 +150,20 @@ pub fn config_updates(
 ) -> (impl Future<Output = ()>, Updates) {
     let (tx, rx) = mpsc::unbounded_channel();
     let on_change = move || {
-        let loaded = sources.load();
-        let _ = tx.send(Update {
-            loaded,
-            handled: None,
-        });
+        let (sources, tx) = (sources.clone(), tx.clone());
+        async move {
+            let loaded = match tokio::task::spawn_blocking(move || sources.load()).await {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    tracing::error!(error = %e, "config load stopped before it finished");
+                    return;
+                }
+            };
+            let _ = tx.send(Update {
+                loaded,
+                handled: None,
+            });
+        }
     };
     (poll(watched, baseline, interval, on_change, stop), rx)
 }
