@@ -5,10 +5,12 @@
 //! path inside it, e.g. `config/a.yaml: descriptors[1].rate_limit.unit: invalid unit "fortnite"`.
 
 mod build;
+pub mod calendar;
 pub mod go_regex;
 pub mod gocc;
 pub mod grammar;
 mod load;
+pub use calendar::{Calendar, CalendarError, Span};
 pub use gocc::{GoccKeys, KeyLimits};
 pub use load::{list_files, Sources};
 mod raw;
@@ -152,6 +154,10 @@ pub struct QueueSpec {
 pub struct RateLimit {
     pub name: Option<Arc<str>>,
     pub unit: Unit,
+    /// Windows of this many units (1 unless the file says `unit_multiplier`).
+    pub unit_multiplier: u32,
+    /// `calendar: <zone>`: windows follow that zone's calendar instead of the epoch's.
+    pub calendar: Option<Calendar>,
     pub requests_per_unit: u32,
     pub unlimited: bool,
     pub replaces: Vec<String>,
@@ -160,6 +166,27 @@ pub struct RateLimit {
     /// With Redis: decide from memory and sync in the background (`Some(true)`), always
     /// exactly (`Some(false)`), or as `LOCAL_FIRST` says (`None`).
     pub local_first: Option<bool>,
+}
+
+impl RateLimit {
+    /// The window's length (or a token bucket's refill period) in seconds: the unit's times
+    /// the multiplier. A calendar window's real length varies; this is its nominal one.
+    pub fn window_secs(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier.max(1))
+    }
+
+    /// The window in words: `5 minute`, `1 month in Europe/Berlin`, `unlimited`.
+    pub fn window_text(&self) -> String {
+        if self.unlimited {
+            return "unlimited".to_owned();
+        }
+        let mut t = format!("{} {}", self.unit_multiplier.max(1), self.unit.name());
+        if let Some(c) = self.calendar {
+            t.push_str(" in ");
+            t.push_str(c.zone());
+        }
+        t
+    }
 }
 
 /// A descriptor node of the config tree.
@@ -356,6 +383,12 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
                 ));
                 if let Algorithm::TokenBucket { burst } = l.algorithm {
                     line.push_str(&format!(" burst={burst}"));
+                }
+                if l.unit_multiplier > 1 {
+                    line.push_str(&format!(" unit_multiplier={}", l.unit_multiplier));
+                }
+                if let Some(c) = l.calendar {
+                    line.push_str(&format!(" calendar={}", c.zone()));
                 }
             }
             if let Some(n) = &l.name {

@@ -32,7 +32,8 @@ pub type BucketKey = Vec<(String, String)>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitSpec {
     pub requests_per_unit: u32,
-    /// The unit's length, which is also the token bucket's fill interval.
+    /// The window's length (unit × unit_multiplier), which is also the token bucket's fill
+    /// interval.
     pub unit_secs: u64,
     /// `token_bucket`'s burst; `None` for fixed windows (capacity = one fill).
     pub burst: Option<u32>,
@@ -117,13 +118,16 @@ fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target 
     if limit.queue.is_some() {
         return Target::Refused(refusal(node, "a queue"));
     }
+    if limit.calendar.is_some() {
+        return Target::Refused(refusal(node, "a calendar window"));
+    }
     Target::Limit(LimitRef {
         domain: domain.to_string(),
         key: descriptor::counter_key(domain, entries, Some(matched), 0),
         stat_key: node.stat_key.clone(),
         spec: LimitSpec {
             requests_per_unit: limit.requests_per_unit,
-            unit_secs: limit.unit.seconds(),
+            unit_secs: limit.window_secs(),
             burst,
         },
     })
@@ -153,6 +157,8 @@ pub fn refusals(config: &Config) -> Vec<String> {
                 out.push(refusal(n, "sliding_window"));
             } else if l.queue.is_some() {
                 out.push(refusal(n, "a queue"));
+            } else if l.calendar.is_some() {
+                out.push(refusal(n, "a calendar window"));
             }
         }
     });

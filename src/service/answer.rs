@@ -234,7 +234,8 @@ fn merge_first_wins(
 
 fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     let over = out.over || out.blocked;
-    status.code = if over && a.role != Role::Shadow {
+    let refused = over && a.role != Role::Shadow;
+    status.code = if refused {
         Code::OverLimit as i32
     } else {
         Code::Ok as i32
@@ -246,9 +247,21 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     });
     status.limit_remaining = if over { 0 } else { out.remaining };
     status.duration_until_reset = Some(PbDuration {
-        seconds: out.reset_ns.div_ceil(1_000_000_000) as i64,
+        seconds: until_ns(out, refused).div_ceil(1_000_000_000) as i64,
         nanos: 0,
     });
+}
+
+/// What a status's `duration_until_reset` tells: for a limit over, when the request would be
+/// admitted if nothing else arrived (a token bucket's next tokens, the sliding estimate's room,
+/// a fixed window's end); otherwise when the window ends or the bucket is full again.
+/// Hits that no window could ever admit are told the reset.
+fn until_ns(out: &Outcome, refused: bool) -> u64 {
+    if refused && out.over && out.retry_ns != u64::MAX {
+        out.retry_ns
+    } else {
+        out.reset_ns
+    }
 }
 
 /// Counts descriptor `i`'s hits: in its limit's stats, or in per-value series when the
@@ -309,14 +322,18 @@ fn count(
     }
 }
 
-/// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining (an
-/// over-limit one always wins), as envoyproxy/ratelimit does.
+/// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining, as
+/// envoyproxy/ratelimit does; on a refusal, from a limit that refused (of those, the one
+/// admitting last), never from one that passed.
 fn add_limit_headers(resp: &mut RateLimitResponse, names: &HeaderNames) {
-    let pick = resp
-        .statuses
-        .iter()
-        .filter(|s| s.current_limit.is_some())
-        .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+    let limited = resp.statuses.iter().filter(|s| s.current_limit.is_some());
+    let pick = if resp.statuses.iter().any(over) {
+        limited.filter(|s| over(s)).max_by_key(|s| reset(s))
+    } else {
+        limited.min_by_key(|s| s.limit_remaining)
+    };
     let Some(s) = pick else { return };
     let limit = s
         .current_limit

@@ -13,6 +13,7 @@ fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {
         requests_per_unit: rpu,
         window_ms: window_secs * 1000,
         algorithm: alg,
+        calendar: None,
     }
 }
 
@@ -139,6 +140,7 @@ fn min_wait_predicts_whole_windows() {
     );
     let g = super::Params {
         algorithm: Algorithm::TokenBucket { burst: 2 },
+        calendar: None,
         ..p
     };
     let mut s = State::fresh(&g, T0);
