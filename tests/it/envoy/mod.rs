@@ -2,3 +2,4 @@
 
 mod e2e;
 mod queue;
+mod retry_after;
