@@ -11,7 +11,7 @@ use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use super::Unit;
+use super::unit::Unit;
 
 const NS: u64 = 1_000_000_000;
 
