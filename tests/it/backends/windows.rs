@@ -272,3 +272,41 @@ async fn redis_keys_name_the_windows_start_and_live_one_window() {
     assert_eq!(redis.cli(&["GET", day]), "1", "{keys}");
     assert!((2 * 86_400 - 10..=2 * 86_400).contains(&ttl(day)));
 }
+
+/// `/debug/top` names each limit's window, and `/rlconfig` (as `turnstile check`) prints the
+/// fields on the limit's line.
+#[tokio::test]
+async fn debug_top_and_rlconfig_name_the_windows() {
+    let env = [("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")];
+    let s = TestServer::start_with(CONFIG, &env).await;
+    s.call(one("edge", &[("five", "t")])).await;
+    s.call(one("edge", &[("month", "t")])).await;
+    let debug = s.running().debug_addr.expect("the debug port");
+    let top: Value = reqwest::get(format!("http://{debug}/debug/top"))
+        .await
+        .expect("debug answers")
+        .json()
+        .await
+        .expect("JSON");
+    let windows = |stat_key: &str| {
+        let l = (top["limits"].as_array().expect("limits").iter())
+            .find(|l| l["limit"] == stat_key)
+            .unwrap_or_else(|| panic!("no {stat_key} in {top}"));
+        l["windows"].clone()
+    };
+    assert_eq!(windows("edge.five"), json!(["5 minute"]));
+    assert_eq!(windows("edge.month"), json!(["1 month in Europe/Berlin"]));
+    let rlconfig = reqwest::get(format!("{}/rlconfig", s.http))
+        .await
+        .expect("rlconfig answers")
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        rlconfig.contains(
+            "edge.five: unit=MINUTE requests_per_unit=3 algorithm=fixed_window unit_multiplier=5"
+        ),
+        "{rlconfig}"
+    );
+    assert!(rlconfig.contains("calendar=Europe/Berlin"), "{rlconfig}");
+}
