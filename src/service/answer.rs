@@ -240,6 +240,8 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     } else {
         Code::Ok as i32
     };
+    // The unit alone: Envoy PR #47307 proposes `unit_multiplier` here; it is sent once Envoy
+    // merges it (an N-unit or calendar window's length is in `duration_until_reset`).
     status.current_limit = Some(PbRateLimit {
         name: a.limit.name().to_owned(),
         requests_per_unit: a.limit.requests_per_unit(),
