@@ -135,7 +135,7 @@ fn main() {
             ("redis", Some((store, settings.policy.clone()))),
         ] {
             let (engine, tasks) =
-                Engine::with_backend(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);
+                Engine::with_store(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);
             for t in tasks {
                 tokio::task::spawn_local(t.run());
             }

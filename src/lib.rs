@@ -49,65 +49,69 @@
 //! the quota counters, the RESP transport the throttle service, the status page the counters,
 //! the live limits and the heavy hitters), so the module graph shows what each really uses.
 
-//! # Where the house is going (the second pass)
+//! # Where the house is going (the third pass)
 //!
-//! The table above is the house today. The second pass moves it, in steps that each keep every
-//! test green, to this tree (one concept a room, one word a concept); a step's row says what is
-//! done.
+//! The table above is the house today. The durable counters and the calendar windows land in
+//! these rooms, so the third pass moves them first, in steps that each keep every test green,
+//! behaviour and speed unchanged (the same-thread path's decisions per second, `benches/engine.rs`
+//! `engine_decide`, and `benches/load/paired.py` within noise of before). The target:
 //!
 //! ```text
-//! src/
-//!   main.rs, cli.rs      CLI → settings → telemetry → server::run (≤ 100 lines in main.rs)
-//!   server/              builds one context and hands each adapter what it uses; the one
-//!                        reload path (the only place a config load is recorded)
-//!   source/              where configs come from: files (poll, SIGHUP) and xDS (ADS client);
-//!                        each yields the first config and a stream of updates for `server`
-//!   settings/            the one reader of the environment
-//!   transport/           thin adapters: grpc.rs (ShouldRateLimit, its per-call layer) and
-//!                        codec/ (the request read where it lies, the answer in one pass),
-//!                        http/, resp/, rlqs
-//!   quota/               RLQS: book (pure), hub; the fleet exchange as a trait that
-//!                        backend::redis implements (above quota, as it implements it)
-//!   service/             request.rs (the request, borrowed, and its bounds) → plan → engine
-//!                        → answer; the direct APIs' decisions
-//!   telemetry/           counters each subsystem owns, Prometheus text, statsd, logs, traces
-//!   hitters/             the heavy-hitters feature (`/debug/top`, space-saving per limit)
-//!   backend/redis/       the store and exchange contracts over Redis: connections, keys, scripts
-//!   limiter/
-//!     mod.rs             Engine: routes a request's ops to the shards owning their keys
-//!     key.rs             Key: the counter key's text and its hash together; the shard choice
-//!     op.rs              Op, Role, Counting, Outcome: the vocabulary of one decision, and the
-//!                        request's verdict (`refuses`), worked out once, carried in the Decision
-//!     protocol.rs        every message a shard takes and every answer it gives
-//!     algorithm/         fixed window, sliding window, token bucket (pure; time a parameter)
-//!     store.rs           the store contract (memory keeps no store; Redis is one)
-//!     actor.rs, same_thread.rs   how callers reach a shard (its task; in place on its thread)
-//!     shard/
-//!       mod.rs           Shard = Counters + Queues + Mode; `handle` dispatches a message
-//!       counters.rs      the key table (`table.rs`), its cap, eviction, sweep, the refused set,
-//!                        grants, the direct API's refusals
-//!       queues.rs        FIFO wait queues, their events, the waiters and their process budget
-//!       link/            Mode::Store(Link): the batch, round trips in order (`round_trip.rs`),
-//!                        the Breaker (`breaker.rs`), local-first views and syncs (`views.rs`)
-//!       decide.rs        a message against the counters: the parts borrowed together as a
-//!                        Decider; with the queues in wait.rs, through the link in
-//!                        through_store.rs, admin look-ups, resets, releases in admin.rs
-//!   descriptor/          matching a request's descriptors against the limit tree (only that)
-//!   config/              the validated model (pure: no I/O, no clients)
-//! tests/it/              one integration-test binary, a folder per concern, shared helpers
-//! docs/                  the reference by topic; README is the way in
+//! limiter/
+//!   mod.rs, key.rs, op.rs, protocol.rs, algorithm/, actor.rs, same_thread.rs, spread.rs
+//!   shard/
+//!     mod.rs          Shard = Counters + Queues + Backing; dispatch only
+//!     counters.rs, table.rs, queues.rs, wait.rs, admin.rs
+//!     decide.rs       the memory path: a message against the counters. Names no link, no
+//!                     store; where a backing must be told (a commit, a refund, a queue head
+//!                     out) it calls the `Backing` hooks, which memory answers with nothing
+//!   backing/
+//!     mod.rs          enum Backing { Memory, Store(store::Linked), Durable(durable::Journal) }
+//!                     and the hooks every backing answers: route a message (decide now, or
+//!                     hold it), commit, refund, look up, reset, next wake, a round trip back
+//!     store/          the link to a shared store: batch, round trips, breaker, local-first
+//!                     views, the over-limit cache; its decider borrows the link itself, so
+//!                     store-only code is unreachable in memory mode by type, not by
+//!                     `unreachable!`; its errors count as `store_errors{store="redis"}`
+//!     durable/        (issue 38) memory decisions, each commit also written behind to a
+//!                     journal off the request path; a folder plus one settings variant
+//! service/
+//!   settings.rs       what shapes the plan and the answer (done: out of answer.rs, which
+//!                     was in a cycle with plan.rs)
+//!   plan.rs           per applied limit: hits, counting and the stat path worked out once
+//!                     and carried, so answer.rs reads only the plan and the decision
+//!   answer.rs, refusal.rs
+//!   mod.rs            `RateLimiter::decide` counts the request and its latency in one place
+//!                     every adapter (gRPC, `/json`) goes through
+//! settings/           `backend: Backend { Memory { state_dir }, Redis(RedisSettings) }` in
+//!                     place of `redis: Option<RedisSettings>`
+//! telemetry/          the exposition and the push only: each part owns and renders its own
+//!                     counters (`ShardStats` behind methods, written from one file; the RESP
+//!                     transport's counters in `transport::resp`), registered as families the
+//!                     exporter does not name (`prometheus-client` weighed against the
+//!                     hand-written text by the load bench; series names and labels unchanged)
 //! ```
 //!
 //! | step | what moves | state |
 //! |---|---|---|
-//! | 1 | one integration-test binary; the test script builds the fuzz crate, benches, examples (and runs each fuzz target briefly where nightly and cargo-fuzz are installed) | done |
-//! | 2 | README short, the reference in `docs/` by topic; BENCHMARKS.md by question | done |
-//! | 3 | `limiter/op.rs` and `limiter/protocol.rs` (done: shard parts import them from there, not through `limiter`); key hashing and the shard choice owned by the limiter (done: `limiter::key`, so `limiter` no longer uses `descriptor`); a `Key` type holding text and hash together (done: `limiter::key::Key`, hashed once, four side by side in `plan`; the shard's maps of keys hash by it, `KeyMap`); the verdict in `Decision` (done: worked out once, by the shard holding the whole request or by the engine across shards, and read by the answer; a quota group is a descriptor's limits, over when one of them is) | done |
-//! | 4 | the shard in owned parts (`Counters`, `Queues`, `link::Link` with `Breaker` and `Views`), the mode an enum | done: each part a type with its own fields and methods, none importing its parent; `Mode::{Memory, Store(Link)}` chosen once; `Decider` borrows the parts to decide a message; actor and same-thread access moved up to `limiter` |
-//! | 5 | `source/` out of `config` (done: the poller and the ADS client; each yields a stream of `source::Update`s that only `server::reload` consumes; the first config from the files is read by `server::first_config`, which fingerprints them before reading, so a change made while the server starts is reloaded; over xDS it is the first update); `hitters/` out of `telemetry` (done); the fleet exchange a trait (done: `quota::DemandExchange`) | done |
-//! | 6 | one context from `server` (done: `server::Context`; `RateLimiter` hands out none of its parts), counters owned by their subsystems (done: the types stay in `telemetry`, below every subsystem; reloads' held by `server::reload`, TLS's by `server`'s TLS listener, throttle's by `service::ThrottleService`, quota's by `quota::QuotaHub`, admin's by the admin router, statsd's by its push, the heavy hitters by `service::LiveLimits`; `telemetry::RequestStats` keeps `ShouldRateLimit`'s alone); config loads recorded once (done: `server::reload::record`) | done |
-//! | 7 | one word a concept: "refund" for giving hits back (done: was also give_back, Undo, remote_undo, unview, uncount; "release" stays the direct API's word for a grant), "store" for the backend (done in `limiter`: `Remote` is `link::Link` in `Mode::Store`, `decide_via_store`, `shard/through_store.rs`, `Commit::InStore`), "verdict" only for the request's (done: telemetry's per-limit `Verdict` is `Counted`, the shard's per-message one `Action`), "stats" for a set of counters (done: telemetry's `Metrics` is `RequestStats`, beside `ThrottleStats`, `QuotaStats`, ...; `telemetry::Counters` gathers them); the breaker's states an enum (done: `BreakerState`) | done |
+//! | 1 | words (below); `AnswerSettings` to `service/settings.rs`, ending the answer/plan cycle | done |
+//! | 2 | `Backing` in place of `Mode`: the memory path calls hooks, the store path its own decider; `unreachable!` gone from `shard/` | planned |
+//! | 3 | the plan carries hits, counting and stat path (done: `plan::Carried`, worked out once per descriptor; `answer.rs` calls nothing of `plan.rs`); one place counts requests and latency (planned: the gRPC layer times from the call's arrival, `/json` around the decision) | in part |
+//! | 4 | `settings::Backend`; a store's errors counted under its own name | planned |
+//! | 5 | file cycles ended (done: the push's counters in `telemetry/push_stats.rs`, so `counters.rs` and `statsd` no longer name each other; the reload's `Install` is given the live limits and its counters, not the server's `Context`); counters owned by their parts (planned) | in part |
+//! | 6 | checked by the test script (`scripts/check-house.py`: the files the walk names exist, no module or file cycle, no file over 600 lines; done); the walk below retraced file by file (planned) | in part |
 //!
+//! # Words
+//!
+//! One word a concept. Retired words, which `scripts/test.sh` refuses in `src/`: `give_back`
+//! (now `queue_refunds`; giving hits back is a "refund"), `with_backend` and "backend
+//! unavailable" (the shared counter place is the "store": `Engine::with_store`, "store
+//! unavailable"), `remote_undo`, `uncount`, `unview` ("refund"), `into_text` (unused).
+//! Renamed so that one name means one thing: the shard's `Context` is `Ambient` (the server's
+//! `Context` keeps the name), the synchronous caller's `Answer` is a `Delivery` (the answer is
+//! the service's), a direct Redis connection's `Reply` is a `RespReply` (a shard's answer is
+//! the `Reply`).
+
 //! # The walk of one decision
 //!
 //! One `ShouldRateLimit` decided in memory, file by file; a parent calls each step and takes its

@@ -1,4 +1,5 @@
-//! Request descriptor → matched config node → counter key and shard hash (pure functions).
+//! Request descriptor → matched config node → counter key text (pure functions; the limiter
+//! hashes the key and picks its shard).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry as PbEntry;
 use smallvec::SmallVec;

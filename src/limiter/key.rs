@@ -55,11 +55,6 @@ impl Key {
         self.hash
     }
 
-    /// The key's text.
-    pub fn into_text(self) -> String {
-        self.text
-    }
-
     /// The key's text and hash, borrowed, to look it up in a [`KeyMap`].
     pub fn borrowed(&self) -> KeyRef<'_> {
         KeyRef {

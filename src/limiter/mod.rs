@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use algorithm::{Eval, Params, State};
 pub use clock::{Clock, ManualClock};
 pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
-use protocol::{Answer, Decide, Msg, ReplyTo};
+use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use shard::{BreakerState, ShardStats};
@@ -54,7 +54,7 @@ pub enum EngineError {
     Overloaded,
     #[error("shard stopped")]
     Stopped,
-    #[error("backend unavailable")]
+    #[error("store unavailable")]
     Unavailable,
     /// An admin look-up or reset could not reach the store (the message says why).
     #[error("{0}")]
@@ -105,13 +105,13 @@ impl Engine {
         max_waiters: usize,
         clock: Clock,
     ) -> (Engine, Vec<ShardTask>) {
-        Self::with_backend(shards, capacity, max_waiters, clock, None, usize::MAX)
+        Self::with_store(shards, capacity, max_waiters, clock, None, usize::MAX)
     }
 
     /// Like [`Engine::new`], deciding through a shared store (Redis) when `store` is given, used
     /// as its policy says, and holding at most `max_keys` keys in memory (spread over the
     /// shards; a key flood evicts past it).
-    pub fn with_backend(
+    pub fn with_store(
         shards: usize,
         capacity: usize,
         max_waiters: usize,
@@ -205,8 +205,8 @@ impl Engine {
                 },
             )?;
             let reply = match answer {
-                Answer::Now(reply) => reply,
-                Answer::Later(rx) => {
+                Delivery::Now(reply) => reply,
+                Delivery::Later(rx) => {
                     let guard = CancelOnDrop {
                         engine: self,
                         shard: first,
@@ -321,7 +321,7 @@ impl Engine {
 
     /// Sends a decide (made with [`ReplyTo::InPlace`]): decided now when the shard lives on this
     /// thread and is not busy, otherwise answered later through a channel.
-    fn submit(&self, shard: usize, mut d: Decide) -> Result<Answer, EngineError> {
+    fn submit(&self, shard: usize, mut d: Decide) -> Result<Delivery, EngineError> {
         if let Some(cell) = find_on_this_thread(self.inner.id, shard) {
             if let Ok(mut shard_here) = cell.try_borrow_mut() {
                 return Ok(shard_here.decide_in_place(d));
@@ -330,7 +330,7 @@ impl Engine {
         let (tx, rx) = oneshot::channel();
         d.reply = ReplyTo::Caller(tx);
         self.mail(shard, Msg::Decide(d))?;
-        Ok(Answer::Later(rx))
+        Ok(Delivery::Later(rx))
     }
 
     fn mail(&self, shard: usize, msg: Msg) -> Result<(), EngineError> {

@@ -112,7 +112,7 @@ impl ReplyTo {
 
 /// A synchronous caller's answer: now, or on a channel when its message was held.
 #[derive(Debug)]
-pub(crate) enum Answer {
+pub(crate) enum Delivery {
     Now(Reply),
     Later(oneshot::Receiver<Reply>),
 }

@@ -6,7 +6,7 @@ use std::task::Waker;
 
 use tokio::sync::mpsc;
 
-use super::protocol::{Answer, Decide, Msg};
+use super::protocol::{Decide, Delivery, Msg};
 use super::shard::Shard;
 
 /// A shard with its mailbox, shared by the shard's task and by callers on the same thread.
@@ -41,7 +41,7 @@ impl SameThreadShard {
     /// Decides `d` (sent with [`ReplyTo::InPlace`]) now, on the caller's thread, after whatever the
     /// mailbox already holds; returns its answer, or the channel it will come on if it is held.
     #[inline]
-    pub(crate) fn decide_in_place(&mut self, d: Decide) -> Answer {
+    pub(crate) fn decide_in_place(&mut self, d: Decide) -> Delivery {
         self.after_mailbox(|shard| shard.decide_any(d));
         self.shard.take_answer()
     }

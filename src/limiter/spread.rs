@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use super::key::shard_of;
 use super::op::refuses;
 use super::op::{Op, Outcome, Role};
-use super::protocol::{Answer, Decide, Hits, Msg, Reply, ReplyTo};
+use super::protocol::{Decide, Delivery, Hits, Msg, Reply, ReplyTo};
 use super::{Decision, Engine, EngineError};
 
 /// Where each op of the request went: (part, index in the part).
@@ -157,9 +157,9 @@ impl SpreadRequest<'_> {
                 o.hits = 0;
             }
             match self.engine.submit(part.shard, d)? {
-                Answer::Now(reply) if reply.failed() => return Err(EngineError::Unavailable),
-                Answer::Now(reply) => part.reply = Some(reply),
-                Answer::Later(rx) => part.rx = Some(rx),
+                Delivery::Now(reply) if reply.failed() => return Err(EngineError::Unavailable),
+                Delivery::Now(reply) => part.reply = Some(reply),
+                Delivery::Later(rx) => part.rx = Some(rx),
             }
         }
         self.collect(which).await

@@ -56,7 +56,7 @@ impl Context {
                 Some((store, r.policy.clone()))
             }
         };
-        let (engine, shard_tasks) = Engine::with_backend(
+        let (engine, shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
             settings.max_waiters,
@@ -87,6 +87,7 @@ impl Context {
             refused_hits: settings.refused_hits,
             global_quota_mode: settings.global_quota_mode,
             response_dynamic_metadata: settings.response_dynamic_metadata,
+            refused_by_metadata: settings.refused_by_metadata,
         };
         let context = Context {
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),

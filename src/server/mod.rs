@@ -221,7 +221,7 @@ pub async fn start(
         http: http_servers(settings, &cx, &health, ports),
         resp: (listeners.resp.zip(settings.resp.clone())).map(|(l, s)| (l, s, cx.throttle.clone())),
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-        install: reload::Install::new(&cx),
+        install: reload::Install::new(cx.live.clone(), cx.counters.reloads.clone()),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
@@ -268,7 +268,7 @@ fn tls_and_reloader(
         .transpose()
         .map_err(StartError::Tls)?;
     let reloader = (settings.xds.is_none()).then(|| {
-        let install = reload::Install::new(cx);
+        let install = reload::Install::new(cx.live.clone(), cx.counters.reloads.clone());
         Arc::new(Reloader::new(settings.sources(), install, domains))
     });
     Ok((tls, reloader))

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::Context;
 use crate::config::{Config, ConfigError, Sources};
 use crate::service::LiveLimits;
 use crate::source::{Update, Updates};
@@ -35,11 +34,9 @@ pub(super) struct Install {
 }
 
 impl Install {
-    pub(super) fn new(cx: &Context) -> Install {
-        Install {
-            live: cx.live.clone(),
-            stats: cx.counters.reloads.clone(),
-        }
+    /// Installs into `live`, recording loads in `stats`.
+    pub(super) fn new(live: LiveLimits, stats: Arc<ReloadStats>) -> Install {
+        Install { live, stats }
     }
 
     /// Applies one loaded (or refused) config from `source` (a path, or "xDS").

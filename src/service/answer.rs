@@ -12,57 +12,22 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
-use super::plan::{counting_of, hits_of, Applied, LimitRef, Plan};
+use super::plan::{Applied, LimitRef, Plan};
+use super::refusal::{self, RefusalLog, Reported};
 use super::request::Request;
-use crate::descriptor;
+use super::settings::{AnswerSettings, HeaderNames};
 use crate::limiter::{Counting, Decision, Outcome, Role};
 use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";
 
-/// Header names for the RateLimit-* response headers (`LIMIT_RESPONSE_HEADERS_ENABLED`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderNames {
-    pub limit: String,
-    pub remaining: String,
-    pub reset: String,
-}
-
-/// The settings that shape answers.
-#[derive(Debug, Clone)]
-pub struct AnswerSettings {
-    pub response_headers: Option<HeaderNames>,
-    pub global_shadow_mode: bool,
-    pub request_limits: super::RequestLimits,
-    pub refused_hits: RefusedHits,
-    /// `QUOTA_MODE`: every limit is a quota one (refuses only when all of them are over).
-    pub global_quota_mode: bool,
-    /// `RESPONSE_DYNAMIC_METADATA`: dynamic metadata describing the request, and the
-    /// `metadata` of the descriptors that passed.
-    pub response_dynamic_metadata: bool,
-}
-
-/// Which hits of a refused request are kept (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RefusedHits {
-    /// Unset: usage reported after the fact, a descriptor with its own `hits_addend` (Envoy's
-    /// `hits_addend` on a rate limit, `apply_on_stream_done` reports included), counts in full;
-    /// other hits count only when the request is admitted.
-    #[default]
-    KeepReports,
-    /// `false`: every hit counts, admitted or not (envoyproxy/ratelimit's default).
-    KeepAll,
-    /// `true`: a refused request consumes nothing, reported usage included.
-    KeepNone,
-}
-
 /// Where an answer's stats go.
 pub(super) struct Recorders<'a> {
     pub(super) metrics: &'a RequestStats,
     pub(super) stats: &'a BoundStats,
     pub(super) top: &'a BoundTop,
-    pub(super) refused_hits: RefusedHits,
+    pub(super) refusals: &'a RefusalLog,
 }
 
 /// Statuses in descriptor order, every one OK until a limit says otherwise.
@@ -123,8 +88,18 @@ pub(super) fn answer(
         statuses,
         ..Default::default()
     };
+    let refused_by = (decision.refused)
+        .then(|| refusal::refusing(plan, &best, &response.statuses))
+        .flatten();
+    if let Some(named) = &refused_by {
+        recorders.refusals.log(req, plan, named);
+    }
     if let Some(names) = &settings.response_headers {
-        add_limit_headers(&mut response, names);
+        add_limit_headers(
+            &mut response,
+            names,
+            names.ietf.then_some((plan, &best[..])),
+        );
     }
     if decision.waited_ns > 0 && !decision.timed_out {
         response.response_headers_to_add.push(HeaderValue {
@@ -135,6 +110,13 @@ pub(super) fn answer(
     }
     if settings.response_dynamic_metadata {
         response.dynamic_metadata = Some(dynamic_metadata(req, plan, &best, &response.statuses));
+    }
+    if let Some(named) = refused_by.filter(|_| settings.refused_by_metadata) {
+        let md = response
+            .dynamic_metadata
+            .get_or_insert_with(Struct::default);
+        let by = refusal::metadata(req, plan, &named);
+        md.fields.insert("refused_by".to_owned(), to_value(by));
     }
     response
 }
@@ -280,7 +262,8 @@ fn count(
     totals: &mut Tally,
 ) {
     let over = out.over || out.blocked;
-    let hits = hits_of(req, &req.descriptors[i]).0;
+    let carried = &plan.carried[i];
+    let hits = carried.hits;
     // A shadow-mode descriptor over its limit counts in `over_limit` and `shadow_mode` (the
     // reference's cache counts both) but is not refused, nor listed as limited.
     let (counted_over, shadow) = (
@@ -289,14 +272,6 @@ fn count(
     );
     let from_config = matches!(a.limit, LimitRef::Config(_));
     let matched = plan.matches[i].as_ref().filter(|_| from_config);
-    let entries = &req.descriptors[i].entries;
-    // The reference's series name, when it is not the node's own: per-value series
-    // (`detailed_metric`, `value_to_metric`), or the request's entries for an override.
-    let named = match matched {
-        Some(m) => descriptor::stat_path(entries, m),
-        None if !from_config => Some(descriptor::override_stat_path(entries)),
-        None => None,
-    };
     let counted = Counted {
         hits,
         over,
@@ -309,48 +284,59 @@ fn count(
     if let Some(m) = matched {
         let d = &req.descriptors[i];
         // Usage counted in full is ranked exactly: budgets are compared by what was used.
-        let exact = counted_over || counting_of(c.refused_hits, d) == Counting::Usage;
+        let exact = counted_over || carried.counting == Counting::Usage;
         c.top
             .record(m.node(), &d.entries, hits, counted_over, exact);
     }
-    match named {
+    match &carried.stat_path {
         None => c
             .metrics
             .record(matched.map(|m| c.stats.of(m.node())), counted, totals),
         Some(path) => {
             c.metrics.record(None, counted, totals);
-            c.metrics.record_series(req.domain, &path, counted);
+            c.metrics.record_series(req.domain, path, counted);
         }
     }
 }
 
-/// RateLimit-Limit / -Remaining / -Reset from the descriptor with the least remaining, as
-/// envoyproxy/ratelimit does; on a refusal, from a limit that refused (of those, the one
-/// admitting last), never from one that passed.
-fn add_limit_headers(resp: &mut RateLimitResponse, names: &HeaderNames) {
+/// The service-made headers (`LIMIT_RESPONSE_HEADERS_ENABLED`) for the status closest to its
+/// limit, as envoyproxy/ratelimit picks it; on a refusal, for a limit that refused (of those,
+/// the one admitting last), never one that passed: the reference's three, or with `ietf` (the
+/// plan and the limits the statuses report) the IETF fields naming that limit.
+fn add_limit_headers(
+    resp: &mut RateLimitResponse,
+    names: &HeaderNames,
+    ietf: Option<(&Plan<'_>, &Reported)>,
+) {
     let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
     let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let limited = resp.statuses.iter().filter(|s| s.current_limit.is_some());
+    let limited = (resp.statuses.iter().enumerate()).filter(|(_, s)| s.current_limit.is_some());
     let pick = if resp.statuses.iter().any(over) {
-        limited.filter(|s| over(s)).max_by_key(|s| reset(s))
+        limited
+            .filter(|(_, s)| over(s))
+            .max_by_key(|(_, s)| reset(s))
     } else {
-        limited.min_by_key(|s| s.limit_remaining)
+        limited.min_by_key(|(_, s)| s.limit_remaining)
     };
-    let Some(s) = pick else { return };
-    let limit = s
-        .current_limit
-        .as_ref()
-        .expect("filtered")
-        .requests_per_unit;
-    let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
-    let remaining = s.limit_remaining;
-    for (key, value) in [
-        (&names.limit, limit.to_string()),
-        (&names.remaining, remaining.to_string()),
-        (&names.reset, reset.to_string()),
-    ] {
+    let Some((i, s)) = pick else { return };
+    let fields = match ietf {
+        Some((plan, best)) => match refusal::Named::of(plan, best, i) {
+            Some(named) => refusal::ietf_fields(&named, s).to_vec(),
+            None => return,
+        },
+        None => {
+            let limit = s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit);
+            let reset = s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+            vec![
+                (names.limit.clone(), limit.to_string()),
+                (names.remaining.clone(), s.limit_remaining.to_string()),
+                (names.reset.clone(), reset.to_string()),
+            ]
+        }
+    };
+    for (key, value) in fields {
         resp.response_headers_to_add.push(HeaderValue {
-            key: key.clone(),
+            key,
             value,
             ..Default::default()
         });

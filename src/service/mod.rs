@@ -9,7 +9,9 @@ mod error;
 mod live;
 mod plan;
 pub mod rate;
+mod refusal;
 mod request;
+mod settings;
 pub mod throttle;
 
 use std::sync::Arc;
@@ -17,10 +19,12 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 pub use admin::{Acted, AdminError, Applies, Usage};
-pub use answer::{AnswerSettings, HeaderNames, RefusedHits, WAITED_HEADER};
+pub use answer::WAITED_HEADER;
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
+use refusal::RefusalLog;
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
+pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
 pub use throttle::{ThrottleLimits, ThrottleService};
 
 use crate::limiter::Engine;
@@ -34,6 +38,7 @@ pub struct RateLimiter {
     engine: Engine,
     answer: Arc<AnswerSettings>,
     metrics: Arc<RequestStats>,
+    refusals: Arc<RefusalLog>,
 }
 
 impl RateLimiter {
@@ -50,6 +55,7 @@ impl RateLimiter {
             engine,
             answer: Arc::new(answer),
             metrics,
+            refusals: Arc::default(),
         }
     }
 
@@ -81,7 +87,7 @@ impl RateLimiter {
             metrics: &self.metrics,
             stats: &live.stats,
             top: &live.top,
-            refused_hits: self.answer.refused_hits,
+            refusals: &self.refusals,
         };
         Ok(answer::answer(
             req,

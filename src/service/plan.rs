@@ -3,8 +3,9 @@
 
 use smallvec::SmallVec;
 
+use super::error::RlsError;
 use super::request::{Descriptor, Request};
-use super::{AnswerSettings, RefusedHits, RlsError};
+use super::settings::{AnswerSettings, RefusedHits};
 use crate::config::{Algorithm, Calendar, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
@@ -78,6 +79,19 @@ pub(super) struct Plan<'c> {
     pub(super) op_of: SmallVec<[usize; 4]>,
     /// Descriptors answered with unlimited.
     pub(super) unlimited: SmallVec<[usize; 2]>,
+    /// Per descriptor: what its ops count and the answer reports, worked out once.
+    pub(super) carried: SmallVec<[Carried; 4]>,
+}
+
+/// What one descriptor counts, as the ops and the answer both read it.
+pub(super) struct Carried {
+    pub(super) hits: u64,
+    /// `is_negative_hits`: the hits are given back.
+    pub(super) refund: bool,
+    pub(super) counting: Counting,
+    /// The reference's series name when it is not the node's own: per-value series
+    /// (`detailed_metric`, `value_to_metric`), or the request's entries for an override.
+    pub(super) stat_path: Option<String>,
 }
 
 /// Matches every descriptor first (`replaces` needs all matches before anything is counted),
@@ -92,10 +106,22 @@ pub(super) fn plan<'c>(
     for (i, d) in req.descriptors.iter().enumerate() {
         let m = descriptor::find(domain, &d.entries);
         plan.apply(i, d, m.as_ref(), settings.global_quota_mode)?;
+        let (hits, refund) = hits_of(req, d);
+        let stat_path = match (&d.limit, &m) {
+            (Some(_), _) => Some(descriptor::override_stat_path(&d.entries)),
+            (None, Some(m)) => descriptor::stat_path(&d.entries, m),
+            (None, None) => None,
+        };
+        plan.carried.push(Carried {
+            hits,
+            refund,
+            counting: counting_of(settings.refused_hits, d),
+            stat_path,
+        });
         plan.matches.push(m);
     }
     plan.drop_replaced();
-    Ok(plan.ops(req, settings.refused_hits))
+    Ok(plan.ops(req))
 }
 
 impl<'c> Plan<'c> {
@@ -173,7 +199,7 @@ impl<'c> Plan<'c> {
     }
 
     /// An op for every counted limit.
-    fn ops(&mut self, req: &Request<'_>, refused_hits: RefusedHits) -> Vec<Op> {
+    fn ops(&mut self, req: &Request<'_>) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
         // One key (most requests) is hashed as it is made; several, side by side at the end.
         let one = self.applied.len() == 1;
@@ -186,8 +212,12 @@ impl<'c> Plan<'c> {
                     continue;
                 }
             }
-            let (hits, refund) = hits_of(req, d);
-            let counting = counting_of(refused_hits, d);
+            let Carried {
+                hits,
+                refund,
+                counting,
+                ..
+            } = self.carried[a.descriptor];
             let matched = self.matches[a.descriptor].as_ref();
             let index = match a.limit {
                 LimitRef::Config(l) => matched
@@ -237,7 +267,7 @@ impl<'c> Plan<'c> {
 /// fact (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
 /// `apply_on_stream_done` reports included) counts in full, other hits only when admitted,
 /// unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` says otherwise.
-pub(super) fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
+fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
     match rule {
         RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
         RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
@@ -247,7 +277,7 @@ pub(super) fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
 
 /// Hits for one descriptor: its own `hits_addend` wins when set (0 = check without consuming);
 /// otherwise the request's, where 0 means 1.
-pub(super) fn hits_of(req: &Request<'_>, d: &Descriptor<'_>) -> (u64, bool) {
+fn hits_of(req: &Request<'_>, d: &Descriptor<'_>) -> (u64, bool) {
     let hits = match d.hits_addend {
         Some(h) => h,
         None => u64::from(req.hits_addend.max(1)),

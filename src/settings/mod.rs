@@ -103,6 +103,9 @@ pub struct Settings {
     pub global_quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: answers carry envoyproxy/ratelimit's dynamic metadata.
     pub response_dynamic_metadata: bool,
+    /// `TURNSTILE_REFUSED_BY_METADATA` (default false, so answers are the reference's): a
+    /// refusal's dynamic metadata names the limit that refused.
+    pub refused_by_metadata: bool,
     /// How long in-flight calls get to finish after SIGTERM.
     pub shutdown_grace: Duration,
     /// Queued requests in the whole process, across all keys; more are refused at once.
@@ -224,6 +227,7 @@ impl Settings {
             global_quota_mode: env.flag("QUOTA_MODE", false)?,
             healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
+            refused_by_metadata: env.flag("TURNSTILE_REFUSED_BY_METADATA", false)?,
             refused_hits: refused_hits(&env)?,
             shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
@@ -346,10 +350,16 @@ fn refused_hits(env: &Env<'_>) -> Result<RefusedHits, String> {
 }
 
 fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {
+    let ietf = env.choice(
+        "TURNSTILE_RESPONSE_HEADERS",
+        false,
+        &[("reference", false), ("ietf", true)],
+    )?;
     if !env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)? {
         return Ok(None);
     }
     Ok(Some(HeaderNames {
+        ietf,
         limit: env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
         remaining: env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
         reset: env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),

@@ -221,6 +221,7 @@ fn settings_response_headers() {
     assert_eq!(
         s.response_headers,
         Some(HeaderNames {
+            ietf: false,
             limit: "RateLimit-Limit".into(),
             remaining: "RateLimit-Remaining".into(),
             reset: "RateLimit-Reset".into(),
@@ -235,6 +236,7 @@ fn settings_response_headers() {
     assert_eq!(
         s.response_headers,
         Some(HeaderNames {
+            ietf: false,
             limit: "X-RL-Limit".into(),
             remaining: "X-RL-Remaining".into(),
             reset: "X-RL-Reset".into(),

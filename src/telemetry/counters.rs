@@ -4,7 +4,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::admin::AdminStats;
-use super::statsd::StatsdStats;
+use super::push_stats::StatsdStats;
 use super::{QuotaStats, ReloadStats, RequestStats, ThrottleStats, TlsStats};
 use crate::limiter::ShardStats;
 

@@ -11,6 +11,7 @@ mod counters;
 pub mod detailed;
 pub mod histogram;
 mod limit_stats;
+mod push_stats;
 pub mod quota;
 mod reloads;
 mod render;

@@ -11,7 +11,7 @@ use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
 use super::decode::{ints, Ints};
-use super::direct::{Direct, Reply, Target};
+use super::direct::{Direct, RespReply, Target};
 use super::packed::Packed;
 use super::scripts::by_text;
 use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
@@ -337,30 +337,30 @@ pub(super) async fn exec(conn: &Conn, cmds: &Packed) -> Result<Vec<Ints>, String
     replies
         .into_iter()
         .map(|r| match r {
-            Reply::Ints(i) => Ok(i),
-            Reply::Error(e) => Err(format!("Redis answered an error: {e}")),
+            RespReply::Ints(i) => Ok(i),
+            RespReply::Error(e) => Err(format!("Redis answered an error: {e}")),
         })
         .collect()
 }
 
-fn is_noscript(r: &Reply) -> bool {
-    matches!(r, Reply::Error(e) if e.split(' ').next() == Some("NOSCRIPT"))
+fn is_noscript(r: &RespReply) -> bool {
+    matches!(r, RespReply::Error(e) if e.split(' ').next() == Some("NOSCRIPT"))
 }
 
-/// A reply the crate read, as a [`Reply`].
-fn reply(v: Value) -> Reply {
+/// A reply the crate read, as a [`RespReply`].
+fn reply(v: Value) -> RespReply {
     match v {
-        Value::ServerError(e) => Reply::Error(match e.details() {
+        Value::ServerError(e) => RespReply::Error(match e.details() {
             Some(d) => format!("{} {d}", e.code()),
             None => e.code().to_owned(),
         }),
-        v => Reply::Ints(ints(v)),
+        v => RespReply::Ints(ints(v)),
     }
 }
 
 /// Sends `cmds` as one pipeline, or command by command on a Cluster; a command's error comes
 /// back as its reply.
-async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
+async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, String> {
     match conn {
         Conn::Direct(d) => d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
         // Boxed: the crate's futures would make every round trip's future as large as theirs.
@@ -369,7 +369,7 @@ async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
 }
 
 /// [`send`] over a connection made through the crate.
-async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<Reply>, String> {
+async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, String> {
     let values: Vec<Value> = match conn {
         Conn::Direct(_) => unreachable!("a direct connection sends by itself"),
         Conn::Single(m) => {

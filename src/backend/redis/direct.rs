@@ -27,7 +27,7 @@ const MAX_PENDING: usize = 64;
 
 /// A command's reply: its integers (see `decode::ints`), or the error Redis answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Reply {
+pub(super) enum RespReply {
     Ints(Ints),
     Error(String),
 }
@@ -74,7 +74,7 @@ impl Target {
 struct Job {
     out: Vec<u8>,
     replies: usize,
-    done: oneshot::Sender<Result<Vec<Reply>, String>>,
+    done: oneshot::Sender<Result<Vec<RespReply>, String>>,
 }
 
 /// A connection to a single Redis, made when first needed and again after it fails.
@@ -111,7 +111,7 @@ impl Direct {
         &self,
         out: Vec<u8>,
         replies: usize,
-    ) -> Result<Vec<Reply>, String> {
+    ) -> Result<Vec<RespReply>, String> {
         let (done, answer) = oneshot::channel();
         let mut job = Job { out, replies, done };
         // A driver that stopped since it was handed out is replaced once.
@@ -208,8 +208,8 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, t: &Target) -> 
         buf.drain(..used);
     }
     match got.into_iter().find_map(|r| match r {
-        Reply::Error(e) => Some(e),
-        Reply::Ints(_) => None,
+        RespReply::Error(e) => Some(e),
+        RespReply::Ints(_) => None,
     }) {
         Some(e) => Err(format!("Redis refused the handshake: {e}")),
         None => Ok(()),
@@ -218,9 +218,9 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, t: &Target) -> 
 
 /// A round trip written and waiting for its replies.
 struct Pending {
-    replies: Vec<Reply>,
+    replies: Vec<RespReply>,
     want: usize,
-    done: oneshot::Sender<Result<Vec<Reply>, String>>,
+    done: oneshot::Sender<Result<Vec<RespReply>, String>>,
     sent: Instant,
 }
 
@@ -310,7 +310,7 @@ fn deliver(buf: &[u8], pending: &mut VecDeque<Pending>) -> Result<usize, String>
 }
 
 /// Parses up to `want` complete replies from `buf` into `out`; answers the bytes used.
-fn parse_all(buf: &[u8], out: &mut Vec<Reply>, want: usize) -> Result<usize, String> {
+fn parse_all(buf: &[u8], out: &mut Vec<RespReply>, want: usize) -> Result<usize, String> {
     let mut used = 0;
     for _ in 0..want {
         match parse(&buf[used..])? {
@@ -327,15 +327,15 @@ fn parse_all(buf: &[u8], out: &mut Vec<Reply>, want: usize) -> Result<usize, Str
 /// One complete RESP2 reply at the start of `buf` and its length, `None` if it is not all
 /// there yet. Numbers become integers, arrays are flattened, anything else adds nothing (as
 /// `decode::ints` reads a `redis::Value`).
-pub(super) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
+pub(super) fn parse(buf: &[u8]) -> Result<Option<(RespReply, usize)>, String> {
     let mut ints = Ints::new();
     let mut error = None;
     match item(buf, 0, &mut ints, &mut error, 0)? {
         None => Ok(None),
         Some(end) => Ok(Some((
             match error {
-                Some(e) => Reply::Error(e),
-                None => Reply::Ints(ints),
+                Some(e) => RespReply::Error(e),
+                None => RespReply::Ints(ints),
             },
             end,
         ))),
@@ -449,15 +449,15 @@ mod tests {
     use redis::Value;
 
     /// Every reply as the crate reads it, then through `decode::ints`.
-    fn crate_reads(bytes: &[u8]) -> Reply {
+    fn crate_reads(bytes: &[u8]) -> RespReply {
         let v = redis::parse_redis_value(bytes).expect("valid RESP");
         match v {
-            Value::ServerError(e) => Reply::Error(
+            Value::ServerError(e) => RespReply::Error(
                 format!("{} {}", e.code(), e.details().unwrap_or_default())
                     .trim_end()
                     .to_owned(),
             ),
-            v => Reply::Ints(super::super::decode::ints(v)),
+            v => RespReply::Ints(super::super::decode::ints(v)),
         }
     }
 
@@ -524,15 +524,15 @@ mod tests {
         assert_eq!(
             ra.try_recv().unwrap().unwrap(),
             vec![
-                Reply::Ints([1].into_iter().collect()),
-                Reply::Ints([0, 3].into_iter().collect())
+                RespReply::Ints([1].into_iter().collect()),
+                RespReply::Ints([0, 3].into_iter().collect())
             ]
         );
         assert!(rb.try_recv().is_err());
         assert_eq!(deliver(b":9\r\n", &mut pending).unwrap(), 4);
         assert_eq!(
             rb.try_recv().unwrap().unwrap(),
-            vec![Reply::Ints([9].into_iter().collect())]
+            vec![RespReply::Ints([9].into_iter().collect())]
         );
         assert!(deliver(b":1\r\n", &mut pending).is_err());
     }

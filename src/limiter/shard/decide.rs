@@ -20,7 +20,7 @@ use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 
 /// What a shard keeps besides its counters, queues and mode: its clock and metrics, whether it
 /// is draining, and the answer for a synchronous caller.
-pub(super) struct Context {
+pub(super) struct Ambient {
     pub(super) clock: Clock,
     pub(super) stats: Arc<ShardStats>,
     /// Shutdown: every waiter is answered now (admitted when `Some(true)`), none queues.
@@ -36,7 +36,7 @@ pub(super) struct Decider<'a> {
     pub(super) counters: &'a mut Counters,
     pub(super) queues: &'a mut Queues,
     pub(super) mode: &'a mut Mode,
-    pub(super) cx: &'a mut Context,
+    pub(super) cx: &'a mut Ambient,
 }
 
 /// (op index, next state, the key's position in the table if it has one) of the ops of a

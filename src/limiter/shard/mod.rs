@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::clock::Clock;
-use super::protocol::{Answer, Decide, Msg, Reply};
+use super::protocol::{Decide, Delivery, Msg, Reply};
 use super::waiters::WaiterBudget;
 
 mod admin;
@@ -34,7 +34,7 @@ mod wait;
 
 use counters::Counters;
 pub(crate) use decide::refund_in_outcomes;
-use decide::{Context, Decider};
+use decide::{Ambient, Decider};
 pub use link::BreakerState;
 pub(crate) use link::Done;
 pub(crate) use link::{Link, Mode};
@@ -45,7 +45,7 @@ pub(crate) struct Shard {
     counters: Counters,
     queues: Queues,
     mode: Mode,
-    cx: Context,
+    cx: Ambient,
 }
 
 impl Shard {
@@ -61,7 +61,7 @@ impl Shard {
             counters: Counters::new(max_keys, now, stats.clone()),
             queues: Queues::new(budget, stats.clone()),
             mode,
-            cx: Context {
+            cx: Ambient {
                 clock,
                 stats,
                 draining: None,
@@ -124,13 +124,13 @@ impl Shard {
 
     /// The answer a synchronous caller's message got now, or the channel it will come on.
     #[inline]
-    pub(crate) fn take_answer(&mut self) -> Answer {
+    pub(crate) fn take_answer(&mut self) -> Delivery {
         match (self.cx.answered.take(), self.cx.held.take()) {
-            (Some(reply), _) => Answer::Now(reply),
-            (None, Some(rx)) => Answer::Later(rx),
+            (Some(reply), _) => Delivery::Now(reply),
+            (None, Some(rx)) => Delivery::Later(rx),
             // Every path answers or holds a message; were one to do neither, the caller sees the
             // shard as stopped rather than waiting forever.
-            (None, None) => Answer::Later(oneshot::channel::<Reply>().1),
+            (None, None) => Delivery::Later(oneshot::channel::<Reply>().1),
         }
     }
 

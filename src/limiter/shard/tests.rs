@@ -11,7 +11,7 @@ use crate::limiter::algorithm::{Params, State};
 use crate::limiter::clock::Clock;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Role};
-use crate::limiter::protocol::{Answer, Decide, Msg, Reply, ReplyTo};
+use crate::limiter::protocol::{Decide, Delivery, Msg, Reply, ReplyTo};
 use crate::limiter::same_thread::SameThreadShard;
 use crate::limiter::store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
@@ -57,10 +57,10 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
     }
 }
 
-fn now(answer: Answer) -> Reply {
+fn now(answer: Delivery) -> Reply {
     match answer {
-        Answer::Now(r) => r,
-        Answer::Later(_) => panic!("expected an answer in place"),
+        Delivery::Now(r) => r,
+        Delivery::Later(_) => panic!("expected an answer in place"),
     }
 }
 
@@ -107,7 +107,7 @@ fn a_synchronous_decide_that_waits_gets_a_channel() {
         max_wait: Duration::from_secs(10),
     });
     assert!(now(l.decide_in_place(decide(1, 500, queue, ReplyTo::InPlace))).committed());
-    let Answer::Later(mut rx) = l.decide_in_place(decide(1, 500, queue, ReplyTo::InPlace)) else {
+    let Delivery::Later(mut rx) = l.decide_in_place(decide(1, 500, queue, ReplyTo::InPlace)) else {
         panic!("over the limit with a queue: held");
     };
     assert!(l.poked, "the task must re-arm its timer for the new waiter");

@@ -169,7 +169,7 @@ impl Decider<'_> {
         if done.is_empty() {
             return;
         }
-        link.give_back(ops, &done);
+        link.queue_refunds(ops, &done);
         let now = self.cx.clock.now();
         refund_views(&link.views, self.counters, (ops, &done), now);
         self.flush();

@@ -19,6 +19,7 @@ use super::histogram::BUCKETS_US;
 use super::{BoundStats, Counters, LimitStats};
 use crate::config::Config;
 
+pub use super::push_stats::StatsdStats;
 pub use send::{run, Sink};
 pub use wire::{sanitize, tag_value, Format, Kind, UDP_PACKET};
 
@@ -125,13 +126,6 @@ pub struct Flush {
     pub lines: Vec<String>,
     counters: BTreeMap<String, u64>,
     buckets: Vec<u64>,
-}
-
-/// Push outcomes, rendered on `/metrics`.
-#[derive(Debug, Default)]
-pub struct StatsdStats {
-    pub packets: AtomicU64,
-    pub errors: AtomicU64,
 }
 
 impl Exporter {

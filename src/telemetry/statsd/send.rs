@@ -11,8 +11,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::watch;
 
+use super::super::push_stats::StatsdStats;
 use super::wire::{pack, TCP_PACKET, UDP_PACKET};
-use super::StatsdStats;
 use super::{Exporter, Flush, Protocol, StatsdSettings};
 
 /// gostats' `defaultDialTimeout` and `defaultWriteTimeout` (`net_sink.go`).

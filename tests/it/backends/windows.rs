@@ -310,3 +310,19 @@ async fn debug_top_and_rlconfig_name_the_windows() {
     );
     assert!(rlconfig.contains("calendar=Europe/Berlin"), "{rlconfig}");
 }
+
+/// The IETF fields name a window of N units by its length.
+#[tokio::test]
+async fn ietf_policy_gives_the_windows_length() {
+    let env = [
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("TURNSTILE_RESPONSE_HEADERS", "ietf"),
+    ];
+    let s = TestServer::start_with(CONFIG, &env).await;
+    let r = s.call(one("edge", &[("five", "i")])).await;
+    assert_eq!(
+        header(&r, "RateLimit-Policy"),
+        Some("\"edge.five\";q=3;w=300")
+    );
+    assert_eq!(header(&r, "RateLimit"), Some("\"edge.five\";r=2;t=100"));
+}

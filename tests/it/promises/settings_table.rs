@@ -105,6 +105,8 @@ const BAD: &[(&str, &str)] = &[
     ("REQUESTS_CAN_SET_RATE", "maybe"),
     ("REQUESTS_CAN_MOD_QUEUE", "maybe"),
     ("TURNSTILE_CLIENT_DIGEST_KEY", "short"),
+    ("TURNSTILE_REFUSED_BY_METADATA", "maybe"),
+    ("TURNSTILE_RESPONSE_HEADERS", "draft"),
     ("TURNSTILE_SHOW_CLIENT_VALUES", "maybe"),
 ];
 

@@ -6,4 +6,5 @@ mod answers;
 mod budgets;
 mod grpcurl;
 mod queue;
+mod refused_by;
 mod shadow;

@@ -130,7 +130,7 @@ impl Link {
     }
 
     /// Queues the hits of `ops` to give back in the store.
-    pub(crate) fn give_back(&mut self, ops: &[Op], done: &[usize]) {
+    pub(crate) fn queue_refunds(&mut self, ops: &[Op], done: &[usize]) {
         for &i in done {
             self.refunds.push(ops[i].clone());
         }

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What the overview in src/lib.rs promises of the house, checked (scripts/test.sh runs it).
+
+- Every `file.rs` path lib.rs names exists under src/.
+- Top-level modules form layers: no cycle among the arrows `crate::other` draws between them.
+- Inside a module, no cycle among sibling files: a file points at a sibling when it names it
+  (`super::sibling`) or an item the sibling defines (`super::Item`, `super::{A, B}`).
+  `mod.rs` re-exports are not arrows: a child naming its parent's items points up, not across.
+- No file over 600 lines.
+
+Exits 1 naming each failure. Usage: python3 scripts/check-house.py [SRC_DIR]
+"""
+import os
+import re
+import sys
+
+SRC = sys.argv[1] if len(sys.argv) > 1 else "src"
+MAX_LINES = 600
+failures = []
+
+
+def code_of(path):
+    text = open(path, encoding="utf-8").read()
+    # Test modules and comments draw no arrows.
+    text = re.sub(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*;", "", text)
+    out, i = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        i = j
+    out.append(text[i:])
+    return re.sub(r"//[^\n]*", "", "".join(out))
+
+
+def cycles(edges):
+    """Every node on a cycle, as sorted lists of strongly connected components (Tarjan)."""
+    index, low, stack, on, comps, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return comps
+
+
+# 1. The files the walks in the overview name (a path may be given from any folder of src/).
+lib = open(os.path.join(SRC, "lib.rs"), encoding="utf-8").read()
+walks = lib[lib.find("# The walk of one decision"):]
+every = [os.path.relpath(os.path.join(r, f), SRC) for r, _, fs in os.walk(SRC) for f in fs]
+for path in sorted(set(re.findall(r"`([a-z_/]+\.rs)`", walks))):
+    if not any(p == path or p.endswith("/" + path) for p in every):
+        failures.append(f"src/lib.rs's walk names {path}, which does not exist")
+
+# 2. Top-level modules.
+top = {}
+for entry in sorted(os.listdir(SRC)):
+    full = os.path.join(SRC, entry)
+    name = entry.removesuffix(".rs")
+    if entry in ("lib.rs", "main.rs"):
+        continue
+    files = []
+    if os.path.isdir(full):
+        for root, _, fs in os.walk(full):
+            if "tests" in os.path.relpath(root, full).split(os.sep):
+                continue
+            files += [os.path.join(root, f) for f in fs if f.endswith(".rs") and f != "tests.rs"]
+    elif entry.endswith(".rs"):
+        files = [full]
+    top[name] = files
+edges = {}
+for name, files in top.items():
+    used = set()
+    for f in files:
+        used |= set(re.findall(r"\bcrate::([a-z_]+)", code_of(f)))
+    edges[name] = sorted(u for u in used if u in top and u != name)
+for comp in cycles(edges):
+    failures.append("a cycle between top-level modules: " + " -> ".join(comp))
+
+# 3. Sibling files inside each module.
+DEF = re.compile(r"^\s*pub(?:\([a-z:]+\))?\s+(?:async\s+)?(?:struct|enum|fn|trait|type|const|static)\s+(\w+)", re.M)
+for root, dirs, fs in os.walk(SRC):
+    if os.path.samefile(root, SRC):
+        continue
+    nodes = {f.removesuffix(".rs"): os.path.join(root, f) for f in fs
+             if f.endswith(".rs") and f not in ("mod.rs", "tests.rs")}
+    for d in dirs:
+        if os.path.exists(os.path.join(root, d, "mod.rs")):
+            nodes[d] = os.path.join(root, d, "mod.rs")
+    texts = {n: code_of(p) for n, p in nodes.items()}
+    defines = {}
+    for n, t in texts.items():
+        for item in DEF.findall(t):
+            defines.setdefault(item, set()).add(n)
+    edges = {}
+    for n, t in texts.items():
+        named = set()
+        for m in re.finditer(r"\bsuper::(\{[^;]*?\}|[A-Za-z_][A-Za-z0-9_:]*)", t):
+            named |= set(re.findall(r"[A-Za-z_]\w*", m.group(1)))
+        edges[n] = sorted({s for s in nodes if s != n and (s in named or named & {i for i, o in defines.items() if s in o})})
+    for comp in cycles(edges):
+        failures.append(f"a cycle between the files of {os.path.relpath(root, SRC)}/: " + ", ".join(comp))
+
+# 4. File sizes.
+for root, _, fs in os.walk(SRC):
+    for f in fs:
+        if f.endswith(".rs"):
+            p = os.path.join(root, f)
+            n = sum(1 for _ in open(p, encoding="utf-8"))
+            if n > MAX_LINES:
+                failures.append(f"{p} has {n} lines (at most {MAX_LINES})")
+
+for f in failures:
+    print(f"check-house: {f}", file=sys.stderr)
+sys.exit(1 if failures else 0)
