@@ -31,7 +31,7 @@
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key (the table held by `service::LiveLimits` and handed to the status page), behind `/debug/top` and the status page | `config` |
 //! | `limiter` | algorithms, counter keys (`key::Key`: text and hash) and the shard choice, shard actors (`actor`, `same_thread`), the shard in owned parts (`shard::counters`, `shard::queues` with the process-wide waiter budget, and its mode: memory, or `shard::link::Link` to a store with its round trips, breaker and local-first views), the store contract, the request verdict | `config` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
-//! | `config` | the validated model (units, algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
+//! | `config` | the validated model (units, windows: N units aligned to the epoch or a time zone's calendar (`calendar`, over jiff's bundled tz database), algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
 //!
 //! Why `settings` sits above the subsystems rather than at the bottom: it fills each
 //! subsystem's own settings struct (`backend::redis::RedisSettings`, `source::xds::XdsSettings`,

@@ -10,7 +10,7 @@ use fnv::{FnvHashMap, FnvHashSet};
 use super::grammar::parse_bounded_duration;
 use super::raw::{self, RawDescriptor, RawFile, RawRateLimit};
 use super::{
-    Algorithm, Config, ConfigError, Domain, Level, LoadOptions, Node, QueueSpec, RateApi,
+    Algorithm, Calendar, Config, ConfigError, Domain, Level, LoadOptions, Node, QueueSpec, RateApi,
     RateApiKey, RateLimit, Unit,
 };
 
@@ -310,9 +310,12 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
              (its estimate needs the previous window's exact count; decide it exactly)",
         ));
     }
+    let (unit_multiplier, calendar) = build_window(ctx, r, unit, algorithm, path)?;
     Ok(RateLimit {
         name: name.map(Arc::from),
         unit,
+        unit_multiplier,
+        calendar,
         requests_per_unit,
         unlimited: r.unlimited,
         replaces,
@@ -320,6 +323,42 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         queue,
         local_first: r.local_first,
     })
+}
+
+/// `unit_multiplier` and `calendar`: how long a window is and where it starts.
+fn build_window(
+    ctx: &Ctx<'_>,
+    r: &RawRateLimit,
+    unit: Unit,
+    algorithm: Algorithm,
+    path: &str,
+) -> Result<(u32, Option<Calendar>), ConfigError> {
+    let n = r.unit_multiplier.unwrap_or(1);
+    if n == 0 {
+        return Err(ctx.err(
+            &format!("{path}.unit_multiplier"),
+            "unit_multiplier must be at least 1 (windows of unit_multiplier × unit)",
+        ));
+    }
+    // Windows past 10,000 years overflow nanosecond clocks; no budget needs them.
+    if unit.seconds().saturating_mul(u64::from(n)) > 10_000 * 365 * 86_400 {
+        return Err(ctx.err(
+            &format!("{path}.unit_multiplier"),
+            format!("unit_multiplier {n} makes a window longer than 10000 years"),
+        ));
+    }
+    let Some(zone) = r.calendar.as_deref() else {
+        return Ok((n, None));
+    };
+    if matches!(algorithm, Algorithm::TokenBucket { .. }) {
+        return Err(ctx.err(
+            &format!("{path}.calendar"),
+            "calendar applies to fixed_window and sliding_window (a token bucket has no windows)",
+        ));
+    }
+    let c = Calendar::new(zone, unit, n)
+        .map_err(|e| ctx.err(&format!("{path}.calendar"), e.to_string()))?;
+    Ok((n, Some(c)))
 }
 
 fn build_replaces(
@@ -372,6 +411,8 @@ fn build_unit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<Unit, Confi
         ("burst", r.burst.is_some()),
         ("queue", r.queue.is_some()),
         ("local_first", r.local_first.is_some()),
+        ("unit_multiplier", r.unit_multiplier.is_some()),
+        ("calendar", r.calendar.is_some()),
     ] {
         if set {
             return Err(ctx.err(

@@ -5,13 +5,17 @@
 //! path inside it, e.g. `config/a.yaml: descriptors[1].rate_limit.unit: invalid unit "fortnite"`.
 
 mod build;
+pub mod calendar;
 pub mod go_regex;
 pub mod gocc;
 pub mod grammar;
 mod load;
+pub use calendar::{Calendar, CalendarError, Span};
 pub use gocc::{GoccKeys, KeyLimits};
 pub use load::{list_files, Sources};
 mod raw;
+mod unit;
+pub use unit::Unit;
 pub mod xds;
 
 use std::fmt;
@@ -40,84 +44,6 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-/// The seven window units of envoyproxy/ratelimit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Unit {
-    pub fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    /// Window length; week, month and year are 7, 30 and 365 days as in the reference.
-    pub fn seconds(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        }
-    }
-
-    /// The `RateLimitResponse.RateLimit.Unit` number.
-    pub fn proto(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
-    }
-
-    /// Envoy's `envoy.type.v3.RateLimitUnit` (used by the descriptor `limit` override) has no week.
-    pub fn from_envoy_override(n: i32) -> Option<Unit> {
-        Some(match n {
-            1 => Unit::Second,
-            2 => Unit::Minute,
-            3 => Unit::Hour,
-            4 => Unit::Day,
-            5 => Unit::Month,
-            6 => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-            Unit::Week => "week",
-            Unit::Month => "month",
-            Unit::Year => "year",
-        }
-    }
-}
 
 /// How a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,6 +78,10 @@ pub struct QueueSpec {
 pub struct RateLimit {
     pub name: Option<Arc<str>>,
     pub unit: Unit,
+    /// Windows of this many units (1 unless the file says `unit_multiplier`).
+    pub unit_multiplier: u32,
+    /// `calendar: <zone>`: windows follow that zone's calendar instead of the epoch's.
+    pub calendar: Option<Calendar>,
     pub requests_per_unit: u32,
     pub unlimited: bool,
     pub replaces: Vec<String>,
@@ -160,6 +90,27 @@ pub struct RateLimit {
     /// With Redis: decide from memory and sync in the background (`Some(true)`), always
     /// exactly (`Some(false)`), or as `LOCAL_FIRST` says (`None`).
     pub local_first: Option<bool>,
+}
+
+impl RateLimit {
+    /// The window's length (or a token bucket's refill period) in seconds: the unit's times
+    /// the multiplier. A calendar window's real length varies; this is its nominal one.
+    pub fn window_secs(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier.max(1))
+    }
+
+    /// The window in words: `5 minute`, `1 month in Europe/Berlin`, `unlimited`.
+    pub fn window_text(&self) -> String {
+        if self.unlimited {
+            return "unlimited".to_owned();
+        }
+        let mut t = format!("{} {}", self.unit_multiplier.max(1), self.unit.name());
+        if let Some(c) = self.calendar {
+            t.push_str(" in ");
+            t.push_str(c.zone());
+        }
+        t
+    }
 }
 
 /// A descriptor node of the config tree.
@@ -356,6 +307,12 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
                 ));
                 if let Algorithm::TokenBucket { burst } = l.algorithm {
                     line.push_str(&format!(" burst={burst}"));
+                }
+                if l.unit_multiplier > 1 {
+                    line.push_str(&format!(" unit_multiplier={}", l.unit_multiplier));
+                }
+                if let Some(c) = l.calendar {
+                    line.push_str(&format!(" calendar={}", c.zone()));
                 }
             }
             if let Some(n) = &l.name {

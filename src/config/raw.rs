@@ -84,6 +84,12 @@ pub(crate) struct RawRateLimit {
     pub(crate) unit: Option<String>,
     #[serde(default)]
     pub(crate) requests_per_unit: Option<u32>,
+    /// Windows of this many units (`unit_multiplier` as Envoy's API names it).
+    #[serde(default)]
+    pub(crate) unit_multiplier: Option<u32>,
+    /// turnstile: windows following an IANA time zone's calendar (day, week, month, year).
+    #[serde(default, deserialize_with = "opt_scalar")]
+    pub(crate) calendar: Option<String>,
     #[serde(default)]
     pub(crate) unlimited: bool,
     #[serde(default, deserialize_with = "opt_scalar")]

@@ -1,9 +1,9 @@
 //! The counting rules, as pure functions of (state, limit, now, hits): no clocks, no I/O.
 //!
-//! Times are nanoseconds since the Unix epoch. Windows are aligned to the epoch, so every replica
-//! agrees on where a window starts.
+//! Times are nanoseconds since the Unix epoch. Windows are aligned to the epoch, or follow a
+//! time zone's calendar, so every replica agrees on where a window starts.
 
-use crate::config::Algorithm;
+use crate::config::{Algorithm, Calendar, Span};
 
 /// What a shard needs to know about a limit to decide: small and `Copy`, sent with each op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,11 +13,38 @@ pub struct Params {
     /// units, any number of milliseconds for the direct HTTP API.
     pub window_ms: u64,
     pub algorithm: Algorithm,
+    /// Windows following a zone's calendar; `None` (the rule) for epoch-aligned ones.
+    pub calendar: Option<Calendar>,
 }
 
 impl Params {
     pub(crate) fn window_ns(&self) -> u64 {
         self.window_ms.max(1) * 1_000_000
+    }
+
+    /// The window holding `now`.
+    #[inline]
+    pub fn span(&self, now: u64) -> Span {
+        match self.calendar {
+            None => Span::aligned(now, self.window_ns()),
+            Some(c) => c.span(now),
+        }
+    }
+
+    /// The start of the window before `s`.
+    pub fn prev_start(&self, s: &Span) -> u64 {
+        match self.calendar {
+            None => s.start.saturating_sub(self.window_ns()),
+            Some(c) => c.span(s.start.saturating_sub(1)).start,
+        }
+    }
+
+    /// The end of the window after `s`.
+    pub fn next_end(&self, s: &Span) -> u64 {
+        match self.calendar {
+            None => s.end.saturating_add(self.window_ns()),
+            Some(c) => c.span(s.end).end,
+        }
     }
 
     /// GCRA's emission interval: the time one token takes to come back.
@@ -83,11 +110,11 @@ impl State {
     pub fn fresh(p: &Params, now: u64) -> State {
         match p.algorithm {
             Algorithm::FixedWindow => State::Fixed {
-                window: index32(now / p.window_ns()),
+                window: index32(p.span(now).idx),
                 count: 0,
             },
             Algorithm::SlidingWindow => State::Sliding {
-                window: index32(now / p.window_ns()),
+                window: index32(p.span(now).idx),
                 prev: 0,
                 cur: 0,
             },
@@ -107,7 +134,7 @@ impl State {
 
     /// Hits counted in the current aligned window (fixed and sliding windows), for `/debug`.
     pub fn count_in_window(&self, p: &Params, now: u64) -> u64 {
-        let idx = now / p.window_ns();
+        let idx = p.span(now).idx;
         match *self {
             State::Fixed { window, count } if age(window, idx) == 0 => u64::from(count),
             State::Sliding { window, cur, .. } if age(window, idx) == 0 => u64::from(cur),
@@ -120,17 +147,17 @@ impl State {
     /// taken and not yet back (token bucket, rounded up). May pass the limit when usage
     /// reported in full did.
     pub fn used(&self, p: &Params, now: u64) -> u64 {
-        let w = p.window_ns();
-        let idx = now / w;
         match *self {
             State::Fixed { .. } => self.count_in_window(p, now),
             State::Sliding { window, prev, cur } => {
-                let (prev, cur) = match age(window, idx) {
+                let s = p.span(now);
+                let w = s.len();
+                let (prev, cur) = match age(window, s.idx) {
                     0 => (u64::from(prev), u64::from(cur)),
                     1 => (u64::from(cur), 0),
                     _ => (0, 0),
                 };
-                let left = w - (now - idx * w);
+                let left = s.end - now;
                 let weighted = (u128::from(prev) * u128::from(left)).div_ceil(u128::from(w));
                 weighted as u64 + cur
             }
@@ -141,12 +168,23 @@ impl State {
     /// When the state, evaluated or stored at `now`, carries no information any more and may be
     /// dropped.
     pub fn expires_at(&self, p: &Params, now: u64) -> u64 {
-        let w = p.window_ns();
-        let start = |window: u32| (now / w).saturating_sub(u64::from(age(window, now / w))) * w;
+        let s = p.span(now);
+        // The end of the stored window: this one's, or (for older ones) at most this one's start.
+        let end = |window: u32| {
+            if age(window, s.idx) == 0 {
+                s.end
+            } else {
+                s.start
+            }
+        };
         match *self {
-            State::Fixed { window, .. } => start(window).saturating_add(w),
+            State::Fixed { window, .. } => end(window),
             // The previous window's count still weighs until the end of the next window.
-            State::Sliding { window, .. } => start(window).saturating_add(2 * w),
+            State::Sliding { window, .. } => match age(window, s.idx) {
+                0 => p.next_end(&s),
+                1 => s.end,
+                _ => s.start,
+            },
             State::Gcra { tat } => tat,
         }
     }
@@ -168,10 +206,10 @@ impl State {
         if limit == 0 {
             return None;
         }
-        let w = p.window_ns();
         match *self {
             State::Fixed { .. } | State::Sliding { .. } => {
-                let idx = now / w;
+                let s = p.span(now);
+                let (idx, w) = (s.idx, s.len());
                 let used = match *self {
                     State::Fixed { window, count } if age(window, idx) == 0 => u64::from(count),
                     State::Sliding { window, cur, .. } if age(window, idx) == 0 => u64::from(cur),
@@ -183,7 +221,7 @@ impl State {
                     0
                 } else {
                     let windows = (hits - free).div_ceil(limit);
-                    (idx + 1) * w - now + (windows - 1) * w
+                    s.end - now + (windows - 1) * w
                 };
                 // The sliding estimate also weighs the previous window; its retry time is exact.
                 let sliding = match *self {
@@ -225,12 +263,12 @@ impl State {
     pub fn refund(&mut self, p: &Params, now: u64, hits: u64) {
         match self {
             State::Fixed { window, count } => {
-                if age(*window, now / p.window_ns()) == 0 {
+                if age(*window, p.span(now).idx) == 0 {
                     *count = count.saturating_sub(clamp32(hits));
                 }
             }
             State::Sliding { window, cur, .. } => {
-                if age(*window, now / p.window_ns()) == 0 {
+                if age(*window, p.span(now).idx) == 0 {
                     *cur = cur.saturating_sub(clamp32(hits));
                 }
             }
@@ -273,9 +311,9 @@ fn clamp32(n: u64) -> u32 {
 }
 
 fn eval_fixed(window: u32, count: u32, p: &Params, now: u64, hits: u64) -> Eval {
-    let w = p.window_ns();
+    let s = p.span(now);
     let limit = u64::from(p.requests_per_unit);
-    let idx = now / w;
+    let idx = s.idx;
     let count = if age(window, idx) == 0 {
         u64::from(count)
     } else {
@@ -287,24 +325,20 @@ fn eval_fixed(window: u32, count: u32, p: &Params, now: u64, hits: u64) -> Eval 
         count: clamp32(after),
     };
     // The next window admits up to `limit`; more than that never fits.
-    let retry_ns = if hits > limit {
-        u64::MAX
-    } else {
-        (idx + 1) * w - now
-    };
-    counted(limit, after, (idx + 1) * w - now, next, retry_ns)
+    let retry_ns = if hits > limit { u64::MAX } else { s.end - now };
+    counted(limit, after, s.end - now, next, retry_ns)
 }
 
 fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u64) -> Eval {
-    let w = p.window_ns();
+    let s = p.span(now);
+    let (w, idx) = (s.len(), s.idx);
     let limit = u64::from(p.requests_per_unit);
-    let idx = now / w;
     let (prev, cur) = match age(window, idx) {
         0 => (u64::from(prev), u64::from(cur)),
         1 => (u64::from(cur), 0),
         _ => (0, 0),
     };
-    let elapsed = now - idx * w;
+    let elapsed = now - s.start;
     // prev × (share of the sliding window still overlapping the previous window),
     // rounded up so the estimate never undercounts.
     let weighted = ((u128::from(prev) * u128::from(w - elapsed)).div_ceil(u128::from(w))) as u64;
@@ -320,7 +354,7 @@ fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u6
         prev: clamp32(prev),
         cur: clamp32(cur.saturating_add(hits)),
     };
-    counted(limit, after, (idx + 1) * w - now, next, retry_ns)
+    counted(limit, after, s.end - now, next, retry_ns)
 }
 
 /// The verdict of a counting window: over when `after` (the count with this call's hits)

@@ -34,6 +34,10 @@ pub struct Applies {
     /// The counter key it counts in ("" for an unlimited one).
     pub key: String,
     pub unit: Unit,
+    /// Windows of this many units.
+    pub unit_multiplier: u32,
+    /// The time zone whose calendar the windows follow, if they follow one.
+    pub calendar: Option<String>,
     pub requests_per_unit: u32,
     pub algorithm: Algorithm,
     pub role: Role,
@@ -187,9 +191,9 @@ fn targets(
     let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
     for (ai, a) in plan.applied.iter().enumerate() {
         let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
-        let (algorithm, unlimited) = match a.limit {
-            LimitRef::Config(l) => (l.algorithm, l.unlimited),
-            LimitRef::Override { .. } => (Algorithm::FixedWindow, false),
+        let (algorithm, unlimited, unit_multiplier) = match a.limit {
+            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier),
+            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1),
         };
         let applies = Applies {
             descriptor: a.descriptor,
@@ -198,6 +202,8 @@ fn targets(
                 .as_ref()
                 .map_or_else(String::new, |o| o.key.as_str().to_owned()),
             unit: a.limit.unit(),
+            unit_multiplier,
+            calendar: a.limit.calendar().map(|c| c.zone().to_owned()),
             requests_per_unit: a.limit.requests_per_unit(),
             algorithm,
             role: a.role,

@@ -216,11 +216,14 @@ fn merge_first_wins(
 
 fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     let over = out.over || out.blocked;
-    status.code = if over && a.role != Role::Shadow {
+    let refused = over && a.role != Role::Shadow;
+    status.code = if refused {
         Code::OverLimit as i32
     } else {
         Code::Ok as i32
     };
+    // The unit alone: Envoy PR #47307 proposes `unit_multiplier` here; it is sent once Envoy
+    // merges it (an N-unit or calendar window's length is in `duration_until_reset`).
     status.current_limit = Some(PbRateLimit {
         name: a.limit.name().to_owned(),
         requests_per_unit: a.limit.requests_per_unit(),
@@ -228,9 +231,21 @@ fn set_status(status: &mut DescriptorStatus, a: &Applied<'_>, out: &Outcome) {
     });
     status.limit_remaining = if over { 0 } else { out.remaining };
     status.duration_until_reset = Some(PbDuration {
-        seconds: out.reset_ns.div_ceil(1_000_000_000) as i64,
+        seconds: until_ns(out, refused).div_ceil(1_000_000_000) as i64,
         nanos: 0,
     });
+}
+
+/// What a status's `duration_until_reset` tells: for a limit over, when the request would be
+/// admitted if nothing else arrived (a token bucket's next tokens, the sliding estimate's room,
+/// a fixed window's end); otherwise when the window ends or the bucket is full again.
+/// Hits that no window could ever admit are told the reset.
+fn until_ns(out: &Outcome, refused: bool) -> u64 {
+    if refused && out.over && out.retry_ns != u64::MAX {
+        out.retry_ns
+    } else {
+        out.reset_ns
+    }
 }
 
 /// Counts descriptor `i`'s hits: in its limit's stats, or in per-value series when the
@@ -285,16 +300,24 @@ fn count(
 }
 
 /// The service-made headers (`LIMIT_RESPONSE_HEADERS_ENABLED`) for the status closest to its
-/// limit (an over-limit one first): the reference's three, or with `ietf` (the plan and the
-/// limits the statuses report) the IETF fields naming that limit.
+/// limit, as envoyproxy/ratelimit picks it; on a refusal, for a limit that refused (of those,
+/// the one admitting last), never one that passed: the reference's three, or with `ietf` (the
+/// plan and the limits the statuses report) the IETF fields naming that limit.
 fn add_limit_headers(
     resp: &mut RateLimitResponse,
     names: &HeaderNames,
     ietf: Option<(&Plan<'_>, &Reported)>,
 ) {
-    let pick = (resp.statuses.iter().enumerate())
-        .filter(|(_, s)| s.current_limit.is_some())
-        .min_by_key(|(_, s)| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    let reset = |s: &DescriptorStatus| s.duration_until_reset.as_ref().map_or(0, |d| d.seconds);
+    let limited = (resp.statuses.iter().enumerate()).filter(|(_, s)| s.current_limit.is_some());
+    let pick = if resp.statuses.iter().any(over) {
+        limited
+            .filter(|(_, s)| over(s))
+            .max_by_key(|(_, s)| reset(s))
+    } else {
+        limited.min_by_key(|(_, s)| s.limit_remaining)
+    };
     let Some((i, s)) = pick else { return };
     let fields = match ietf {
         Some((plan, best)) => match refusal::Named::of(plan, best, i) {

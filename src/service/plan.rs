@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 use super::error::RlsError;
 use super::request::{Descriptor, Request};
 use super::settings::{AnswerSettings, RefusedHits};
-use crate::config::{Algorithm, Domain, RateLimit, Unit};
+use crate::config::{Algorithm, Calendar, Domain, RateLimit, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
 use crate::limiter::{Counting, Op, Params, QuotaGroup, Role};
@@ -41,6 +41,21 @@ impl LimitRef<'_> {
         match self {
             LimitRef::Config(l) => l.unit,
             LimitRef::Override { unit, .. } => *unit,
+        }
+    }
+
+    /// The window's length (a token bucket's period) in ms: an override's is its unit's.
+    pub(super) fn window_ms(&self) -> u64 {
+        match self {
+            LimitRef::Config(l) => l.window_secs() * 1000,
+            LimitRef::Override { unit, .. } => unit.seconds() * 1000,
+        }
+    }
+
+    pub(super) fn calendar(&self) -> Option<Calendar> {
+        match self {
+            LimitRef::Config(l) => l.calendar,
+            LimitRef::Override { .. } => None,
         }
     }
 
@@ -225,8 +240,9 @@ impl<'c> Plan<'c> {
                 key,
                 params: Params {
                     requests_per_unit: a.limit.requests_per_unit(),
-                    window_ms: a.limit.unit().seconds() * 1000,
+                    window_ms: a.limit.window_ms(),
                     algorithm,
+                    calendar: a.limit.calendar(),
                 },
                 hits,
                 refund,

@@ -27,6 +27,7 @@ pub(super) struct Named<'a> {
     /// (`domain.key_value.key`), else `override` for Envoy's per-descriptor `limit`.
     pub(super) limit: &'a str,
     pub(super) requests_per_unit: u32,
+    /// The window's length: the unit's times `unit_multiplier` (a calendar window's nominal one).
     pub(super) unit_secs: u64,
     pub(super) unit: &'static str,
 }
@@ -53,7 +54,7 @@ impl<'a> Named<'a> {
             descriptor: i,
             limit,
             requests_per_unit: a.limit.requests_per_unit(),
-            unit_secs: unit.seconds(),
+            unit_secs: a.limit.window_ms() / 1000,
             unit: unit.name(),
         })
     }

@@ -302,6 +302,7 @@ pub fn op_for(
             requests_per_unit: count as u32,
             window_ms: period * 1000,
             algorithm: Algorithm::TokenBucket { burst },
+            calendar: None,
         },
         hits: if quantity <= u64::from(burst) {
             quantity

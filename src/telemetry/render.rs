@@ -311,8 +311,9 @@ const LIMIT_GAUGES: [(&str, &str, GaugeField); 5] = [
     ),
     (
         "ratelimit_service_rate_limit_unit_seconds",
-        "A limit's unit in seconds (week, month, year: 7, 30, 365 days).",
-        |l| (!l.unlimited).then_some(l.unit.seconds() as f64),
+        "A limit's window in seconds: its unit (week, month, year: 7, 30, 365 days) times \
+         its unit_multiplier; a calendar window's nominal length.",
+        |l| (!l.unlimited).then_some(l.window_secs() as f64),
     ),
     (
         "ratelimit_service_rate_limit_burst",

@@ -25,7 +25,7 @@ impl Asked {
         let now = self.at;
         let w = p.window_ms.max(1) * 1_000_000;
         // States keep the window index modulo 2^32 (see `State`).
-        let idx = (now / w) as u32;
+        let idx = p.span(now).idx as u32;
         let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let first = reply.first().copied().unwrap_or(0);
         if self.refund {
@@ -101,7 +101,7 @@ impl Asked {
 /// `RedisStore::keys_of` names, in its order (`None`: the key is not there): the fixed window's
 /// count; the sliding window's current and previous counts; the bucket's TAT in microseconds.
 pub(super) fn stored(p: &Params, now: u64, values: &[Option<i64>]) -> State {
-    let idx = (now / (p.window_ms.max(1) * 1_000_000)) as u32;
+    let idx = p.span(now).idx as u32;
     let count = |i: usize| {
         let n = values.get(i).copied().flatten().unwrap_or(0).max(0);
         u32::try_from(n).unwrap_or(u32::MAX)

@@ -154,6 +154,7 @@ pub(super) fn test_op(
             requests_per_unit: 10,
             window_ms,
             algorithm,
+            calendar: None,
         },
         hits,
         refund: false,

@@ -5,6 +5,7 @@ mod gocc;
 mod limits;
 mod queue;
 mod tree;
+mod windows;
 mod yaml;
 
 use std::time::Duration;

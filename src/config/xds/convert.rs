@@ -120,6 +120,9 @@ fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
                     .collect(),
             )
         },
+        // Envoy Gateway's RateLimitConfig has no field for either.
+        unit_multiplier: None,
+        calendar: None,
         algorithm: None,
         burst: None,
         queue: None,

@@ -13,6 +13,7 @@ fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {
         requests_per_unit: rpu,
         window_ms: window_secs * 1000,
         algorithm: alg,
+        calendar: None,
     }
 }
 
@@ -139,6 +140,7 @@ fn min_wait_predicts_whole_windows() {
     );
     let g = super::Params {
         algorithm: Algorithm::TokenBucket { burst: 2 },
+        calendar: None,
         ..p
     };
     let mut s = State::fresh(&g, T0);
@@ -324,4 +326,98 @@ fn used_and_remaining_add_up_to_the_limit() {
     let s = State::fresh(&lim, T0).add(&lim, T0, 13);
     assert_eq!(s.used(&lim, T0), 13);
     assert_eq!(s.used(&lim, T0 + 40 * NS), 0);
+}
+
+// ------------------------------------------------------------------------------------------
+// Windows of N units and calendar windows.
+
+fn calendar(alg: Algorithm, rpu: u32, zone: &str, unit: crate::config::Unit) -> Params {
+    let c = crate::config::Calendar::new(zone, unit, 1).unwrap();
+    Params {
+        calendar: Some(c),
+        ..p(alg, rpu, unit.seconds())
+    }
+}
+
+#[test]
+fn a_five_minute_window_is_aligned_to_multiples_of_300_s() {
+    let five = p(Algorithm::FixedWindow, 2, 300);
+    // 1_700_000_000 s is 200 s into its 5-minute window.
+    let t0 = 1_700_000_000 * NS;
+    let mut s = State::fresh(&five, t0);
+    assert_eq!(
+        hits_at(&mut s, &five, t0, 3),
+        [(false, 1), (false, 0), (true, 0)]
+    );
+    assert_eq!(s.eval(&five, t0, 1).reset_ns, 100 * NS);
+    assert_eq!(s.eval(&five, t0, 1).retry_ns, 100 * NS);
+    assert_eq!(hits_at(&mut s, &five, t0 + 100 * NS, 1), [(false, 1)]);
+    // A bucket of 5 per 5 minutes takes a minute a token.
+    let bucket = p(Algorithm::TokenBucket { burst: 1 }, 5, 300);
+    assert_eq!(bucket.interval_ns(), 60 * NS);
+}
+
+#[test]
+fn a_calendar_day_lasts_23_hours_when_the_clocks_spring_forward() {
+    let day = calendar(
+        Algorithm::FixedWindow,
+        1,
+        "Europe/Berlin",
+        crate::config::Unit::Day,
+    );
+    // 2026-03-29 in Berlin: 2026-03-28T23:00Z to 2026-03-29T22:00Z.
+    let start = 1_774_738_800 * NS;
+    let mut s = State::fresh(&day, start);
+    assert_eq!(hits_at(&mut s, &day, start, 2), [(false, 0), (true, 0)]);
+    let e = s.eval(&day, start, 1);
+    assert_eq!((e.reset_ns, e.retry_ns), (23 * 3600 * NS, 23 * 3600 * NS));
+    assert_eq!(s.expires_at(&day, start), start + 23 * 3600 * NS);
+    assert!(s.eval(&day, start + 23 * 3600 * NS - 1, 1).over);
+    assert!(!s.eval(&day, start + 23 * 3600 * NS, 1).over);
+}
+
+#[test]
+fn a_calendar_sliding_month_weighs_the_last_month_by_this_ones_share() {
+    let month = calendar(
+        Algorithm::SlidingWindow,
+        28,
+        "UTC",
+        crate::config::Unit::Month,
+    );
+    // February 2026 (28 days) full, then a quarter into March (31 days): 28 × 3/4 = 21 weigh.
+    let feb = 1_769_904_000 * NS;
+    let mar = 1_772_323_200 * NS;
+    let mut s = State::fresh(&month, feb);
+    hit(&mut s, &month, feb, 28);
+    assert!(s.eval(&month, mar, 1).over);
+    let quarter = mar + 31 * 86_400 * NS / 4;
+    assert_eq!(s.used(&month, quarter), 21);
+    assert_eq!(s.eval(&month, quarter, 7).remaining, 0);
+    assert!(s.eval(&month, quarter, 8).over);
+    // Kept until the end of March, where February no longer weighs.
+    assert_eq!(s.expires_at(&month, feb), 1_775_001_600 * NS);
+}
+
+proptest! {
+    #[test]
+    fn calendar_windows_reset_at_their_end(
+        secs in 400_000_000u64..4_000_000_000,
+        zone in prop_oneof![Just("UTC"), Just("America/New_York"), Just("Australia/Lord_Howe")],
+        unit in prop_oneof![
+            Just(crate::config::Unit::Day),
+            Just(crate::config::Unit::Week),
+            Just(crate::config::Unit::Month),
+            Just(crate::config::Unit::Year),
+        ],
+    ) {
+        let p = calendar(Algorithm::FixedWindow, 1, zone, unit);
+        let now = secs * NS;
+        let span = p.span(now);
+        let mut s = State::fresh(&p, now);
+        let e = hit(&mut s, &p, now, 1);
+        prop_assert_eq!(e.reset_ns, span.end - now);
+        prop_assert!(s.eval(&p, span.end - 1, 1).over);
+        prop_assert!(!s.eval(&p, span.end, 1).over);
+        prop_assert_eq!(s.expires_at(&p, now), span.end);
+    }
 }

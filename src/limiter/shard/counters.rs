@@ -108,7 +108,7 @@ impl Counters {
         self.drop_expired(now, q);
         self.refused.retain(|_, until| *until > now);
         self.grants
-            .retain(|_, g| g.window >= now / g.params.window_ns());
+            .retain(|_, g| g.window >= g.params.span(now).idx);
         let table = &self.table;
         self.denied
             .retain(|k, _| table.find(k.as_str(), k.hash()).is_some());
@@ -224,7 +224,7 @@ impl Counters {
                 id,
                 Grant {
                     key: op.key.clone(),
-                    window: now / op.params.window_ns(),
+                    window: op.params.span(now).idx,
                     params: op.params,
                 },
             );
@@ -235,7 +235,7 @@ impl Counters {
     /// under, to give the hit back with.
     pub(super) fn take_grant(&mut self, key: &Key, id: u64, now: u64) -> Option<Params> {
         let found = match self.grants.get(&id) {
-            Some(g) if g.key == *key => g.window == now / g.params.window_ns(),
+            Some(g) if g.key == *key => g.window == g.params.span(now).idx,
             _ => false,
         };
         self.grants.remove(&id).filter(|_| found).map(|g| g.params)
@@ -244,7 +244,7 @@ impl Counters {
     /// Counts direct API refusals, for `/debug`.
     pub(super) fn count_denied(&mut self, ops: &[Op], now: u64) {
         for op in ops.iter().filter(|o| o.grant.is_some()) {
-            let w = now / op.params.window_ns();
+            let w = op.params.span(now).idx;
             let e = self.denied.entry_ref(&op.key).or_insert((w, 0));
             if e.0 != w {
                 *e = (w, 0);

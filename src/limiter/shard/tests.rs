@@ -40,6 +40,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
                 requests_per_unit: limit,
                 window_ms,
                 algorithm: Algorithm::FixedWindow,
+                calendar: None,
             },
             hits: 1,
             refund: false,

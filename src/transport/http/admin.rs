@@ -341,6 +341,8 @@ fn applies_json(a: &Applies) -> serde_json::Map<String, Value> {
         "name": a.name,
         "key": a.key,
         "unit": a.unit.name(),
+        "unit_multiplier": a.unit_multiplier,
+        "calendar": a.calendar,
         "requests_per_unit": a.requests_per_unit,
         "algorithm": a.algorithm.name(),
         "role": role,

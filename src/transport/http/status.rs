@@ -103,6 +103,9 @@ struct LimitTop {
     domain: String,
     /// The limit's stat key, as `/rlconfig` and the Prometheus series name it.
     limit: String,
+    /// Each of the node's limits' windows (`1 minute`, `5 minute`, `1 month in Europe/Berlin`):
+    /// a list's counts are the heavy hitters' own two minutes, not these windows.
+    windows: Vec<String>,
     #[serde(flatten)]
     lists: TopLists,
 }
@@ -167,6 +170,7 @@ impl TopView<'_> {
             limits.push(LimitTop {
                 domain: name.to_owned(),
                 limit: node.stat_key.clone(),
+                windows: node.limits.iter().map(|l| l.window_text()).collect(),
                 lists,
             });
         }

@@ -4,3 +4,4 @@ mod local_first;
 mod redis;
 mod redis_start;
 mod scenarios;
+mod windows;

@@ -359,6 +359,9 @@ pub struct EnvoyOpts {
     pub routes: Option<Value>,
     /// The filter's `timeout` (Envoy's default is 20ms; these tests use 1s unless told).
     pub timeout: &'static str,
+    /// The filter's `enable_retry_after_header`: a 429 carries `Retry-After`, the refused
+    /// status's `duration_until_reset`.
+    pub retry_after_header: bool,
 }
 
 impl EnvoyOpts {
@@ -370,6 +373,7 @@ impl EnvoyOpts {
             vhost_rate_limits,
             routes: None,
             timeout: "1s",
+            retry_after_header: false,
         }
     }
 }
@@ -433,6 +437,9 @@ pub fn envoy_config(upstream: SocketAddr, turnstile_grpc: SocketAddr, opts: &Env
     });
     if let Some(code) = opts.status_on_error {
         filter["status_on_error"] = json!({ "code": code });
+    }
+    if opts.retry_after_header {
+        filter["enable_retry_after_header"] = json!(true);
     }
     let routes = opts
         .routes

@@ -3,3 +3,4 @@
 mod access_log;
 mod e2e;
 mod queue;
+mod retry_after;

@@ -494,7 +494,13 @@ async fn sliding_window_headers_and_the_previous_window_weighing_in() {
     let r = get(&c, &url, &[("x-minute", "m")]).await;
     assert_status(&r, 429, "4th minute request");
     assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
-    assert_reset_near(&r, "x-ratelimit-reset", MINUTE);
+    // A refusal is told when the estimate lets it in: the minute's end, plus the 20 s the three
+    // hits take to weigh two.
+    let (reset, want) = (r.num("x-ratelimit-reset"), secs_to_window_end(MINUTE) + 20);
+    assert!(
+        reset.abs_diff(want) <= 2,
+        "x-ratelimit-reset {reset}, expected about {want}"
+    );
 
     // A second window: fill it, then 300 ms into the next one the previous window's 10 still
     // weigh about 70%: Remaining = 10 - ceil(10 × share left) - 1, not 9.
@@ -572,7 +578,8 @@ async fn token_bucket_headers_count_whole_tokens_and_time_to_full() {
             let r = &burst[3];
             assert_status(r, 429, "4th request, bucket empty");
             assert_eq!(r.num("x-ratelimit-remaining"), 0, "{r:#?}");
-            assert_eq!(r.num("x-ratelimit-reset"), 3, "{r:#?}");
+            // A refusal is told when its token comes back: within the second.
+            assert_eq!(r.num("x-ratelimit-reset"), 1, "{r:#?}");
 
             // 1.2 s later the bucket holds 1.2 tokens: one request passes and leaves 0 whole
             // tokens (0.2), 2.8 s from full; the next is refused.

@@ -154,6 +154,38 @@ fn check_invalid_file_exits_2_naming_file_and_path() {
 }
 
 #[test]
+fn check_names_a_bad_window_with_file_and_path() {
+    let t = TempDir::new("check-windows");
+    let cases = [
+        (
+            "unit: minute, unit_multiplier: 0",
+            "rate_limit.unit_multiplier: unit_multiplier must be at least 1",
+        ),
+        (
+            "unit: month, calendar: Europe/Atlantis",
+            "rate_limit.calendar: unknown time zone \"Europe/Atlantis\"",
+        ),
+        (
+            "unit: hour, calendar: UTC",
+            "rate_limit.calendar: calendar applies to day, week, month and year limits, not hour",
+        ),
+    ];
+    for (i, (limit, needle)) in cases.iter().enumerate() {
+        let f = t.write(
+            &format!("w{i}.yaml"),
+            &format!(
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{{limit}, requests_per_unit: 1}}\n"
+            ),
+        );
+        let out = check(&f, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "stderr:\n{stderr}");
+        let want = format!("{}: descriptors[0].{needle}", f.display());
+        assert!(stderr.contains(&want), "{want}\nnot in:\n{stderr}");
+    }
+}
+
+#[test]
 fn check_unknown_key_exits_2() {
     let t = TempDir::new("check-unknown");
     let f = t.write(

@@ -390,6 +390,7 @@ descriptors:
     rate_limits:
       - {unit: hour, requests_per_unit: 7}
       - {name: burst, unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
+      - {name: five, unit: minute, unit_multiplier: 5, requests_per_unit: 100}
 ";
     let config = Config::from_sources(&[("m.yaml".into(), next.into())], s.load).unwrap();
     r.context.live.install(config);
@@ -406,6 +407,8 @@ descriptors:
         Some(2.0)
     );
     assert_eq!(limit_gauge(&m, "burst", "k", "burst"), Some(4.0));
+    // The window's length: the allowed rate is requests_per_unit / unit_seconds.
+    assert_eq!(limit_gauge(&m, "unit_seconds", "k", "five"), Some(300.0));
     assert_eq!(limit_gauge(&m, "requests_per_unit", "q", "0"), None);
     assert!(!m.contains("descriptor=\"q\",limit"), "{m}");
     r.shutdown().await;

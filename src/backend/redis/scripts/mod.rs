@@ -203,6 +203,8 @@ pub(super) enum Cmd<'a> {
         hits: u64,
         left_ms: u64,
         window_ms: u64,
+        /// The current window's key lives until the next window ends: its count weighs there.
+        ttl_ms: u64,
         /// Count the hits whether or not they fit.
         in_full: bool,
     },
@@ -364,13 +366,14 @@ impl RedisStore {
     /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
     pub(super) fn cmd<'a>(&'a self, op: &'a Op, now: u64, refund: bool) -> Cmd<'a> {
         let p = &op.params;
-        let w = p.window_ms.max(1);
-        let now_ms = now / 1_000_000;
-        let idx = now_ms / w;
-        let start = |i: u64| Some(WindowStart { ms: i * w });
+        let span = p.span(now);
+        let ms = |ns: u64| ns / 1_000_000;
+        let w = ms(span.len()).max(1);
+        let now_ms = ms(now);
+        let start = |ns: u64| Some(WindowStart { ms: ms(ns) });
         match p.algorithm {
             Algorithm::FixedWindow => {
-                let key = self.key(op, "", "", start(idx));
+                let key = self.key(op, "", "", start(span.start));
                 if refund {
                     Cmd::RefundCount { key, hits: op.hits }
                 } else {
@@ -382,7 +385,7 @@ impl RedisStore {
                 }
             }
             Algorithm::SlidingWindow => {
-                let cur = self.key(op, "{", "}_", start(idx));
+                let cur = self.key(op, "{", "}_", start(span.start));
                 if refund {
                     Cmd::RefundCount {
                         key: cur,
@@ -390,19 +393,20 @@ impl RedisStore {
                     }
                 } else {
                     Cmd::Sliding {
-                        prev: self.key(op, "{", "}_", start(idx.saturating_sub(1))),
+                        prev: self.key(op, "{", "}_", start(p.prev_start(&span))),
                         cur,
                         limit: p.requests_per_unit,
                         hits: op.hits,
-                        left_ms: (idx + 1) * w - now_ms,
+                        left_ms: ms(span.end) - now_ms,
                         window_ms: w,
+                        ttl_ms: ms(p.next_end(&span)) - ms(span.start),
                         in_full: false,
                     }
                 }
             }
             Algorithm::TokenBucket { burst } => {
                 let key = self.key(op, "{", "}_tat", None);
-                let interval_us = w * 1000 / u64::from(p.requests_per_unit.max(1));
+                let interval_us = p.window_ms.max(1) * 1000 / u64::from(p.requests_per_unit.max(1));
                 let interval_us = if p.requests_per_unit == 0 {
                     0
                 } else {
@@ -493,6 +497,7 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             hits,
             left_ms,
             window_ms,
+            ttl_ms,
             in_full,
         } => {
             let in_full = u64::from(*in_full);
@@ -501,7 +506,7 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
                 *hits,
                 *left_ms,
                 *window_ms,
-                2 * *window_ms,
+                *ttl_ms,
                 in_full,
             ];
             script(p, &SLIDING_HEAD, &[cur, prev], &args);

@@ -272,7 +272,7 @@ impl Views {
 /// Whether `a` and `b` fall in one window of `op`'s fixed window (token buckets have none).
 fn same_window(op: &Op, a: u64, b: u64) -> bool {
     match op.params.algorithm {
-        Algorithm::FixedWindow => a / op.params.window_ns() == b / op.params.window_ns(),
+        Algorithm::FixedWindow => op.params.span(a).idx == op.params.span(b).idx,
         _ => true,
     }
 }
@@ -373,6 +373,7 @@ mod tests {
                 requests_per_unit: 10,
                 window_ms: 1000,
                 algorithm,
+                calendar: None,
             },
             hits: 1,
             refund: false,
