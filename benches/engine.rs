@@ -62,6 +62,7 @@ fn params(algorithm: Algorithm, requests_per_unit: u32, window_secs: u64) -> Par
         requests_per_unit,
         window_ms: window_secs * 1000,
         algorithm,
+        tat: turnstile::limiter::Tat::Full,
     }
 }
 

@@ -197,6 +197,7 @@ impl<'c> Plan<'c> {
                     requests_per_unit: a.limit.requests_per_unit(),
                     window_ms: a.limit.unit().seconds() * 1000,
                     algorithm,
+                    tat: crate::limiter::Tat::Full,
                 },
                 hits,
                 refund,

@@ -154,6 +154,7 @@ pub(super) fn test_op(
             requests_per_unit: 10,
             window_ms,
             algorithm,
+            tat: crate::limiter::Tat::Full,
         },
         hits,
         refund: false,

@@ -13,6 +13,7 @@ fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {
         requests_per_unit: rpu,
         window_ms: window_secs * 1000,
         algorithm: alg,
+        tat: super::Tat::Full,
     }
 }
 

@@ -40,6 +40,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
                 requests_per_unit: limit,
                 window_ms,
                 algorithm: Algorithm::FixedWindow,
+                tat: crate::limiter::Tat::Full,
             },
             hits: 1,
             refund: false,

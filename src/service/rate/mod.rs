@@ -274,6 +274,7 @@ fn params(l: &KeyLimits) -> Params {
         requests_per_unit: l.max_requests,
         window_ms: (l.window.as_millis() as u64).max(1),
         algorithm: Algorithm::FixedWindow,
+        tat: crate::limiter::Tat::Full,
     }
 }
 

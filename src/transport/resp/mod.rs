@@ -1,10 +1,10 @@
 //! The Redis-protocol transport: ThrottleCrab's `THROTTLE`, redis-cell's `CL.THROTTLE`, `PING` and
 //! `QUIT` over RESP2 (RESP3 after `HELLO 3`), one tokio task per connection, so any Redis client library (and `redis-cli`) is a turnstile client.
 //!
-//! Frames are decoded and replies encoded by the `redis-protocol` crate. Before a frame reaches
-//! it, `frame_len` walks the frame's headers without recursion: it finds where a command ends,
-//! caps its size, and refuses nested arrays. No command has them, and the crate's recursive parser
-//! overflows the stack (aborting the process) on a few thousand nested `*1\r\n`.
+//! Replies are encoded by the `redis-protocol` crate; commands are read by `codec`, which walks a
+//! frame's headers without recursion: it finds where a command ends, caps its size, takes each
+//! argument as a slice of the frame, and refuses nested arrays (no command has them; a recursive
+//! parser overflows the stack on a few thousand nested `*1\r\n`).
 //!
 //! Commands of one connection are answered in the order they came, pipelined or not: every
 //! complete command in the read buffer is decided, its reply appended, and the replies written
@@ -287,7 +287,7 @@ mod tests {
     use super::*;
 
     fn args(input: &[u8]) -> Result<Option<Vec<Bytes>>, &'static str> {
-        next_command(&mut BytesMut::from(input))
+        next_command(&mut BytesMut::from(input)).map(|a| a.map(|a| a.into_vec()))
     }
 
     #[test]
@@ -317,7 +317,13 @@ mod tests {
         // Nested arrays would send the crate's parser this deep.
         let nested = b"*1\r\n".repeat(100_000);
         assert!(args(&nested).is_err());
-        assert!(args(b"*1\r\n:5\r\n").is_err());
+        assert_eq!(
+            args(b"*2\r\n$1\r\nk\r\n:-5\r\n").unwrap().unwrap(),
+            vec![Bytes::from("k"), Bytes::from("-5")],
+            "integers are arguments too"
+        );
+        assert!(args(b"*1\r\n:5x\r\n").is_err());
+        assert!(args(b"*1\r\n+5\r\n").is_err());
         assert!(args(b"*1\r\n$-1\r\n").is_err());
         assert!(
             args(b"*1\r\n$99999999\r\n").is_err(),

@@ -373,6 +373,7 @@ mod tests {
                 requests_per_unit: 10,
                 window_ms: 1000,
                 algorithm,
+                tat: crate::limiter::Tat::Full,
             },
             hits: 1,
             refund: false,
