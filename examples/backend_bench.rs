@@ -48,6 +48,7 @@ async fn drive(
                         requests_per_unit: 1_000_000_000,
                         window_ms: 60_000,
                         algorithm: Algorithm::FixedWindow,
+                        tat: turnstile::limiter::Tat::Full,
                     },
                     hits: 1,
                     refund: false,

@@ -67,6 +67,7 @@ fn main() {
         requests_per_unit: 1_000_000_000,
         window_ms: 86_400_000,
         algorithm: Algorithm::FixedWindow,
+        tat: turnstile::limiter::Tat::Full,
     };
     let op = |k: String| Op {
         key: Key::new(k),
