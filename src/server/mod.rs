@@ -13,6 +13,7 @@
 
 mod admin;
 mod context;
+mod draining;
 mod linger;
 mod listeners;
 mod reload;

@@ -14,7 +14,7 @@ use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tower_layer::{Identity, Stack};
 
-use super::admin::{drain_end, serve_http};
+use super::draining::{drain_end, serve_http};
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
 use super::tls::{self, TlsState};
