@@ -66,6 +66,7 @@ fn params(algorithm: Algorithm, requests_per_unit: u32, window_secs: u64) -> Par
         window_ms: window_secs * 1000,
         algorithm,
         calendar: None,
+        tat: turnstile::limiter::Tat::Full,
     }
 }
 

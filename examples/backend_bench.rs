@@ -49,6 +49,7 @@ async fn drive(
                         window_ms: 60_000,
                         algorithm: Algorithm::FixedWindow,
                         calendar: None,
+                        tat: turnstile::limiter::Tat::Full,
                     },
                     hits: 1,
                     refund: false,

@@ -68,6 +68,7 @@ fn main() {
         window_ms: 86_400_000,
         algorithm: Algorithm::FixedWindow,
         calendar: None,
+        tat: turnstile::limiter::Tat::Full,
     };
     let op = |k: String| Op {
         key: Key::new(k),

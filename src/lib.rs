@@ -40,8 +40,9 @@
 //!
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker thread, each
 //! accepting gRPC connections (plain, TLS or a unix socket) and hosting its share of the shards,
-//! so a call whose key lives on its own worker decides synchronously; one more thread serves
-//! HTTP, the debug and Prometheus ports, the RESP transport, and watches the config and the
+//! so a call whose key lives on its own worker decides synchronously; every worker also accepts
+//! RESP and HTTP connections from the one RESP socket and the one HTTP socket, for the same
+//! reason. One more thread serves the debug and Prometheus ports, and watches the config and the
 //! certificate files. A new config, from files, SIGHUP or xDS, goes live through one path
 //! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
 //! survive it. `server::Context` is built once at start; each adapter gets only its parts (the

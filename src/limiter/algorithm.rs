@@ -15,6 +15,22 @@ pub struct Params {
     pub algorithm: Algorithm,
     /// Windows following a zone's calendar; `None` (the rule) for epoch-aligned ones.
     pub calendar: Option<Calendar>,
+    /// How a token bucket's stored time is read (other algorithms ignore it).
+    pub tat: Tat,
+}
+
+/// What a token bucket's stored time means, and so how it is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tat {
+    /// The time the bucket is full again, brought up to now when it fell behind: the engine's
+    /// own, redis-cell's TAT.
+    #[default]
+    Full,
+    /// ThrottleCrab's TAT (`throttlecrab/src/core/rate_limiter.rs` 0.4.40), one interval `T`
+    /// before "full" for the parameters that stored it: kept as stored, whatever parameters a
+    /// later call brings, until the key expires at TAT + τ (τ = T·(burst-1)); an expired key
+    /// starts at now - T. A call taking nothing stores it too.
+    ThrottleCrab,
 }
 
 impl Params {
@@ -118,7 +134,12 @@ impl State {
                 prev: 0,
                 cur: 0,
             },
-            Algorithm::TokenBucket { .. } => State::Gcra { tat: now },
+            Algorithm::TokenBucket { .. } => match p.tat {
+                Tat::Full => State::Gcra { tat: now },
+                Tat::ThrottleCrab => State::Gcra {
+                    tat: now.saturating_sub(p.interval_ns()),
+                },
+            },
         }
     }
 
@@ -161,7 +182,13 @@ impl State {
                 let weighted = (u128::from(prev) * u128::from(left)).div_ceil(u128::from(w));
                 weighted as u64 + cur
             }
-            State::Gcra { tat } => tat.saturating_sub(now).div_ceil(p.interval_ns().max(1)),
+            State::Gcra { tat } => {
+                let full = match p.tat {
+                    Tat::Full => tat,
+                    Tat::ThrottleCrab => tat.saturating_add(p.interval_ns()),
+                };
+                full.saturating_sub(now).div_ceil(p.interval_ns().max(1))
+            }
         }
     }
 
@@ -185,7 +212,10 @@ impl State {
                 1 => s.end,
                 _ => s.start,
             },
-            State::Gcra { tat } => tat,
+            State::Gcra { tat } => match p.tat {
+                Tat::Full => tat,
+                Tat::ThrottleCrab => tat.saturating_add(crab_tolerance(p)),
+            },
         }
     }
 
@@ -194,6 +224,7 @@ impl State {
         match *self {
             State::Fixed { window, count } => eval_fixed(window, count, p, now, hits),
             State::Sliding { window, prev, cur } => eval_sliding(window, prev, cur, p, now, hits),
+            State::Gcra { tat } if p.tat == Tat::ThrottleCrab => eval_crab(tat, p, now, hits),
             State::Gcra { tat } => eval_gcra(tat, p, now, hits),
         }
     }
@@ -405,6 +436,47 @@ fn eval_gcra(tat: u64, p: &Params, now: u64, hits: u64) -> Eval {
         next: State::Gcra { tat: next },
         retry_ns,
         past,
+    }
+}
+
+/// ThrottleCrab's delay variation tolerance τ = T·(burst-1) (`rate_limiter.rs`).
+fn crab_tolerance(p: &Params) -> u64 {
+    p.interval_ns().saturating_mul(p.burst().saturating_sub(1))
+}
+
+/// ThrottleCrab's GCRA over its own stored TAT (`throttlecrab/src/core/rate_limiter.rs` 0.4.40,
+/// `rate_limit`): a key still stored (its store keeps it while TAT + τ > now) is read as stored,
+/// at least now - τ; else it starts at now - T. Allowed when TAT + T·hits - τ ≤ now, and then
+/// stored, hits 0 included. `remaining`, `reset_ns` and `retry_ns` are its values:
+/// (now + τ - TAT) / T, TAT - now + τ and allow_at - now, TAT after the call when allowed.
+fn eval_crab(stored: u64, p: &Params, now: u64, hits: u64) -> Eval {
+    let t = i128::from(p.interval_ns().max(1));
+    let tau = i128::from(crab_tolerance(p));
+    let now_i = i128::from(now);
+    let stored = i128::from(stored);
+    let tat = if stored + tau > now_i {
+        stored.max(now_i - tau)
+    } else {
+        now_i - t
+    };
+    // ThrottleCrab's i64 sums saturate.
+    let new_tat = (tat + t * i128::from(hits)).min(i128::from(i64::MAX));
+    let allow_at = new_tat - tau;
+    let allowed = now_i >= allow_at;
+    let current = if allowed { new_tat } else { tat };
+    let remaining = ((now_i + tau - current) / t).max(0);
+    let ns = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+    Eval {
+        over: !allowed,
+        remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        reset_ns: ns(current - now_i + tau),
+        next: State::Gcra { tat: ns(current) },
+        retry_ns: if allowed { 0 } else { ns(allow_at - now_i) },
+        past: if allowed {
+            0
+        } else {
+            ns((allow_at - now_i + t - 1) / t)
+        },
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use algorithm::{Eval, Params, State};
+pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};

@@ -1,34 +1,31 @@
-//! The admin thread: one small current-thread runtime for everything besides gRPC: HTTP, the
-//! debug, Prometheus and admin ports, the RESP transport, the xDS client, and the config and
+//! The admin thread: one small current-thread runtime for what the workers do not serve: the
+//! debug, Prometheus and admin ports, the xDS client, and the config and
 //! certificate pollers.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use super::draining::{drain_end, serve_http};
 use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
-use crate::service::ThrottleService;
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::transport::http::MetricsState;
-use crate::transport::resp::RespSettings;
 
 /// What the admin thread serves and watches.
 pub(super) struct Admin {
-    /// The HTTP port, then the optional ones (`debug`, `Prometheus`, `admin`), each with its
-    /// router.
+    /// The optional HTTP ports (`debug`, `Prometheus`, `admin`), each with its router; the main
+    /// one is the workers'.
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
-    /// The RESP listener, its settings, and the decisions it serves.
-    pub(super) resp: Option<(StdListener, RespSettings, ThrottleService)>,
     /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
     pub(super) xds: Option<(XdsSettings, Option<Health>)>,
     /// How xDS's configs go live.
@@ -58,10 +55,6 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
             rt.block_on(async move {
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
-                if let Some((l, settings, throttle)) = admin.resp {
-                    let resp = serve_resp(l, throttle, settings, stop.clone());
-                    tasks.push(tokio::spawn(resp));
-                }
                 if let Some((settings, gate)) = admin.xds {
                     tasks.extend(run_xds(settings, gate, admin.install, &stop));
                 }
@@ -73,9 +66,8 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                 if let Some((domains, health)) = admin.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
                 }
-                let drained = drain_end(stop.clone(), &stopping.grpc_draining, admin.grace);
                 for (what, listener, router) in admin.http {
-                    let end = drained.clone();
+                    let end = drain_end(stop.clone(), &stopping.grpc_draining, admin.grace);
                     tasks.push(tokio::spawn(serve_http(what, listener, router, end)));
                 }
                 if let Some((watched, baseline, reloader)) = admin.config_poll {
@@ -122,22 +114,6 @@ async fn push_statsd(settings: StatsdSettings, m: MetricsState, stop: watch::Rec
         e.collect(s.format(), &m.counters, &live.config, &live.stats)
     };
     statsd::run(settings, stats, collect, stop).await;
-}
-
-async fn serve_resp(
-    listener: StdListener,
-    throttle: ThrottleService,
-    settings: RespSettings,
-    mut stop: watch::Receiver<bool>,
-) {
-    let l =
-        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
-    let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    if let Err(e) = crate::transport::resp::serve(l, throttle, settings, shutdown).await {
-        tracing::error!(error = %e, "RESP transport failed");
-    }
 }
 
 /// Sets health as reloads change the live config's domain count, until the stop (from then on
@@ -192,44 +168,4 @@ fn run_xds(
         }));
     }
     tasks
-}
-
-/// Turns true once the stop has come and gRPC has drained (every worker's server ended), or
-/// the grace has passed since the stop: until then the HTTP ports answer, `/healthcheck` with
-/// 500, as envoyproxy/ratelimit closes its HTTP listener only after gRPC's graceful stop.
-fn drain_end(
-    mut stop: watch::Receiver<bool>,
-    grpc_draining: &watch::Sender<usize>,
-    grace: Duration,
-) -> watch::Receiver<bool> {
-    let mut draining = grpc_draining.subscribe();
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        let _ = stop.wait_for(|s| *s).await;
-        let _ = tokio::time::timeout(grace, draining.wait_for(|n| *n == 0)).await;
-        let _ = tx.send(true);
-    });
-    rx
-}
-
-/// Serves `router` until `end` turns true.
-async fn serve_http(
-    what: &'static str,
-    listener: StdListener,
-    router: axum::Router,
-    mut end: watch::Receiver<bool>,
-) {
-    let listener =
-        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
-    let shutdown = async move {
-        let _ = end.wait_for(|s| *s).await;
-    };
-    // The peer address lets `/throttle` and the admin port answer loopback callers only.
-    let app = router.into_make_service_with_connect_info::<SocketAddr>();
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!(server = what, error = %e, "HTTP server failed");
-    }
 }

@@ -5,12 +5,15 @@
 //! with its share of the shard actors in its `LocalSet` (`worker`): a call whose key lives on its
 //! own worker decides synchronously, with no message. A do-nothing tonic service costs about
 //! 9 µs of CPU per call on a current-thread runtime against 21 µs on the multi-thread one, so
-//! nothing here uses work stealing. HTTP, the debug, Prometheus and admin ports, the RESP transport,
-//! xDS and the pollers run on one more small thread (`admin`). Sockets are bound first
-//! (`listeners`); a new config goes live through `reload`; `run` is what the binary calls.
+//! nothing here uses work stealing. Every worker also accepts RESP and HTTP connections (a clone
+//! of the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle`
+//! whose key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS
+//! and the pollers run on one more small thread (`admin`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
+//! `run` is what the binary calls.
 
 mod admin;
 mod context;
+mod draining;
 mod linger;
 mod listeners;
 mod reload;
@@ -41,6 +44,7 @@ use crate::settings::Settings;
 use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::{Shown, TlsStats};
 use crate::transport::http::{self, HttpState, MetricsState};
+use crate::transport::resp::RespShared;
 use admin::Admin;
 use listeners::{local_addr, Listeners};
 use reload::Reloader;
@@ -195,7 +199,6 @@ pub async fn start(
     let (tls, reloader) = tls_and_reloader(settings, &cx, domains)?;
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
     let (stop, stop_rx) = watch::channel(false);
-
     let workers = settings.workers.max(1);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
@@ -209,7 +212,7 @@ pub async fn start(
         fleet,
         stop_rx.clone(),
     );
-    let mut threads = worker::spawn_all(listeners.grpc, shard_tasks, &grpc, &stopping)?;
+    let resp = resp_shared(listeners.resp, settings, &cx);
     let http_addr = local_addr(&listeners.http, settings.http_addr)?;
     let ports = (
         listeners.http,
@@ -217,9 +220,13 @@ pub async fn start(
         listeners.prometheus,
         listeners.admin,
     );
+    // The main HTTP port is served by the workers, the others by the admin thread.
+    let mut http = http_servers(settings, &cx, &health, ports);
+    let (_, port, router) = http.remove(0);
+    let served = (resp, Some((port, router, settings.shutdown_grace)));
+    let mut threads = worker::spawn_all(listeners.grpc, shard_tasks, &grpc, served, &stopping)?;
     let admin = Admin {
-        http: http_servers(settings, &cx, &health, ports),
-        resp: (listeners.resp.zip(settings.resp.clone())).map(|(l, s)| (l, s, cx.throttle.clone())),
+        http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         install: reload::Install::new(cx.live.clone(), cx.counters.reloads.clone()),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
@@ -294,6 +301,19 @@ fn metrics_state(cx: &Context) -> MetricsState {
 }
 
 /// The HTTP port and, when bound, the debug, Prometheus and admin ports, each with its router.
+/// The RESP transport's shared state, when it is on; every worker accepts from the socket.
+fn resp_shared(
+    listener: Option<StdListener>,
+    settings: &Settings,
+    cx: &Context,
+) -> Option<(StdListener, Arc<RespShared>)> {
+    let (l, s) = listener.zip(settings.resp.as_ref())?;
+    if let Ok(addr) = l.local_addr() {
+        tracing::info!(%addr, max_connections = s.max_connections, "RESP transport listening");
+    }
+    Some((l, RespShared::new(cx.throttle.clone(), s)))
+}
+
 fn http_servers(
     settings: &Settings,
     cx: &Context,

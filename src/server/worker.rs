@@ -14,6 +14,7 @@ use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tower_layer::{Identity, Stack};
 
+use super::draining::{drain_end, serve_http};
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
 use super::tls::{self, TlsState};
@@ -25,6 +26,7 @@ use crate::service::RateLimiter;
 use crate::settings::Settings;
 use crate::telemetry::RequestStats;
 use crate::transport::grpc::{RequestLayer, RlsService, ShouldRateLimit};
+use crate::transport::resp::{self, RespShared};
 use crate::transport::rlqs::RlqsService;
 
 /// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server
@@ -143,6 +145,7 @@ pub(super) fn spawn_all<H: Health>(
     listeners: Vec<GrpcListener>,
     shards: Vec<ShardTask>,
     grpc: &Grpc<H>,
+    (resp, http): (Option<RespSocket>, Option<HttpSocket>),
     stopping: &impl Fn() -> Stopping,
 ) -> Result<Vec<JoinHandle<()>>, StartError> {
     let workers = listeners.len();
@@ -152,9 +155,61 @@ pub(super) fn spawn_all<H: Health>(
     }
     let mut threads = Vec::with_capacity(workers + 1);
     for (w, (listener, mine)) in listeners.into_iter().zip(dealt).enumerate() {
-        threads.push(spawn(w, listener, mine, grpc, stopping())?);
+        // Every worker accepts RESP connections from the one socket.
+        let resp = match &resp {
+            Some((l, shared)) => {
+                Some((l.try_clone().map_err(StartError::Runtime)?, shared.clone()))
+            }
+            None => None,
+        };
+        // And HTTP connections from the main HTTP socket, so `POST /throttle` decides in place.
+        let http = match &http {
+            Some((l, router, grace)) => Some((
+                l.try_clone().map_err(StartError::Runtime)?,
+                router.clone(),
+                *grace,
+            )),
+            None => None,
+        };
+        let served = Served { resp, http };
+        threads.push(spawn(w, listener, mine, grpc, served, stopping())?);
     }
     Ok(threads)
+}
+
+/// The RESP socket and the transport's state, shared by every worker.
+pub(super) type RespSocket = (std::net::TcpListener, Arc<RespShared>);
+/// The main HTTP socket, its router, and the longest it keeps answering after the stop while
+/// gRPC drains.
+pub(super) type HttpSocket = (std::net::TcpListener, axum::Router, Duration);
+
+/// What a worker serves besides gRPC: its handles on the RESP and the main HTTP sockets.
+struct Served {
+    resp: Option<RespSocket>,
+    http: Option<HttpSocket>,
+}
+
+impl Served {
+    /// Starts serving on the current runtime; the handles end after the stop.
+    fn start(self, w: usize, stopping: &Stopping) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some((l, shared)) = self.resp {
+            let mut stop = stopping.stop.clone();
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = resp::serve_shared(tcp(l), shared, shutdown).await {
+                    tracing::error!(worker = w, error = %e, "RESP transport failed");
+                }
+            }));
+        }
+        if let Some((l, router, grace)) = self.http {
+            let end = drain_end(stopping.stop.clone(), &stopping.grpc_draining, grace);
+            tasks.push(tokio::spawn(serve_http("HTTP", l, router, end)));
+        }
+        tasks
+    }
 }
 
 /// Starts worker `w` on its own thread.
@@ -163,6 +218,7 @@ fn spawn<H: Health>(
     listener: GrpcListener,
     shards: Vec<ShardTask>,
     grpc: &Grpc<H>,
+    served: Served,
     mut stopping: Stopping,
 ) -> Result<JoinHandle<()>, StartError> {
     let router = router(grpc);
@@ -178,6 +234,7 @@ fn spawn<H: Health>(
                 for t in shards {
                     tokio::task::spawn_local(t.run());
                 }
+                let served = served.start(w, &stopping);
                 let shutdown = async move {
                     let _ = stopping.stop.wait_for(|s| *s).await;
                 };
@@ -224,6 +281,10 @@ fn spawn<H: Health>(
                     tracing::error!(worker = w, error = %e, "gRPC server failed");
                 }
                 (stopping.grpc_draining).send_modify(|n| *n = n.saturating_sub(1));
+                // HTTP answers until every gRPC server has drained, this one's included.
+                for t in served {
+                    let _ = t.await;
+                }
                 stopping.barrier.wait().await;
             })
         })

@@ -243,6 +243,7 @@ impl<'c> Plan<'c> {
                     window_ms: a.limit.window_ms(),
                     algorithm,
                     calendar: a.limit.calendar(),
+                    tat: crate::limiter::Tat::Full,
                 },
                 hits,
                 refund,

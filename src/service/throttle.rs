@@ -17,27 +17,22 @@
 //!
 //! # One engine, two peers
 //!
-//! Both peers are GCRA with a theoretical arrival time (TAT) per key; the engine keeps it as the
-//! time the key's token bucket is full again. redis-cell's is the textbook one: a bucket of
-//! `max_burst + 1` tokens, the engine's exactly. ThrottleCrab's bucket holds `max_burst`, and its
-//! TAT is one token's interval `T` before the engine's (a fresh key starts at `now - T`,
-//! `rate_limiter.rs:165`), so every value it answers follows from the engine's "full again in
-//! `F`" ([`ThrottleAnswer::from_gcra`]). One difference is deliberate: ThrottleCrab keeps a
-//! stored TAT as it is until the key expires at TAT + T·(max_burst-1) (`rate_limiter.rs:160`,
-//! `:179-183`), where the engine brings a TAT that fell behind up to "full now". So a ThrottleCrab
-//! key left idle, but not long enough to expire, can take up to `2·max_burst - 3` tokens at once
-//! (more than `max_burst` from `max_burst` 4 on), and its reset_after counts down to that
-//! expiry; with `max_burst` 1 (τ = 0) the key has expired as soon as it is stored (its stores keep
-//! a key while `expiry > now`, `store/periodic.rs:177`), so it never refuses a quantity of 1.
-//! turnstile holds every key to `max_burst`; while a key holds at most that, both answer the
-//! same.
+//! Both peers are GCRA with a theoretical arrival time (TAT) per key. redis-cell's is the
+//! textbook one: a bucket of `max_burst + 1` tokens, its TAT the time the bucket is full again,
+//! the engine's own ([`Tat::Full`]). ThrottleCrab's bucket holds `max_burst`, its TAT is one
+//! token's interval `T` before "full" (a fresh key starts at `now - T`, `rate_limiter.rs:165`),
+//! and it keeps a stored TAT as it is, whatever parameters later calls bring, until the key
+//! expires at TAT + τ (`:160`, `:179-183`); a call of quantity 0 stores it too. The engine keeps
+//! ThrottleCrab's keys by that rule ([`Tat::ThrottleCrab`]) and answers its values, so a key left
+//! idle, but not long enough to expire, can take up to `2·max_burst - 3` tokens at once there as
+//! in ThrottleCrab, and with `max_burst` 1 a key never refuses a quantity of 1.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::config::Algorithm;
 use crate::limiter::key::Key;
-use crate::limiter::{Engine, EngineError, Op, Params, Role};
+use crate::limiter::{Engine, EngineError, Op, Outcome, Params, Role, Tat};
 use crate::telemetry::ThrottleStats;
 
 /// Counter keys of `THROTTLE` start with this. Envoy's keys start with their domain and `/rate`
@@ -149,31 +144,18 @@ pub struct Gcra {
 }
 
 impl ThrottleAnswer {
-    /// ThrottleCrab's answer (`throttlecrab/src/core/rate_limiter.rs`), whose TAT is the
-    /// engine's less one interval: `tat - now = F - T`, and `τ = T·(max_burst-1)` (`:122`).
-    pub fn from_gcra(g: &Gcra) -> ThrottleAnswer {
-        let t = u128::from(g.interval_ns.max(1));
-        let full = u128::from(g.full_in_ns);
-        let capacity = t * u128::from(g.burst);
-        // (now + τ - tat) / T, at least 0 (`:217-225`).
-        let remaining = capacity.saturating_sub(full) / t;
-        // tat - now + τ, at least 0 (`:227-232`).
-        let reset = (full + capacity).saturating_sub(2 * t);
-        // allow_at - now = tat + T·quantity - τ - now (`:170-175`, `:234-238`). ThrottleCrab's
-        // own sum saturates at i64::MAX ns after the epoch; for quantities that far out this
-        // answers later than it does.
-        let retry = if g.allowed {
-            0
-        } else {
-            (full + t * u128::from(g.quantity)).saturating_sub(capacity)
-        };
-        let secs = |ns: u128| i64::try_from(ns / NS).unwrap_or(i64::MAX);
+    /// ThrottleCrab's answer from the engine's verdict under [`Tat::ThrottleCrab`], whose
+    /// remaining, reset and retry are ThrottleCrab's own (`rate_limiter.rs`); times in whole
+    /// seconds, floored (`types.rs:93-94`).
+    pub fn from_outcome(out: &Outcome, max_burst: u64) -> ThrottleAnswer {
+        let allowed = !out.over && !out.blocked;
+        let secs = |ns: u64| (ns / NS as u64) as i64;
         ThrottleAnswer {
-            allowed: g.allowed,
-            limit: g.burst as i64,
-            remaining: remaining as i64,
-            reset_after: secs(reset),
-            retry_after: secs(retry),
+            allowed,
+            limit: max_burst as i64,
+            remaining: out.remaining.into(),
+            reset_after: secs(out.reset_ns),
+            retry_after: if allowed { 0 } else { secs(out.retry_ns) },
         }
     }
 }
@@ -296,6 +278,10 @@ pub fn op_for(
         ));
     }
     let counter = format!("{prefix}{}", req.key);
+    let tat = match peer {
+        Peer::ThrottleCrab => Tat::ThrottleCrab,
+        Peer::RedisCell => Tat::Full,
+    };
     Ok(Op {
         key: Key::new(counter),
         params: Params {
@@ -303,8 +289,11 @@ pub fn op_for(
             window_ms: period * 1000,
             algorithm: Algorithm::TokenBucket { burst },
             calendar: None,
+            tat,
         },
-        hits: if quantity <= u64::from(burst) {
+        // ThrottleCrab's rule decides any quantity itself (a key it keeps may take more than
+        // max_burst); redis-cell's never allows more than its bucket.
+        hits: if tat == Tat::ThrottleCrab || quantity <= u64::from(burst) {
             quantity
         } else {
             0
@@ -343,8 +332,8 @@ impl ThrottleService {
         limits: &ThrottleLimits,
         req: &ThrottleRequest,
     ) -> Result<ThrottleAnswer, ThrottleError> {
-        let g = self.decide(limits, req, Peer::ThrottleCrab).await?;
-        Ok(ThrottleAnswer::from_gcra(&g))
+        let (out, g) = self.decide(limits, req, Peer::ThrottleCrab).await?;
+        Ok(ThrottleAnswer::from_outcome(&out, g.burst))
     }
 
     /// redis-cell's `CL.THROTTLE`.
@@ -353,7 +342,7 @@ impl ThrottleService {
         limits: &ThrottleLimits,
         req: &ThrottleRequest,
     ) -> Result<CellAnswer, ThrottleError> {
-        let g = self.decide(limits, req, Peer::RedisCell).await?;
+        let (_, g) = self.decide(limits, req, Peer::RedisCell).await?;
         Ok(CellAnswer::from_gcra(&g))
     }
 
@@ -362,7 +351,7 @@ impl ThrottleService {
         limits: &ThrottleLimits,
         req: &ThrottleRequest,
         peer: Peer,
-    ) -> Result<Gcra, ThrottleError> {
+    ) -> Result<(Outcome, Gcra), ThrottleError> {
         let stats = &self.stats;
         let op = match op_for(req, limits, peer) {
             Ok(op) => op,
@@ -386,183 +375,24 @@ impl ThrottleService {
                 return Err(e.into());
             }
         };
-        let allowed = !out.over && !out.blocked && quantity <= burst;
+        let allowed =
+            !out.over && !out.blocked && (peer == Peer::ThrottleCrab || quantity <= burst);
         let counter = if allowed {
             &stats.allowed
         } else {
             &stats.denied
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(Gcra {
+        let g = Gcra {
             allowed,
             full_in_ns: out.reset_ns,
             interval_ns: params.interval_ns(),
             burst,
             quantity,
-        })
+        };
+        Ok((out, g))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limiter::key::key_hash;
-
-    fn req(burst: i64, count: i64, period: i64, quantity: i64) -> ThrottleRequest {
-        ThrottleRequest {
-            key: "k".into(),
-            max_burst: burst,
-            count_per_period: count,
-            period,
-            quantity,
-        }
-    }
-
-    fn crab(r: &ThrottleRequest, l: &ThrottleLimits) -> Result<Op, ThrottleError> {
-        op_for(r, l, Peer::ThrottleCrab)
-    }
-
-    #[test]
-    fn caps_and_ranges_are_enforced() {
-        let l = ThrottleLimits {
-            max_burst: 10,
-            max_period_secs: 60,
-            max_count: 100,
-            max_key_len: 4,
-            allow_remote: false,
-        };
-        assert!(crab(&req(10, 100, 60, 10), &l).is_ok());
-        assert!(crab(&req(10, 100, 60, 0), &l).is_ok(), "0 only asks");
-        for bad in [
-            req(11, 1, 1, 1),
-            req(0, 1, 1, 1),
-            req(-1, 1, 1, 1),
-            req(1, 101, 1, 1),
-            req(1, 0, 1, 1),
-            req(1, 1, 61, 1),
-            req(1, 1, 0, 1),
-            req(2, 1, 1, -1),
-        ] {
-            assert!(
-                matches!(crab(&bad, &l), Err(ThrottleError::Invalid(_))),
-                "{bad:?}"
-            );
-        }
-        let mut long = req(1, 1, 1, 1);
-        long.key = "12345".into();
-        assert!(crab(&long, &l).is_err());
-        long.key = String::new();
-        assert!(crab(&long, &l).is_err());
-        let fast = ThrottleLimits {
-            max_count: u32::MAX,
-            ..l
-        };
-        assert!(crab(&req(1, 2_000_000_000, 1, 1), &fast).is_err());
-        // redis-cell's max_burst starts at 0: a bucket of one.
-        let cell = op_for(&req(0, 1, 1, 1), &l, Peer::RedisCell).unwrap();
-        assert_eq!(cell.params.algorithm, Algorithm::TokenBucket { burst: 1 });
-        assert!(op_for(&req(-1, 1, 1, 1), &l, Peer::RedisCell).is_err());
-    }
-
-    #[test]
-    fn more_than_the_bucket_holds_only_looks() {
-        let l = ThrottleLimits::default();
-        assert_eq!(crab(&req(2, 1, 1, 3), &l).unwrap().hits, 0);
-        assert_eq!(crab(&req(2, 1, 1, 2), &l).unwrap().hits, 2);
-        assert_eq!(
-            op_for(&req(2, 1, 1, 3), &l, Peer::RedisCell).unwrap().hits,
-            3
-        );
-        assert_eq!(
-            op_for(&req(2, 1, 1, 4), &l, Peer::RedisCell).unwrap().hits,
-            0
-        );
-        assert_eq!(crab(&req(2, 1, 1, i64::MAX), &l).unwrap().hits, 0);
-    }
-
-    #[test]
-    fn keys_have_their_own_space() {
-        let op = crab(&req(1, 1, 1, 1), &ThrottleLimits::default()).unwrap();
-        assert_eq!(op.key, "\0throttle/k");
-        assert_eq!(op.key.hash(), key_hash("\0throttle/k"));
-        assert_eq!(op.params.window_ms, 1000);
-        let cell = op_for(
-            &req(1, 1, 1, 1),
-            &ThrottleLimits::default(),
-            Peer::RedisCell,
-        )
-        .unwrap();
-        assert_eq!(cell.key, "\0cell/k");
-    }
-
-    const S: u64 = 1_000_000_000;
-
-    fn g(allowed: bool, full_in_ns: u64, interval_ns: u64, burst: u64, quantity: u64) -> Gcra {
-        Gcra {
-            allowed,
-            full_in_ns,
-            interval_ns,
-            burst,
-            quantity,
-        }
-    }
-
-    #[test]
-    fn throttlecrab_answers_from_the_engine_state() {
-        // lazureykis/throttlecrab, throttlecrab-server/src/transport/redis_test.rs,
-        // test_redis_throttle_allowed: THROTTLE 10 100 60 on a fresh key is [1, 10, 9, 5, 0]
-        // (T = 0.6 s: full again in 0.6 s after one token).
-        let a = ThrottleAnswer::from_gcra(&g(true, 600_000_000, 600_000_000, 10, 1));
-        assert_eq!(
-            (
-                a.allowed,
-                a.limit,
-                a.remaining,
-                a.reset_after,
-                a.retry_after
-            ),
-            (true, 10, 9, 5, 0)
-        );
-        // test_redis_throttle_with_quantity: quantity 5 leaves 5, reset_after 7.
-        let a = ThrottleAnswer::from_gcra(&g(true, 3 * S, 600_000_000, 10, 5));
-        assert_eq!((a.remaining, a.reset_after), (5, 7));
-        // test_redis_large_quantity: quantity 15 of 10 is refused, remaining still 10.
-        let a = ThrottleAnswer::from_gcra(&g(false, 0, 600_000_000, 10, 15));
-        assert_eq!((a.allowed, a.limit, a.remaining), (false, 10, 10));
-        // rate_limiter.rs:237 for that call: allow_at - now = (-T + 15T) - 9T = 5T = 3 s.
-        assert_eq!(a.retry_after, 3);
-    }
-
-    #[test]
-    fn redis_cell_answers_from_the_engine_state() {
-        // brandur/redis-cell README, "Response": CL.THROTTLE user123 15 30 60 on a fresh key
-        // is [0, 16, 15, -1, 2] (T = 2 s, a bucket of 16, full again in 2 s).
-        let a = CellAnswer::from_gcra(&g(true, 2 * S, 2 * S, 16, 1));
-        assert_eq!(
-            (
-                a.limited,
-                a.limit,
-                a.remaining,
-                a.retry_after,
-                a.reset_after
-            ),
-            (false, 16, 15, -1, 2)
-        );
-        // src/cell/mod.rs it_rate_limits case 8 (limit 5, 1/s): reset_after 3900 ms, which
-        // src/lib.rs:73-76 rounds up to 4; case 14: limited, retry_after 3 s.
-        let a = CellAnswer::from_gcra(&g(true, 3_900_000_000, S, 5, 1));
-        assert_eq!((a.remaining, a.reset_after), (1, 4));
-        let a = CellAnswer::from_gcra(&g(false, 3 * S, S, 5, 5));
-        assert_eq!(
-            (a.limited, a.remaining, a.retry_after, a.reset_after),
-            (true, 2, 3, 3)
-        );
-        // Case 0: more than the bucket can ever hold: retry_after stays -1.
-        let a = CellAnswer::from_gcra(&g(false, 0, S, 5, 6));
-        assert_eq!((a.remaining, a.retry_after, a.reset_after), (5, -1, 0));
-        // lib.rs rounds up only from a whole millisecond.
-        assert_eq!(cell_secs(2 * S as i128 + 999_999), 2);
-        assert_eq!(cell_secs(2 * S as i128 + 1_000_000), 3);
-        assert_eq!(cell_secs(-(S as i128)), -1);
-    }
-}
+mod tests;

@@ -155,6 +155,7 @@ pub(super) fn test_op(
             window_ms,
             algorithm,
             calendar: None,
+            tat: crate::limiter::Tat::Full,
         },
         hits,
         refund: false,

@@ -14,6 +14,7 @@ fn p(alg: Algorithm, rpu: u32, window_secs: u64) -> Params {
         window_ms: window_secs * 1000,
         algorithm: alg,
         calendar: None,
+        tat: super::Tat::Full,
     }
 }
 

@@ -41,6 +41,7 @@ fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) 
                 window_ms,
                 algorithm: Algorithm::FixedWindow,
                 calendar: None,
+                tat: crate::limiter::Tat::Full,
             },
             hits: 1,
             refund: false,

@@ -275,6 +275,7 @@ fn params(l: &KeyLimits) -> Params {
         window_ms: (l.window.as_millis() as u64).max(1),
         algorithm: Algorithm::FixedWindow,
         calendar: None,
+        tat: crate::limiter::Tat::Full,
     }
 }
 

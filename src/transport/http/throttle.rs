@@ -13,8 +13,9 @@ use serde_json::json;
 use super::HttpState;
 use crate::service::throttle::{ThrottleError, ThrottleRequest};
 
+/// ThrottleCrab's `HttpThrottleRequest` (`transport/http.rs`): fields it does not know are
+/// ignored, as serde does there.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Body {
     key: String,
     max_burst: i64,

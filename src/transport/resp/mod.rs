@@ -1,10 +1,10 @@
 //! The Redis-protocol transport: ThrottleCrab's `THROTTLE`, redis-cell's `CL.THROTTLE`, `PING` and
 //! `QUIT` over RESP2 (RESP3 after `HELLO 3`), one tokio task per connection, so any Redis client library (and `redis-cli`) is a turnstile client.
 //!
-//! Frames are decoded and replies encoded by the `redis-protocol` crate. Before a frame reaches
-//! it, `frame_len` walks the frame's headers without recursion: it finds where a command ends,
-//! caps its size, and refuses nested arrays. No command has them, and the crate's recursive parser
-//! overflows the stack (aborting the process) on a few thousand nested `*1\r\n`.
+//! Replies are encoded by the `redis-protocol` crate; commands are read by `codec`, which walks a
+//! frame's headers without recursion: it finds where a command ends, caps its size, takes each
+//! argument as a slice of the frame, and refuses nested arrays (no command has them; a recursive
+//! parser overflows the stack on a few thousand nested `*1\r\n`).
 //!
 //! Commands of one connection are answered in the order they came, pipelined or not: every
 //! complete command in the read buffer is decided, its reply appended, and the replies written
@@ -25,6 +25,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::service::throttle::ThrottleLimits;
 use crate::service::ThrottleService;
@@ -105,40 +106,69 @@ struct Ctx {
     idle_timeout: Duration,
 }
 
+/// What every listener of the transport shares: the decisions, the settings, and the cap on
+/// connections (one cap, however many threads accept).
+pub struct RespShared {
+    ctx: Arc<Ctx>,
+    allow_remote: bool,
+    max: u32,
+    permits: Arc<Semaphore>,
+    refusals: Arc<Semaphore>,
+}
+
+impl RespShared {
+    pub fn new(throttle: ThrottleService, settings: &RespSettings) -> Arc<RespShared> {
+        let max = settings
+            .max_connections
+            .min(Semaphore::MAX_PERMITS)
+            .min(u32::MAX as usize)
+            .max(1) as u32;
+        Arc::new(RespShared {
+            ctx: Arc::new(Ctx {
+                throttle,
+                limits: settings.limits,
+                idle_timeout: settings.idle_timeout,
+            }),
+            allow_remote: settings.allow_remote,
+            max,
+            permits: Arc::new(Semaphore::new(max as usize)),
+            refusals: Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT)),
+        })
+    }
+}
+
 /// Serves RESP on `listener` until `shutdown` completes: then stops accepting, lets every
 /// connection answer the commands it has read, and returns once all are closed. Each connection
 /// is a task on the current runtime. Refuses to serve a non-loopback listener unless
 /// `settings.allow_remote`.
-///
-/// `server::start` binds it with [`RespSettings::bind`] beside the other listeners (so a taken
-/// port fails the start) and runs it on the admin runtime until the stop signal.
 pub async fn serve(
     listener: TcpListener,
     throttle: ThrottleService,
     settings: RespSettings,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_shared(listener, RespShared::new(throttle, &settings), shutdown).await
+}
+
+/// [`serve`] with state shared with other listeners: `server::start` runs one on every worker
+/// thread, each accepting from a clone of the one RESP socket, so a call whose key lives on its
+/// worker's shards is decided in place, without crossing threads.
+pub async fn serve_shared(
+    listener: TcpListener,
+    shared: Arc<RespShared>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
     let local = listener.local_addr()?;
     RespSettings {
         addr: local,
-        ..settings.clone()
+        allow_remote: shared.allow_remote,
+        ..RespSettings::default()
     }
     .check_addr()
     .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
-    let max = settings
-        .max_connections
-        .min(Semaphore::MAX_PERMITS)
-        .min(u32::MAX as usize)
-        .max(1) as u32;
-    let permits = Arc::new(Semaphore::new(max as usize));
-    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT));
-    let ctx = Arc::new(Ctx {
-        throttle,
-        limits: settings.limits,
-        idle_timeout: settings.idle_timeout,
-    });
+    let (max, ctx) = (shared.max, &shared.ctx);
     let (stop, stopped) = watch::channel(false);
-    tracing::info!(addr = %local, max_connections = max, "RESP transport listening");
+    tracing::debug!(addr = %local, max_connections = max, "RESP transport listening");
     tokio::pin!(shutdown);
     loop {
         let (stream, _peer) = tokio::select! {
@@ -153,7 +183,7 @@ pub async fn serve(
                 }
             },
         };
-        match permits.clone().try_acquire_owned() {
+        match shared.permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let ctx = ctx.clone();
                 let stopped = stopped.clone();
@@ -164,7 +194,7 @@ pub async fn serve(
             }
             Err(_) => {
                 (ctx.throttle.stats().resp_connections_refused).fetch_add(1, Ordering::Relaxed);
-                if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                if let Ok(permit) = shared.refusals.clone().try_acquire_owned() {
                     tokio::spawn(refuse(stream, permit));
                 }
             }
@@ -173,8 +203,8 @@ pub async fn serve(
     drop(listener);
     let _ = stop.send(true);
     // Every connection holds a permit until it is closed.
-    let _ = permits.acquire_many(max).await;
-    tracing::info!(addr = %local, "RESP transport stopped");
+    let _ = shared.permits.acquire_many(max).await;
+    tracing::debug!(addr = %local, "RESP transport stopped");
     Ok(())
 }
 
@@ -233,6 +263,16 @@ async fn connection(mut stream: TcpStream, ctx: &Ctx, mut stopped: watch::Receiv
     let mut input = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();
     let mut session = Session::default();
+    // One stop future and one idle timer for the connection's life, rather than a timer and a
+    // waiter registered on every read: the timer fires at most once per idle timeout, and is
+    // moved on then if the connection was busy meanwhile.
+    let stop = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stop);
+    let idle = tokio::time::sleep(ctx.idle_timeout);
+    tokio::pin!(idle);
+    let mut last = Instant::now();
     loop {
         loop {
             match next_command(&mut input) {
@@ -252,29 +292,50 @@ async fn connection(mut stream: TcpStream, ctx: &Ctx, mut stopped: watch::Receiv
                 return;
             }
         }
-        if !write(&mut stream, &mut out, ctx.idle_timeout).await || *stopped.borrow() {
+        if !write(&mut stream, &mut out, ctx.idle_timeout).await {
             return;
         }
         input.reserve(1024);
-        tokio::select! {
-            read = tokio::time::timeout(ctx.idle_timeout, stream.read_buf(&mut input)) => {
-                match read {
-                    Ok(Ok(n)) if n > 0 => {}
-                    // Closed by the client, failed, or idle too long.
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                read = stream.read_buf(&mut input) => match read {
+                    Ok(n) if n > 0 => {
+                        last = Instant::now();
+                        break;
+                    }
+                    // Closed by the client, or failed.
                     _ => return,
+                },
+                _ = &mut idle => {
+                    let due = last + ctx.idle_timeout;
+                    if Instant::now() >= due {
+                        return;
+                    }
+                    idle.as_mut().reset(due);
                 }
             }
-            _ = stopped.changed() => return,
         }
     }
 }
 
 /// Writes and clears `out`; false when the client is gone or reads nothing for the idle timeout.
+/// What the socket takes at once is written without arming a timer.
 async fn write(stream: &mut TcpStream, out: &mut BytesMut, timeout: Duration) -> bool {
     if out.is_empty() {
         return true;
     }
-    let done = tokio::time::timeout(timeout, stream.write_all(out)).await;
+    let sent = match stream.try_write(out) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => return false,
+    };
+    let done = if sent == out.len() {
+        Ok(Ok(()))
+    } else {
+        tokio::time::timeout(timeout, stream.write_all(&out[sent..])).await
+    };
     out.clear();
     matches!(done, Ok(Ok(())))
 }
@@ -287,7 +348,7 @@ mod tests {
     use super::*;
 
     fn args(input: &[u8]) -> Result<Option<Vec<Bytes>>, &'static str> {
-        next_command(&mut BytesMut::from(input))
+        next_command(&mut BytesMut::from(input)).map(|a| a.map(|a| a.into_vec()))
     }
 
     #[test]
@@ -317,7 +378,13 @@ mod tests {
         // Nested arrays would send the crate's parser this deep.
         let nested = b"*1\r\n".repeat(100_000);
         assert!(args(&nested).is_err());
-        assert!(args(b"*1\r\n:5\r\n").is_err());
+        assert_eq!(
+            args(b"*2\r\n$1\r\nk\r\n:-5\r\n").unwrap().unwrap(),
+            vec![Bytes::from("k"), Bytes::from("-5")],
+            "integers are arguments too"
+        );
+        assert!(args(b"*1\r\n:5x\r\n").is_err());
+        assert!(args(b"*1\r\n+5\r\n").is_err());
         assert!(args(b"*1\r\n$-1\r\n").is_err());
         assert!(
             args(b"*1\r\n$99999999\r\n").is_err(),

@@ -159,10 +159,9 @@ async fn ask(con: &mut Con, cmd: ::redis::Cmd) -> Vec<i64> {
 
 const NS: i64 = 1_000_000_000;
 
-/// ThrottleCrab's GCRA, transcribed from `throttlecrab/src/core/rate_limiter.rs:150-248` (0.4.40)
-/// with the one difference turnstile keeps on purpose (see `src/service/throttle.rs`): a stored
-/// TAT is floored at `now - T`, what ThrottleCrab starts a fresh key at (`:165`), instead of being
-/// kept until the key expires at TAT + τ (`:160`, `:179-183`). Replies are ThrottleCrab's
+/// ThrottleCrab's GCRA, transcribed from `throttlecrab/src/core/rate_limiter.rs:150-248` (0.4.40):
+/// a stored TAT is kept until the key expires at TAT + τ (`:160`, `:179-183`; its store keeps a
+/// key while the expiry is after now), a fresh key starts at `now - T` (`:165`). Replies are ThrottleCrab's
 /// `[allowed, limit, remaining, reset_after, retry_after]`, floored to whole seconds
 /// (`throttlecrab-server/src/types.rs:93-94`).
 struct Model {
@@ -185,8 +184,8 @@ impl Model {
         let t = self.interval;
         let tau = t * (self.burst - 1); // :122
         let tat = match self.tat {
-            Some(stored) => stored.max(now - t), // :160, with turnstile's floor
-            None => now - t,                     // :165
+            Some(stored) if stored + tau > now => stored.max(now - tau), // :160
+            _ => now - t,                                                // :165
         };
         let new_tat = tat + t * quantity; // :170-171
         let allow_at = new_tat - tau; // :174
@@ -268,21 +267,24 @@ async fn throttle_answers_in_throttlecrabs_order_with_its_values() {
         ask(&mut con, throttle_cmd("big", 3, 10, 60, 4)).await,
         [0, 3, 3, 6, 6]
     );
-    // The one difference kept on purpose: ThrottleCrab would let this key, idle 2.5 s since
-    // one token was taken, take 5 (its TAT stays at now - 2.5 s until :179-183 expires it, so
-    // allow_at = now - 2.5 + 5 - 3 ≤ now); turnstile holds it to max_burst 4.
+    // A key left idle keeps its TAT until it expires (:160, :179-183), so this one, idle 2.5 s
+    // since one token was taken, takes 5 of max_burst 4: TAT now - 2.5 s, allow_at = now - 2.5
+    // + 5 - 3 ≤ now. ThrottleCrab's server, a real 2.5 s apart:
+    //   $ redis-cli -p 16479 THROTTLE idle 4 60 60 1; sleep 2.5
+    //   $ redis-cli -p 16479 THROTTLE idle 4 60 60 5; redis-cli -p 16479 THROTTLE idle 4 60 60 4
+    //   1 4 3 3 0 / 1 4 0 5 0 / 0 4 0 5 3
     assert_eq!(
-        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 1)).await[0],
-        1
+        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 1)).await,
+        [1, 4, 3, 3, 0]
     );
     r.s.advance(Duration::from_millis(2500));
     assert_eq!(
-        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 5)).await[..3],
-        [0, 4, 4]
+        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 5)).await,
+        [1, 4, 0, 5, 0]
     );
     assert_eq!(
-        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 4)).await[..3],
-        [1, 4, 0]
+        ask(&mut con, throttle_cmd("idle", 4, 60, 60, 4)).await,
+        [0, 4, 0, 5, 3]
     );
 }
 
@@ -570,11 +572,87 @@ async fn throttlecrab_rate_limiter_tests_pass_against_turnstile() {
     .await;
 }
 
+/// ThrottleCrab keeps its own stored TAT, whatever parameters a later call brings, and a call of
+/// quantity 0 stores it too (`rate_limiter.rs:150-248`: allowed, so `set_if_not_exists_with_ttl`
+/// at now - T). Its server, run as `throttlecrab-server --redis --redis-port 16479`, a
+/// millisecond or so between calls (mimicked here by the manual clock):
+///
+/// ```text
+/// $ for a in "3 10 60" "3 10 60" "10 10 60" "3 100 60"; do redis-cli -p 16479 THROTTLE p $a; done
+/// 1 3 2 12 0
+/// 1 3 1 17 0
+/// 1 10 7 65 0
+/// 0 3 0 13 11
+/// $ redis-cli -p 16479 THROTTLE q 5 10 60 0; redis-cli -p 16479 THROTTLE q 5 10 60 1
+/// 1 5 5 18 0
+/// 1 5 4 23 0
+/// ```
+#[tokio::test]
+async fn throttle_keeps_throttlecrabs_stored_tat() {
+    let r = Resp::start(RespSettings::default()).await;
+    let mut con = r.redis().await;
+    let mut answers = Vec::new();
+    for (burst, count) in [(3, 10), (3, 10), (10, 10), (3, 100)] {
+        answers.push(ask(&mut con, throttle_cmd("p", burst, count, 60, 1)).await);
+        r.s.advance(Duration::from_millis(1));
+    }
+    assert_eq!(
+        answers,
+        [
+            [1, 3, 2, 12, 0],
+            [1, 3, 1, 17, 0],
+            [1, 10, 7, 65, 0],
+            [0, 3, 0, 13, 11]
+        ]
+    );
+}
+
+/// A call of quantity 0 on a fresh key stores ThrottleCrab's TAT, now - T (`rate_limiter.rs`:
+/// allowed, so `set_if_not_exists_with_ttl`), which the next call starts from; its server's
+/// answers are in [`throttle_keeps_throttlecrabs_stored_tat`]'s comment.
+#[tokio::test]
+async fn throttle_of_quantity_0_stores_throttlecrabs_tat() {
+    let r = Resp::start(RespSettings::default()).await;
+    let mut con = r.redis().await;
+    assert_eq!(
+        ask(&mut con, throttle_cmd("q", 5, 10, 60, 0)).await,
+        [1, 5, 5, 18, 0]
+    );
+    r.s.advance(Duration::from_millis(1));
+    assert_eq!(
+        ask(&mut con, throttle_cmd("q", 5, 10, 60, 1)).await,
+        [1, 5, 4, 23, 0]
+    );
+}
+
+/// ThrottleCrab's server takes RESP integers for the numbers (`transport/redis/mod.rs`,
+/// `parse_integer`: a bulk string or an integer). Its server, over a raw socket:
+///
+/// ```text
+/// > *5\r\n$8\r\nTHROTTLE\r\n$1\r\ni\r\n:3\r\n:10\r\n:60\r\n
+/// < *5\r\n:1\r\n:3\r\n:2\r\n:12\r\n:0\r\n
+/// > *6\r\n$8\r\nTHROTTLE\r\n$1\r\nj\r\n:3\r\n:10\r\n:60\r\n:2\r\n
+/// < *5\r\n:1\r\n:3\r\n:1\r\n:18\r\n:0\r\n
+/// ```
+#[tokio::test]
+async fn throttle_takes_integer_arguments() {
+    let r = Resp::start(RespSettings::default()).await;
+    let mut raw = r.raw().await;
+    raw.send(b"*5\r\n$8\r\nTHROTTLE\r\n$1\r\ni\r\n:3\r\n:10\r\n:60\r\n")
+        .await;
+    assert_eq!(ints(&raw.reply().await.unwrap()), [1, 3, 2, 12, 0]);
+    raw.send(b"*6\r\n$8\r\nTHROTTLE\r\n$1\r\nj\r\n:3\r\n:10\r\n:60\r\n:2\r\n")
+        .await;
+    assert_eq!(ints(&raw.reply().await.unwrap()), [1, 3, 1, 18, 0]);
+}
+
 #[tokio::test]
 async fn a_long_sequence_matches_the_reference_model() {
     let r = Resp::start(RespSettings::default()).await;
     let mut con = r.redis().await;
-    // Several shapes: a bucket of 5 and its idle overfill, a bucket of one, a fast one.
+    // Several shapes: a bucket of 5 and its idle overfill (a stored TAT kept until it expires,
+    // so an idle key takes more than 5 at once, as ThrottleCrab's does), a bucket of one, a fast
+    // one.
     let mut keys = [
         ("model", 5, 7, 20, Model::new(5, 7, 20)),
         ("one", 1, 3, 2, Model::new(1, 3, 2)),
@@ -878,11 +956,12 @@ async fn pipelined_commands_are_answered_in_order() {
             raw.reply().await,
             Some(OwnedFrame::BulkString(format!("m{i}").into_bytes()))
         );
-        // max_burst 1: τ = 0, so reset_after is 0 even when refused (rate_limiter.rs:227-232).
-        // (ThrottleCrab itself would allow the second too: its key, stored with a TTL of τ = 0,
-        // has expired by then; turnstile refuses until the token is back, see docs/direct-apis.md.)
+        // max_burst 1: τ = 0, so the key, stored with a TTL of τ, has expired by the next call
+        // and both are allowed (rate_limiter.rs:179-183). ThrottleCrab's server:
+        //   $ redis-cli -p 16479 THROTTLE one 1 1 60; redis-cli -p 16479 THROTTLE one 1 1 60
+        //   1 1 0 0 0 / 1 1 0 0 0
         assert_eq!(ints(&raw.reply().await.unwrap()), vec![1, 1, 0, 0, 0]);
-        assert_eq!(ints(&raw.reply().await.unwrap()), vec![0, 1, 0, 0, 60]);
+        assert_eq!(ints(&raw.reply().await.unwrap()), vec![1, 1, 0, 0, 0]);
         assert!(err_text(&raw.reply().await.unwrap()).starts_with("ERR unknown command 'BOGUS'"));
     }
     // A command split across writes is answered once it is whole.
@@ -1103,7 +1182,7 @@ async fn thousands_of_connections_are_held_at_once() {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, mut c) in conns.into_iter().enumerate() {
         tasks.spawn(async move {
-            c.send(format!("THROTTLE many{} 1 1 60\r\n", i % 10).as_bytes())
+            c.send(format!("THROTTLE many{} 2 1 60\r\n", i % 10).as_bytes())
                 .await;
             let v = ints(&c.reply().await.expect("answered"));
             (c, v[0])
@@ -1117,7 +1196,12 @@ async fn thousands_of_connections_are_held_at_once() {
         held.push(c);
     }
     assert_eq!(held.len(), n);
-    assert_eq!(allowed, 10, "one per key, whichever connection asked first");
+    // max_burst 2 lets two through per key (ThrottleCrab's server: `THROTTLE two 2 1 60` three
+    // times answers 1 2 1 60 0 / 1 2 0 119 0 / 0 2 0 119 59).
+    assert_eq!(
+        allowed, 20,
+        "two per key, whichever connections asked first"
+    );
     assert!(
         r.s.running()
             .context
@@ -1203,10 +1287,6 @@ async fn http_throttle_end_to_end() {
         ("not json", "bad JSON body"),
         (r#"{"key":"web"}"#, "missing field"),
         (
-            r#"{"key":"web","max_burst":2,"count_per_period":10,"period":60,"extra":1}"#,
-            "unknown field",
-        ),
-        (
             r#"{"key":"web","max_burst":1000001,"count_per_period":10,"period":60}"#,
             "max_burst must be from 1 to 1000000",
         ),
@@ -1228,6 +1308,31 @@ async fn http_throttle_end_to_end() {
         let msg = v["error"].as_str().unwrap_or_default();
         assert!(msg.contains(expected), "{bad}: {msg}");
     }
+}
+
+/// A field ThrottleCrab's `HttpThrottleRequest` does not know is ignored there (serde's
+/// default, `throttlecrab-server/src/transport/http.rs:61-73`). Its server, run as
+/// `throttlecrab-server --http --http-port 18480`:
+///
+/// ```text
+/// $ curl -XPOST 127.0.0.1:18480/throttle -H 'content-type: application/json' \
+///     -d '{"key":"x","max_burst":3,"count_per_period":10,"period":60,"extra":1}'
+/// HTTP/1.1 200 OK
+/// {"allowed":true,"limit":3,"remaining":2,"reset_after":12,"retry_after":0}
+/// ```
+#[tokio::test]
+async fn http_throttle_ignores_fields_throttlecrab_does_not_know() {
+    let r = Resp::start(RespSettings::default()).await;
+    let (code, _, v) = post_throttle(
+        &r.s,
+        r#"{"key":"x","max_burst":3,"count_per_period":10,"period":60,"extra":1}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v,
+        serde_json::json!({"allowed": true, "limit": 3, "remaining": 2, "reset_after": 12, "retry_after": 0})
+    );
 }
 
 #[tokio::test]

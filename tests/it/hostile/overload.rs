@@ -3,8 +3,9 @@
 //! 503), none hangs, shed calls consume nothing, and no more than the limit is ever admitted.
 //!
 //! Calls handled on the worker that owns the shard decide synchronously and never queue, so a
-//! gRPC flood on a one-worker server is never shed; calls from another thread (here `/json`,
-//! served by the admin thread) go through the shard's mailbox, and a full mailbox sheds them.
+//! gRPC flood on a one-worker server is never shed; calls from another thread (here `/json` on a
+//! two-worker server, where the worker without the shard accepts some of the connections) go
+//! through the shard's mailbox, and a full mailbox sheds them.
 
 use std::time::{Duration, Instant};
 
@@ -34,10 +35,15 @@ enum Answer {
 
 /// One worker, one shard, and a shard mailbox of one message.
 async fn one_slot_server() -> TestServer {
+    one_slot_server_with("1").await
+}
+
+/// One shard, with a queue of one, on a server of `workers` workers.
+async fn one_slot_server_with(workers: &str) -> TestServer {
     TestServer::start_with(
         CONFIG,
         &[
-            ("TURNSTILE_WORKERS", "1"),
+            ("TURNSTILE_WORKERS", workers),
             ("TURNSTILE_SHARDS", "1"),
             ("TURNSTILE_SHARD_QUEUE", "1"),
         ],
@@ -126,7 +132,9 @@ async fn a_grpc_flood_on_the_shards_worker_is_decided_exactly_and_never_shed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_shard_mailbox_sheds_calls_from_other_threads_fast_and_never_over_admits() {
-    let s = one_slot_server().await;
+    // Every worker serves HTTP: the second one, without the shard, sends its calls through the
+    // shard's mailbox.
+    let s = one_slot_server_with("2").await;
     let url = format!("http://{}/json", s.running().http_addr);
     let http = reqwest::Client::new();
     let body = r#"{"domain":"load","descriptors":[{"entries":[{"key":"tight","value":"k"}]}]}"#;

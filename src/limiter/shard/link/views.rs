@@ -374,6 +374,7 @@ mod tests {
                 window_ms: 1000,
                 algorithm,
                 calendar: None,
+                tat: crate::limiter::Tat::Full,
             },
             hits: 1,
             refund: false,

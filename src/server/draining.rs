@@ -1,0 +1,38 @@
+//! Serving an HTTP router until the drain ends: the admin thread's ports, and the main port on
+//! every worker.
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// Completes once the server stops and every gRPC server has drained, or the grace has passed:
+/// the HTTP ports answer until then (health 500), so a load balancer sees the drain.
+pub(super) fn drain_end(
+    mut stop: watch::Receiver<bool>,
+    grpc_draining: &watch::Sender<usize>,
+    grace: Duration,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut draining = grpc_draining.subscribe();
+    async move {
+        let _ = stop.wait_for(|s| *s).await;
+        let _ = tokio::time::timeout(grace, draining.wait_for(|n| *n == 0)).await;
+    }
+}
+
+/// Serves `router` until `end` completes.
+pub(super) async fn serve_http(
+    what: &'static str,
+    listener: StdListener,
+    router: axum::Router,
+    end: impl Future<Output = ()> + Send + 'static,
+) {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
+    // The peer address lets `/throttle` and the admin port answer loopback callers only.
+    let app = router.into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(end).await {
+        tracing::error!(server = what, error = %e, "HTTP server failed");
+    }
+}
