@@ -126,7 +126,12 @@ fn main() {
             "REDIS_STARTUP_INITIAL_INTERVAL" => Some("50ms".into()),
             _ => None,
         };
-        let settings = Settings::from_env(env).unwrap().redis.unwrap();
+        let settings = Settings::from_env(env)
+            .unwrap()
+            .backend
+            .redis()
+            .cloned()
+            .unwrap();
         let retries = std::sync::atomic::AtomicU64::new(0);
         let store = RedisStore::connect(&settings, &retries).await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);

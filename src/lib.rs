@@ -73,7 +73,8 @@
 //!     store/          the link to a shared store: batch, round trips, breaker, local-first
 //!                     views, the over-limit cache; its decider borrows the link itself, so
 //!                     store-only code is unreachable in memory mode by type, not by
-//!                     `unreachable!`; its errors count as `store_errors{store="redis"}`
+//!                     `unreachable!`; its errors in a counter of its own
+//!                     (`ratelimit_service_redis_errors_total` for Redis, as named today)
 //!     durable/        (issue 38) memory decisions, each commit also written behind to a
 //!                     journal off the request path; a folder plus one settings variant
 //! service/
@@ -84,8 +85,8 @@
 //!   answer.rs, refusal.rs
 //!   mod.rs            `RateLimiter::decide` counts the request and its latency in one place
 //!                     every adapter (gRPC, `/json`) goes through
-//! settings/           `backend: Backend { Memory { state_dir }, Redis(RedisSettings) }` in
-//!                     place of `redis: Option<RedisSettings>`
+//! settings/           `backend: Backend { Memory, Redis(RedisSettings) }` in place of
+//!                     `redis: Option<RedisSettings>` (done); issue 38 adds what it needs
 //! telemetry/          the exposition and the push only: each part owns and renders its own
 //!                     counters (`ShardStats` behind methods, written from one file; the RESP
 //!                     transport's counters in `transport::resp`), registered as families the
@@ -98,7 +99,7 @@
 //! | 1 | words (below); `AnswerSettings` to `service/settings.rs`, ending the answer/plan cycle | done |
 //! | 2 | `Backing` in place of `Mode`: the memory path calls hooks, the store path its own decider; `unreachable!` gone from `shard/` | planned |
 //! | 3 | the plan carries hits, counting and stat path (done: `plan::Carried`, worked out once per descriptor; `answer.rs` calls nothing of `plan.rs`); one place counts requests and latency (planned: the gRPC layer times from the call's arrival, `/json` around the decision) | in part |
-//! | 4 | `settings::Backend`; a store's errors counted under its own name | planned |
+//! | 4 | `settings::Backend` (done: `Memory` or `Redis(RedisSettings)`, named on the status page by `Backend::name`); a store's errors in a counter the store owns (planned, with step 2) | in part |
 //! | 5 | file cycles ended (done: the push's counters in `telemetry/push_stats.rs`, so `counters.rs` and `statsd` no longer name each other; the reload's `Install` is given the live limits and its counters, not the server's `Context`); counters owned by their parts (planned) | in part |
 //! | 6 | checked by the test script (`scripts/check-house.py`: the files the walk names exist, no module or file cycle, no file over 600 lines; done); the walk below retraced file by file (planned) | in part |
 //!

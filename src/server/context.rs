@@ -12,7 +12,7 @@ use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, ShardTask, Store};
 use crate::quota::DemandExchange;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService};
-use crate::settings::Settings;
+use crate::settings::{Backend, Settings};
 use crate::telemetry::{Counters, RequestStats};
 
 /// The parts the adapters are built from. Cheap to clone.
@@ -46,9 +46,9 @@ impl Context {
     ) -> Result<Built, StartError> {
         let mut fleet = None;
         let startup_retries = Arc::new(AtomicU64::new(0));
-        let redis = match &settings.redis {
-            None => None,
-            Some(r) => {
+        let redis = match &settings.backend {
+            Backend::Memory => None,
+            Backend::Redis(r) => {
                 let store = RedisStore::connect(r, &startup_retries).await;
                 let store = Arc::new(store.map_err(StartError::Redis)?);
                 fleet = Some(store.clone() as Arc<dyn DemandExchange>);

@@ -342,7 +342,7 @@ fn http_servers(
             metrics: metrics_state(cx),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
-            redis: settings.redis.is_some(),
+            backend: settings.backend.name(),
             shown: shown(&l),
         };
         out.push(("debug", l, http::debug_router(state, metrics)));

@@ -78,8 +78,8 @@ pub struct Settings {
     pub admin: Option<AdminSettings>,
     /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
     pub throttle: ThrottleLimits,
-    /// `BACKEND_TYPE=redis`: counters shared by replicas in Redis; `None` keeps them in memory.
-    pub redis: Option<RedisSettings>,
+    /// `BACKEND_TYPE`: where the counters live.
+    pub backend: Backend,
     pub load: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -158,6 +158,33 @@ pub struct Settings {
     pub ignored: Vec<String>,
 }
 
+/// Where the counters live (`BACKEND_TYPE`): each backend its own variant and settings.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// In this process's shards (the default).
+    Memory,
+    /// Shared by replicas in Redis (`BACKEND_TYPE=redis`, or `REDIS_URL` alone).
+    Redis(Box<RedisSettings>),
+}
+
+impl Backend {
+    /// The Redis settings, when the counters live there.
+    pub fn redis(&self) -> Option<&RedisSettings> {
+        match self {
+            Backend::Redis(r) => Some(r),
+            Backend::Memory => None,
+        }
+    }
+
+    /// The backend's name, as the status page shows it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis(_) => "redis",
+        }
+    }
+}
+
 /// CLI flags of `turnstile serve`; each replaces what the environment says.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -208,7 +235,7 @@ impl Settings {
             resp: sections::resp(&env)?,
             admin: sections::admin(&env)?,
             throttle: sections::throttle(&env)?,
-            redis: sections::redis(&env)?,
+            backend: sections::backend(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
             config_path,
             load: LoadOptions {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
+use super::Backend;
 use crate::backend::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
@@ -19,10 +20,10 @@ use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
-/// `BACKEND_TYPE=redis` (or unset with `REDIS_URL` set) and the `REDIS_*` variables; `None`
-/// when the backend is memory. Every Redis setting is read whatever the backend, so a bad value
+/// `BACKEND_TYPE` (unset: Redis when `REDIS_URL` is set, memory otherwise) and the `REDIS_*`
+/// variables. Every Redis setting is read whatever the backend, so a bad value
 /// stops the start the day it is written, not the day the backend changes.
-pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
+pub(super) fn backend(env: &Env<'_>) -> Result<Backend> {
     // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample) set
     // only REDIS_URL: honour them; with no Redis configured, stay in memory.
     let default = env.get("REDIS_URL").is_some();
@@ -53,12 +54,12 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
         env.number(k, 1u32)?;
     }
     if !on {
-        return Ok(None);
+        return Ok(Backend::Memory);
     }
     let required = |t: Option<RedisTarget>, p: &str| {
         t.ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))
     };
-    Ok(Some(RedisSettings {
+    Ok(Backend::Redis(Box::new(RedisSettings {
         main: required(main, "REDIS")?,
         per_second: match per_second_on {
             true => Some(required(per_second, "REDIS_PERSECOND")?),
@@ -68,7 +69,7 @@ pub(super) fn redis(env: &Env<'_>) -> Result<Option<RedisSettings>> {
         startup,
         jitter_max_secs,
         policy,
-    }))
+    })))
 }
 
 /// The breaker, the local cache and local-first: `TURNSTILE_REDIS_*`, `TURNSTILE_LOCAL_FIRST*`,

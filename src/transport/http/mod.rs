@@ -66,8 +66,8 @@ pub struct DebugState {
     /// The heavy hitters, and the clock their windows turn with.
     pub top: Arc<TopTable>,
     pub clock: Clock,
-    /// Whether counters live in Redis (the status page shows its breaker then).
-    pub redis: bool,
+    /// Where counters live, by name (`memory`, `redis`; the status page shows a store's breaker).
+    pub backend: &'static str,
     /// How the port shows client values (`/debug/top`, the status page).
     pub shown: Shown,
 }

@@ -254,7 +254,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         .map_or(0, |d| d.as_secs());
     Json(json!({
         "now": now,
-        "backend": if s.redis { "redis" } else { "memory" },
+        "backend": s.backend,
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),

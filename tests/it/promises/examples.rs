@@ -153,7 +153,7 @@ fn the_compose_example_counts_in_memory_as_it_says() {
     })
     .unwrap_or_else(|e| panic!("the compose environment {vars:?}: {e}"));
     assert!(
-        settings.redis.is_none(),
+        settings.backend.redis().is_none(),
         "the compose example selects Redis with {vars:?}"
     );
     assert!(text.contains("turnstile counts in memory here"), "{text}");
