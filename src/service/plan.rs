@@ -198,6 +198,17 @@ impl<'c> Plan<'c> {
         }
     }
 
+    /// The place of `a`'s limit among its node's limits, which names its counter key.
+    pub(super) fn limit_index(&self, a: &Applied<'_>) -> usize {
+        match a.limit {
+            LimitRef::Config(l) => self.matches[a.descriptor]
+                .as_ref()
+                .and_then(|m| m.node().limits.iter().position(|x| std::ptr::eq(x, l)))
+                .unwrap_or(0),
+            LimitRef::Override { .. } => 0,
+        }
+    }
+
     /// An op for every counted limit.
     fn ops(&mut self, req: &Request<'_>) -> Vec<Op> {
         let mut ops: Vec<Op> = Vec::with_capacity(self.applied.len());
@@ -219,12 +230,7 @@ impl<'c> Plan<'c> {
                 ..
             } = self.carried[a.descriptor];
             let matched = self.matches[a.descriptor].as_ref();
-            let index = match a.limit {
-                LimitRef::Config(l) => matched
-                    .and_then(|m| m.node().limits.iter().position(|x| std::ptr::eq(x, l)))
-                    .unwrap_or(0),
-                LimitRef::Override { .. } => 0,
-            };
+            let index = self.limit_index(a);
             let text = descriptor::counter_key(req.domain, &d.entries, matched, index);
             let key = if one {
                 Key::new(text)

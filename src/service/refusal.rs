@@ -23,6 +23,8 @@ pub(super) const LOG_PER_SECOND: u64 = 10;
 pub(super) struct Named<'a> {
     /// The request's descriptor it is about.
     pub(super) descriptor: usize,
+    /// The applied limit (its index in the plan).
+    applied: usize,
     /// The `name:` of the rate limit, else its descriptor's path in the config
     /// (`domain.key_value.key`), else `override` for Envoy's per-descriptor `limit`.
     pub(super) limit: &'a str,
@@ -52,6 +54,7 @@ impl<'a> Named<'a> {
         let unit = a.limit.unit();
         Some(Named {
             descriptor: i,
+            applied: ai,
             limit,
             requests_per_unit: a.limit.requests_per_unit(),
             unit_secs: a.limit.window_ms() / 1000,
@@ -84,16 +87,23 @@ pub(super) fn metadata(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) ->
         "domain": req.domain,
         "descriptor": named.descriptor,
         "entries": entries,
-        "key": counter_key(req, plan, named.descriptor),
+        "key": counter_key(req, plan, named),
         "requests_per_unit": named.requests_per_unit,
         "unit": named.unit.to_uppercase(),
     })
 }
 
-/// The descriptor's counter key as the admin listener's look-up and reset take it.
-fn counter_key(req: &Request<'_>, plan: &Plan<'_>, i: usize) -> String {
-    let matched = plan.matches[i].as_ref();
-    descriptor::counter_key(req.domain, &req.descriptors[i].entries, matched, 0)
+/// The refusing limit's counter key, as the admin listener's look-up and reset take it (the
+/// second and later limits of a descriptor carry their index, as their ops do).
+fn counter_key(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) -> String {
+    let i = named.descriptor;
+    let index = plan.limit_index(&plan.applied[named.applied]);
+    descriptor::counter_key(
+        req.domain,
+        &req.descriptors[i].entries,
+        plan.matches[i].as_ref(),
+        index,
+    )
 }
 
 /// The IETF fields (draft-ietf-httpapi-ratelimit-headers-11): `RateLimit-Policy` names the
@@ -164,7 +174,7 @@ impl RefusalLog {
             domain = req.domain,
             descriptor = %entries.join(","),
             limit = named.limit,
-            key = %counter_key(req, plan, named.descriptor),
+            key = %counter_key(req, plan, named),
             skipped = self.skipped.swap(0, Ordering::Relaxed),
             "request refused"
         );

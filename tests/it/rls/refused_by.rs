@@ -23,6 +23,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, name: free-tier}
   - key: path
     rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: team
+    rate_limits:
+      - {unit: hour, requests_per_unit: 100}
+      - {unit: day, requests_per_unit: 1}
 ";
 
 /// `refused_by`'s fields as strings (numbers in their shortest form).
@@ -113,6 +117,11 @@ async fn a_refusal_names_its_limit_in_the_dynamic_metadata() {
         refused_by(&md).contains(&("limit".into(), "free-tier".into())),
         "{md:?}"
     );
+
+    // The second limit of a descriptor: its counter key carries its index, as its op's does.
+    s.call(one("shop", &[("team", "a")])).await;
+    let md = s.call(one("shop", &[("team", "a")])).await.dynamic_metadata.unwrap();
+    assert!(refused_by(&md).contains(&("key".into(), "shop_team_a_#1".into())), "{md:?}");
 
     // Beside the reference's metadata, which stays as it is.
     let both = [ON[0], ("RESPONSE_DYNAMIC_METADATA", "true")];
