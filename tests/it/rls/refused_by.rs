@@ -120,8 +120,15 @@ async fn a_refusal_names_its_limit_in_the_dynamic_metadata() {
 
     // The second limit of a descriptor: its counter key carries its index, as its op's does.
     s.call(one("shop", &[("team", "a")])).await;
-    let md = s.call(one("shop", &[("team", "a")])).await.dynamic_metadata.unwrap();
-    assert!(refused_by(&md).contains(&("key".into(), "shop_team_a_#1".into())), "{md:?}");
+    let md = s
+        .call(one("shop", &[("team", "a")]))
+        .await
+        .dynamic_metadata
+        .unwrap();
+    assert!(
+        refused_by(&md).contains(&("key".into(), "shop_team_a_#1".into())),
+        "{md:?}"
+    );
 
     // Beside the reference's metadata, which stays as it is.
     let both = [ON[0], ("RESPONSE_DYNAMIC_METADATA", "true")];
