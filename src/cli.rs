@@ -54,6 +54,9 @@ pub struct ServeArgs {
     /// Shard actors (default: TURNSTILE_SHARDS or the worker count).
     #[arg(long)]
     pub shards: Option<usize>,
+    /// Keep the in-memory counters on disk here, read back at the next start (default: TURNSTILE_STATE_DIR; unset: not kept).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Cli {
@@ -78,6 +81,7 @@ impl From<ServeArgs> for Overrides {
             grpc_addr: a.grpc_addr,
             http_addr: a.http_addr,
             workers: a.workers,
+            state_dir: a.state_dir,
             shards: a.shards,
         }
     }

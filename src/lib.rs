@@ -146,6 +146,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod descriptor;
+pub mod durable;
 pub mod hitters;
 pub mod limiter;
 pub mod quota;

@@ -9,6 +9,7 @@ pub mod key;
 mod op;
 mod protocol;
 mod same_thread;
+mod saved;
 mod shard;
 mod spread;
 mod store;
@@ -27,6 +28,7 @@ pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
+pub use saved::Saved;
 pub use shard::{BreakerState, ShardStats};
 use shard::{Link, Mode, Shard};
 pub use store::{
@@ -85,6 +87,11 @@ pub struct ShardTask {
 }
 
 impl ShardTask {
+    /// Keys the shard holds.
+    pub fn keys(&self) -> u64 {
+        self.shard.keys()
+    }
+
     /// The shard's task. It stays on the thread it starts on (the future is not `Send`: spawn it
     /// with `tokio::task::spawn_local`), and callers on that thread decide synchronously.
     pub async fn run(self) {
@@ -298,6 +305,50 @@ impl Engine {
         let deleted = deleting.await.map_err(|e| EngineError::Store(e.0))?;
         forget(op, false)?.await.map_err(|_| EngineError::Stopped)?;
         Ok(Some(deleted))
+    }
+
+    /// The durable counters' save: from every shard, the keys whose state changed since its
+    /// last save, or every key when `all`. Waits for room in a busy shard's mailbox.
+    pub async fn save(&self, all: bool) -> Result<Vec<Saved>, EngineError> {
+        let mut out = Vec::with_capacity(self.inner.senders.len());
+        for (s, tx) in self.inner.senders.iter().enumerate() {
+            let (reply, rx) = oneshot::channel();
+            let msg = Msg::Save { all, reply };
+            // Handled in place when the shard lives on this thread (and is not busy).
+            let msg = {
+                let here = find_on_this_thread(self.inner.id, s);
+                let borrowed = here.as_ref().map(|cell| cell.try_borrow_mut());
+                match borrowed {
+                    Some(Ok(mut shard)) => {
+                        shard.handle_in_place(msg);
+                        None
+                    }
+                    _ => Some(msg),
+                }
+            };
+            if let Some(msg) = msg {
+                tx.send(msg).await.map_err(|_| EngineError::Stopped)?;
+            }
+            out.push(rx.await.map_err(|_| EngineError::Stopped)?);
+        }
+        Ok(out)
+    }
+
+    /// Puts a key's state read back from the durable counters into the shard that owns it, in
+    /// whatever layout this engine has; before the shards start. Expired states are dropped;
+    /// `None` forgets the key (it was evicted).
+    pub fn restore(
+        &self,
+        tasks: &mut [ShardTask],
+        key: &str,
+        state: Option<State>,
+        expires_s: u32,
+    ) {
+        let key = Key::new(key);
+        let shard = self.shard_for(key.hash());
+        if let Some(t) = tasks.iter_mut().find(|t| t.index == shard) {
+            t.shard.restore(&key, state, expires_s);
+        }
     }
 
     /// Shutdown: every shard answers its waiters now, admitting them or not.

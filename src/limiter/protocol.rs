@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 use super::algorithm::{Params, State};
 use super::key::Key;
 use super::op::{refuses, Op, Outcomes, Role};
+use super::saved::Saved;
 use super::store::{DeleteFuture, StoreFuture};
 
 /// What callers send a shard.
@@ -43,6 +44,11 @@ pub(crate) enum Msg {
     LookUp {
         op: Op,
         reply: oneshot::Sender<Peeking>,
+    },
+    /// The durable counters: the states changed since the last save (all of them with `all`).
+    Save {
+        all: bool,
+        reply: oneshot::Sender<Saved>,
     },
     /// Admin: forget the key's state here; with `delete` and a store, answer the deletion of
     /// its store keys to wait for.

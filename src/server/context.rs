@@ -8,12 +8,13 @@ use std::sync::Arc;
 use super::{reload, StartError};
 use crate::backend::redis::RedisStore;
 use crate::config::Config;
+use crate::durable::Journal;
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, ShardTask, Store};
 use crate::quota::DemandExchange;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService};
 use crate::settings::{Backend, Settings};
-use crate::telemetry::{Counters, RequestStats};
+use crate::telemetry::{Counters, RequestStats, StateStats};
 
 /// The parts the adapters are built from. Cheap to clone.
 #[derive(Clone)]
@@ -32,9 +33,14 @@ pub struct Context {
     pub counters: Counters,
 }
 
-/// The context, the shard actors to deal out to the workers, and the Redis store again as the
-/// RLQS fleet's exchange.
-pub(super) type Built = (Context, Vec<ShardTask>, Option<Arc<dyn DemandExchange>>);
+/// What the server starts from: the context, the shard actors to deal out to the workers, the
+/// Redis store again as the RLQS fleet's exchange, and the durable counters' journal.
+pub(super) struct Built {
+    pub(super) cx: Context,
+    pub(super) shard_tasks: Vec<ShardTask>,
+    pub(super) fleet: Option<Arc<dyn DemandExchange>>,
+    pub(super) journal: Option<Journal>,
+}
 
 impl Context {
     /// Connects the store (when Redis is set), starts the engine on it, and puts `config` live.
@@ -47,7 +53,7 @@ impl Context {
         let mut fleet = None;
         let startup_retries = Arc::new(AtomicU64::new(0));
         let redis = match &settings.backend {
-            Backend::Memory => None,
+            Backend::Memory | Backend::Durable(_) => None,
             Backend::Redis(r) => {
                 let store = RedisStore::connect(r, &startup_retries).await;
                 let store = Arc::new(store.map_err(StartError::Redis)?);
@@ -56,7 +62,7 @@ impl Context {
                 Some((store, r.policy.clone()))
             }
         };
-        let (engine, shard_tasks) = Engine::with_store(
+        let (engine, mut shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
             settings.max_waiters,
@@ -64,6 +70,15 @@ impl Context {
             redis,
             settings.max_keys,
         );
+        let state = Arc::new(StateStats::default());
+        // Read back before any port serves: the first answer already counts what was saved.
+        let journal = match &settings.backend {
+            Backend::Durable(s) => Some(
+                Journal::open(s, &engine, &mut shard_tasks, state.clone())
+                    .map_err(StartError::State)?,
+            ),
+            Backend::Memory | Backend::Redis(_) => None,
+        };
         let service = Arc::new(
             RequestStats::new(settings.near_limit_ratio)
                 .with_max_detailed_series(settings.max_detailed_series),
@@ -72,6 +87,7 @@ impl Context {
             service: service.clone(),
             shards: engine.stats().into(),
             redis_startup_retries: startup_retries,
+            state,
             ..Counters::default()
         };
         let source = settings.config_path.display().to_string();
@@ -97,6 +113,11 @@ impl Context {
             top,
             counters,
         };
-        Ok((context, shard_tasks, fleet))
+        Ok(Built {
+            cx: context,
+            shard_tasks,
+            fleet,
+            journal,
+        })
     }
 }

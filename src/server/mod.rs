@@ -98,6 +98,9 @@ pub enum StartError {
     Redis(String),
     #[error("TLS: {0}")]
     Tls(String),
+    /// The state dir (`TURNSTILE_STATE_DIR`) cannot be used.
+    #[error("{0}")]
+    State(String),
 }
 
 /// What health reports, over gRPC (both names) and `/healthcheck` alike.
@@ -194,7 +197,12 @@ pub async fn start(
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let (cx, shard_tasks, fleet) = Context::build(settings, config, clock).await?;
+    let context::Built {
+        cx,
+        shard_tasks,
+        fleet,
+        journal,
+    } = Context::build(settings, config, clock).await?;
     let domains = cx.live.load_full().config.domains.len();
     let (tls, reloader) = tls_and_reloader(settings, &cx, domains)?;
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
@@ -240,6 +248,7 @@ pub async fn start(
         statsd: (settings.statsd.clone()).map(|s| (s, metrics_state(&cx))),
         top: (cx.top.clone(), cx.engine.clock().clone()),
         grace: settings.shutdown_grace,
+        journal: journal.map(|j| (j, cx.engine.clone())),
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {

@@ -90,6 +90,9 @@ impl<H> Grpc<H> {
 pub(super) struct Stopping {
     pub(super) stop: watch::Receiver<bool>,
     pub(super) barrier: Arc<Barrier>,
+    /// Past `barrier` every call is answered; the shards live on until the durable counters'
+    /// last save (on the admin thread) has passed this one too.
+    pub(super) saved: Arc<Barrier>,
     /// gRPC servers still draining: each worker counts itself out when its server has ended;
     /// the HTTP port keeps answering (health 500) until none is left or the grace ends.
     pub(super) grpc_draining: Arc<watch::Sender<usize>>,
@@ -101,6 +104,7 @@ impl Stopping {
         Stopping {
             stop,
             barrier: Arc::new(Barrier::new(workers + 1)),
+            saved: Arc::new(Barrier::new(workers + 1)),
             grpc_draining: Arc::new(watch::Sender::new(workers)),
         }
     }
@@ -286,6 +290,7 @@ fn spawn<H: Health>(
                     let _ = t.await;
                 }
                 stopping.barrier.wait().await;
+                stopping.saved.wait().await;
             })
         })
         .map_err(StartError::Runtime)

@@ -9,6 +9,7 @@ mod env;
 mod sections;
 mod stats;
 
+use crate::durable::StateSettings;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -163,6 +164,9 @@ pub struct Settings {
 pub enum Backend {
     /// In this process's shards (the default).
     Memory,
+    /// In this process's shards, written behind to a state dir and read back at the next start
+    /// (`TURNSTILE_STATE_DIR`).
+    Durable(StateSettings),
     /// Shared by replicas in Redis (`BACKEND_TYPE=redis`, or `REDIS_URL` alone).
     Redis(Box<RedisSettings>),
 }
@@ -172,7 +176,7 @@ impl Backend {
     pub fn redis(&self) -> Option<&RedisSettings> {
         match self {
             Backend::Redis(r) => Some(r),
-            Backend::Memory => None,
+            Backend::Memory | Backend::Durable(_) => None,
         }
     }
 
@@ -180,6 +184,7 @@ impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Memory => "memory",
+            Backend::Durable(_) => "memory, durable",
             Backend::Redis(_) => "redis",
         }
     }
@@ -193,6 +198,8 @@ pub struct Overrides {
     pub http_addr: Option<String>,
     pub workers: Option<usize>,
     pub shards: Option<usize>,
+    /// `--state-dir`, over `TURNSTILE_STATE_DIR`.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -293,7 +300,12 @@ impl Settings {
 
     /// The process environment, then the CLI flags over it.
     pub fn from_process(flags: Overrides) -> Result<Settings, String> {
-        let mut s = Settings::from_env(|k| std::env::var(k).ok())?;
+        // `--state-dir` stands for the variable, so both are checked alike.
+        let state_dir = flags.state_dir.clone();
+        let mut s = Settings::from_env(|k| match (k, &state_dir) {
+            ("TURNSTILE_STATE_DIR", Some(d)) => Some(d.display().to_string()),
+            _ => std::env::var(k).ok(),
+        })?;
         s.apply(flags)?;
         Ok(s)
     }

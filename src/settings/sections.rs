@@ -12,6 +12,7 @@ use super::Backend;
 use crate::backend::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
+use crate::durable::StateSettings;
 use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
@@ -19,6 +20,23 @@ use crate::source::xds::{XdsSettings, XdsTls};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
+
+/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL` (read whatever the backend).
+fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
+    const MAX: Duration = Duration::from_secs(60);
+    let k = "TURNSTILE_STATE_SYNC_INTERVAL";
+    let sync_interval = env.duration(k, StateSettings::DEFAULT_SYNC_INTERVAL)?;
+    if sync_interval.is_zero() || sync_interval > MAX {
+        return Err(format!(
+            "{k}={sync_interval:?}: must be more than 0 and at most {MAX:?} (what a crash may lose)"
+        ));
+    }
+    let dir = env.get("TURNSTILE_STATE_DIR").filter(|d| !d.is_empty());
+    Ok(dir.map(|dir| StateSettings {
+        dir: dir.into(),
+        sync_interval,
+    }))
+}
 
 /// `BACKEND_TYPE` (unset: Redis when `REDIS_URL` is set, memory otherwise) and the `REDIS_*`
 /// variables. Every Redis setting is read whatever the backend, so a bad value
@@ -53,8 +71,16 @@ pub(super) fn backend(env: &Env<'_>) -> Result<Backend> {
     ] {
         env.number(k, 1u32)?;
     }
-    if !on {
-        return Ok(Backend::Memory);
+    let state = state(env)?;
+    match (on, state) {
+        (false, None) => return Ok(Backend::Memory),
+        (false, Some(state)) => return Ok(Backend::Durable(state)),
+        (true, Some(_)) => {
+            return Err("TURNSTILE_STATE_DIR keeps the in-memory counters on disk; with BACKEND_TYPE=redis \
+                 the counters live in Redis, which keeps them across restarts: unset one of the two"
+                .into())
+        }
+        (true, None) => {}
     }
     let required = |t: Option<RedisTarget>, p: &str| {
         t.ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))

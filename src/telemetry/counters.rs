@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::admin::AdminStats;
 use super::push_stats::StatsdStats;
-use super::{QuotaStats, ReloadStats, RequestStats, ThrottleStats, TlsStats};
+use super::{QuotaStats, ReloadStats, RequestStats, StateStats, ThrottleStats, TlsStats};
 use crate::limiter::ShardStats;
 
 /// What the Prometheus text and the statsd push read. Each part is held and updated by its
@@ -30,4 +30,6 @@ pub struct Counters {
     pub quota: Arc<QuotaStats>,
     /// Tries of the first Redis connection that failed and were retried (`server`'s start).
     pub redis_startup_retries: Arc<AtomicU64>,
+    /// The durable counters' syncs (`durable::Journal`).
+    pub state: Arc<StateStats>,
 }

@@ -15,6 +15,7 @@ mod push_stats;
 pub mod quota;
 mod reloads;
 mod render;
+pub mod state;
 pub mod statsd;
 pub mod throttle;
 pub mod tls;
@@ -31,6 +32,7 @@ pub use histogram::Histogram;
 pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
 pub use quota::{QuotaLimit, QuotaStats};
 pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
+pub use state::StateStats;
 pub use throttle::ThrottleStats;
 pub use tls::TlsStats;
 pub use trace::{

@@ -114,6 +114,7 @@ impl Counters {
         self.render_shards(&mut out);
         self.throttle.render(&mut out);
         self.admin.render(&mut out);
+        self.state.render(&mut out);
         self.quota.render(&mut out);
         self.render_limits(&mut out, config, stats);
         render_limit_gauges(&mut out, config);

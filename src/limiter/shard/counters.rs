@@ -11,6 +11,7 @@ use crate::limiter::algorithm::{Params, State};
 use crate::limiter::key::{Key, KeyMap, KeyRef};
 use crate::limiter::op::{Op, Outcome};
 use crate::limiter::protocol::KeyInfo;
+use crate::limiter::saved::Saved;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -26,6 +27,12 @@ pub(crate) struct Counters {
     denied: KeyMap<(u64, u64)>,
     next_sweep: u64,
     stats: Arc<ShardStats>,
+    /// Keys evicted before they expired since the last save, once the durable counters save
+    /// this shard (until then nothing needs to know).
+    dropped: Option<Saved>,
+    /// More keys were evicted between two saves than the shard may hold: the next save is a
+    /// full one instead of a list of them.
+    dropped_too_many: bool,
 }
 
 /// Grants remembered per shard; past this, admitted hits cannot be released (the window
@@ -49,6 +56,8 @@ impl Counters {
             denied: Default::default(),
             next_sweep: now + NS_PER_SEC,
             stats,
+            dropped: None,
+            dropped_too_many: false,
         }
     }
 
@@ -157,9 +166,17 @@ impl Counters {
             if n > 0 {
                 candidates.select_nth_unstable(n - 1);
                 let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
-                self.table.retain(|k, _| {
-                    let k = KeyRef::of(k);
-                    !victims.contains(&k.hash) || q.has(&k)
+                let (dropped, too_many) = (&mut self.dropped, &mut self.dropped_too_many);
+                let cap = self.max_keys;
+                self.table.retain(|text, _| {
+                    let k = KeyRef::of(text);
+                    let keep = !victims.contains(&k.hash) || q.has(&k);
+                    match dropped.as_mut() {
+                        Some(d) if !keep && d.len() < cap => d.push(text, None, 0),
+                        Some(_) if !keep => *too_many = true,
+                        _ => {}
+                    }
+                    keep
                 });
                 self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
             }
@@ -205,6 +222,65 @@ impl Counters {
         };
         self.stats.keys.fetch_add(1, Ordering::Relaxed);
         Some(at)
+    }
+
+    /// The durable counters' save: the keys whose state changed since the last save (every
+    /// key when `all`), with the keys evicted meanwhile; expired keys are left out.
+    pub(super) fn save(&mut self, all: bool, now: u64) -> Saved {
+        let now_s = now / NS_PER_SEC;
+        let all = all || std::mem::take(&mut self.dropped_too_many);
+        let mut saved = match self.dropped.replace(Saved::default()) {
+            Some(dropped) if !all => dropped,
+            _ => Saved::default(),
+        };
+        saved.full = all;
+        self.table.save(all, |key, e| {
+            if u64::from(e.expires_s) > now_s {
+                saved.push(key, Some(e.state), e.expires_s);
+            }
+        });
+        saved
+    }
+
+    /// A key's state read back from the durable counters at start, unless it has expired.
+    pub(super) fn restore(
+        &mut self,
+        key: &Key,
+        state: State,
+        expires_s: u32,
+        now: u64,
+        q: &Queues,
+    ) {
+        if u64::from(expires_s) <= now / NS_PER_SEC {
+            return;
+        }
+        if let Some(at) = self.find(key) {
+            let e = self.table.get_mut(at);
+            e.state = state;
+            e.expires_s = expires_s;
+            return;
+        }
+        if self.table.len() >= self.max_keys {
+            self.make_room(now, q);
+        }
+        if self
+            .table
+            .insert(key.as_str(), key.hash(), state, expires_s)
+            .is_some()
+        {
+            self.stats.keys.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops `key`'s entry (read back as evicted).
+    pub(super) fn forget(&mut self, key: &Key) {
+        if self.table.forget(key.as_str(), key.hash()) {
+            self.stats.keys.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
     }
 
     /// Admin reset: the key's state set fresh (so its next decision starts from zero), its

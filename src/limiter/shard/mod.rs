@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::algorithm::State;
 use super::clock::Clock;
+use super::key::Key;
 use super::protocol::{Decide, Delivery, Msg, Reply};
 use super::waiters::WaiterBudget;
 
@@ -139,6 +141,19 @@ impl Shard {
         self.decider().store_done(done)
     }
 
+    /// A key's state read back from the durable counters at start (`None`: forget the key).
+    pub(crate) fn restore(&mut self, key: &Key, state: Option<State>, expires_s: u32) {
+        let now = self.cx.clock.now();
+        match state {
+            Some(state) => (self.counters).restore(key, state, expires_s, now, &self.queues),
+            None => self.counters.forget(key),
+        }
+    }
+
+    pub(crate) fn keys(&self) -> u64 {
+        self.counters.len() as u64
+    }
+
     /// Shutdown: answer every waiter now, admitting them or not, and queue no newcomer.
     pub(crate) fn drain(&mut self, admit: bool) {
         self.decider().drain(admit)
@@ -174,6 +189,10 @@ impl Shard {
             }
             Msg::LookUp { op, reply } => {
                 let _ = reply.send(self.decider().look_up(&op));
+            }
+            Msg::Save { all, reply } => {
+                let now = self.cx.clock.now();
+                let _ = reply.send(self.counters.save(all, now));
             }
             Msg::Reset { op, delete, reply } => {
                 let _ = reply.send(self.decider().reset(&op, delete));

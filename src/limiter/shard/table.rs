@@ -17,6 +17,8 @@ use crate::limiter::algorithm::State;
 pub(super) struct Entry {
     /// Where the key's bytes are in the arena.
     key_at: u32,
+    /// The key's length, and in the top bit ([`CHANGED`]) whether the entry changed since the
+    /// durable counters last saved it.
     key_len: u32,
     pub(super) state: State,
     /// Whole seconds since the Unix epoch at or after which `state` stops mattering; the sweep
@@ -28,6 +30,16 @@ pub(super) struct Entry {
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 32);
+
+/// The bit of `Entry::key_len` set by every change to an entry (a new key, a new state) and
+/// cleared when the entry is saved (`Table::save`), so a save writes only what changed.
+const CHANGED: u32 = 1 << 31;
+
+impl Entry {
+    fn len(&self) -> usize {
+        (self.key_len & !CHANGED) as usize
+    }
+}
 
 /// Garbage below this is never worth a compaction.
 const MIN_GARBAGE: usize = 1 << 16;
@@ -55,7 +67,7 @@ pub(super) struct Table {
 
 /// A key's bytes in the arena (keys are whole `str`s, so their bounds are char boundaries).
 fn key_of<'a>(keys: &'a str, e: &Entry) -> &'a str {
-    &keys[e.key_at as usize..e.key_at as usize + e.key_len as usize]
+    &keys[e.key_at as usize..e.key_at as usize + e.len()]
 }
 
 impl Table {
@@ -89,8 +101,23 @@ impl Table {
         &self.entries[at]
     }
 
+    /// The entry at `at`, to change: marked changed for the next save.
     pub(super) fn get_mut(&mut self, at: usize) -> &mut Entry {
-        &mut self.entries[at]
+        let e = &mut self.entries[at];
+        e.key_len |= CHANGED;
+        e
+    }
+
+    /// Hands `save` every entry changed since the last call (every entry when `all`), and
+    /// marks them saved.
+    pub(super) fn save(&mut self, all: bool, mut save: impl FnMut(&str, &Entry)) {
+        let keys = &self.keys;
+        for e in self.entries.iter_mut() {
+            if all || e.key_len & CHANGED != 0 {
+                e.key_len &= !CHANGED;
+                save(key_of(keys, e), e);
+            }
+        }
     }
 
     /// Adds a key that is not in the table; returns its position. `None` when the arena cannot
@@ -102,6 +129,9 @@ impl Table {
         state: State,
         expires_s: u32,
     ) -> Option<usize> {
+        if key.len() >= CHANGED as usize {
+            return None;
+        }
         let fits = |t: &Table| u32::try_from(t.keys.len() + key.len()).is_ok();
         if !fits(self) {
             self.compact();
@@ -115,7 +145,7 @@ impl Table {
         self.keys.push_str(key);
         self.entries.push(Entry {
             key_at,
-            key_len: key.len() as u32,
+            key_len: key.len() as u32 | CHANGED,
             state,
             expires_s,
             hash32: hash as u32,
@@ -136,10 +166,7 @@ impl Table {
         if gone.is_empty() {
             return 0;
         }
-        self.garbage += gone
-            .iter()
-            .map(|&i| self.entries[i].key_len as usize)
-            .sum::<usize>();
+        self.garbage += gone.iter().map(|&i| self.entries[i].len()).sum::<usize>();
         if gone.len() * 8 > self.entries.len() {
             // Many at once: compact, then index afresh (cheaper than fixing each move).
             let mut i = 0;
@@ -166,6 +193,16 @@ impl Table {
                 .shrink_to(entries.len() * 2, |&i| spread(entries[i as usize].hash32));
         }
         gone.len()
+    }
+
+    /// Drops `key`'s entry; whether it had one.
+    pub(super) fn forget(&mut self, key: &str, hash: u64) -> bool {
+        let Some(at) = self.find(key, hash) else {
+            return false;
+        };
+        self.garbage += self.entries[at].len();
+        self.remove(at);
+        true
     }
 
     fn remove(&mut self, at: usize) {

@@ -1,0 +1,167 @@
+//! The state files' bytes. A file is a header, then frames: `[u32 payload length][u32 CRC-32 of
+//! the payload][payload]`, little-endian. A payload is records back to back: `[u32 key length]
+//! [key (UTF-8)][u8 1][17-byte state][u32 expiry, whole seconds since the Unix epoch]` for a key
+//! and its state, or `[u32 key length][key][u8 0]` for a key dropped before its expiry (evicted),
+//! which must not come back. A snapshot ends with an empty frame; a log has no end (each sync
+//! appends one frame), so a log cut at a frame boundary is only shorter.
+//!
+//! A frame is applied whole or not at all: its checksum and every record are checked before any
+//! record is handed on.
+
+use crate::limiter::State;
+
+/// The first bytes of every state file: a name and the format's version.
+pub const HEADER: &[u8; 8] = b"TSTATE\x00\x01";
+
+/// No frame is longer: a length past it is damage, not a reason to allocate.
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// A full save is cut into frames of about this size.
+pub const FRAME_TARGET: usize = 1 << 20;
+
+/// One record as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub key: &'a str,
+    /// `None`: the key was dropped; forget it.
+    pub state: Option<State>,
+    pub expires_s: u32,
+}
+
+/// Appends one record to a payload.
+pub fn put_record(out: &mut Vec<u8>, key: &str, state: Option<State>, expires_s: u32) {
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    match state {
+        Some(s) => {
+            out.push(1);
+            out.extend_from_slice(&s.to_bytes());
+            out.extend_from_slice(&expires_s.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+/// Appends a frame holding `payload` (at most [`MAX_FRAME`] bytes).
+pub fn put_frame(out: &mut Vec<u8>, payload: &[u8]) {
+    debug_assert!(payload.len() <= MAX_FRAME);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// What a file held, up to where it could be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Read {
+    /// Records handed on.
+    pub records: usize,
+    /// Bytes of whole, good frames from the start (the header included).
+    pub good_len: usize,
+    /// An empty frame was read (a snapshot's end); nothing after it is read.
+    pub ended: bool,
+}
+
+/// Why a file could not be read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    #[error("not a turnstile state file (its first bytes are not the header)")]
+    Header,
+    /// The file ends inside a frame: a write cut short (by a crash, or a truncation).
+    #[error("cut short at byte {at}: the last frame is incomplete")]
+    Torn { at: usize },
+    #[error("the frame at byte {at} fails its checksum")]
+    Checksum { at: usize },
+    #[error("the frame at byte {at} says it holds {len} bytes, more than a frame may")]
+    Length { at: usize, len: usize },
+    #[error("the frame at byte {at} holds a record that cannot be read")]
+    Record { at: usize },
+}
+
+/// Reads `bytes` (a whole file), handing on every record of every good frame in order, and
+/// stops at the end, at an empty frame, or at the first fault (what came before is handed on).
+pub fn read<'a>(bytes: &'a [u8], mut f: impl FnMut(Record<'a>)) -> (Read, Option<Fault>) {
+    let mut read = Read::default();
+    if bytes.len() < HEADER.len() || &bytes[..HEADER.len()] != HEADER {
+        return (read, Some(Fault::Header));
+    }
+    let mut at = HEADER.len();
+    read.good_len = at;
+    while at < bytes.len() {
+        let Some(head) = bytes.get(at..at + 8) else {
+            return (read, Some(Fault::Torn { at }));
+        };
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if len > MAX_FRAME {
+            return (read, Some(Fault::Length { at, len }));
+        }
+        let Some(payload) = bytes.get(at + 8..at + 8 + len) else {
+            return (read, Some(Fault::Torn { at }));
+        };
+        if crc32fast::hash(payload) != crc {
+            return (read, Some(Fault::Checksum { at }));
+        }
+        // Every record checked first, so a frame is applied whole or not at all.
+        if records(payload).any(|r| r.is_none()) {
+            return (read, Some(Fault::Record { at }));
+        }
+        for r in records(payload).flatten() {
+            f(r);
+            read.records += 1;
+        }
+        at += 8 + len;
+        read.good_len = at;
+        if len == 0 {
+            read.ended = true;
+            break;
+        }
+    }
+    (read, None)
+}
+
+/// The records of a payload; a `None` where one cannot be read (and nothing after it).
+fn records(mut p: &[u8]) -> impl Iterator<Item = Option<Record<'_>>> {
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if p.is_empty() || failed {
+            return None;
+        }
+        let r = record(&mut p);
+        failed = r.is_none();
+        Some(r)
+    })
+}
+
+fn record<'a>(p: &mut &'a [u8]) -> Option<Record<'a>> {
+    let len = u32::from_le_bytes(take(p, 4)?.try_into().ok()?) as usize;
+    let key = std::str::from_utf8(take(p, len)?).ok()?;
+    match take(p, 1)?[0] {
+        0 => Some(Record {
+            key,
+            state: None,
+            expires_s: 0,
+        }),
+        1 => {
+            let state = State::from_bytes(take(p, State::BYTES)?.try_into().ok()?)?;
+            let expires_s = u32::from_le_bytes(take(p, 4)?.try_into().ok()?);
+            Some(Record {
+                key,
+                state: Some(state),
+                expires_s,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn take<'a>(p: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if p.len() < n {
+        return None;
+    }
+    let (head, rest) = p.split_at(n);
+    *p = rest;
+    Some(head)
+}
+
+#[cfg(test)]
+mod tests;

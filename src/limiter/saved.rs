@@ -1,0 +1,41 @@
+//! What a shard hands the durable counters when asked: the keys whose state changed since it
+//! was last asked (or every key), and the keys it dropped before they expired (evicted by a
+//! key flood), which must not come back at the next start.
+
+use super::algorithm::State;
+
+/// Keys with their states, back to back in one buffer (one allocation per save, not per key).
+#[derive(Debug, Default)]
+pub struct Saved {
+    keys: String,
+    /// (where the key ends in `keys`, its state or `None` for a key dropped, its expiry in
+    /// whole seconds since the Unix epoch).
+    records: Vec<(usize, Option<State>, u32)>,
+    /// Whether this is every key the shard holds (a full save) rather than what changed.
+    pub full: bool,
+}
+
+impl Saved {
+    pub fn push(&mut self, key: &str, state: Option<State>, expires_s: u32) {
+        self.keys.push_str(key);
+        self.records.push((self.keys.len(), state, expires_s));
+    }
+
+    /// Every record in the order pushed: the key, its state (`None`: dropped), its expiry.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Option<State>, u32)> {
+        let mut start = 0usize;
+        self.records.iter().map(move |&(end, state, expires_s)| {
+            let key = &self.keys[start..end];
+            start = end;
+            (key, state, expires_s)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
