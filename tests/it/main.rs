@@ -14,6 +14,7 @@ mod common;
 
 mod backends;
 mod direct;
+mod durable;
 mod envoy;
 mod hostile;
 mod image;

@@ -5,6 +5,7 @@
 
 pub mod ads;
 pub mod backend;
+pub mod binary;
 pub mod envoy;
 pub mod redis;
 pub mod rlqs;

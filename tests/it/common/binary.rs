@@ -1,0 +1,184 @@
+//! The binary cargo built, run as operators run it: environment only, ports chosen by the OS
+//! and read from its readiness line, stopped with a signal.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Ports printed on the readiness line.
+pub struct Ports {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub debug: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+pub struct Server {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<thread::JoinHandle<()>>,
+    pub ports: Ports,
+    /// The first line on stdout, which tells the ports.
+    pub ready: String,
+}
+
+impl Server {
+    /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
+    pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut vars: HashMap<&str, &str> = [
+            ("HOST", "127.0.0.1"),
+            ("PORT", "0"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("DEBUG_HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+            ("TURNSTILE_WORKERS", "2"),
+            ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
+        ]
+        .into_iter()
+        .collect();
+        vars.extend(env.iter().copied());
+        let mut child = Command::new(program)
+            .args(args)
+            .env_clear()
+            .envs(vars)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().unwrap();
+        let stderr_reader = thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
+        });
+        // `turnstile: listening grpc=.. http=..`, or with LOG_FORMAT=json a JSON event whose
+        // fields carry the addresses.
+        let json: Option<serde_json::Value> = serde_json::from_str(&line).ok();
+        let addr = |name: &str| -> SocketAddr {
+            let text = match &json {
+                Some(v) => v["fields"][name].as_str().map(str::to_owned),
+                None => line
+                    .split_whitespace()
+                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                    .map(str::to_owned),
+            };
+            text.and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} address in {line:?}"))
+        };
+        let ports = Ports {
+            grpc: addr("grpc"),
+            http: addr("http"),
+            debug: addr("debug"),
+            metrics: addr("metrics"),
+        };
+        Server {
+            child,
+            stderr,
+            stderr_reader: Some(stderr_reader),
+            ports,
+            ready: line,
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// SIGTERM, exit 0, and the whole of stderr.
+    pub fn stop(mut self) -> String {
+        self.signal("TERM");
+        let end = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "did not exit after SIGTERM");
+            thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(h) = self.stderr_reader.take() {
+            let _ = h.join();
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+        stderr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Server {
+    /// SIGKILL, as an OOM kill or a lost node ends a process: nothing runs after it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary with only `env` (and `args`) to its end, expecting it to fail at start:
+/// its stderr.
+pub fn start_fails(args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_clear()
+        .envs([
+            ("PORT", "0"),
+            ("GRPC_PORT", "0"),
+            ("HOST", "127.0.0.1"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("DEBUG_PORT", "0"),
+            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+        ])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(
+        !out.status.success(),
+        "started; stdout:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
