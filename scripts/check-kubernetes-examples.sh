@@ -5,7 +5,7 @@
 #     is reported as not validated;
 #   - each limits file inside a ConfigMap with `turnstile check` (the keys ending in .yaml/.yml,
 #     written out as the mounted directory would hold them);
-#   - what a production team expects of each Deployment's pods: readiness and liveness probes,
+#   - what a production team expects of each Deployment's and StatefulSet's pods: readiness and liveness probes,
 #     resource requests and a memory limit, non-root, no privilege escalation, read-only root
 #     file system, all capabilities dropped, no service-account token; a PodDisruptionBudget for
 #     each Deployment of more than one replica; a NetworkPolicy selecting each Deployment's pods,
@@ -69,7 +69,7 @@ for path in files:
                 if key.endswith((".yaml", ".yml")):
                     with open(os.path.join(out, key), "w") as c:
                         c.write(value)
-        elif kind == "Deployment":
+        elif kind in ("Deployment", "StatefulSet"):
             deployments.append((where, doc))
         elif kind == "PodDisruptionBudget":
             pdbs.append(doc)
@@ -132,7 +132,7 @@ for where, d in deployments:
                 if port.get("port") not in declared:
                     problems.append(f"{pw}: port {port.get('port')!r} is not a port of {where}")
 
-print(f"check-kubernetes-examples: {len(deployments)} Deployment(s), {len(pdbs)} PodDisruptionBudget(s), {len(policies)} NetworkPolicy(ies), {configmaps} ConfigMap(s)")
+print(f"check-kubernetes-examples: {len(deployments)} Deployment(s) and StatefulSet(s), {len(pdbs)} PodDisruptionBudget(s), {len(policies)} NetworkPolicy(ies), {configmaps} ConfigMap(s)")
 for p in problems:
     print(f"check-kubernetes-examples: {p}", file=sys.stderr)
 sys.exit(1 if problems else 0)

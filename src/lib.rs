@@ -24,6 +24,7 @@
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
 //! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each yields what it read as a stream of `Update`s that `server`'s reload consumes | `config` |
 //! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up, reset, clear heavy hitters and digests, holding its counters; each port shows client values as `telemetry::client_values` rules), RESP `THROTTLE` and `CL.THROTTLE` (over `service::ThrottleService`): each a thin adapter given only what it uses | `quota`, `service`, `telemetry`, `hitters` |
+//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that asks the shards for what changed once per sync interval and writes it behind the decisions (`format`: checksummed frames; `dir`: the lock, snapshot and log generations), and reads it back into the shards at start | `limiter`, `telemetry` |
 //! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `config` |
 //! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, holding the quota counters and reading the live limits; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `limiter` (the clock), `telemetry`, `config` |
 //! | `service` | a request's way through: validate → plan → engine → answer, counting in `ShouldRateLimit`'s counters; the live limits (`LiveLimits`: a config bound to its stats and heavy hitters, swapped whole); the direct APIs' decisions (`ThrottleService`, holding the throttle counters); admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `hitters`, `config` |
@@ -67,7 +68,7 @@
 //!                     store; where a backing must be told (a commit, a refund, a queue head
 //!                     out) it calls the `Backing` hooks, which memory answers with nothing
 //!   backing/
-//!     mod.rs          enum Backing { Memory, Store(store::Linked), Durable(durable::Journal) }
+//!     mod.rs          enum Backing { Memory, Store(store::Linked) }
 //!                     and the hooks every backing answers: route a message (decide now, or
 //!                     hold it), commit, refund, look up, reset, next wake, a round trip back
 //!     store/          the link to a shared store: batch, round trips, breaker, local-first
@@ -75,8 +76,11 @@
 //!                     store-only code is unreachable in memory mode by type, not by
 //!                     `unreachable!`; its errors in a counter of its own
 //!                     (`ratelimit_service_redis_errors_total` for Redis, as named today)
-//!     durable/        (issue 38) memory decisions, each commit also written behind to a
-//!                     journal off the request path; a folder plus one settings variant
+//! durable/            (issue 38, done) not a backing: decisions are memory's, untouched
+//!                     but for a changed bit per table entry; the journal reads the shards'
+//!                     changes through a message (`Msg::Save`, as `Inspect` reads keys) and
+//!                     writes them behind; one folder plus one settings variant
+//!                     (`Backend::Durable`)
 //! service/
 //!   settings.rs       what shapes the plan and the answer (done: out of answer.rs, which
 //!                     was in a cycle with plan.rs)
@@ -141,6 +145,27 @@
 //! algorithm, the verdict, the answer). The issue that set this pass asked for at most 8; with
 //! the shard in owned parts, the key and the verdict in the limiter and each subsystem counting
 //! its own, as the same issue asks, 8 would take folding rooms this pass keeps apart on purpose.
+//!
+//! # The walk of a sync (durable counters)
+//!
+//! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, on the admin thread, and once more at the stop after
+//! the last answer:
+//!
+//! - (1) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
+//!   log has outgrown the snapshot).
+//! - (2) `limiter/mod.rs`: `Engine::save` sends `Msg::Save` (`limiter/protocol.rs`, 3) to every
+//!   shard and waits for the answers.
+//! - (4) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs` (5), which walks the
+//!   changed entries of `limiter/shard/table.rs` (6), clearing their bits, into a
+//!   `limiter/saved.rs` (7) batch, with the keys evicted since.
+//! - (8) `durable/format.rs` encodes the batches into checksummed frames, encoding each state
+//!   with `limiter/algorithm.rs` (9); on the blocking pool, `durable/dir.rs` (10) appends them to
+//!   the log and syncs it, or writes a new snapshot.
+//! - (11) `telemetry/state.rs`: the sync is counted.
+//!
+//! At start, `server/context.rs` opens the journal before any port serves: `durable/dir.rs`
+//! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard that
+//! owns it in this layout.
 
 pub mod backend;
 pub mod cli;

@@ -9,7 +9,8 @@ apart, and takes each ratio within the round. It prints, per server and mix, the
 req/s and server CPU per call, and the median (and range) of the per-round ratios:
 
   - vs noop: req/s against the do-nothing server;
-  - vs memory: a turnstile-redis-wN's req/s against the turnstile-wN of the same binaries;
+  - vs memory: a turnstile-redis-wN's or turnstile-durable-wN's req/s (and CPU per call)
+    against the turnstile-wN of the same binaries (durable: TURNSTILE_STATE_DIR set);
   - vs first: against the same server of the first binaries, when several are given.
 
   benches/load/paired.py [--bins DIR ...] [--servers ...] [--mixes ...] [--rounds N]
@@ -60,12 +61,14 @@ class Server:
         if name == "noop":
             cmd = [noop_bin(bins), "127.0.0.1:0"]
         else:
-            m = re.fullmatch(r"turnstile-(redis-)?w(\d+)", name)
+            m = re.fullmatch(r"turnstile-(redis-|durable-)?w(\d+)", name)
             if not m:
                 sys.exit(f"paired.py: unknown server {name}")
             cmd = [turnstile_bin(bins), "serve", "--config", CONFIG, "--grpc-addr",
                    "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--workers", m.group(2)]
-            if m.group(1):
+            if m.group(1) == "durable-":
+                env.update(TURNSTILE_STATE_DIR=os.path.join(work, f"{self.label}.state"))
+            elif m.group(1):
                 port = free_port()
                 self.redis = subprocess.Popen(
                     PIN_CLIENT + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
@@ -174,27 +177,29 @@ def main():
 
 
 def report(a, servers, rows):
-    def ratios(x, y, mix):
+    def ratios(x, y, mix, i=0):
         if (y, mix) not in rows or x == y:
             return "-"
-        rs = [p[0] / q[0] for p, q in zip(rows[(x, mix)], rows[(y, mix)])]
+        rs = [p[i] / q[i] for p, q in zip(rows[(x, mix)], rows[(y, mix)])]
         return f"{statistics.median(rs):.3f} ({min(rs):.2f}-{max(rs):.2f})"
 
     noop = next((s.label for s in servers if s.name == "noop"), None)
     first = os.path.basename(a.bins[0])
     print(f"{a.rounds} rounds of {a.requests} calls per server and mix, h2load -c 10 -m 10; "
           f"medians, ratios taken within each round (range in brackets).\n")
-    print("| server | mix | req/s | CPU µs/call (server and its redis) | vs noop | vs memory | vs first |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| server | mix | req/s | CPU µs/call (server and its redis) | vs noop | vs memory "
+          "| CPU vs memory | vs first |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for s in servers:
         for mix in a.mixes:
             got = rows[(s.label, mix)]
             rps = statistics.median(g[0] for g in got)
             cpu = statistics.median(g[1] for g in got)
-            mem = s.label.replace("turnstile-redis-", "turnstile-")
+            mem = re.sub(r"turnstile-(redis|durable)-", "turnstile-", s.label)
             same = re.sub(r"@.*", f"@{first}", s.label)
             print(f"| {s.label} | {mix} | {rps:.0f} | {cpu:.2f} | {ratios(s.label, noop, mix)} | "
-                  f"{ratios(s.label, mem, mix)} | {ratios(s.label, same, mix)} |")
+                  f"{ratios(s.label, mem, mix)} | {ratios(s.label, mem, mix, 1)} | "
+                  f"{ratios(s.label, same, mix)} |")
 
 
 if __name__ == "__main__":
