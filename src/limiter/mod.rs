@@ -135,7 +135,7 @@ impl Engine {
                     policy.clone(),
                     i,
                     shards,
-                    max_keys / shards,
+                    (max_keys / shards, st.clone()),
                 ))),
                 None => Mode::Memory,
             };
