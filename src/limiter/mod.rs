@@ -142,7 +142,7 @@ impl Engine {
                     policy.clone(),
                     i,
                     shards,
-                    max_keys / shards,
+                    (max_keys / shards, st.clone()),
                 ))),
                 None => Mode::Memory,
             };

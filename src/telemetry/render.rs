@@ -19,7 +19,7 @@ fn single(out: &mut String, name: &str, help: &str, kind: &str, v: u64) {
 type ShardField = fn(&ShardStats) -> &AtomicU64;
 
 /// The per-shard families: name, type, help, and the counter each reads.
-const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
     (
         "ratelimit_service_shard_keys",
         "gauge",
@@ -103,6 +103,18 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 14] = [
         "counter",
         "Local-first: background round trips adding local hits to Redis and reading totals back.",
         |s| &s.syncs,
+    ),
+    (
+        "ratelimit_service_redis_replayed_hits_total",
+        "counter",
+        "Hits decided from memory on exact limits while Redis was away, sent to Redis once it answered again.",
+        |s| &s.replayed_hits,
+    ),
+    (
+        "ratelimit_service_redis_replay_dropped_hits_total",
+        "counter",
+        "Hits decided from memory on exact limits while Redis was away and never sent: their window ended first, or the shard held its key cap.",
+        |s| &s.replay_dropped_hits,
     ),
 ];
 

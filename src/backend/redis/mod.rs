@@ -40,6 +40,8 @@ impl Store for RedisStore {
             let at = b.sync_at.unwrap_or(now);
             let in_full = b.sync_at.is_some() || (b.in_full && !b.refund);
             let c = match b.sync_at {
+                // More given back than taken since the last sync: given back in that window.
+                Some(at) if b.refund => self.cmd(b.op, at, true),
                 Some(at) => self.sync_cmd(b.op, at, now),
                 None if in_full => self.sync_cmd(b.op, now, now),
                 None => self.cmd(b.op, now, b.refund),

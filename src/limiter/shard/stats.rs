@@ -25,4 +25,8 @@ pub struct ShardStats {
     /// Local-first: messages decided from memory, and sync round trips sent.
     pub local_decisions: AtomicU64,
     pub syncs: AtomicU64,
+    /// Exact limits: hits decided from memory while Redis was away, sent to it once back, and
+    /// those dropped instead (their window ended first, or no room to keep them).
+    pub replayed_hits: AtomicU64,
+    pub replay_dropped_hits: AtomicU64,
 }

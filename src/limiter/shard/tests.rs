@@ -181,14 +181,9 @@ fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
         sync_interval: Duration::from_millis(100),
     };
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
-    let r = Link::new(store, policy, 0, 1, 1000);
-    Shard::new(
-        clock,
-        budget,
-        Arc::new(ShardStats::default()),
-        Mode::Store(Box::new(r)),
-        1000,
-    )
+    let stats = Arc::new(ShardStats::default());
+    let r = Link::new(store, policy, 0, 1, (1000, stats.clone()));
+    Shard::new(clock, budget, stats, Mode::Store(Box::new(r)), 1000)
 }
 
 /// Two round trips are out at once, not three; when the later one is back first, it waits,

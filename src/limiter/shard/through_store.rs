@@ -50,17 +50,35 @@ impl Decider<'_> {
         if let Ok(replies) = result {
             return self.apply(flight, replies);
         }
-        // Nothing is known of this batch: decide it as the failure mode says.
+        // Nothing is known of this batch: decide it as the failure mode says. One abandoned at
+        // its deadline was written, and the store may count it yet: what is decided from memory
+        // is not kept for it, nor are its refunds. Otherwise it reached nothing: its refunds
+        // wait with the hits kept for the store (and net out against them).
         let now = self.cx.clock.now();
-        self.link().views.failed(flight.sync, now);
-        for p in flight.messages {
+        let landed = flight.abandoned;
+        let views = &mut self.link().views;
+        views.failed(flight.sync, now, landed);
+        if !landed {
+            for u in &flight.refunds {
+                views.record(u, -(u.hits as i64), flight.now);
+            }
+        }
+        views.away.keep(!landed);
+        self.decide_failed(flight.messages, flight.now);
+        self.link().views.away.keep(true);
+    }
+
+    /// Decides the messages of a failed round trip as the failure mode says.
+    fn decide_failed(&mut self, messages: Vec<StoreBound>, sent_at: u64) {
+        let now = self.cx.clock.now();
+        for p in messages {
             match p {
                 // Local-first limits stay local while the store is away.
                 StoreBound::New(d) if self.link().views.local(&d.ops, now, false) => self.decide(d),
                 StoreBound::New(d) => self.decide_without_store(d),
                 StoreBound::Head(w, key) => {
                     self.link().head_back(&key);
-                    self.requeue_head(w, &key, flight.now);
+                    self.requeue_head(w, &key, sent_at);
                     self.service_queue(&key, self.cx.clock.now());
                 }
             }

@@ -1,7 +1,9 @@
-//! Where counters live: every scenario on every backend, Redis specifics, local-first.
+//! Where counters live: every scenario on every backend, Redis specifics, local-first, usage
+//! while Redis is away.
 
 mod local_first;
 mod redis;
 mod redis_start;
+mod replay;
 mod scenarios;
 mod windows;

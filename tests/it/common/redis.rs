@@ -127,7 +127,25 @@ impl Redis {
         }
     }
 
-    /// Starts it again on the same port, empty.
+    /// Stalls the server (SIGSTOP): connections stay open, nothing is answered, and what was
+    /// sent meanwhile is read when it resumes.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    }
+
+    /// Starts it again on the same port, with what its directory holds (nothing, unless a
+    /// test saved it there: `SAVE` writes `dump.rdb`, read at start).
     pub fn restart(&mut self) {
         self.kill();
         self.spawn(true);

@@ -1,8 +1,9 @@
 //! The shard's link to a store (Redis): what `Mode::Store` holds. New messages wait in a batch
 //! and go in round trips, judged in the order they were sent (`round_trip`); a breaker stands
 //! between the shard and the store (`breaker`); local-first keys are decided on views the
-//! store's counts refresh in the background (`views`); keys known to be full are remembered,
-//! so a lone op on one is refused without a round trip.
+//! store's counts refresh in the background (`views`); exact limits' hits decided from memory
+//! while the store is away are kept and sent once it is back (`away`); keys known to be full are
+//! remembered, so a lone op on one is refused without a round trip.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,14 +20,17 @@ use crate::limiter::store::{
     DeleteFuture, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
+mod away;
 mod breaker;
 mod round_trip;
+mod sync;
 mod views;
 
 pub use breaker::BreakerState;
 use round_trip::RoundTrips;
 pub(crate) use round_trip::{Done, InFlight, StoreBound};
-pub(crate) use views::{refund_views, with_hits, SyncOp, Views};
+pub(crate) use sync::{with_hits, SyncOp};
+pub(crate) use views::{refund_views, Views};
 
 /// How a shard keeps its counters: in memory alone, or in a store it reaches through a link.
 pub(crate) enum Mode {
@@ -68,15 +72,15 @@ impl Link {
         policy: StorePolicy,
         lane: usize,
         shards: usize,
-        max_keys: usize,
+        (max_keys, stats): (usize, Arc<ShardStats>),
     ) -> Link {
         // About 64 bytes a cached key, the budget split between shards.
         let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
-        let views = Views::new(
-            policy.local_first,
+        let times = (
             policy.sync_interval.as_nanos() as u64,
-            max_keys,
+            policy.cooldown.as_nanos() as u64,
         );
+        let views = Views::new(policy.local_first, times, max_keys, stats);
         Link {
             views,
             deferred: false,
@@ -220,7 +224,8 @@ impl Link {
         if !self.may_send(now) {
             return;
         }
-        let sync = self.views.take_due(now);
+        let ready = self.breaker.ready();
+        let sync = self.views.take_due(now, ready);
         if self.batch.is_empty() && self.refunds.is_empty() && sync.is_empty() {
             return;
         }
@@ -260,8 +265,11 @@ impl Link {
         &mut self,
         stats: &ShardStats,
     ) -> Option<(InFlight, Result<Vec<StoreReply>, StoreError>)> {
-        let (flight, result, latency) = self.trips.next_back()?;
+        let (mut flight, result, latency) = self.trips.next_back()?;
         self.note(&result, latency, stats);
+        // Abandoned at its deadline: the batch was written, and the store counts it if it ever
+        // reads it (a stalled Redis does, on waking).
+        flight.abandoned = result.is_err() && latency >= self.policy.deadline;
         Some((flight, result))
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::views::SyncOp;
+use super::sync::SyncOp;
 use crate::limiter::key::Key;
 use crate::limiter::op::Op;
 use crate::limiter::protocol::Decide;
@@ -54,6 +54,8 @@ pub(crate) struct InFlight {
     pub(crate) refunds: Vec<Op>,
     pub(crate) sync: Vec<SyncOp>,
     pub(crate) now: u64,
+    /// Failed at its deadline, its batch written: the store may count it yet.
+    pub(crate) abandoned: bool,
 }
 
 /// The round trips out, oldest first, and the answers back before an older one's.
@@ -105,6 +107,7 @@ impl RoundTrips {
             refunds,
             sync,
             now,
+            abandoned: false,
         });
         let tx = self.done_tx.clone();
         tokio::spawn(async move {

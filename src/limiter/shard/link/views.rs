@@ -15,14 +15,21 @@
 //! stops it at the limit). While the store cannot be reached, decisions stay local on the last
 //! view (each replica then holds the limit on its own) and the hits wait, per key, for the
 //! store to come back; hits of fixed windows that ended meanwhile are not replayed.
+//!
+//! Exact limits' hits decided from memory while the store is away wait beside the views, per
+//! key, and go with the same round trips (`away`).
 
+use std::sync::Arc;
+
+use super::away::Away;
+use super::sync::{with_hits, SyncOp};
 use crate::config::Algorithm;
-use crate::limiter::algorithm::{Params, State};
 use crate::limiter::key::{Key, KeyMap};
 use crate::limiter::op::Op;
 use crate::limiter::shard::counters::Counters;
 use crate::limiter::shard::queues::Queues;
-use crate::limiter::store::{StoreOp, StoreReply};
+use crate::limiter::shard::stats::ShardStats;
+use crate::limiter::store::StoreReply;
 
 /// A key's local-first bookkeeping.
 struct View {
@@ -41,46 +48,6 @@ struct View {
     used: bool,
 }
 
-/// One key's part of a sync round trip: `op.hits` to add, or to give back.
-pub(crate) struct SyncOp {
-    op: Op,
-    at: u64,
-    refund: bool,
-}
-
-impl SyncOp {
-    /// As a store op (`sync_at` set).
-    pub(crate) fn store_op(&self) -> StoreOp<'_> {
-        StoreOp {
-            op: &self.op,
-            refund: self.refund,
-            sync_at: Some(self.at),
-            in_full: false,
-        }
-    }
-
-    fn new(v: &View, hits: i64, at: u64) -> SyncOp {
-        let mut op = v.op.clone();
-        op.hits = hits.unsigned_abs();
-        SyncOp {
-            op,
-            at,
-            refund: hits < 0,
-        }
-    }
-}
-
-/// `state` with `hits` added (negative: given back).
-pub(crate) fn with_hits(state: State, p: &Params, now: u64, hits: i64) -> State {
-    if hits >= 0 {
-        state.add(p, now, hits.unsigned_abs())
-    } else {
-        let mut s = state;
-        s.refund(p, now, hits.unsigned_abs());
-        s
-    }
-}
-
 pub(crate) struct Views {
     /// Local-first for ops that do not say.
     default_on: bool,
@@ -90,10 +57,19 @@ pub(crate) struct Views {
     /// Hits of a window that ended before its sync went out, sent with the next one.
     late: Vec<SyncOp>,
     cap: usize,
+    /// Exact limits' hits decided here while the store was away.
+    pub(crate) away: Away,
 }
 
 impl Views {
-    pub(crate) fn new(default_on: bool, interval_ns: u64, cap: usize) -> Views {
+    /// Views of at most `cap` keys, synced every `interval_ns`; kept exact hits wait
+    /// `retry_ns` after a replay that could not go.
+    pub(crate) fn new(
+        default_on: bool,
+        (interval_ns, retry_ns): (u64, u64),
+        cap: usize,
+        stats: Arc<ShardStats>,
+    ) -> Views {
         Views {
             default_on,
             interval: interval_ns.max(1),
@@ -101,6 +77,7 @@ impl Views {
             views: KeyMap::default(),
             late: Vec::new(),
             cap: cap.max(16),
+            away: Away::new(cap, retry_ns, stats),
         }
     }
 
@@ -173,7 +150,7 @@ impl Views {
     /// exact ops of its round trip) and those since.
     pub(crate) fn unsynced(&self, op: &Op, now: u64) -> i64 {
         if !self.applies(op) {
-            return 0;
+            return self.away.unsynced(op, now);
         }
         self.views.get(&op.key).map_or(0, |v| {
             let sending = if same_window(&v.op, v.sending_at, now) {
@@ -185,9 +162,13 @@ impl Views {
         })
     }
 
-    /// Counts hits admitted here (negative: given back) on a local-first op's key.
+    /// Counts hits admitted here (negative: given back) on a local-first op's key; on an exact
+    /// op's key (decided here only while the store is away) they are kept for it (`away`).
     pub(crate) fn record(&mut self, op: &Op, hits: i64, now: u64) {
-        if !self.applies(op) || hits == 0 {
+        if !self.applies(op) {
+            return self.away.record(op, hits, now);
+        }
+        if hits == 0 {
             return;
         }
         let mut late = None;
@@ -196,7 +177,7 @@ impl Views {
         };
         if v.delta != 0 && !same_window(&v.op, v.delta_at, now) {
             // A new fixed window: the old one's hits go on their own.
-            late = Some(SyncOp::new(v, v.delta, v.delta_at));
+            late = Some(SyncOp::new(&v.op, v.delta, v.delta_at, false));
             v.delta = 0;
         }
         if v.delta == 0 {
@@ -212,20 +193,29 @@ impl Views {
     pub(crate) fn forget(&mut self, key: &Key) {
         self.views.remove(key);
         self.late.retain(|s| &s.op.key != key);
+        self.away.forget(key);
     }
 
     /// When the next sync is due.
     pub(crate) fn next_sync(&self) -> u64 {
-        if self.views.is_empty() && self.late.is_empty() {
+        let views = if self.views.is_empty() && self.late.is_empty() {
             u64::MAX
         } else {
             self.next_sync
-        }
+        };
+        views.min(self.away.due_at())
     }
 
     /// The keys to send if a sync is due at `now`: each used key with its local hits (0: only
-    /// read back). Keys idle since the last sync are forgotten.
-    pub(crate) fn take_due(&mut self, now: u64) -> Vec<SyncOp> {
+    /// read back), and kept exact hits if the breaker lets them through (`ready`). Keys idle
+    /// since the last sync are forgotten.
+    pub(crate) fn take_due(&mut self, now: u64, ready: bool) -> Vec<SyncOp> {
+        let mut out = self.take_views(now);
+        self.away.take(now, ready, &mut out);
+        out
+    }
+
+    fn take_views(&mut self, now: u64) -> Vec<SyncOp> {
         if now < self.next_sync || (self.views.is_empty() && self.late.is_empty()) {
             return Vec::new();
         }
@@ -238,7 +228,7 @@ impl Views {
                 continue;
             }
             let at = if v.delta != 0 { v.delta_at } else { now };
-            out.push(SyncOp::new(v, v.delta, at));
+            out.push(SyncOp::new(&v.op, v.delta, at, false));
             v.sending = v.delta;
             v.sending_at = at;
             v.delta = 0;
@@ -247,9 +237,14 @@ impl Views {
         out
     }
 
-    /// A sync failed: its hits wait for the next one, unless their fixed window is over.
-    pub(crate) fn failed(&mut self, sent: Vec<SyncOp>, now: u64) {
+    /// A sync failed: its hits wait for the next one, unless their fixed window is over. Kept
+    /// exact hits abandoned at the deadline (`landed`) are not sent again (see `away`).
+    pub(crate) fn failed(&mut self, sent: Vec<SyncOp>, now: u64, landed: bool) {
         for s in sent {
+            if s.kept {
+                self.away.failed(&s, landed, now);
+                continue;
+            }
             match self.views.get_mut(&s.op.key) {
                 Some(v) if v.sending != 0 && s.at == v.sending_at => {
                     if same_window(&v.op, v.sending_at, now) {
@@ -288,6 +283,12 @@ impl Views {
         queued: impl Fn(&Key) -> i64,
     ) {
         for (s, reply) in sent.into_iter().zip(replies) {
+            if s.kept {
+                let queued = queued(&s.op.key);
+                let parts = (&mut *counters, queues);
+                self.away.synced(parts, (&s, reply), (started, now), queued);
+                continue;
+            }
             let p = s.op.params;
             let Some(v) = self.views.get_mut(&s.op.key) else {
                 continue;
@@ -363,6 +364,7 @@ pub(crate) fn refund_views(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::algorithm::Params;
     use crate::limiter::key::KeyRef;
     use crate::limiter::op::Role;
 
@@ -389,21 +391,26 @@ mod tests {
     const SEC: u64 = 1_000_000_000;
     const MS: u64 = 1_000_000;
 
+    fn views(default_on: bool, cap: usize) -> Views {
+        let stats = Arc::new(ShardStats::default());
+        Views::new(default_on, (100 * MS, SEC), cap, stats)
+    }
+
     #[test]
     fn only_local_first_fixed_windows_and_buckets_apply() {
-        let s = Views::new(true, 100 * MS, 100);
+        let s = views(true, 100);
         assert!(s.applies(&op("a", Algorithm::FixedWindow, None)));
         assert!(s.applies(&op("a", Algorithm::TokenBucket { burst: 3 }, None)));
         assert!(!s.applies(&op("a", Algorithm::SlidingWindow, None)));
         assert!(!s.applies(&op("a", Algorithm::FixedWindow, Some(false))));
-        let s = Views::new(false, 100 * MS, 100);
+        let s = views(false, 100);
         assert!(!s.applies(&op("a", Algorithm::FixedWindow, None)));
         assert!(s.applies(&op("a", Algorithm::FixedWindow, Some(true))));
     }
 
     #[test]
     fn a_key_without_a_fresh_view_goes_exact_unless_the_store_is_away() {
-        let mut s = Views::new(true, 100 * MS, 100);
+        let mut s = views(true, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         assert!(!s.local(std::slice::from_ref(&a), 10 * SEC, true));
         assert!(s.local(std::slice::from_ref(&a), 10 * SEC, false));
@@ -415,42 +422,42 @@ mod tests {
 
     #[test]
     fn a_sync_sends_local_hits_and_refreshes_used_keys() {
-        let mut s = Views::new(true, 100 * MS, 100);
+        let mut s = views(true, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         let t = 10 * SEC;
         s.record(&a, 1, t);
         s.record(&a, 1, t + MS);
         s.record(&a, -1, t + 2 * MS);
-        let due = s.take_due(t + 3 * MS);
+        let due = s.take_due(t + 3 * MS, true);
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].op.hits, due[0].at), (1, t));
         // Not due again before the interval; an unused key is forgotten at the next sync.
-        assert!(s.take_due(t + 50 * MS).is_empty());
+        assert!(s.take_due(t + 50 * MS, true).is_empty());
         s.views.get_mut(&KeyRef::of("a")).unwrap().sending = 0;
-        assert!(s.take_due(t + 103 * MS).is_empty());
+        assert!(s.take_due(t + 103 * MS, true).is_empty());
         assert!(s.views.is_empty());
     }
 
     #[test]
     fn hits_of_an_ended_window_go_on_their_own_and_are_dropped_if_the_sync_fails_late() {
-        let mut s = Views::new(true, 100 * MS, 100);
+        let mut s = views(true, 100);
         let a = op("a", Algorithm::FixedWindow, None);
         let t = 10 * SEC + 950 * MS;
         s.record(&a, 2, t);
         s.record(&a, 1, t + 100 * MS);
-        let due = s.take_due(t + 110 * MS);
+        let due = s.take_due(t + 110 * MS, true);
         let mut sent: Vec<(u64, u64)> = due.iter().map(|d| (d.op.hits, d.at)).collect();
         sent.sort();
         assert_eq!(sent, vec![(1, t + 100 * MS), (2, t)]);
         // The store was away: the current window's hit waits, the ended window's is dropped.
-        s.failed(due, t + 120 * MS);
+        s.failed(due, t + 120 * MS, false);
         assert!(s.late.is_empty());
         assert_eq!(s.views[&KeyRef::of("a")].delta, 1);
     }
 
     #[test]
     fn views_are_bounded() {
-        let mut s = Views::new(true, 100 * MS, 16);
+        let mut s = views(true, 16);
         for i in 0..1000 {
             s.record(&op(&format!("k{i}"), Algorithm::FixedWindow, None), 1, SEC);
         }
