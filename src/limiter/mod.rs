@@ -29,8 +29,8 @@ use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use saved::Saved;
+use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, ShardStats};
-use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
@@ -136,15 +136,15 @@ impl Engine {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
             senders.push(tx);
-            let mode = match &store {
-                Some((store, policy)) => Mode::Store(Box::new(Link::new(
+            let backing = match &store {
+                Some((store, policy)) => Backing::Store(Box::new(Link::new(
                     store.clone(),
                     policy.clone(),
                     i,
                     shards,
                     (max_keys / shards, st.clone()),
                 ))),
-                None => Mode::Memory,
+                None => Backing::Memory,
             };
             tasks.push(ShardTask {
                 engine: id,
@@ -153,7 +153,7 @@ impl Engine {
                     clock.clone(),
                     budget.clone(),
                     st.clone(),
-                    mode,
+                    backing,
                     max_keys / shards,
                 ),
                 rx,

@@ -9,8 +9,8 @@
 //! not reached from here: their over-limit cache entries refuse until they expire (the window's
 //! end, as the reference's local cache), their views take the store's count at their next sync.
 
-use super::decide::Decider;
-use super::link::{with_hits, Mode};
+use super::decide::{Decider, Hooks};
+use super::link::with_hits;
 use crate::limiter::algorithm::State;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Counting, Op, Role};
@@ -35,7 +35,7 @@ impl Peeking {
     }
 }
 
-impl Decider<'_> {
+impl<B: Hooks> Decider<'_, B> {
     /// The key's state as a decision now would start from it; with a store whose breaker lets
     /// decisions through, the store's count is read instead.
     pub(super) fn look_up(&mut self, op: &Op) -> Peeking {
@@ -47,12 +47,7 @@ impl Decider<'_> {
             waiting: self.queues.len_of(&op.key.borrowed()),
             now,
         };
-        let store = match &*self.mode {
-            Mode::Store(link) if link.ready() => {
-                Some((link.peek(op, now), link.views.unsynced(op, now), op.params))
-            }
-            _ => None,
-        };
+        let store = self.backing.peek(op, now);
         Peeking { here, store }
     }
 
@@ -63,13 +58,7 @@ impl Decider<'_> {
     pub(super) fn reset(&mut self, op: &Op, delete: bool) -> Deleting {
         let now = self.cx.clock.now();
         self.counters.reset(&op.key, &op.params, now);
-        let deleting = match &mut *self.mode {
-            Mode::Store(link) => {
-                link.forget(&op.key);
-                delete.then(|| link.delete(op, now))
-            }
-            Mode::Memory => None,
-        };
+        let deleting = self.backing.forget(op, delete, now);
         if deleting.is_none() && self.queues.has_key(&op.key) {
             self.service_queue(&op.key, now);
         }

@@ -1,7 +1,10 @@
 //! Deciding a message: each op evaluated against the counters, the message judged as a whole,
 //! then admitted (committed), refused, or parked in a queue. A [`Decider`] is the shard's parts
-//! borrowed together for one message: the memory path is here, the queues' side in `wait.rs`,
-//! the store's in `through_store.rs`, admin actions in `admin.rs`.
+//! borrowed together for one message, with its backing `B`: the memory path is here, the
+//! queues' side in `wait.rs`, admin actions in `admin.rs`; the store's path in `through_store.rs`
+//! exists only for `Decider<Link>`, so store-only code cannot run in memory mode. Where the
+//! memory path must tell a backing something (hits committed or given back, a queue head to
+//! decide, a look-up, a reset), it calls the [`Hooks`], which [`Memory`] answers with nothing.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,13 +13,57 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
-use super::link::{Link, Mode};
-use super::queues::Queues;
+use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
-use crate::limiter::algorithm::{Eval, State};
+use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::clock::Clock;
+use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcome, Outcomes, Role};
 use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
+use crate::limiter::store::{DeleteFuture, StoreFuture};
+
+/// What the memory path tells the shard's backing, and asks of it. Memory alone answers every
+/// hook with nothing; a link to a store keeps its views, decides queue heads in the store, reads
+/// and deletes the store's keys.
+pub(super) trait Hooks: Sized {
+    /// Whether the head of `key`'s queue is being decided out in the store.
+    fn head_out(&self, _key: &Key) -> bool {
+        false
+    }
+
+    /// `hits` of `op` committed here (negative: given back).
+    fn record(&mut self, _op: &Op, _hits: i64, _now: u64) {}
+
+    /// Takes the head waiter of `key` to decide it elsewhere; gives it back when it is decided
+    /// here.
+    fn take_head(
+        &mut self,
+        w: Waiter,
+        _key: &Key,
+        _now: u64,
+        _stats: &ShardStats,
+    ) -> Option<Waiter> {
+        Some(w)
+    }
+
+    /// A look-up's read of the store: the read, the hits not yet synced, the limit.
+    fn peek(&self, _op: &Op, _now: u64) -> Option<(StoreFuture, i64, Params)> {
+        None
+    }
+
+    /// A reset: forgets the key, and with `delete` starts deleting its store keys.
+    fn forget(&mut self, _op: &Op, _delete: bool, _now: u64) -> Option<DeleteFuture> {
+        None
+    }
+
+    /// Gives back what the ops at `done` of a message counted in the store.
+    fn refund_counted(_d: &mut Decider<'_, Self>, _ops: &[Op], _done: &[usize]) {}
+}
+
+/// No backing: the shard's counters are the only ones.
+pub(super) struct Memory;
+
+impl Hooks for Memory {}
 
 /// What a shard keeps besides its counters, queues and mode: its clock and metrics, whether it
 /// is draining, and the answer for a synchronous caller.
@@ -32,10 +79,10 @@ pub(super) struct Ambient {
 }
 
 /// The shard's parts, borrowed together to decide one message.
-pub(super) struct Decider<'a> {
+pub(super) struct Decider<'a, B> {
     pub(super) counters: &'a mut Counters,
     pub(super) queues: &'a mut Queues,
-    pub(super) mode: &'a mut Mode,
+    pub(super) backing: &'a mut B,
     pub(super) cx: &'a mut Ambient,
 }
 
@@ -111,23 +158,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
     (outcomes, action)
 }
 
-impl Decider<'_> {
-    #[inline]
-    pub(super) fn decide_any(&mut self, d: Decide) {
-        match self.mode {
-            Mode::Memory => self.decide(d),
-            Mode::Store(_) => self.decide_via_store(d),
-        }
-    }
-
-    /// The link to the store; only on the store's paths.
-    pub(super) fn link(&mut self) -> &mut Link {
-        match self.mode {
-            Mode::Store(link) => link,
-            Mode::Memory => unreachable!("a store path in memory mode"),
-        }
-    }
-
+impl<B: Hooks> Decider<'_, B> {
     /// Delivers a message's answer; false when its caller went away. Always inlined: on the
     /// synchronous path it is one store into `answered`, and a call would copy the reply twice.
     #[inline(always)]
@@ -153,8 +184,7 @@ impl Decider<'_> {
 
     /// Whether someone waits for `op`'s key: in its queue, or at its head out in the store.
     pub(super) fn has_waiters(&self, op: &Op) -> bool {
-        self.queues.has_waiters(&op.key)
-            || matches!(&*self.mode, Mode::Store(link) if link.head_out(&op.key))
+        self.queues.has_waiters(&op.key) || self.backing.head_out(&op.key)
     }
 
     pub(super) fn decide(&mut self, d: Decide) {
@@ -208,7 +238,7 @@ impl Decider<'_> {
         if !matches!(action, Action::Admit) {
             // Usage counted in full stays counted; the rest of the message consumes nothing.
             match &commit {
-                Commit::InStore(done) => self.refund_in_store(&d.ops, done),
+                Commit::InStore(done) => B::refund_counted(self, &d.ops, done),
                 Commit::Memory(scratch) => self.commit_in_full(&d.ops, scratch, now),
             }
         }
@@ -272,7 +302,7 @@ impl Decider<'_> {
                         self.refund(op, now);
                     }
                 }
-                Commit::InStore(done) => self.refund_in_store(&d.ops, done),
+                Commit::InStore(done) => B::refund_counted(self, &d.ops, done),
             }
         }
     }
@@ -326,9 +356,7 @@ impl Decider<'_> {
 
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn refund(&mut self, op: &Op, now: u64) {
-        if let Mode::Store(link) = self.mode {
-            link.views.record(op, -(op.hits as i64), now);
-        }
+        self.backing.record(op, -(op.hits as i64), now);
         if !self.counters.refund(&op.key, &op.params, now, op.hits) {
             return;
         }
@@ -358,10 +386,8 @@ impl Decider<'_> {
     /// Stores the next states of an admitted message: first into the entries found when it was
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
-        if let Mode::Store(link) = self.mode {
-            for &(i, ..) in scratch {
-                link.views.record(&ops[i], ops[i].hits as i64, now);
-            }
+        for &(i, ..) in scratch {
+            self.backing.record(&ops[i], ops[i].hits as i64, now);
         }
         for &(i, state, at) in scratch {
             let op = &ops[i];

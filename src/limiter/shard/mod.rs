@@ -7,10 +7,11 @@
 //! in the FIFO of the key it waits for and is answered later through its reply channel.
 //!
 //! A shard is its parts, each a type owning its fields: [`Counters`] (the key table and what
-//! guards it), [`Queues`] (the wait queues and the waiter budget) and its [`Mode`], memory alone
-//! or a [`Link`] to a store (batch, round trips, breaker, local-first views). This file only
-//! dispatches messages and timers; a message is decided by the parts borrowed together as a
-//! [`Decider`](decide::Decider) (`decide.rs`, `wait.rs`, `through_store.rs`, `admin.rs`).
+//! guards it), [`Queues`] (the wait queues and the waiter budget) and its [`Backing`], memory
+//! alone or a [`Link`] to a store (batch, round trips, breaker, local-first views). This file
+//! only dispatches messages and timers; a message is decided by the parts borrowed together as a
+//! [`Decider`](decide::Decider) over the backing's type (`decide.rs`, `wait.rs`, `admin.rs`
+//! for both, `through_store.rs` for a link only).
 
 use std::sync::Arc;
 
@@ -36,17 +37,58 @@ mod wait;
 
 use counters::Counters;
 pub(crate) use decide::refund_in_outcomes;
-use decide::{Ambient, Decider};
+use decide::{Ambient, Decider, Memory};
 pub use link::BreakerState;
 pub(crate) use link::Done;
-pub(crate) use link::{Link, Mode};
+pub(crate) use link::Link;
+
+/// What a shard's counters stand for: themselves alone, or a store's (through a link).
+pub(crate) enum Backing {
+    Memory,
+    /// Boxed: memory keeps no link, so its shard stays small.
+    Store(Box<Link>),
+}
+
+/// Runs `$body` with `$d`, the shard's parts borrowed as a decider over its backing: `$memory`
+/// with memory alone, `$store` with a link (`$body` for both when one is given). A macro, not a
+/// method taking a closure: the body is compiled once per backing type.
+macro_rules! with_decider {
+    ($shard:expr, |$d:ident| $body:expr) => {
+        with_decider!($shard, |$d| memory => $body, store => $body)
+    };
+    ($shard:expr, |$d:ident| memory => $memory:expr, store => $store:expr) => {{
+        let s = &mut *$shard;
+        match &mut s.backing {
+            Backing::Memory => {
+                #[allow(unused_mut)]
+                let mut $d = Decider {
+                    counters: &mut s.counters,
+                    queues: &mut s.queues,
+                    backing: &mut Memory,
+                    cx: &mut s.cx,
+                };
+                $memory
+            }
+            Backing::Store(link) => {
+                #[allow(unused_mut)]
+                let mut $d = Decider {
+                    counters: &mut s.counters,
+                    queues: &mut s.queues,
+                    backing: &mut **link,
+                    cx: &mut s.cx,
+                };
+                $store
+            }
+        }
+    }};
+}
 use queues::Queues;
 pub use stats::ShardStats;
 
 pub(crate) struct Shard {
     counters: Counters,
     queues: Queues,
-    mode: Mode,
+    backing: Backing,
     cx: Ambient,
 }
 
@@ -55,14 +97,14 @@ impl Shard {
         clock: Clock,
         budget: Arc<WaiterBudget>,
         stats: Arc<ShardStats>,
-        mode: Mode,
+        backing: Backing,
         max_keys: usize,
     ) -> Shard {
         let now = clock.now();
         Shard {
             counters: Counters::new(max_keys, now, stats.clone()),
             queues: Queues::new(budget, stats.clone()),
-            mode,
+            backing,
             cx: Ambient {
                 clock,
                 stats,
@@ -73,13 +115,15 @@ impl Shard {
         }
     }
 
-    #[inline]
-    fn decider(&mut self) -> Decider<'_> {
-        Decider {
-            counters: &mut self.counters,
-            queues: &mut self.queues,
-            mode: &mut self.mode,
-            cx: &mut self.cx,
+    /// Runs `f` on the parts with the link to the store, when the shard has one.
+    fn with_link(&mut self, f: impl FnOnce(&mut Decider<'_, Link>)) {
+        if let Backing::Store(link) = &mut self.backing {
+            f(&mut Decider {
+                counters: &mut self.counters,
+                queues: &mut self.queues,
+                backing: &mut **link,
+                cx: &mut self.cx,
+            });
         }
     }
 
@@ -89,18 +133,18 @@ impl Shard {
 
     /// Where the answers of the store's round trips come, for the shard's task to take (once).
     pub(crate) fn take_done_rx(&mut self) -> Option<mpsc::UnboundedReceiver<Done>> {
-        match &mut self.mode {
-            Mode::Store(link) => link.trips.done_rx.take(),
-            Mode::Memory => None,
+        match &mut self.backing {
+            Backing::Store(link) => link.trips.done_rx.take(),
+            Backing::Memory => None,
         }
     }
 
     /// When the shard must next look at its queues, sweep, or send to the store.
     pub(crate) fn next_wake(&self) -> u64 {
         let ev = self.queues.next_event().unwrap_or(u64::MAX);
-        let send = match &self.mode {
-            Mode::Store(link) => link.next_send(),
-            Mode::Memory => u64::MAX,
+        let send = match &self.backing {
+            Backing::Store(link) => link.next_send(),
+            Backing::Memory => u64::MAX,
         };
         ev.min(self.counters.next_sweep()).min(send)
     }
@@ -109,19 +153,19 @@ impl Shard {
     /// one is due.
     pub(crate) fn tick(&mut self) {
         let now = self.cx.clock.now();
-        self.decider().run_events(now);
+        with_decider!(self, |d| d.run_events(now));
         if now >= self.counters.next_sweep() {
             self.counters.sweep(now, &self.queues);
         }
-        if matches!(&self.mode, Mode::Store(link) if link.due(now)) {
-            self.decider().flush();
+        if matches!(&self.backing, Backing::Store(link) if link.due(now)) {
+            self.with_link(|d| d.flush());
         }
     }
 
     /// Decides a message.
     #[inline]
-    pub(crate) fn decide_any(&mut self, d: Decide) {
-        self.decider().decide_any(d)
+    pub(crate) fn decide_any(&mut self, msg: Decide) {
+        with_decider!(self, |d| memory => d.decide(msg), store => d.decide_via_store(msg))
     }
 
     /// The answer a synchronous caller's message got now, or the channel it will come on.
@@ -138,7 +182,7 @@ impl Shard {
 
     /// A round trip to the store is back.
     pub(crate) fn store_done(&mut self, done: Done) {
-        self.decider().store_done(done)
+        self.with_link(|d| d.store_done(done))
     }
 
     /// A key's state read back from the durable counters at start (`None`: forget the key).
@@ -156,7 +200,7 @@ impl Shard {
 
     /// Shutdown: answer every waiter now, admitting them or not, and queue no newcomer.
     pub(crate) fn drain(&mut self, admit: bool) {
-        self.decider().drain(admit)
+        with_decider!(self, |d| d.drain(admit))
     }
 
     pub(crate) fn handle(&mut self, msg: Msg) {
@@ -165,16 +209,15 @@ impl Shard {
             Msg::Refund {
                 ops,
                 in_store: true,
-            } => self.decider().refund_all_in_store(&ops),
+            } => self.with_link(|d| d.refund_all_in_store(&ops)),
             Msg::Refund {
                 ops,
                 in_store: false,
             } => {
                 let now = self.cx.clock.now();
-                let mut decider = self.decider();
-                for op in &ops {
-                    decider.refund(op, now);
-                }
+                with_decider!(self, |d| for op in &ops {
+                    d.refund(op, now);
+                })
             }
             Msg::Inspect { prefix, reply } => {
                 let now = self.cx.clock.now();
@@ -182,20 +225,20 @@ impl Shard {
                 let _ = reply.send(keys);
             }
             Msg::Drain { admit } => self.drain(admit),
-            Msg::Cancelled { key } => self.decider().purge_cancelled(&key),
+            Msg::Cancelled { key } => with_decider!(self, |d| d.purge_cancelled(&key)),
             Msg::Release { key, id, reply } => {
-                let found = self.decider().release(key, id);
+                let found = with_decider!(self, |d| d.release(key, id));
                 let _ = reply.send(found);
             }
             Msg::LookUp { op, reply } => {
-                let _ = reply.send(self.decider().look_up(&op));
+                let _ = reply.send(with_decider!(self, |d| d.look_up(&op)));
             }
             Msg::Save { all, reply } => {
                 let now = self.cx.clock.now();
                 let _ = reply.send(self.counters.save(all, now));
             }
             Msg::Reset { op, delete, reply } => {
-                let _ = reply.send(self.decider().reset(&op, delete));
+                let _ = reply.send(with_decider!(self, |d| d.reset(&op, delete)));
             }
         }
     }

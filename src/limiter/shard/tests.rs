@@ -26,7 +26,7 @@ fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
         clock,
         budget,
         Arc::new(ShardStats::default()),
-        Mode::Memory,
+        Backing::Memory,
         1000,
     );
     (SameThreadShard::new(shard, rx), tx)
@@ -183,7 +183,7 @@ fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
     let stats = Arc::new(ShardStats::default());
     let r = Link::new(store, policy, 0, 1, (1000, stats.clone()));
-    Shard::new(clock, budget, stats, Mode::Store(Box::new(r)), 1000)
+    Shard::new(clock, budget, stats, Backing::Store(Box::new(r)), 1000)
 }
 
 /// Two round trips are out at once, not three; when the later one is back first, it waits,

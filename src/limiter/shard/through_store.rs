@@ -1,4 +1,4 @@
-//! Deciding through the store (Redis, `Mode::Store`): round trips sent and their answers judged,
+//! Deciding through the store (Redis, `Backing::Store`): round trips sent and their answers judged,
 //! the local over-limit cache, and fallback while the breaker is open.
 //!
 //! Redis counts first (INCRBY, or a script that counts only what fits); the shard then judges
@@ -12,33 +12,64 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::decide::{judge, Action, Commit, Decider};
-use super::link::{refund_views, with_hits, Done, InFlight, Link, Mode, StoreBound};
+use super::decide::{judge, Action, Commit, Decider, Hooks};
+use super::link::{refund_views, with_hits, Done, InFlight, Link, StoreBound};
 use super::queues::{Queues, Waiter};
-use crate::limiter::algorithm::{Eval, State};
+use super::stats::ShardStats;
+use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcome, Outcomes};
 use crate::limiter::protocol::{Decide, Hits, Reply};
-use crate::limiter::store::{FailureMode, StoreError, StoreReply};
+use crate::limiter::store::{DeleteFuture, FailureMode, StoreError, StoreFuture, StoreReply};
 
-impl Decider<'_> {
+/// What the memory path tells the link, and asks of it.
+impl Hooks for Link {
+    fn head_out(&self, key: &Key) -> bool {
+        Link::head_out(self, key)
+    }
+
+    fn record(&mut self, op: &Op, hits: i64, now: u64) {
+        self.views.record(op, hits, now);
+    }
+
+    fn take_head(&mut self, w: Waiter, key: &Key, now: u64, stats: &ShardStats) -> Option<Waiter> {
+        if !self.ready() {
+            return Some(w);
+        }
+        self.send_head(w, key);
+        self.send(now, stats);
+        None
+    }
+
+    fn peek(&self, op: &Op, now: u64) -> Option<(StoreFuture, i64, Params)> {
+        let unsynced = self.views.unsynced(op, now);
+        self.ready()
+            .then(|| (Link::peek(self, op, now), unsynced, op.params))
+    }
+
+    fn forget(&mut self, op: &Op, delete: bool, now: u64) -> Option<DeleteFuture> {
+        Link::forget(self, &op.key);
+        delete.then(|| self.delete(op, now))
+    }
+
+    fn refund_counted(d: &mut Decider<'_, Link>, ops: &[Op], done: &[usize]) {
+        d.refund_in_store(ops, done);
+    }
+}
+
+impl Decider<'_, Link> {
     /// Starts a round trip with everything waiting, if one may go now.
     pub(super) fn flush(&mut self) {
         let now = self.cx.clock.now();
-        if let Mode::Store(link) = &mut *self.mode {
-            link.send(now, &self.cx.stats);
-        }
+        self.backing.send(now, &self.cx.stats);
     }
 
     /// A round trip finished: judge it and any later ones already back, oldest first, then send
     /// what accumulated meanwhile.
     pub(super) fn store_done(&mut self, done: Done) {
-        self.link().trips.arrive(done);
+        self.backing.trips.arrive(done);
         loop {
-            let Mode::Store(link) = &mut *self.mode else {
-                return;
-            };
-            let Some((flight, result)) = link.next_back(&self.cx.stats) else {
+            let Some((flight, result)) = self.backing.next_back(&self.cx.stats) else {
                 break;
             };
             self.round_trip_done(flight, result);
@@ -56,7 +87,7 @@ impl Decider<'_> {
         // wait with the hits kept for the store (and net out against them).
         let now = self.cx.clock.now();
         let landed = flight.abandoned;
-        let views = &mut self.link().views;
+        let views = &mut self.backing.views;
         views.failed(flight.sync, now, landed);
         if !landed {
             for u in &flight.refunds {
@@ -65,7 +96,7 @@ impl Decider<'_> {
         }
         views.away.keep(!landed);
         self.decide_failed(flight.messages, flight.now);
-        self.link().views.away.keep(true);
+        self.backing.views.away.keep(true);
     }
 
     /// Decides the messages of a failed round trip as the failure mode says.
@@ -74,10 +105,12 @@ impl Decider<'_> {
         for p in messages {
             match p {
                 // Local-first limits stay local while the store is away.
-                StoreBound::New(d) if self.link().views.local(&d.ops, now, false) => self.decide(d),
+                StoreBound::New(d) if self.backing.views.local(&d.ops, now, false) => {
+                    self.decide(d)
+                }
                 StoreBound::New(d) => self.decide_without_store(d),
                 StoreBound::Head(w, key) => {
-                    self.link().head_back(&key);
+                    self.backing.head_back(&key);
                     self.requeue_head(w, &key, sent_at);
                     self.service_queue(&key, self.cx.clock.now());
                 }
@@ -88,7 +121,7 @@ impl Decider<'_> {
     /// A new message with a store.
     pub(super) fn decide_via_store(&mut self, d: Decide) {
         let now = self.cx.clock.now();
-        let link = self.link();
+        let link = &mut *self.backing;
         let ready = link.ready();
         if link.views.local(&d.ops, now, ready) {
             (self.cx.stats.local_decisions).fetch_add(1, Ordering::Relaxed);
@@ -125,13 +158,13 @@ impl Decider<'_> {
         self.hold(&mut d);
         // Sent when the shard's task next runs, after the calls that are ready on this thread:
         // they join the same pipeline instead of one call going alone.
-        self.link().defer(d);
+        self.backing.defer(d);
     }
 
     /// The breaker is open: decide as the failure mode says.
     fn decide_without_store(&mut self, d: Decide) {
         (self.cx.stats.fallback_decisions).fetch_add(1, Ordering::Relaxed);
-        match self.link().policy.failure_mode {
+        match self.backing.policy.failure_mode {
             FailureMode::Fallback => self.decide(d),
             // A request none of whose limits can refuse it (shadow mode) is not failed for
             // want of a store: it is admitted uncounted, as fail-open admits it.
@@ -175,9 +208,7 @@ impl Decider<'_> {
         if done.is_empty() {
             return;
         }
-        let Mode::Store(link) = &mut *self.mode else {
-            return;
-        };
+        let link = &mut *self.backing;
         // Usage counted in full stays counted.
         let done: SmallVec<[usize; 2]> = done
             .iter()
@@ -219,10 +250,7 @@ impl Decider<'_> {
 
     /// The link, with the parts its views write to.
     fn link_and_parts(&mut self) -> (&mut Link, (&mut Counters, &Queues)) {
-        let Mode::Store(link) = &mut *self.mode else {
-            unreachable!("a round trip in memory mode")
-        };
-        (link, (&mut *self.counters, &*self.queues))
+        (&mut *self.backing, (&mut *self.counters, &*self.queues))
     }
 
     /// Judges the messages of a round trip on Redis's answers, in order.
@@ -262,7 +290,7 @@ impl Decider<'_> {
             match head {
                 None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
-                    self.link().head_back(&key);
+                    self.backing.head_back(&key);
                     let w = Waiter {
                         msg: d,
                         op,
@@ -323,7 +351,7 @@ impl Decider<'_> {
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
         // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
-        let unsynced = self.link().views.unsynced(op, now);
+        let unsynced = self.backing.views.unsynced(op, now);
         let before = if unsynced == 0 {
             before
         } else {
@@ -355,7 +383,8 @@ impl Decider<'_> {
             Some(before.eval(p, now, 1))
         };
         if let Some(full) = full.filter(|f| f.over && f.retry_ns != u64::MAX) {
-            self.link().remember_full(&op.key, now + full.retry_ns, now);
+            self.backing
+                .remember_full(&op.key, now + full.retry_ns, now);
         }
         (e, counted)
     }

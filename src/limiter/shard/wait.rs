@@ -3,15 +3,14 @@
 
 use std::sync::atomic::Ordering;
 
-use super::decide::{Action, Decider, Evaluated};
-use super::link::Mode;
+use super::decide::{Action, Decider, Evaluated, Hooks};
 use super::queues::Waiter;
 use crate::limiter::algorithm::State;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcomes};
 use crate::limiter::protocol::{Decide, Hits, Reply};
 
-impl Decider<'_> {
+impl<B: Hooks> Decider<'_, B> {
     /// Answers what can be answered at the head of `key`'s queue: cancelled and timed-out
     /// waiters leave, waiters that fit are admitted in arrival order.
     pub(super) fn service_queue(&mut self, key: &Key, now: u64) {
@@ -32,13 +31,10 @@ impl Decider<'_> {
                 self.time_out(w, now);
                 continue;
             }
-            if let Mode::Store(link) = self.mode {
-                if link.ready() {
-                    // The store decides the head; newcomers queue behind it meanwhile.
-                    link.send_head(w, key);
-                    return self.flush();
-                }
-            }
+            // With a store, the store decides the head; newcomers queue behind it meanwhile.
+            let Some(w) = self.backing.take_head(w, key, now, &self.cx.stats) else {
+                return;
+            };
             let Evaluated {
                 outcomes, action, ..
             } = self.evaluate(&w.msg, now, Some(w.op));

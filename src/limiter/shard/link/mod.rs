@@ -1,4 +1,4 @@
-//! The shard's link to a store (Redis): what `Mode::Store` holds. New messages wait in a batch
+//! The shard's link to a store (Redis): what `Backing::Store` holds. New messages wait in a batch
 //! and go in round trips, judged in the order they were sent (`round_trip`); a breaker stands
 //! between the shard and the store (`breaker`); local-first keys are decided on views the
 //! store's counts refresh in the background (`views`); exact limits' hits decided from memory
@@ -31,13 +31,6 @@ use round_trip::RoundTrips;
 pub(crate) use round_trip::{Done, InFlight, StoreBound};
 pub(crate) use sync::{with_hits, SyncOp};
 pub(crate) use views::{refund_views, Views};
-
-/// How a shard keeps its counters: in memory alone, or in a store it reaches through a link.
-pub(crate) enum Mode {
-    Memory,
-    /// Boxed: memory mode keeps no link, so its shard stays small.
-    Store(Box<Link>),
-}
 
 /// The least time an admin look-up or reset waits for the store.
 const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
