@@ -62,20 +62,22 @@
 //! limiter/
 //!   mod.rs, key.rs, op.rs, protocol.rs, algorithm/, actor.rs, same_thread.rs, spread.rs
 //!   shard/
-//!     mod.rs          Shard = Counters + Queues + Backing; dispatch only
-//!     counters.rs, table.rs, queues.rs, wait.rs, admin.rs
-//!     decide.rs       the memory path: a message against the counters. Names no link, no
-//!                     store; where a backing must be told (a commit, a refund, a queue head
-//!                     out) it calls the `Backing` hooks, which memory answers with nothing
-//!   backing/
-//!     mod.rs          enum Backing { Memory, Store(store::Linked) }
-//!                     and the hooks every backing answers: route a message (decide now, or
-//!                     hold it), commit, refund, look up, reset, next wake, a round trip back
-//!     store/          the link to a shared store: batch, round trips, breaker, local-first
-//!                     views, the over-limit cache; its decider borrows the link itself, so
-//!                     store-only code is unreachable in memory mode by type, not by
-//!                     `unreachable!`; its errors in a counter of its own
-//!                     (`ratelimit_service_redis_errors_total` for Redis, as named today)
+//!     mod.rs          Shard = Counters + Queues + Backing { Memory, Store(Link) }; dispatch
+//!                     only: one match per message builds a `Decider` over the backing's type
+//!                     (done)
+//!     counters.rs, table.rs, queues.rs
+//!     decide.rs       the memory path, generic over the backing (`Decider<B: Hooks>`): a
+//!                     message against the counters; names no link, no store; where a backing
+//!                     must be told (a commit, a refund, a queue head, a look-up, a reset) it
+//!                     calls a hook, which `Memory` answers with nothing (done)
+//!     wait.rs, admin.rs   the queues' side and admin actions, generic too (done)
+//!     through_store.rs    `impl Decider<Link>` only, and the link's hooks: store-only code
+//!                     cannot run in memory mode, by type; no `unreachable!` (done)
+//!     link/           the link to a shared store: batch, round trips, breaker, local-first
+//!                     views, the over-limit cache, hits kept while the store is away; its
+//!                     errors in a counter of its own (`ratelimit_service_redis_errors_total`
+//!                     for Redis, as named today). The file names stay: a `backing/` folder
+//!                     would move the same code again for no reader's gain
 //! durable/            (issue 38, done) not a backing: decisions are memory's, untouched
 //!                     but for a changed bit per table entry; the journal reads the shards'
 //!                     changes through a message (`Msg::Save`, as `Inspect` reads keys) and
@@ -89,8 +91,8 @@
 //!   answer.rs, refusal.rs
 //!   mod.rs            `RateLimiter::decide` counts the request and its latency in one place
 //!                     every adapter (gRPC, `/json`) goes through
-//! settings/           `backend: Backend { Memory, Redis(RedisSettings) }` in place of
-//!                     `redis: Option<RedisSettings>` (done); issue 38 adds what it needs
+//! settings/           `backend: Backend { Memory, Durable(StateSettings), Redis(RedisSettings) }`
+//!                     in place of `redis: Option<RedisSettings>` (done)
 //! telemetry/          the exposition and the push only: each part owns and renders its own
 //!                     counters (`ShardStats` behind methods, written from one file; the RESP
 //!                     transport's counters in `transport::resp`), registered as families the
@@ -101,7 +103,7 @@
 //! | step | what moves | state |
 //! |---|---|---|
 //! | 1 | words (below); `AnswerSettings` to `service/settings.rs`, ending the answer/plan cycle | done |
-//! | 2 | `Backing` in place of `Mode`: the memory path calls hooks, the store path its own decider; `unreachable!` gone from `shard/` | planned |
+//! | 2 | `Backing` in place of `Mode`: the memory path calls hooks, the store path its own decider; `unreachable!` gone from `shard/` | done |
 //! | 3 | the plan carries hits, counting and stat path (done: `plan::Carried`, worked out once per descriptor; `answer.rs` calls nothing of `plan.rs`); one place counts requests and latency (planned: the gRPC layer times from the call's arrival, `/json` around the decision) | in part |
 //! | 4 | `settings::Backend` (done: `Memory` or `Redis(RedisSettings)`, named on the status page by `Backend::name`); a store's errors in a counter the store owns (planned, with step 2) | in part |
 //! | 5 | file cycles ended (done: the push's counters in `telemetry/push_stats.rs`, so `counters.rs` and `statsd` no longer name each other; the reload's `Install` is given the live limits and its counters, not the server's `Context`); counters owned by their parts (planned) | in part |

@@ -58,7 +58,13 @@ pub struct Journal {
     /// The next save asks for every key and starts a new generation: the first one, and after
     /// a failed write or a shard that lost track of what it dropped.
     full_next: bool,
+    /// When the current snapshot was written.
+    snapshot_at: Instant,
 }
+
+/// A snapshot older than this is written again (if the state is more than a few frames), so
+/// expired keys leave the disk even when few keys change.
+const SNAPSHOT_AGE: Duration = Duration::from_secs(600);
 
 impl Journal {
     /// Opens and locks the state dir, and puts what it holds into the shards (`tasks`, not yet
@@ -109,6 +115,7 @@ impl Journal {
             interval: settings.sync_interval,
             stats,
             full_next: true,
+            snapshot_at: Instant::now(),
         })
     }
 
@@ -131,7 +138,10 @@ impl Journal {
         let Some(mut dir) = self.dir.take() else {
             return;
         };
-        let all = self.full_next || dir.log_len > dir.snapshot_len.max(FRAME_TARGET as u64 * 4);
+        let big = FRAME_TARGET as u64 * 4;
+        let all = self.full_next
+            || dir.log_len > dir.snapshot_len.max(big)
+            || (dir.disk_bytes() > big && self.snapshot_at.elapsed() > SNAPSHOT_AGE);
         let saved = match engine.save(all).await {
             Ok(saved) => saved,
             // The shards have stopped: nothing more can change.
@@ -153,6 +163,9 @@ impl Journal {
         match written {
             Ok(keys) => {
                 self.full_next = lost_track;
+                if all {
+                    self.snapshot_at = Instant::now();
+                }
                 (self.stats).synced(keys, dir.disk_bytes(), all, started.elapsed());
             }
             Err(e) => {

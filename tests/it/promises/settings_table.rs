@@ -75,6 +75,7 @@ const BAD: &[(&str, &str)] = &[
     ("TURNSTILE_SHUTDOWN_WAITERS", "bogus"),
     ("TURNSTILE_SHUTDOWN_GRACE_SECONDS", "10s"),
     ("TURNSTILE_MAX_KEYS", "abc"),
+    ("TURNSTILE_STATE_SYNC_INTERVAL", "0s"),
     ("CONFIG_TYPE", "bogus"),
     ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "maybe"),
     ("CONFIG_GRPC_XDS_NODE_METADATA", "novalue"),
@@ -112,6 +113,11 @@ const BAD: &[(&str, &str)] = &[
 
 /// Settings whose every value is one the table allows, with why.
 const ANY_VALUE: &[(&str, &str)] = &[
+    (
+        "TURNSTILE_STATE_DIR",
+        "a path; one that cannot be used stops `serve` (durable::faults)",
+    ),
+    ("serve --state-dir", "the flag for TURNSTILE_STATE_DIR"),
     ("RUNTIME_ROOT", "a path"),
     ("RUNTIME_SUBDIRECTORY", "a path"),
     ("RUNTIME_APPDIRECTORY", "a path"),
