@@ -210,3 +210,63 @@ async fn a_raised_limit_keeps_the_usage() {
     assert_eq!(left, vec![2000 - 900 - 1]);
     s.stop();
 }
+
+/// A key flood past `TURNSTILE_MAX_KEYS`: the keys it evicted are written as dropped, so the
+/// start reads back exactly the keys memory held at the stop (no more than it may hold), and
+/// the key refused in its window (never evicted) is among them with its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_flood_leaves_no_more_keys_on_disk_than_memory_holds() {
+    let t = TempDir::new("durable-flood");
+    let config = t.write("config.yaml", BUDGETS);
+    let state = t.path().join("state");
+    let env = [
+        ("TURNSTILE_MAX_KEYS", "400"),
+        ("TURNSTILE_SHARDS", "4"),
+        ("TURNSTILE_STATE_SYNC_INTERVAL", "100ms"),
+    ];
+    let s = start(&config, &state, &env);
+    let (code, _) = check(
+        s.ports.http,
+        "budgets",
+        json!([entry("fixed", "over", 1000)]),
+    )
+    .await;
+    assert_eq!(code, "OK");
+    let (code, _) = check(s.ports.http, "budgets", json!([entry("fixed", "over", 1)])).await;
+    assert_eq!(code, "OVER_LIMIT");
+    for batch in 0..500u64 {
+        let descriptors: Vec<_> = (batch * 10..batch * 10 + 10)
+            .map(|i| entry("fixed", &format!("flood-{i}"), 1))
+            .collect();
+        check(s.ports.http, "budgets", json!(descriptors)).await;
+        if batch % 50 == 0 {
+            // Evictions spread over several syncs, as a flood arrives.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+    // The shards' key gauges are exact after their once-a-second sweep.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let held = shard_keys(&s).await;
+    s.stop();
+    let s = start(&config, &state, &env);
+    let restored = metric(&s, "turnstile_state_restored_keys").await;
+    assert!(held <= 400.0, "memory held {held}");
+    assert_eq!(restored, held, "read back what memory held at the stop");
+    let (code, _) = check(s.ports.http, "budgets", json!([entry("fixed", "over", 1)])).await;
+    assert_eq!(code, "OVER_LIMIT", "the refused key is kept");
+    s.stop();
+}
+
+/// Keys the shards hold, from their gauges.
+async fn shard_keys(s: &crate::common::binary::Server) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", s.ports.metrics))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("ratelimit_service_shard_keys{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
