@@ -27,7 +27,7 @@ pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
-pub use shard::{BreakerState, ShardStats};
+pub use shard::{BreakerState, EngineStats, ShardStats};
 use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
@@ -174,6 +174,13 @@ impl Engine {
 
     pub fn stats(&self) -> &[Arc<ShardStats>] {
         &self.inner.stats
+    }
+
+    /// Every shard's counters, as one part of the exposition.
+    pub fn metrics(&self) -> EngineStats {
+        EngineStats {
+            shards: self.inner.stats.clone().into(),
+        }
     }
 
     pub fn shard_for(&self, hash: u64) -> usize {

@@ -1,7 +1,6 @@
 //! The shard's counters: the key table with its cap (expired keys swept, a key flood evicted,
 //! keys over their limit protected), the direct API's grants and its refusals per key.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::queues::Queues;
@@ -112,9 +111,7 @@ impl Counters {
         let table = &self.table;
         self.denied
             .retain(|k, _| table.find(k.as_str(), k.hash()).is_some());
-        self.stats
-            .keys
-            .store(self.table.len() as u64, Ordering::Relaxed);
+        self.stats.set_keys(self.table.len());
         self.next_sweep = now + NS_PER_SEC;
     }
 
@@ -161,12 +158,10 @@ impl Counters {
                     let k = KeyRef::of(k);
                     !victims.contains(&k.hash) || q.has(&k)
                 });
-                self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
+                self.stats.evicted(n);
             }
         }
-        self.stats
-            .keys
-            .store(self.table.len() as u64, Ordering::Relaxed);
+        self.stats.set_keys(self.table.len());
     }
 
     /// Drops the entries whose state has expired, except those of keys with waiters.
@@ -203,7 +198,7 @@ impl Counters {
                 self.table.insert(key, hash, state, expires)?
             }
         };
-        self.stats.keys.fetch_add(1, Ordering::Relaxed);
+        self.stats.key_added();
         Some(at)
     }
 

@@ -3,7 +3,6 @@
 //! borrowed together for one message: the memory path is here, the queues' side in `wait.rs`,
 //! the store's in `through_store.rs`, admin actions in `admin.rs`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -255,14 +254,7 @@ impl Decider<'_> {
             refused: false,
         };
         if since.is_some() {
-            self.cx
-                .stats
-                .admitted_after_wait
-                .fetch_add(1, Ordering::Relaxed);
-            self.cx
-                .stats
-                .wait_ns_total
-                .fetch_add(waited, Ordering::Relaxed);
+            self.cx.stats.admitted_after(waited);
         }
         if !self.answer(d.reply, reply) {
             // The caller left between our decision and the answer: consume nothing.

@@ -1,8 +1,6 @@
 //! Deciding with the wait queues: FIFO per key, served as capacity comes back, timed out,
 //! cancelled or drained.
 
-use std::sync::atomic::Ordering;
-
 use super::decide::{Action, Decider, Evaluated};
 use super::link::Mode;
 use super::queues::Waiter;
@@ -18,7 +16,7 @@ impl Decider<'_> {
         while let Some(w) = self.queues.pop_head(key) {
             if w.msg.reply.is_closed() {
                 self.queues.left();
-                self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.cx.stats.cancelled(1);
                 continue;
             }
             if let Some(admit) = self.cx.draining {
@@ -28,7 +26,7 @@ impl Decider<'_> {
             }
             if now >= w.deadline {
                 self.queues.left();
-                self.cx.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.cx.stats.timed_out();
                 self.time_out(w, now);
                 continue;
             }
@@ -159,7 +157,7 @@ impl Decider<'_> {
             0
         };
         if is_new && !self.room_to_wait(op, now, deadline, at_least) {
-            self.cx.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            self.cx.stats.queue_full();
             self.counters.count_denied(&d.ops, now);
             self.counters.protect(&d.ops, &outcomes, now);
             for o in outcomes.iter_mut() {

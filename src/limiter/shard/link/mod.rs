@@ -4,7 +4,6 @@
 //! store's counts refresh in the background (`views`); keys known to be full are remembered,
 //! so a lone op on one is refused without a round trip.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -248,10 +247,10 @@ impl Link {
         batch.extend(sync.iter().map(SyncOp::store_op));
         let round_trip = self.store.run(self.lane, &batch, now, self.policy.deadline);
         if !sync.is_empty() {
-            stats.syncs.fetch_add(1, Ordering::Relaxed);
+            stats.synced();
         }
         self.trips.start(round_trip, (messages, refunds, sync), now);
-        (stats.breaker).store(self.breaker.state().gauge(), Ordering::Relaxed);
+        stats.set_breaker(self.breaker.state().gauge());
     }
 
     /// The oldest round trip out, if its answer is back, with that answer; the breaker takes
@@ -278,7 +277,7 @@ impl Link {
             b.succeeded();
         } else {
             b.failed(self.policy.breaker_failures, self.policy.cooldown);
-            stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+            stats.store_error();
             let log = (self.last_error_log).is_none_or(|t| t.elapsed() > Duration::from_secs(1));
             if log {
                 self.last_error_log = Some(Instant::now());
@@ -292,7 +291,7 @@ impl Link {
                 }
             }
         }
-        (stats.breaker).store(self.breaker.state().gauge(), Ordering::Relaxed);
+        stats.set_breaker(self.breaker.state().gauge());
     }
 
     /// A sync came back: each key's view becomes the store's total (see `Views::synced`).
