@@ -32,82 +32,98 @@ pub struct ShardStats {
     syncs: AtomicU64,
 }
 
+#[inline]
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
 impl ShardStats {
     /// The shard holds `n` keys.
+    #[inline]
     pub(crate) fn set_keys(&self, n: usize) {
         self.keys.store(n as u64, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn key_added(&self) {
         add(&self.keys, 1);
     }
 
     /// `n` keys evicted at the key cap.
+    #[inline]
     pub(crate) fn evicted(&self, n: usize) {
         add(&self.evictions, n as u64);
     }
 
     /// `n` requests wait in the shard's queues.
+    #[inline]
     pub(crate) fn set_waiting(&self, n: usize) {
         self.waiting.store(n as u64, Ordering::Relaxed);
     }
 
     /// A request went into a queue.
+    #[inline]
     pub(crate) fn queued(&self) {
         add(&self.queued, 1);
     }
 
     /// A queued request was admitted after waiting `waited_ns`.
+    #[inline]
     pub(crate) fn admitted_after(&self, waited_ns: u64) {
         add(&self.admitted_after_wait, 1);
         add(&self.wait_ns_total, waited_ns);
     }
 
     /// A queued request was refused at its `max_wait`.
+    #[inline]
     pub(crate) fn timed_out(&self) {
         add(&self.timed_out, 1);
     }
 
     /// `n` queued requests whose callers went away.
+    #[inline]
     pub(crate) fn cancelled(&self, n: usize) {
         add(&self.cancelled, n as u64);
     }
 
     /// A request refused at once because its queue was full.
+    #[inline]
     pub(crate) fn queue_full(&self) {
         add(&self.queue_full, 1);
     }
 
     /// The store's breaker is now in `gauge` (`BreakerState::gauge`).
+    #[inline]
     pub(crate) fn set_breaker(&self, gauge: u64) {
         self.breaker.store(gauge, Ordering::Relaxed);
     }
 
     /// A round trip to the store failed or was too slow.
+    #[inline]
     pub(crate) fn store_error(&self) {
         add(&self.redis_errors, 1);
     }
 
     /// A message decided without the store while its breaker was open.
+    #[inline]
     pub(crate) fn fallback_decision(&self) {
         add(&self.fallback_decisions, 1);
     }
 
     /// `hits` refused from the local over-limit cache.
+    #[inline]
     pub(crate) fn refused_from_cache(&self, hits: u64) {
         add(&self.local_cache_hits, hits);
     }
 
     /// Local-first: a message decided from memory.
+    #[inline]
     pub(crate) fn local_decision(&self) {
         add(&self.local_decisions, 1);
     }
 
     /// Local-first: a sync round trip sent.
+    #[inline]
     pub(crate) fn synced(&self) {
         add(&self.syncs, 1);
     }
