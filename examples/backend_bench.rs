@@ -132,7 +132,7 @@ fn main() {
             .redis()
             .cloned()
             .unwrap();
-        let retries = std::sync::atomic::AtomicU64::new(0);
+        let retries = turnstile::backend::redis::StartupRetries::default();
         let store = RedisStore::connect(&settings, &retries).await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         let mut rows = Vec::new();

@@ -20,17 +20,17 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | CLI → settings → telemetry → `server::run` with a shutdown future | all |
-//! | `server` | builds one `Context` (engine, live limits, request path, direct APIs, heavy hitters, every subsystem's counters) and hands each adapter the parts it uses; listeners, worker runtimes, the admin thread, the one reload path (it alone consumes the sources' updates and records config loads, holding their counters), TLS and its counters, lingering close, drain | the layers below |
+//! | `server` | builds one `Context` (engine, live limits, request path, direct APIs, heavy hitters, every part's counters, registered in `telemetry::Counters` in the order `/metrics` shows them) and hands each adapter the parts it uses; listeners, worker runtimes, the admin thread, the one reload path (it alone consumes the sources' updates and records config loads, holding their counters), TLS and its counters, lingering close, drain | the layers below |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses; every subsystem gets a plain typed struct | the structs it fills |
 //! | `source` | where configs come from: the config location and certificate files, polled by fingerprint (`files`); the xDS (ADS) client (`xds`); each yields what it read as a stream of `Update`s that `server`'s reload consumes | `config` |
-//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up, reset, clear heavy hitters and digests, holding its counters; each port shows client values as `telemetry::client_values` rules), RESP `THROTTLE` and `CL.THROTTLE` (over `service::ThrottleService`): each a thin adapter given only what it uses | `quota`, `service`, `telemetry`, `hitters` |
-//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that asks the shards for what changed once per sync interval and writes it behind the decisions (`format`: checksummed frames; `dir`: the lock, snapshot and log generations), and reads it back into the shards at start | `limiter`, `telemetry` |
-//! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `config` |
-//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, holding the quota counters and reading the live limits; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `limiter` (the clock), `telemetry`, `config` |
-//! | `service` | a request's way through: validate → plan → engine → answer, counting in `ShouldRateLimit`'s counters; the live limits (`LiveLimits`: a config bound to its stats and heavy hitters, swapped whole); the direct APIs' decisions (`ThrottleService`, holding the throttle counters); admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `hitters`, `config` |
-//! | `telemetry` | the counters' types (each subsystem holds and updates its own; `Counters` gathers handles on them for rendering), per-limit stats bound by stat key, config load log, Prometheus text, the statsd/DogStatsD push (`statsd`), logs, traces; how client values leave the process (`client_values`: clear, or a keyed digest) | `hitters`, `limiter` (shard gauges), `config` |
+//! | `transport` | gRPC adapters (`ShouldRateLimit`, RLQS streams), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the debug port's status page and `/debug/top`, the admin listener's look-up, reset, clear heavy hitters and digests, holding its counters; each port shows client values as `telemetry::client_values` rules), RESP `THROTTLE` and `CL.THROTTLE` (over `service::ThrottleService`; the connections counted and rendered in `resp/stats.rs`, the admin listener's actions in `http/admin_stats.rs`): each a thin adapter given only what it uses | `quota`, `service`, `telemetry`, `hitters` |
+//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that asks the shards for what changed once per sync interval and writes it behind the decisions (`format`: checksummed frames; `dir`: the lock, snapshot and log generations), and reads it back into the shards at start; its counters in `stats.rs` | `limiter`, `telemetry` (`Metrics`) |
+//! | `backend::redis` | the limiter's store contract over Redis: connections, key layout, scripts, reply decoding, the start's retries and their counter; RLQS's demand exchange over Redis | `quota` (the exchange contract), `limiter`, `telemetry` (`Metrics`), `config` |
+//! | `quota` | RLQS: buckets onto limits, demand, max-min fair shares, the assignments Envoy enforces (`book`, pure); the process-wide hub the streams share, holding the quota counters (`stats.rs`, rendered there) and reading the live limits; the contract of the place replicas exchange demands (`exchange`) | `service`, `descriptor`, `limiter` (the clock), `telemetry`, `config` |
+//! | `service` | a request's way through: validate → plan → engine → answer; `RateLimiter::decide` counts the call and its latency for every adapter; the live limits (`LiveLimits`: a config bound to its stats and heavy hitters, swapped whole, rendering the per-limit series at each scrape); the direct APIs' decisions (`ThrottleService`, holding the throttle counters, `throttle/stats.rs`); admin look-ups and resets, planned as requests | `limiter`, `descriptor`, `telemetry`, `hitters`, `config` |
+//! | `telemetry` | the exposition and the push: `Metrics`, which each part that counts implements in its own room, and `Counters`, the parts registered at start, which the Prometheus text and the statsd/DogStatsD push (`statsd`) loop over naming none; `ShouldRateLimit`'s counters (`requests.rs`), per-limit stats bound by stat key and their series (`limit_series.rs`), config loads' counters and log, logs, traces; how client values leave the process (`client_values`: clear, or a keyed digest) | `hitters`, `config` |
 //! | `hitters` | the heavy-hitters feature: space-saving lists per limit, bound by stat key (the table held by `service::LiveLimits` and handed to the status page), behind `/debug/top` and the status page | `config` |
-//! | `limiter` | algorithms, counter keys (`key::Key`: text and hash) and the shard choice, shard actors (`actor`, `same_thread`), the shard in owned parts (`shard::counters`, `shard::queues` with the process-wide waiter budget, and its mode: memory, or `shard::link::Link` to a store with its round trips, breaker, local-first views and the exact hits kept while the store is away), the store contract, the request verdict | `config` |
+//! | `limiter` | algorithms, counter keys (`key::Key`: text and hash) and the shard choice, shard actors (`actor`, `same_thread`), the shard in owned parts (`shard::counters`, `shard::queues` with the process-wide waiter budget, `shard::stats`, its counters behind methods and their families, and its mode: memory, or `shard::link::Link` to a store with its round trips, breaker and local-first views and the exact hits kept while the store is away), the store contract, the request verdict | `telemetry` (`Metrics`), `config` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, windows: N units aligned to the epoch or a time zone's calendar (`calendar`, over jiff's bundled tz database), algorithms, queues, the tree) built from YAML or xDS resources, and GoCC's JSON key file; the duration grammar; Go regexps; no I/O besides reading the files it is given | nothing |
 //!
@@ -47,7 +47,7 @@
 //! certificate files. A new config, from files, SIGHUP or xDS, goes live through one path
 //! (`server::reload`), and per-limit stats, bound by stat key (`telemetry::LimitStatsTable`),
 //! survive it. `server::Context` is built once at start; each adapter gets only its parts (the
-//! gRPC workers the request path and its counters, the RLQS hub the live limits, the clock and
+//! gRPC workers the request path, which counts, the RLQS hub the live limits, the clock and
 //! the quota counters, the RESP transport the throttle service, the status page the counters,
 //! the live limits and the heavy hitters), so the module graph shows what each really uses.
 
@@ -93,20 +93,21 @@
 //!                     every adapter (gRPC, `/json`) goes through
 //! settings/           `backend: Backend { Memory, Durable(StateSettings), Redis(RedisSettings) }`
 //!                     in place of `redis: Option<RedisSettings>` (done)
-//! telemetry/          the exposition and the push only: each part owns and renders its own
-//!                     counters (`ShardStats` behind methods, written from one file; the RESP
-//!                     transport's counters in `transport::resp`), registered as families the
-//!                     exporter does not name (`prometheus-client` weighed against the
-//!                     hand-written text by the load bench; series names and labels unchanged)
+//! telemetry/          the exposition and the push: each part owns and renders its own
+//!                     counters (done: `Metrics`, implemented beside each part's counters,
+//!                     `ShardStats` behind methods in `shard/stats.rs`, the RESP transport's in
+//!                     `transport::resp`), registered in `Counters` at start, the exporters
+//!                     naming none (`prometheus-client` and `cadence` weighed and not taken:
+//!                     BENCHMARKS.md; series names, labels and HELP unchanged)
 //! ```
 //!
 //! | step | what moves | state |
 //! |---|---|---|
 //! | 1 | words (below); `AnswerSettings` to `service/settings.rs`, ending the answer/plan cycle | done |
 //! | 2 | `Backing` in place of `Mode`: the memory path calls hooks, the store path its own decider; `unreachable!` gone from `shard/` | done |
-//! | 3 | the plan carries hits, counting and stat path (done: `plan::Carried`, worked out once per descriptor; `answer.rs` calls nothing of `plan.rs`); one place counts requests and latency (planned: the gRPC layer times from the call's arrival, `/json` around the decision) | in part |
+//! | 3 | the plan carries hits, counting and stat path (done: `plan::Carried`, worked out once per descriptor; `answer.rs` calls nothing of `plan.rs`); one place counts requests and latency (done: `RateLimiter::decide` takes the call's arrival and counts the call, its error and its latency; the gRPC layer stamps the arrival on the call, `/json` takes it before the decision) | done |
 //! | 4 | `settings::Backend` (done: `Memory` or `Redis(RedisSettings)`, named on the status page by `Backend::name`); a store's errors in a counter the store owns (planned, with step 2) | in part |
-//! | 5 | file cycles ended (done: the push's counters in `telemetry/push_stats.rs`, so `counters.rs` and `statsd` no longer name each other; the reload's `Install` is given the live limits and its counters, not the server's `Context`); counters owned by their parts (planned) | in part |
+//! | 5 | file cycles ended (done: the push's counters in `telemetry/push_stats.rs`, so `counters.rs` and `statsd` no longer name each other; the reload's `Install` is given the live limits and its counters, not the server's `Context`); counters owned by their parts (done: each implements `telemetry::Metrics` in its own room, the shards', throttle calls', RESP connections', admin actions', quota's, TLS's and the start's retries' beside their subsystem, the request path's and the config loads' in `telemetry`; `server` registers them; the durable counters' in `durable/stats.rs`) | done |
 //! | 6 | checked by the test script (`scripts/check-house.py`: the files the walk names exist, no module or file cycle, no file over 600 lines; done); the walk below retraced file by file (planned) | in part |
 //!
 //! # Words
@@ -125,10 +126,11 @@
 //! One `ShouldRateLimit` decided in memory, file by file; a parent calls each step and takes its
 //! result back, and no file is entered twice from below:
 //!
-//! - (1) `transport/grpc.rs`: the per-call layer opens the span and starts the clock; the
+//! - (1) `transport/grpc.rs`: the per-call layer opens the span and stamps the arrival; the
 //!   service reads the request (2) and hands it to (3).
 //! - (2) `transport/codec/mod.rs`: the request read where it lies, strings borrowed.
-//! - (3) `service/mod.rs`: `RateLimiter::decide` calls 4, 5, 8 and 16 in turn.
+//! - (3) `service/mod.rs`: `RateLimiter::decide` calls 4, 5, 8 and 16 in turn, then counts the
+//!   call and its latency from the arrival (`telemetry/requests.rs`, 17).
 //! - (4) `service/request.rs`: the request's bounds (`validate`).
 //! - (5) `service/plan.rs`: the limits that apply and an op for each, matching in
 //!   `descriptor/mod.rs` (6: the node, the counter key's text) and hashing in
@@ -139,7 +141,7 @@
 //!   reads and writes each key's state in `shard/counters.rs` (12, stored in `shard/table.rs`,
 //!   13), judges it by `limiter/algorithm.rs` (14), and works out the request's verdict
 //!   (`limiter/op.rs`, 15).
-//! - (16) `service/answer.rs`: a status per descriptor, counted in `telemetry/mod.rs` and
+//! - (16) `service/answer.rs`: a status per descriptor, counted in `telemetry/requests.rs` and
 //!   `telemetry/limit_stats.rs` (17, 18) and the heavy hitters (`hitters/mod.rs`, 19); the
 //!   answer is written by 2.
 //!

@@ -21,10 +21,11 @@
 //!   (`limiter/saved.rs`), with the keys evicted since.
 //! - (4) `durable/format.rs` encodes the records into a frame; (5) `durable/dir.rs` appends it to
 //!   the log and syncs it (or writes a new snapshot), on the blocking pool.
-//! - (6) `telemetry/state.rs`: the sync is counted.
+//! - (6) `durable/stats.rs`: the sync is counted.
 
 mod dir;
 pub mod format;
+mod stats;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,9 +34,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::limiter::{Engine, Saved, ShardTask};
-use crate::telemetry::StateStats;
 use dir::Dir;
 use format::{put_frame, put_record, FRAME_TARGET};
+pub use stats::StateStats;
 
 /// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,7 +30,7 @@ pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use saved::Saved;
 use shard::{Backing, Link, Shard};
-pub use shard::{BreakerState, ShardStats};
+pub use shard::{BreakerState, EngineStats, ShardStats};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
@@ -181,6 +181,13 @@ impl Engine {
 
     pub fn stats(&self) -> &[Arc<ShardStats>] {
         &self.inner.stats
+    }
+
+    /// Every shard's counters, as one part of the exposition.
+    pub fn metrics(&self) -> EngineStats {
+        EngineStats {
+            shards: self.inner.stats.clone().into(),
+        }
     }
 
     pub fn shard_for(&self, hash: u64) -> usize {

@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use super::book::{Book, Outbox, StreamId, Usage};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
 use super::exchange::{DemandExchange, ReplicaDemands};
+use super::stats::{QuotaLimit, QuotaStats};
 use crate::limiter::Clock;
 use crate::service::{Live, LiveLimits};
-use crate::telemetry::{QuotaLimit, QuotaStats};
 
 /// Streams open at once; more are refused (RESOURCE_EXHAUSTED).
 pub const MAX_STREAMS: usize = 10_000;

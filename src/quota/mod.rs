@@ -13,8 +13,10 @@ pub mod bucket;
 pub mod exchange;
 pub mod hub;
 pub mod share;
+mod stats;
 
 pub use book::{Book, LimitView, Outbox, StreamId, Usage};
 pub use bucket::refusals;
 pub use exchange::{DemandExchange, ReplicaDemands};
 pub use hub::QuotaHub;
+pub use stats::{QuotaLimit, QuotaStats, MAX_SHARE_SERIES};

@@ -20,7 +20,7 @@ use crate::limiter::{Clock, Engine};
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
-use crate::transport::http::MetricsState;
+use crate::telemetry::{Counters, StatsdStats};
 
 /// What the admin thread serves and watches.
 pub(super) struct Admin {
@@ -40,7 +40,7 @@ pub(super) struct Admin {
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
-    pub(super) statsd: Option<(StatsdSettings, MetricsState)>,
+    pub(super) statsd: Option<(StatsdSettings, Counters, Arc<StatsdStats>)>,
     /// The heavy hitters, and the clock whose seconds turn their windows.
     pub(super) top: (Arc<TopTable>, Clock),
     /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
@@ -64,8 +64,9 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                 }
                 let (top, clock) = admin.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
-                if let Some((settings, metrics)) = admin.statsd {
-                    tasks.push(tokio::spawn(push_statsd(settings, metrics, stop.clone())));
+                if let Some((settings, counters, stats)) = admin.statsd {
+                    let push = push_statsd(settings, counters, stats, stop.clone());
+                    tasks.push(tokio::spawn(push));
                 }
                 if let Some((domains, health)) = admin.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
@@ -126,12 +127,13 @@ async fn tick_top(top: Arc<TopTable>, clock: Clock, mut stop: watch::Receiver<bo
 }
 
 /// Pushes the reference's stats to statsd every flush interval, and once more at the stop.
-async fn push_statsd(settings: StatsdSettings, m: MetricsState, stop: watch::Receiver<bool>) {
-    let stats = m.counters.statsd.clone();
-    let collect = move |e: &statsd::Exporter, s: &StatsdSettings| {
-        let live = m.live.load_full();
-        e.collect(s.format(), &m.counters, &live.config, &live.stats)
-    };
+async fn push_statsd(
+    settings: StatsdSettings,
+    counters: Counters,
+    stats: Arc<StatsdStats>,
+    stop: watch::Receiver<bool>,
+) {
+    let collect = move |e: &statsd::Exporter, s: &StatsdSettings| e.collect(s.format(), &counters);
     statsd::run(settings, stats, collect, stop).await;
 }
 

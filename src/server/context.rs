@@ -2,19 +2,21 @@
 //! direct APIs and every subsystem's counters. Each adapter is handed the parts it uses, never
 //! the whole (`server::start` says who gets what).
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::backend::redis::RedisStore;
+use crate::backend::redis::{RedisStore, StartupRetries};
 use crate::config::Config;
-use crate::durable::Journal;
+use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, ShardTask, Store};
-use crate::quota::DemandExchange;
-use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService};
+use crate::limiter::{Clock, Engine, ShardStats, ShardTask, Store};
+use crate::quota::{DemandExchange, QuotaStats};
+use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
-use crate::telemetry::{Counters, RequestStats, StateStats};
+use crate::telemetry::{Counters, Metrics, ReloadStats, RequestStats, StatsdStats};
+use crate::transport::http::AdminStats;
+use crate::transport::resp::RespStats;
 
 /// The parts the adapters are built from. Cheap to clone.
 #[derive(Clone)]
@@ -29,8 +31,27 @@ pub struct Context {
     pub throttle: ThrottleService,
     /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
     pub top: Arc<TopTable>,
-    /// Every subsystem's counters, for the exposition; each part also goes to its subsystem.
+    /// Every part's counters, registered for the exposition and the push.
     pub counters: Counters,
+    /// The same parts by type, each handed to the subsystem that counts in it.
+    pub stats: Stats,
+}
+
+/// Each subsystem's counters, as `Context::build` made them; `Counters` holds them too, for
+/// the exposition.
+#[derive(Clone)]
+pub struct Stats {
+    /// `ShouldRateLimit`'s (the request path, the status page).
+    pub requests: Arc<RequestStats>,
+    /// One per shard (the status page, the health check).
+    pub shards: Arc<[Arc<ShardStats>]>,
+    /// Config loads (`server::reload`, the status page).
+    pub reloads: Arc<ReloadStats>,
+    pub(crate) tls: Arc<TlsStats>,
+    pub admin: Arc<AdminStats>,
+    pub quota: Arc<QuotaStats>,
+    pub resp: Arc<RespStats>,
+    pub statsd: Arc<StatsdStats>,
 }
 
 /// What the server starts from: the context, the shard actors to deal out to the workers, the
@@ -51,7 +72,7 @@ impl Context {
         clock: Clock,
     ) -> Result<Built, StartError> {
         let mut fleet = None;
-        let startup_retries = Arc::new(AtomicU64::new(0));
+        let startup_retries = Arc::new(StartupRetries::default());
         let redis = match &settings.backend {
             Backend::Memory | Backend::Durable(_) => None,
             Backend::Redis(r) => {
@@ -83,19 +104,38 @@ impl Context {
             RequestStats::new(settings.near_limit_ratio)
                 .with_max_detailed_series(settings.max_detailed_series),
         );
-        let counters = Counters {
-            service: service.clone(),
+        let stats = Stats {
+            requests: service.clone(),
             shards: engine.stats().into(),
-            redis_startup_retries: startup_retries,
-            state,
-            ..Counters::default()
+            reloads: Arc::default(),
+            tls: Arc::default(),
+            admin: Arc::default(),
+            quota: Arc::default(),
+            resp: Arc::default(),
+            statsd: Arc::default(),
         };
         let source = settings.config_path.display().to_string();
         let source = settings.xds.is_none().then_some(source.as_str());
-        reload::record(&counters.reloads, source, Ok(()));
+        reload::record(&stats.reloads, source, Ok(()));
         let top = Arc::new(TopTable::new(settings.top_n).with_sample(settings.top_sample));
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
+        let throttle = Arc::new(ThrottleStats::default());
+        // In the order `/metrics` shows them.
+        let counters = Counters::new(vec![
+            service.clone() as Arc<dyn Metrics>,
+            stats.statsd.clone(),
+            stats.reloads.clone(),
+            startup_retries,
+            stats.tls.clone(),
+            Arc::new(engine.metrics()),
+            throttle.clone(),
+            stats.resp.clone(),
+            stats.admin.clone(),
+            state,
+            stats.quota.clone(),
+            Arc::new(live.clone()),
+        ]);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
@@ -107,11 +147,12 @@ impl Context {
         };
         let context = Context {
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
-            throttle: ThrottleService::new(engine.clone(), counters.throttle.clone()),
+            throttle: ThrottleService::new(engine.clone(), throttle),
             engine,
             live,
             top,
             counters,
+            stats,
         };
         Ok(Built {
             cx: context,

@@ -33,7 +33,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-pub use context::Context;
+pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
@@ -42,7 +42,7 @@ use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::Settings;
 use crate::source::files::{fingerprint, Watched};
-use crate::telemetry::{Shown, TlsStats};
+use crate::telemetry::Shown;
 use crate::transport::http::{self, HttpState, MetricsState};
 use crate::transport::resp::RespShared;
 use admin::Admin;
@@ -236,7 +236,7 @@ pub async fn start(
     let admin = Admin {
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-        install: reload::Install::new(cx.live.clone(), cx.counters.reloads.clone()),
+        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
@@ -245,7 +245,8 @@ pub async fn start(
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
-        statsd: (settings.statsd.clone()).map(|s| (s, metrics_state(&cx))),
+        statsd: (settings.statsd.clone())
+            .map(|s| (s, cx.counters.clone(), cx.stats.statsd.clone())),
         top: (cx.top.clone(), cx.engine.clock().clone()),
         grace: settings.shutdown_grace,
         journal: journal.map(|j| (j, cx.engine.clone())),
@@ -278,13 +279,13 @@ fn tls_and_reloader(
     cx: &Context,
     domains: usize,
 ) -> Result<(TlsShared, Option<Arc<Reloader>>), StartError> {
-    let stats: Arc<TlsStats> = cx.counters.tls.clone();
+    let stats = cx.stats.tls.clone();
     let tls = (settings.tls.clone())
         .map(|t| tls::TlsState::new(t, stats).map(Arc::new))
         .transpose()
         .map_err(StartError::Tls)?;
     let reloader = (settings.xds.is_none()).then(|| {
-        let install = reload::Install::new(cx.live.clone(), cx.counters.reloads.clone());
+        let install = reload::Install::new(cx.live.clone(), cx.stats.reloads.clone());
         Arc::new(Reloader::new(settings.sources(), install, domains))
     });
     Ok((tls, reloader))
@@ -301,7 +302,7 @@ fn watched_config(settings: &Settings) -> Watched {
     }
 }
 
-/// What `/metrics` and the statsd push read.
+/// What `/metrics` and `/rlconfig` read.
 fn metrics_state(cx: &Context) -> MetricsState {
     MetricsState {
         counters: cx.counters.clone(),
@@ -320,7 +321,10 @@ fn resp_shared(
     if let Ok(addr) = l.local_addr() {
         tracing::info!(%addr, max_connections = s.max_connections, "RESP transport listening");
     }
-    Some((l, RespShared::new(cx.throttle.clone(), s)))
+    Some((
+        l,
+        RespShared::new(cx.throttle.clone(), s, cx.stats.resp.clone()),
+    ))
 }
 
 fn http_servers(
@@ -343,12 +347,18 @@ fn http_servers(
         throttle_limits: settings.throttle,
         rate: RateApiService::new(cx.limiter.clone(), settings.rate),
         metrics: metrics_state(cx),
+        shards: cx.stats.shards.clone(),
     };
     let metrics = settings.metrics;
     let mut out = vec![("HTTP", port, http::router(state, metrics))];
     if let Some(l) = debug {
         let state = http::DebugState {
             metrics: metrics_state(cx),
+            status: http::StatusCounters {
+                requests: cx.stats.requests.clone(),
+                shards: cx.stats.shards.clone(),
+                reloads: cx.stats.reloads.clone(),
+            },
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
             backend: settings.backend.name(),
@@ -367,7 +377,7 @@ fn http_servers(
         let state = http::AdminState {
             limiter: cx.limiter.clone(),
             token: a.token.clone(),
-            stats: cx.counters.admin.clone(),
+            stats: cx.stats.admin.clone(),
             live: cx.live.clone(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),

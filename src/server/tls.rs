@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +22,44 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::settings::TlsSettings;
 use crate::source::files::Watched;
-use crate::telemetry::TlsStats;
+use crate::telemetry::exposition::{single, Metrics};
+
+/// Counters of gRPC's TLS: handshakes that failed, certificate reloads; counted here alone.
+#[derive(Debug, Default)]
+pub(crate) struct TlsStats {
+    /// gRPC connections dropped because their TLS handshake failed.
+    handshake_errors: AtomicU64,
+    reload_success: AtomicU64,
+    reload_error: AtomicU64,
+}
+
+fn add(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics for TlsStats {
+    fn render(&self, out: &mut String) {
+        for (name, help, c) in [
+            (
+                "ratelimit_service_tls_handshake_errors_total",
+                "gRPC connections dropped because their TLS handshake failed.",
+                &self.handshake_errors,
+            ),
+            (
+                "ratelimit_service_tls_reload_success_total",
+                "Certificate reloads that succeeded.",
+                &self.reload_success,
+            ),
+            (
+                "ratelimit_service_tls_reload_error_total",
+                "Certificate reloads that failed (the old certificate stayed live).",
+                &self.reload_error,
+            ),
+        ] {
+            single(out, name, help, "counter", c.load(Ordering::Relaxed));
+        }
+    }
+}
 
 /// A client that has not finished its handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,11 +87,11 @@ impl TlsState {
         match build(&self.settings) {
             Ok(c) => {
                 self.live.store(Arc::new(c));
-                self.stats.reload_success.fetch_add(1, Ordering::Relaxed);
+                add(&self.stats.reload_success);
                 tracing::info!(cert = %self.settings.cert.display(), "TLS certificates reloaded");
             }
             Err(e) => {
-                self.stats.reload_error.fetch_add(1, Ordering::Relaxed);
+                add(&self.stats.reload_error);
                 tracing::error!(error = %e, "TLS reload failed; the previous certificates stay live");
             }
         }
@@ -190,7 +227,7 @@ pub(crate) fn incoming<L: Accept>(
                         let _ = tx.send(Ok(s)).await;
                     }
                     Err(e) => {
-                        tls.stats.handshake_errors.fetch_add(1, Ordering::Relaxed);
+                        add(&tls.stats.handshake_errors);
                         tracing::debug!(error = %e, "TLS handshake failed");
                     }
                 }

@@ -24,7 +24,6 @@ use crate::limiter::ShardTask;
 use crate::quota::{DemandExchange, QuotaHub};
 use crate::service::RateLimiter;
 use crate::settings::Settings;
-use crate::telemetry::RequestStats;
 use crate::transport::grpc::{RequestLayer, RlsService, ShouldRateLimit};
 use crate::transport::resp::{self, RespShared};
 use crate::transport::rlqs::RlqsService;
@@ -36,8 +35,6 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 /// What every worker serves, the same way.
 pub(super) struct Grpc<H> {
     pub(super) limiter: RateLimiter,
-    /// `ShouldRateLimit`'s counters, for its latency.
-    pub(super) metrics: Arc<RequestStats>,
     /// The RLQS state every worker's quota streams share.
     pub(super) quota: QuotaHub,
     /// Turns true when the server stops; RLQS streams end on it.
@@ -65,13 +62,12 @@ impl<H> Grpc<H> {
         let quota = QuotaHub::new(
             cx.live.clone(),
             cx.engine.clock().clone(),
-            cx.counters.quota.clone(),
+            cx.stats.quota.clone(),
             fleet,
             settings.global_shadow_mode,
         );
         Grpc {
             limiter: cx.limiter.clone(),
-            metrics: cx.counters.service.clone(),
             quota,
             stop,
             health,
@@ -131,7 +127,6 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimi
         .max_connection_age(grpc.max_age)
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
-            metrics: grpc.metrics.clone(),
             rls: ShouldRateLimit::new(
                 RlsService::new(grpc.limiter.clone()),
                 grpc.max_message_bytes,

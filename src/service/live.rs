@@ -7,7 +7,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::hitters::TopTable;
-use crate::telemetry::{BoundStats, BoundTop, RequestStats};
+use crate::telemetry::{BoundStats, BoundTop, LimitSeries, Metrics, Pushed, RequestStats};
 
 /// A config, its limits' stats and heavy hitters, swapped together.
 #[derive(Debug, Default)]
@@ -48,6 +48,30 @@ impl LiveLimits {
     pub fn install(&self, config: Config) {
         self.now
             .store(Arc::new(bind(config, &self.metrics, &self.top)));
+    }
+}
+
+/// The per-limit series of the limits live at each scrape and flush: a reload changes them, and
+/// a removed limit's series goes.
+impl Metrics for LiveLimits {
+    fn render(&self, out: &mut String) {
+        let live = self.load_full();
+        self.series(&live).render(out);
+    }
+
+    fn push(&self, out: &mut Pushed) {
+        let live = self.load_full();
+        self.series(&live).push(out);
+    }
+}
+
+impl LiveLimits {
+    fn series<'a>(&'a self, live: &'a Live) -> LimitSeries<'a> {
+        LimitSeries {
+            metrics: &self.metrics,
+            config: &live.config,
+            stats: &live.stats,
+        }
     }
 }
 

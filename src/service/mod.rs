@@ -1,7 +1,7 @@
 //! A request's way through: validate → plan (descriptors → ops) → engine → answer. The gRPC
-//! adapter and the HTTP `/json` endpoint both call [`RateLimiter::decide`]; the direct APIs'
-//! decisions (`throttle`) use the same engine, and so do the admin listener's look-ups and
-//! resets (`admin`), planned as a request is.
+//! adapter and the HTTP `/json` endpoint both call [`RateLimiter::decide`], which counts the
+//! call and its latency; the direct APIs' decisions (`throttle`) use the same engine, and so do
+//! the admin listener's look-ups and resets (`admin`), planned as a request is.
 
 mod admin;
 mod answer;
@@ -15,6 +15,7 @@ mod settings;
 pub mod throttle;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
@@ -25,7 +26,7 @@ pub use live::{Live, LiveLimits};
 use refusal::RefusalLog;
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
 pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
-pub use throttle::{ThrottleLimits, ThrottleService};
+pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};
 
 use crate::limiter::Engine;
 use crate::telemetry::RequestStats;
@@ -69,8 +70,21 @@ impl RateLimiter {
         self.live.load_full()
     }
 
-    /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.
-    pub async fn decide(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
+    /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues,
+    /// and counts it: the call, its error if it got no decision, and its latency from `arrived`
+    /// (the adapter's clock: gRPC's from the call's arrival, decoding included). Every adapter
+    /// of `ShouldRateLimit` comes through here, so none counts for itself.
+    pub async fn decide(
+        &self,
+        req: &Request<'_>,
+        arrived: Instant,
+    ) -> Result<RateLimitResponse, RlsError> {
+        let result = self.decide_uncounted(req).await;
+        self.count(&result, arrived.elapsed());
+        result
+    }
+
+    async fn decide_uncounted(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
         validate(req, &self.answer.request_limits)?;
         let live = self.live.load_full();
         let Some(domain) = live.config.domain(req.domain) else {
@@ -98,10 +112,11 @@ impl RateLimiter {
         ))
     }
 
-    /// Counts a call's result: answered, or which kind of error.
-    pub fn count(&self, result: &Result<RateLimitResponse, RlsError>) {
+    /// Counts a call's result (answered, or which kind of error) and its latency.
+    fn count(&self, result: &Result<RateLimitResponse, RlsError>, latency: Duration) {
         use std::sync::atomic::Ordering::Relaxed;
         let m = &self.metrics;
+        m.observe_latency(latency);
         m.requests.fetch_add(1, Relaxed);
         let c = match result {
             Ok(_) => return,

@@ -27,13 +27,14 @@
 //! idle, but not long enough to expire, can take up to `2·max_burst - 3` tokens at once there as
 //! in ThrottleCrab, and with `max_burst` 1 a key never refuses a quantity of 1.
 
-use std::sync::atomic::Ordering;
+mod stats;
+
 use std::sync::Arc;
 
 use crate::config::Algorithm;
 use crate::limiter::key::Key;
 use crate::limiter::{Engine, EngineError, Op, Outcome, Params, Role, Tat};
-use crate::telemetry::ThrottleStats;
+pub use stats::ThrottleStats;
 
 /// Counter keys of `THROTTLE` start with this. Envoy's keys start with their domain and `/rate`
 /// keys with `"\0rate/"`, so none of them can collide with a throttle key.
@@ -320,10 +321,9 @@ impl ThrottleService {
         ThrottleService { engine, stats }
     }
 
-    /// The `THROTTLE` counters, which the transports add their own to (bad calls they refuse
-    /// before asking, their connections).
-    pub fn stats(&self) -> &ThrottleStats {
-        &self.stats
+    /// Counts a call the transport could not read (bad arguments, a bad body) as invalid.
+    pub fn count_unread(&self) {
+        self.stats.invalid();
     }
 
     /// ThrottleCrab's `THROTTLE`.
@@ -356,7 +356,7 @@ impl ThrottleService {
         let op = match op_for(req, limits, peer) {
             Ok(op) => op,
             Err(e) => {
-                stats.invalid.fetch_add(1, Ordering::Relaxed);
+                stats.invalid();
                 return Err(e);
             }
         };
@@ -371,18 +371,13 @@ impl ThrottleService {
         let out = match decided {
             Ok(d) => d.outcomes[0],
             Err(e) => {
-                stats.unavailable.fetch_add(1, Ordering::Relaxed);
+                stats.unavailable();
                 return Err(e.into());
             }
         };
         let allowed =
             !out.over && !out.blocked && (peer == Peer::ThrottleCrab || quantity <= burst);
-        let counter = if allowed {
-            &stats.allowed
-        } else {
-            &stats.denied
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        stats.decided(allowed);
         let g = Gcra {
             allowed,
             full_in_ns: out.reset_ns,

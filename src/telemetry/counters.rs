@@ -1,35 +1,48 @@
-//! Every subsystem's counters side by side, as `server` gathers them for the exposition.
+//! Every part's counters, registered once at start in the order `/metrics` shows them.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use super::admin::AdminStats;
-use super::push_stats::StatsdStats;
-use super::{QuotaStats, ReloadStats, RequestStats, StateStats, ThrottleStats, TlsStats};
-use crate::limiter::ShardStats;
+use super::exposition::{Metrics, Pushed};
 
-/// What the Prometheus text and the statsd push read. Each part is held and updated by its
-/// subsystem; this is a set of handles on them, cheap to clone.
-#[derive(Debug, Clone, Default)]
+/// The parts the Prometheus text and the statsd push read, each a [`Metrics`] held and updated
+/// by its own subsystem; this is a list of handles on them, cheap to clone. Adding a counter to
+/// a part touches that part's room only.
+#[derive(Clone, Default)]
 pub struct Counters {
-    /// The request path's (`service`).
-    pub service: Arc<RequestStats>,
-    /// The engine's, one per shard (`limiter`).
-    pub shards: Arc<[Arc<ShardStats>]>,
-    /// The statsd push's own (`statsd::run`).
-    pub statsd: Arc<StatsdStats>,
-    /// Config loads (`server::reload`).
-    pub reloads: Arc<ReloadStats>,
-    /// gRPC's TLS (`server`'s TLS listener).
-    pub tls: Arc<TlsStats>,
-    /// The direct APIs and RESP connections (`service::ThrottleService`, `transport::resp`).
-    pub throttle: Arc<ThrottleStats>,
-    /// The admin listener's look-ups and resets (`transport::http`'s admin router).
-    pub admin: Arc<AdminStats>,
-    /// RLQS streams and shares (`quota::QuotaHub`).
-    pub quota: Arc<QuotaStats>,
-    /// Tries of the first Redis connection that failed and were retried (`server`'s start).
-    pub redis_startup_retries: Arc<AtomicU64>,
-    /// The durable counters' syncs (`durable::Journal`).
-    pub state: Arc<StateStats>,
+    parts: Arc<[Arc<dyn Metrics>]>,
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counters")
+            .field("parts", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Counters {
+    /// The parts, rendered in this order.
+    pub fn new(parts: Vec<Arc<dyn Metrics>>) -> Counters {
+        Counters {
+            parts: parts.into(),
+        }
+    }
+
+    /// Prometheus text exposition: every part's families, in the order they were registered.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        for p in self.parts.iter() {
+            p.render(&mut out);
+        }
+        out
+    }
+
+    /// What a statsd flush sends: every part's counters and timers.
+    pub fn pushed(&self) -> Pushed {
+        let mut out = Pushed::default();
+        for p in self.parts.iter() {
+            p.push(&mut out);
+        }
+        out
+    }
 }

@@ -6,6 +6,8 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+use super::exposition::{single, Metrics, Pushed};
+
 /// One config load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigLoad {
@@ -21,10 +23,10 @@ pub struct ConfigLoad {
 /// last ones.
 #[derive(Debug, Default)]
 pub struct ReloadStats {
-    pub success: AtomicU64,
-    pub error: AtomicU64,
+    success: AtomicU64,
+    error: AtomicU64,
     /// Seconds since the Unix epoch of the last config load that succeeded.
-    pub loaded_at: AtomicU64,
+    loaded_at: AtomicU64,
     /// What the last config loads did, for the status page.
     pub log: ReloadLog,
 }
@@ -39,6 +41,46 @@ impl ReloadStats {
     /// Counts a refused config load.
     pub fn refused(&self) {
         self.error.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Config loads that went live and that were refused, so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        (load(&self.success), load(&self.error))
+    }
+}
+
+impl Metrics for ReloadStats {
+    fn render(&self, out: &mut String) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        for (name, help, kind, c) in [
+            (
+                "ratelimit_service_config_load_success_total",
+                "Config loads that succeeded.",
+                "counter",
+                &self.success,
+            ),
+            (
+                "ratelimit_service_config_load_error_total",
+                "Config loads that failed (the old config stayed live).",
+                "counter",
+                &self.error,
+            ),
+            (
+                "ratelimit_service_config_last_load_success_timestamp_seconds",
+                "When the live config was loaded.",
+                "gauge",
+                &self.loaded_at,
+            ),
+        ] {
+            single(out, name, help, kind, load(c));
+        }
+    }
+
+    fn push(&self, out: &mut Pushed) {
+        let (success, error) = self.counts();
+        out.add("ratelimit.service.config_load_success".into(), success);
+        out.add("ratelimit.service.config_load_error".into(), error);
     }
 }
 

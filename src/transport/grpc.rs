@@ -1,8 +1,9 @@
 //! `ShouldRateLimit` over gRPC, on top of [`RateLimiter`]. A tower layer in front of tonic's
 //! router sends each call straight to [`ShouldRateLimit`] (the router's path matching and boxed
 //! services are for the other methods), runs it in its request span (request id, Envoy's trace
-//! as parent) and puts its latency in the histogram. The request is read where it lies and the
-//! answer written in one pass (`codec`); errors are mapped here and nowhere else.
+//! as parent) and logs its time; [`ShouldRateLimit`] takes the call's arrival, from which
+//! [`RateLimiter::decide`] counts its latency. The request is read where it lies and the answer
+//! written in one pass (`codec`); errors are mapped here and nowhere else.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,7 +23,6 @@ use tracing::Span;
 use super::codec::{self, RlsCodec};
 use crate::service::{RateLimiter, Request, RlsError};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
-use crate::telemetry::RequestStats;
 
 /// The Envoy rate-limit service; a thin adapter, errors mapped here and nowhere else.
 #[derive(Clone)]
@@ -37,7 +37,7 @@ impl RlsService {
 
     /// Answers the request in `body`, read where it lies (prost decodes what the reader does
     /// not take; bytes that are not a request are refused before anything is counted).
-    async fn answer(&self, body: Bytes) -> Result<RateLimitResponse, Status> {
+    async fn answer(&self, body: Bytes, arrived: Instant) -> Result<RateLimitResponse, Status> {
         let decoded;
         let req = match codec::read_request(&body) {
             Some(req) => req,
@@ -46,9 +46,7 @@ impl RlsService {
                 Request::of(&decoded)
             }
         };
-        let result = self.limiter.decide(&req).await;
-        self.limiter.count(&result);
-        Ok(result?)
+        Ok(self.limiter.decide(&req, arrived).await?)
     }
 }
 
@@ -91,8 +89,10 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
         Poll::Ready(Ok(()))
     }
 
+    /// Called by the per-call layer as the call arrives, before its body is read: the call's
+    /// latency runs from here, decoding included.
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let unary = Unary(self.rls.clone());
+        let unary = Unary(self.rls.clone(), Instant::now());
         let max = self.max_message_bytes;
         Box::pin(async move {
             let mut grpc = Grpc::new(RlsCodec).apply_max_message_size_config(Some(max), None);
@@ -101,15 +101,19 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
     }
 }
 
-struct Unary(Arc<RlsService>);
+/// The service and the call's arrival.
+struct Unary(Arc<RlsService>, Instant);
 
 impl UnaryService<Bytes> for Unary {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let rls = self.0.clone();
-        Box::pin(async move { rls.answer(request.into_inner()).await.map(Response::new) })
+        let (rls, arrived) = (self.0.clone(), self.1);
+        Box::pin(async move {
+            let answer = rls.answer(request.into_inner(), arrived).await;
+            answer.map(Response::new)
+        })
     }
 }
 
@@ -118,7 +122,6 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 /// `rls` serves `ShouldRateLimit`, called directly (the router serves every other method).
 #[derive(Clone)]
 pub struct RequestLayer<R> {
-    pub metrics: Arc<RequestStats>,
     pub rls: R,
 }
 
@@ -129,7 +132,6 @@ impl<S, R: Clone> Layer<S> for RequestLayer<R> {
         RequestService {
             inner,
             rls: self.rls.clone(),
-            metrics: self.metrics.clone(),
         }
     }
 }
@@ -138,7 +140,6 @@ impl<S, R: Clone> Layer<S> for RequestLayer<R> {
 pub struct RequestService<S, R> {
     inner: S,
     rls: R,
-    metrics: Arc<RequestStats>,
 }
 
 impl<S, R, B, RB> Service<http::Request<B>> for RequestService<S, R>
@@ -168,11 +169,7 @@ where
         let inner = span.in_scope(|| self.rls.call(req));
         ResponseFuture::Rls {
             inner,
-            call: Some(Call {
-                start,
-                span,
-                metrics: self.metrics.clone(),
-            }),
+            call: Some(Call { start, span }),
         }
     }
 }
@@ -180,7 +177,6 @@ where
 pub struct Call {
     start: Instant,
     span: Span,
-    metrics: Arc<RequestStats>,
 }
 
 pin_project_lite::pin_project! {
@@ -188,7 +184,7 @@ pin_project_lite::pin_project! {
     pub enum ResponseFuture<F, G> {
         /// Any other call, through the router.
         Other { #[pin] inner: F },
-        /// `ShouldRateLimit`, timed and traced.
+        /// `ShouldRateLimit`, traced and logged with its time.
         Rls { #[pin] inner: G, call: Option<Call> },
     }
 }
@@ -258,15 +254,14 @@ where
             Ok(resp) => status_of(resp),
             Err(_) => 2,
         };
-        let elapsed = c.start.elapsed();
-        c.metrics.observe_latency(elapsed);
         if status != 0 {
             c.span.record("otel.status_code", "ERROR");
         }
+        // The clock is read only when the line is logged.
         tracing::debug!(
             target: REQUEST_TARGET,
             grpc_status = status,
-            micros = elapsed.as_micros() as u64,
+            micros = c.start.elapsed().as_micros() as u64,
             "answered"
         );
         drop(_entered);

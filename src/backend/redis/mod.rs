@@ -18,6 +18,7 @@ use decode::Asked;
 use lane::Lane;
 use packed::Packed;
 pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
+pub use startup::StartupRetries;
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
 

@@ -8,11 +8,31 @@ use std::time::{Duration, Instant};
 
 use super::connect::ConnectError;
 use super::{RedisSettings, RedisStore, StartupRetry};
+use crate::telemetry::exposition::{single, Metrics};
+
+/// Tries of the first connection that failed and were retried.
+#[derive(Debug, Default)]
+pub struct StartupRetries(AtomicU64);
+
+impl Metrics for StartupRetries {
+    fn render(&self, out: &mut String) {
+        single(
+            out,
+            "ratelimit_service_redis_startup_retries_total",
+            "Tries of the first Redis connection at start that failed and were retried.",
+            "counter",
+            self.0.load(Ordering::Relaxed),
+        );
+    }
+}
 
 impl RedisStore {
     /// Connects as `connect_once` does, retrying while Redis cannot be reached,
     /// each retry logged and counted in `retries`.
-    pub async fn connect(s: &RedisSettings, retries: &AtomicU64) -> Result<RedisStore, String> {
+    pub async fn connect(
+        s: &RedisSettings,
+        retries: &StartupRetries,
+    ) -> Result<RedisStore, String> {
         let started = Instant::now();
         let mut wait = Waits::new(s.startup);
         loop {
@@ -35,7 +55,7 @@ impl RedisStore {
                 elapsed = ?elapsed,
                 "Redis not reachable at start; retrying"
             );
-            retries.fetch_add(1, Ordering::Relaxed);
+            retries.0.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(next).await;
         }
     }

@@ -1,7 +1,6 @@
 //! The shard's counters: the key table with its cap (expired keys swept, a key flood evicted,
 //! keys over their limit protected), the direct API's grants and its refusals per key.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::queues::Queues;
@@ -121,9 +120,7 @@ impl Counters {
         let table = &self.table;
         self.denied
             .retain(|k, _| table.find(k.as_str(), k.hash()).is_some());
-        self.stats
-            .keys
-            .store(self.table.len() as u64, Ordering::Relaxed);
+        self.stats.set_keys(self.table.len());
         self.next_sweep = now + NS_PER_SEC;
     }
 
@@ -178,12 +175,10 @@ impl Counters {
                     }
                     keep
                 });
-                self.stats.evictions.fetch_add(n as u64, Ordering::Relaxed);
+                self.stats.evicted(n);
             }
         }
-        self.stats
-            .keys
-            .store(self.table.len() as u64, Ordering::Relaxed);
+        self.stats.set_keys(self.table.len());
     }
 
     /// Drops the entries whose state has expired, except those of keys with waiters.
@@ -220,7 +215,7 @@ impl Counters {
                 self.table.insert(key, hash, state, expires)?
             }
         };
-        self.stats.keys.fetch_add(1, Ordering::Relaxed);
+        self.stats.key_added();
         Some(at)
     }
 
@@ -268,14 +263,14 @@ impl Counters {
             .insert(key.as_str(), key.hash(), state, expires_s)
             .is_some()
         {
-            self.stats.keys.fetch_add(1, Ordering::Relaxed);
+            self.stats.key_added();
         }
     }
 
     /// Drops `key`'s entry (read back as evicted).
     pub(super) fn forget(&mut self, key: &Key) {
         if self.table.forget(key.as_str(), key.hash()) {
-            self.stats.keys.fetch_sub(1, Ordering::Relaxed);
+            self.stats.key_removed();
         }
     }
 

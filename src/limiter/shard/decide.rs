@@ -6,7 +6,6 @@
 //! memory path must tell a backing something (hits committed or given back, a queue head to
 //! decide, a look-up, a reset), it calls the [`Hooks`], which [`Memory`] answers with nothing.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -285,14 +284,7 @@ impl<B: Hooks> Decider<'_, B> {
             refused: false,
         };
         if since.is_some() {
-            self.cx
-                .stats
-                .admitted_after_wait
-                .fetch_add(1, Ordering::Relaxed);
-            self.cx
-                .stats
-                .wait_ns_total
-                .fetch_add(waited, Ordering::Relaxed);
+            self.cx.stats.admitted_after(waited);
         }
         if !self.answer(d.reply, reply) {
             // The caller left between our decision and the answer: consume nothing.

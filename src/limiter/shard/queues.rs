@@ -4,7 +4,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::stats::ShardStats;
@@ -113,10 +112,8 @@ impl Queues {
         q.push_back(w);
         if is_new {
             self.waiters += 1;
-            self.stats
-                .waiting
-                .store(self.waiters as u64, Ordering::Relaxed);
-            self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            self.stats.set_waiting(self.waiters);
+            self.stats.queued();
         }
         if was_empty {
             self.events.push(Reverse((at, key)));
@@ -137,9 +134,7 @@ impl Queues {
         for _ in 0..gone {
             self.left();
         }
-        self.stats
-            .cancelled
-            .fetch_add(gone as u64, Ordering::Relaxed);
+        self.stats.cancelled(gone);
         gone
     }
 
@@ -147,9 +142,7 @@ impl Queues {
     pub(super) fn left(&mut self) {
         self.budget.free();
         self.waiters = self.waiters.saturating_sub(1);
-        self.stats
-            .waiting
-            .store(self.waiters as u64, Ordering::Relaxed);
+        self.stats.set_waiting(self.waiters);
     }
 
     /// Takes a place in the process-wide budget of waiters, if there is one.

@@ -7,8 +7,6 @@
 //! queue is decided through Redis again when it may fit, so FIFO holds among the waiters of one
 //! replica, and across replicas the first to ask Redis after a rollover wins.
 
-use std::sync::atomic::Ordering;
-
 use smallvec::SmallVec;
 
 use super::counters::Counters;
@@ -124,14 +122,14 @@ impl Decider<'_, Link> {
         let link = &mut *self.backing;
         let ready = link.ready();
         if link.views.local(&d.ops, now, ready) {
-            (self.cx.stats.local_decisions).fetch_add(1, Ordering::Relaxed);
+            self.cx.stats.local_decision();
             return self.decide(d);
         }
         if !ready {
             return self.decide_without_store(d);
         }
         if let Some((i, until)) = link.known_full(&d, now) {
-            (self.cx.stats.local_cache_hits).fetch_add(d.ops[i].hits, Ordering::Relaxed);
+            self.cx.stats.refused_from_cache(d.ops[i].hits);
             let outcomes: Outcomes = (0..d.ops.len())
                 .map(|j| Outcome {
                     over: j == i,
@@ -163,7 +161,7 @@ impl Decider<'_, Link> {
 
     /// The breaker is open: decide as the failure mode says.
     fn decide_without_store(&mut self, d: Decide) {
-        (self.cx.stats.fallback_decisions).fetch_add(1, Ordering::Relaxed);
+        self.cx.stats.fallback_decision();
         match self.backing.policy.failure_mode {
             FailureMode::Fallback => self.decide(d),
             // A request none of whose limits can refuse it (shadow mode) is not failed for
@@ -299,7 +297,7 @@ impl Decider<'_, Link> {
                     };
                     if w.msg.reply.is_closed() {
                         self.queues.left();
-                        self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                        self.cx.stats.cancelled(1);
                         self.refund_in_store(&w.msg.ops, &counted);
                     } else {
                         match action {

@@ -1,8 +1,6 @@
 //! Deciding with the wait queues: FIFO per key, served as capacity comes back, timed out,
 //! cancelled or drained.
 
-use std::sync::atomic::Ordering;
-
 use super::decide::{Action, Decider, Evaluated, Hooks};
 use super::queues::Waiter;
 use crate::limiter::algorithm::State;
@@ -17,7 +15,7 @@ impl<B: Hooks> Decider<'_, B> {
         while let Some(w) = self.queues.pop_head(key) {
             if w.msg.reply.is_closed() {
                 self.queues.left();
-                self.cx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.cx.stats.cancelled(1);
                 continue;
             }
             if let Some(admit) = self.cx.draining {
@@ -27,7 +25,7 @@ impl<B: Hooks> Decider<'_, B> {
             }
             if now >= w.deadline {
                 self.queues.left();
-                self.cx.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                self.cx.stats.timed_out();
                 self.time_out(w, now);
                 continue;
             }
@@ -155,7 +153,7 @@ impl<B: Hooks> Decider<'_, B> {
             0
         };
         if is_new && !self.room_to_wait(op, now, deadline, at_least) {
-            self.cx.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            self.cx.stats.queue_full();
             self.counters.count_denied(&d.ops, now);
             self.counters.protect(&d.ops, &outcomes, now);
             for o in outcomes.iter_mut() {

@@ -2,22 +2,21 @@
 //!
 //! The reference counts with lyft/gostats and flushes every `STATS_FLUSH_INTERVAL`: each counter
 //! as the change since its last flush, skipped when zero (`stats.go`, `statStore.Flush`). Here the
-//! counters are the same atomics Prometheus reads; [`Exporter`] remembers what it last sent and
-//! writes the differences, under the reference's names (`stats/manager_impl.go`,
-//! `metrics/metrics.go`). The push runs on the admin runtime: the request path never waits on it.
+//! counters are the same atomics Prometheus reads, each part naming its own
+//! (`telemetry::Metrics::push`); [`Exporter`] remembers what it last sent and writes the
+//! differences, under the reference's names (`stats/manager_impl.go`, `metrics/metrics.go`). The push runs on the admin runtime: the request path never waits on it.
 
 mod send;
 mod wire;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use regex::Regex;
 
+use super::exposition::Pushed;
 use super::histogram::BUCKETS_US;
-use super::{BoundStats, Counters, LimitStats};
-use crate::config::Config;
+use super::Counters;
 
 pub use super::push_stats::StatsdStats;
 pub use send::{run, Sink};
@@ -108,16 +107,13 @@ fn substitute(pattern: &str, groups: &[&str]) -> String {
     out
 }
 
-/// The gRPC call's timer (`metrics/metrics.go:25`, scope `ratelimit_server`, `runner.go:181`).
-const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
-
 /// What the push has sent, so each flush sends changes; and what it has failed to send.
 #[derive(Debug, Default)]
 pub struct Exporter {
     /// Counter values at the last flush, by name; only names the live config still has.
     sent: BTreeMap<String, u64>,
-    /// The latency histogram's bucket counts at the last flush.
-    sent_buckets: Vec<u64>,
+    /// Each timer's bucket counts at the last flush.
+    sent_buckets: BTreeMap<&'static str, Vec<u64>>,
 }
 
 /// Packets and what sending them would commit.
@@ -125,19 +121,13 @@ pub struct Exporter {
 pub struct Flush {
     pub lines: Vec<String>,
     counters: BTreeMap<String, u64>,
-    buckets: Vec<u64>,
+    buckets: BTreeMap<&'static str, Vec<u64>>,
 }
 
 impl Exporter {
-    /// Every counter's change since the last committed flush, and the response-time timer.
-    pub fn collect(
-        &self,
-        format: Format<'_>,
-        all: &Counters,
-        config: &Config,
-        stats: &BoundStats,
-    ) -> Flush {
-        let counters = counters(all, config, stats);
+    /// Every counter's change since the last committed flush, and the timers'.
+    pub fn collect(&self, format: Format<'_>, all: &Counters) -> Flush {
+        let Pushed { counters, timers } = all.pushed();
         let mut lines = Vec::new();
         for (name, &v) in &counters {
             let before = self.sent.get(name).copied().unwrap_or(0);
@@ -149,29 +139,14 @@ impl Exporter {
                 lines.push(line);
             }
         }
-        let buckets = all.service.latency.bucket_counts();
-        for (i, &n) in buckets.iter().enumerate() {
-            let before = self.sent_buckets.get(i).copied().unwrap_or(0);
-            let seen = n.saturating_sub(before);
-            if seen > 0 {
-                // One line standing for `seen` timings at the bucket's upper bound.
-                let ms = *BUCKETS_US
-                    .get(i)
-                    .unwrap_or(&(BUCKETS_US[BUCKETS_US.len() - 1] * 2))
-                    as f64
-                    / 1000.0;
-                let kind = Kind::Timer {
-                    rate: 1.0 / seen as f64,
-                };
-                let mut line = String::new();
-                format.line(&mut line, RESPONSE_TIME, kind, ms);
-                lines.push(line);
-            }
+        for (name, buckets) in &timers {
+            let sent = self.sent_buckets.get(name).map_or(&[][..], Vec::as_slice);
+            timer_lines(&mut lines, format, name, buckets, sent);
         }
         Flush {
             lines,
             counters,
-            buckets,
+            buckets: timers,
         }
     }
 
@@ -182,45 +157,31 @@ impl Exporter {
     }
 }
 
-/// Every counter the reference would flush, by its name, summed when names meet (gostats keeps
-/// one counter per name).
-fn counters(all: &Counters, config: &Config, stats: &BoundStats) -> BTreeMap<String, u64> {
-    let metrics = &*all.service;
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let mut out = BTreeMap::new();
-    let mut add = |name: String, v: u64| *out.entry(name).or_insert(0) += v;
-    let service = "ratelimit.service";
-    add(
-        format!("{service}.config_load_success"),
-        load(&all.reloads.success),
-    );
-    add(
-        format!("{service}.config_load_error"),
-        load(&all.reloads.error),
-    );
-    // `service/ratelimit.go:427-432`: Redis errors, and the service's own errors.
-    let call = "ratelimit.service.call.should_rate_limit";
-    add(format!("{call}.redis_error"), load(&metrics.unavailable));
-    let service_errors = load(&metrics.invalid_argument) + load(&metrics.overloaded);
-    add(format!("{call}.service_error"), service_errors);
-    add(
-        "ratelimit_server.ShouldRateLimit.total_requests".into(),
-        load(&metrics.requests),
-    );
-    let mut limit = |key: &str, fields: [&AtomicU64; 5]| {
-        let key = sanitize(key);
-        for (field, c) in LimitStats::FIELD_NAMES.iter().zip(fields) {
-            add(
-                format!("ratelimit.service.rate_limit.{key}.{field}"),
-                load(c),
-            );
+/// A timer's observations since `sent`, one line per bucket that saw any, standing for them at
+/// the bucket's upper bound.
+fn timer_lines(
+    lines: &mut Vec<String>,
+    format: Format<'_>,
+    name: &str,
+    buckets: &[u64],
+    sent: &[u64],
+) {
+    for (i, &n) in buckets.iter().enumerate() {
+        let before = sent.get(i).copied().unwrap_or(0);
+        let seen = n.saturating_sub(before);
+        if seen > 0 {
+            let ms = *BUCKETS_US
+                .get(i)
+                .unwrap_or(&(BUCKETS_US[BUCKETS_US.len() - 1] * 2)) as f64
+                / 1000.0;
+            let kind = Kind::Timer {
+                rate: 1.0 / seen as f64,
+            };
+            let mut line = String::new();
+            format.line(&mut line, name, kind, ms);
+            lines.push(line);
         }
-    };
-    config.for_each_node(&mut |n| limit(&n.stat_key, stats.of(n).fields()));
-    for (domain, path, s) in metrics.detailed.snapshot() {
-        limit(&format!("{domain}.{path}"), s.fields());
     }
-    out
 }
 
 #[cfg(test)]

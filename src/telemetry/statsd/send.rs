@@ -3,7 +3,6 @@
 //! again after a failure). A dead statsd host costs this task a timeout, never a request.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +10,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::watch;
 
-use super::super::push_stats::StatsdStats;
 use super::wire::{pack, TCP_PACKET, UDP_PACKET};
+use super::StatsdStats;
 use super::{Exporter, Flush, Protocol, StatsdSettings};
 
 /// gostats' `defaultDialTimeout` and `defaultWriteTimeout` (`net_sink.go`).
@@ -127,13 +126,13 @@ pub async fn run(
         let flush = collect(&exporter, &settings);
         match sink.send(&flush.lines).await {
             Ok(n) => {
-                stats.packets.fetch_add(n as u64, Ordering::Relaxed);
+                stats.sent(n as u64);
                 exporter.commit(flush);
                 logged = false;
             }
             Err(e) => {
                 // Kept for the next flush: counters catch up once statsd is back.
-                stats.errors.fetch_add(1, Ordering::Relaxed);
+                stats.failed();
                 if !logged {
                     tracing::warn!(host = %settings.host, port = settings.port, error = %e,
                         "statsd push failed; retrying at the next flush");

@@ -1,5 +1,33 @@
+use std::sync::Arc;
+
 use super::*;
-use crate::config::LoadOptions;
+use crate::config::{Config, LoadOptions};
+use crate::telemetry::{LimitSeries, Metrics, RequestStats};
+
+/// The per-limit series of `config`, as the live limits push them.
+struct Limits(Arc<RequestStats>, Config);
+
+impl Metrics for Limits {
+    fn render(&self, _: &mut String) {}
+
+    fn push(&self, out: &mut Pushed) {
+        let stats = self.0.limit_stats.bind(&self.1);
+        let (metrics, config) = (&self.0, &self.1);
+        LimitSeries {
+            metrics,
+            config,
+            stats: &stats,
+        }
+        .push(out);
+    }
+}
+
+/// `ShouldRateLimit`'s counters and the per-limit series of `config`, registered as the server
+/// registers them.
+fn registered(metrics: &Arc<RequestStats>, config: &Config) -> Counters {
+    let limits = Limits(metrics.clone(), config.clone());
+    Counters::new(vec![metrics.clone(), Arc::new(limits)])
+}
 
 fn mogrifier(pattern: &str, name: &str, tags: &[(&str, &str)]) -> Mogrifier {
     Mogrifier {
@@ -55,8 +83,8 @@ descriptors:
 fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
     let config =
         Config::from_sources(&[("d.yaml".into(), YAML.into())], LoadOptions::default()).unwrap();
-    let all = Counters::default();
-    let metrics = &all.service;
+    let metrics = Arc::new(RequestStats::default());
+    let all = registered(&metrics, &config);
     let stats = metrics.limit_stats.bind(&config);
     let mut node = None;
     config.for_each_node(&mut |n| node = Some(n));
@@ -64,7 +92,7 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
     s.add(3, false, 0, 0, false);
     let format = Format::Statsd { tags: &[] };
     let mut e = Exporter::default();
-    let f = e.collect(format, &all, &config, &stats);
+    let f = e.collect(format, &all);
     assert!(f
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.total_hits:3|c\n".to_string()));
@@ -77,9 +105,9 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
         f.lines
     );
     e.commit(f);
-    assert!(e.collect(format, &all, &config, &stats).lines.is_empty());
+    assert!(e.collect(format, &all).lines.is_empty());
     s.add(2, true, 2, 0, false);
-    let f = e.collect(format, &all, &config, &stats);
+    let f = e.collect(format, &all);
     assert!(f
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.total_hits:2|c\n".to_string()));
@@ -87,20 +115,19 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
         .lines
         .contains(&"ratelimit.service.rate_limit.d.k.over_limit:2|c\n".to_string()));
     // Not committed (the send failed): the next flush sends the same changes again.
-    let again = e.collect(format, &all, &config, &stats);
+    let again = e.collect(format, &all);
     assert_eq!(f.lines, again.lines);
 }
 
 #[test]
 fn response_times_go_as_one_sampled_line_per_bucket() {
     let config = Config::default();
-    let all = Counters::default();
-    let metrics = &all.service;
-    let stats = metrics.limit_stats.bind(&config);
+    let metrics = Arc::new(RequestStats::default());
+    let all = registered(&metrics, &config);
     for _ in 0..4 {
         metrics.observe_latency(Duration::from_micros(30));
     }
-    let f = Exporter::default().collect(Format::Statsd { tags: &[] }, &all, &config, &stats);
+    let f = Exporter::default().collect(Format::Statsd { tags: &[] }, &all);
     assert!(
         f.lines
             .contains(&"ratelimit_server.ShouldRateLimit.response_time:0.05|ms|@0.25\n".into()),

@@ -20,12 +20,12 @@ use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::{json, Value};
 
+use super::admin_stats::{AdminAction, AdminOutcome, AdminStats};
 use super::json::{JsonError, JsonRequest};
 use super::status::TopView;
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Role};
 use crate::service::{Acted, AdminError, Applies, LiveLimits, RateLimiter, Usage};
-use crate::telemetry::admin::{AdminAction, AdminOutcome, AdminStats};
 use crate::telemetry::{digest, Shown};
 
 /// `TURNSTILE_ADMIN_ADDR` with `true` or a bare port: loopback, this port.

@@ -2,6 +2,7 @@
 //! `throttle`), and the debug, Prometheus and admin ports' routers.
 
 mod admin;
+mod admin_stats;
 mod json;
 mod rate;
 mod status;
@@ -19,16 +20,18 @@ use axum::{Json, Router};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
+pub use admin_stats::AdminStats;
 pub use json::{response_json, JsonError, JsonRequest};
+pub use status::StatusCounters;
 
 use crate::hitters::TopTable;
-use crate::limiter::Clock;
+use crate::limiter::{Clock, ShardStats};
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::{Counters, Shown};
 
-/// What `/metrics` and `/rlconfig` read: every subsystem's counters, and the live limits (their
-/// per-limit series, their text).
+/// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
+/// series among them), and the live limits' text.
 #[derive(Clone)]
 pub struct MetricsState {
     pub counters: Counters,
@@ -51,6 +54,8 @@ pub struct HttpState {
     pub metrics: MetricsState,
     /// How the port shows client values (GoCC's `/debug`, error messages).
     pub shown: Shown,
+    /// The shards' counters: the health check names breakers that are open.
+    pub shards: Arc<[Arc<ShardStats>]>,
 }
 
 impl FromRef<HttpState> for MetricsState {
@@ -63,6 +68,8 @@ impl FromRef<HttpState> for MetricsState {
 #[derive(Clone)]
 pub struct DebugState {
     pub metrics: MetricsState,
+    /// What the status page counts.
+    pub status: StatusCounters,
     /// The heavy hitters, and the clock their windows turn with.
     pub top: Arc<TopTable>,
     pub clock: Clock,
@@ -130,9 +137,7 @@ pub fn router(state: HttpState, metrics: bool) -> Router {
 /// answers (from memory, or as the failure mode says), so it stays healthy.
 async fn healthcheck(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
-        let states: Vec<u64> = (s.metrics.counters.shards.iter())
-            .map(|st| st.breaker.load(Ordering::Relaxed))
-            .collect();
+        let states: Vec<u64> = s.shards.iter().map(|st| st.breaker()).collect();
         let open = states
             .iter()
             .filter(|b| **b != crate::limiter::BreakerState::Closed.gauge())
@@ -165,10 +170,8 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
-    let start = std::time::Instant::now();
-    let result = s.limiter.decide(&Request::of(&req)).await;
-    (s.metrics.counters.service).observe_latency(start.elapsed());
-    s.limiter.count(&result);
+    let arrived = std::time::Instant::now();
+    let result = s.limiter.decide(&Request::of(&req), arrived).await;
     match result {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {
@@ -184,10 +187,9 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
 }
 
 async fn metrics(State(s): State<MetricsState>) -> Response {
-    let live = s.live.load_full();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.counters.render(&live.config, &live.stats),
+        s.counters.render(),
     )
         .into_response()
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -16,9 +17,9 @@ use serde_json::{json, Value};
 use super::DebugState;
 use crate::config::Config;
 use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
-use crate::limiter::BreakerState;
+use crate::limiter::{BreakerState, ShardStats};
 use crate::service::LiveLimits;
-use crate::telemetry::{digest, Shown};
+use crate::telemetry::{digest, ReloadStats, RequestStats, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");
@@ -208,8 +209,8 @@ fn load(c: &AtomicU64) -> u64 {
 /// totals since start; the page turns them into rates between two reads.
 pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let live = s.metrics.live.load_full();
-    let counters = &s.metrics.counters;
-    let m = &*counters.service;
+    let counters = &s.status;
+    let m = &*counters.requests;
     let lines = live.config.describe();
     let mut rules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for line in &lines {
@@ -235,10 +236,10 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let shards: Vec<Value> = (counters.shards.iter())
         .map(|st| {
             json!({
-                "keys": load(&st.keys),
-                "waiting": load(&st.waiting),
-                "queue_full": load(&st.queue_full),
-                "breaker": breaker(load(&st.breaker)),
+                "keys": st.keys(),
+                "waiting": st.waiting(),
+                "queue_full": st.queue_full_total(),
+                "breaker": breaker(st.breaker()),
             })
         })
         .collect();
@@ -249,6 +250,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     }
     let reloads = &counters.reloads;
     let (live_load, last_attempt) = reloads.log.last();
+    let (loads, load_errors) = reloads.counts();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -258,8 +260,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),
-            "loads": load(&reloads.success),
-            "load_errors": load(&reloads.error),
+            "loads": loads,
+            "load_errors": load_errors,
             "live": live_load,
             "last_attempt": last_attempt,
         },
@@ -275,6 +277,15 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         "shards": shards,
     }))
     .into_response()
+}
+
+/// The counters the status page reads besides the live limits': `ShouldRateLimit`'s, the
+/// shards', the config loads'.
+#[derive(Clone)]
+pub struct StatusCounters {
+    pub requests: Arc<RequestStats>,
+    pub shards: Arc<[Arc<ShardStats>]>,
+    pub reloads: Arc<ReloadStats>,
 }
 
 fn breaker(state: u64) -> &'static str {

@@ -54,7 +54,7 @@ pub(crate) async fn handle(State(s): State<HttpState>, req: Request) -> Response
     let b: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
-            (s.throttle.stats().invalid).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            s.throttle.count_unread();
             return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}"));
         }
     };

@@ -4,7 +4,6 @@
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::encode::extend_encode_borrowed;
 use redis_protocol::resp2::types::BorrowedFrame;
-use std::sync::atomic::Ordering;
 
 use super::Ctx;
 use crate::service::throttle::{ThrottleError, ThrottleRequest};
@@ -222,7 +221,7 @@ fn parse_throttle(
     match parsed {
         Ok(r) => Some(r),
         Err(m) => {
-            (ctx.throttle.stats().invalid).fetch_add(1, Ordering::Relaxed);
+            ctx.throttle.count_unread();
             error(out, &m);
             None
         }

@@ -12,11 +12,11 @@
 
 mod codec;
 mod commands;
+mod stats;
 
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ use crate::service::throttle::ThrottleLimits;
 use crate::service::ThrottleService;
 use codec::next_command;
 use commands::{error, execute, Flow, Session};
+pub use stats::RespStats;
 
 /// A command bigger than this (THROTTLE needs a few hundred bytes) is a protocol error and
 /// closes the connection, so a client cannot make the server buffer without bound.
@@ -102,6 +103,7 @@ impl RespSettings {
 
 struct Ctx {
     throttle: ThrottleService,
+    stats: Arc<RespStats>,
     limits: ThrottleLimits,
     idle_timeout: Duration,
 }
@@ -117,7 +119,12 @@ pub struct RespShared {
 }
 
 impl RespShared {
-    pub fn new(throttle: ThrottleService, settings: &RespSettings) -> Arc<RespShared> {
+    /// Counting its connections in `stats`.
+    pub fn new(
+        throttle: ThrottleService,
+        settings: &RespSettings,
+        stats: Arc<RespStats>,
+    ) -> Arc<RespShared> {
         let max = settings
             .max_connections
             .min(Semaphore::MAX_PERMITS)
@@ -126,6 +133,7 @@ impl RespShared {
         Arc::new(RespShared {
             ctx: Arc::new(Ctx {
                 throttle,
+                stats,
                 limits: settings.limits,
                 idle_timeout: settings.idle_timeout,
             }),
@@ -147,7 +155,8 @@ pub async fn serve(
     settings: RespSettings,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    serve_shared(listener, RespShared::new(throttle, &settings), shutdown).await
+    let shared = RespShared::new(throttle, &settings, Arc::default());
+    serve_shared(listener, shared, shutdown).await
 }
 
 /// [`serve`] with state shared with other listeners: `server::start` runs one on every worker
@@ -193,7 +202,7 @@ pub async fn serve_shared(
                 });
             }
             Err(_) => {
-                (ctx.throttle.stats().resp_connections_refused).fetch_add(1, Ordering::Relaxed);
+                ctx.stats.refused();
                 if let Ok(permit) = shared.refusals.clone().try_acquire_owned() {
                     tokio::spawn(refuse(stream, permit));
                 }
@@ -216,7 +225,7 @@ struct Open {
 
 impl Open {
     fn new(permit: OwnedSemaphorePermit, ctx: Arc<Ctx>) -> Open {
-        (ctx.throttle.stats().resp_connections_open).fetch_add(1, Ordering::Relaxed);
+        ctx.stats.opened();
         Open {
             _permit: permit,
             ctx,
@@ -226,7 +235,7 @@ impl Open {
 
 impl Drop for Open {
     fn drop(&mut self) {
-        (self.ctx.throttle.stats().resp_connections_open).fetch_sub(1, Ordering::Relaxed);
+        self.ctx.stats.closed();
     }
 }
 

@@ -14,8 +14,9 @@ use tonic::transport::Channel;
 use turnstile::config::{Config, LoadOptions};
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+use turnstile::service::LiveLimits;
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Counted, Counters, RequestStats};
+use turnstile::telemetry::{Counted, Counters, Metrics, RequestStats, TopTable};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -313,11 +314,9 @@ fn counted(hits: u64, over: bool, remaining: u32, limit: u32) -> Counted {
 fn detailed_series_are_bounded() {
     let config =
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
-    let counters = Counters {
-        service: Arc::new(RequestStats::new(0.8).with_max_detailed_series(2)),
-        ..Counters::default()
-    };
-    let m = &counters.service;
+    let m = Arc::new(RequestStats::new(0.8).with_max_detailed_series(2));
+    let live = LiveLimits::new(config, m.clone(), Arc::new(TopTable::new(0)));
+    let counters = Counters::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
             m.record_series("m", &format!("user_{v}"), counted(1, false, 5, 10));
@@ -325,7 +324,7 @@ fn detailed_series_are_bounded() {
     }
     // Over the limit once: counted as over, not within.
     m.record_series("m", "user_alice", counted(1, true, 0, 10));
-    let text = counters.render(&config, &m.limit_stats.bind(&config));
+    let text = counters.render();
     assert_valid_exposition(&text);
     assert_eq!(
         limit_stat(&text, "total_hits", "user_alice"),

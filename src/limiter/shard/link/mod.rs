@@ -5,7 +5,6 @@
 //! while the store is away are kept and sent once it is back (`away`); keys known to be full are
 //! remembered, so a lone op on one is refused without a round trip.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -246,10 +245,10 @@ impl Link {
         batch.extend(sync.iter().map(SyncOp::store_op));
         let round_trip = self.store.run(self.lane, &batch, now, self.policy.deadline);
         if !sync.is_empty() {
-            stats.syncs.fetch_add(1, Ordering::Relaxed);
+            stats.synced();
         }
         self.trips.start(round_trip, (messages, refunds, sync), now);
-        (stats.breaker).store(self.breaker.state().gauge(), Ordering::Relaxed);
+        stats.set_breaker(self.breaker.state().gauge());
     }
 
     /// The oldest round trip out, if its answer is back, with that answer; the breaker takes
@@ -279,7 +278,7 @@ impl Link {
             b.succeeded();
         } else {
             b.failed(self.policy.breaker_failures, self.policy.cooldown);
-            stats.redis_errors.fetch_add(1, Ordering::Relaxed);
+            stats.store_error();
             let log = (self.last_error_log).is_none_or(|t| t.elapsed() > Duration::from_secs(1));
             if log {
                 self.last_error_log = Some(Instant::now());
@@ -293,7 +292,7 @@ impl Link {
                 }
             }
         }
-        (stats.breaker).store(self.breaker.state().gauge(), Ordering::Relaxed);
+        stats.set_breaker(self.breaker.state().gauge());
     }
 
     /// A sync came back: each key's view becomes the store's total (see `Views::synced`).

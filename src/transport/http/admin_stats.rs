@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::telemetry::exposition::{family, Metrics};
+
 /// What the admin listener was asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminAction {
@@ -61,15 +63,14 @@ impl AdminStats {
             .unwrap_or(0);
         self.counts[a][o].fetch_add(1, Ordering::Relaxed);
     }
+}
 
-    /// Appends the counters in Prometheus text format, every pair (zeros too, so a rate over
-    /// them has a series to start from).
-    pub fn render(&self, out: &mut String) {
+impl Metrics for AdminStats {
+    /// Every pair (zeros too, so a rate over them has a series to start from).
+    fn render(&self, out: &mut String) {
         let name = "turnstile_admin_actions_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Admin listener actions by outcome, refused calls included.\n# TYPE {name} counter"
-        );
+        let help = "Admin listener actions by outcome, refused calls included.";
+        family(out, name, help, "counter");
         for (a, (_, action)) in ACTIONS.iter().enumerate() {
             for (o, (_, outcome)) in OUTCOMES.iter().enumerate() {
                 let n = self.counts[a][o].load(Ordering::Relaxed);

@@ -1,9 +1,11 @@
-//! Counters of the durable counters (`durable::Journal`): syncs, failed writes, damaged files,
-//! keys read back at start, and the state's size on disk.
+//! Counters of the durable counters (`Journal`): syncs, failed writes, damaged files, keys read
+//! back at start, and the state's size on disk; rendered from here.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::telemetry::Metrics;
 
 #[derive(Debug, Default)]
 pub struct StateStats {
@@ -45,9 +47,11 @@ impl StateStats {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.last_sync_ns.store(ns, Ordering::Relaxed);
     }
+}
 
-    /// Appends the counters in Prometheus text format, when a state dir is in use.
-    pub fn render(&self, out: &mut String) {
+impl Metrics for StateStats {
+    /// The families, when a state dir is in use.
+    fn render(&self, out: &mut String) {
         if !self.on.load(Ordering::Relaxed) {
             return;
         }

@@ -1,9 +1,11 @@
-//! The RLQS metrics: streams, buckets, bucket actions sent, and each shared limit's demand and
+//! The RLQS metrics, which the quota hub keeps: streams, buckets, bucket actions sent, and each shared limit's demand and
 //! split, as the quota hub last saw them.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use crate::telemetry::exposition::{escape, Metrics};
 
 /// Share series rendered at most, so a flood of buckets cannot flood `/metrics`.
 pub const MAX_SHARE_SERIES: usize = 10_000;
@@ -36,15 +38,17 @@ pub struct QuotaStats {
     limits: Mutex<Vec<QuotaLimit>>,
 }
 
+impl Metrics for QuotaStats {
+    fn render(&self, out: &mut String) {
+        self.render_counters(out);
+        self.render_limits(out);
+    }
+}
+
 impl QuotaStats {
     /// Replaces the per-limit view.
     pub fn set_limits(&self, limits: Vec<QuotaLimit>) {
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
-    }
-
-    pub(super) fn render(&self, out: &mut String) {
-        self.render_counters(out);
-        self.render_limits(out);
     }
 
     fn render_counters(&self, out: &mut String) {
@@ -137,10 +141,4 @@ impl QuotaStats {
             );
         }
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }

@@ -1,0 +1,59 @@
+//! What a part that counts gives the exporters: its families in Prometheus text, and its
+//! counters under statsd names. Each part implements [`Metrics`] in its own room and is
+//! registered once at start ([`super::Counters`]); the Prometheus text and the statsd push loop
+//! over the parts and name none of them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::Histogram;
+
+/// A part's counters as the exporters read them. Reading is a relaxed load per counter: the
+/// parts count with atomics of their own, so nothing here is on the request path.
+pub trait Metrics: Send + Sync {
+    /// Appends the part's families (HELP, TYPE, series) in Prometheus text.
+    fn render(&self, out: &mut String);
+
+    /// Adds the part's counters and timers as envoyproxy/ratelimit pushes them to statsd; most
+    /// parts push nothing.
+    fn push(&self, _out: &mut Pushed) {}
+}
+
+/// What one statsd flush reads: counter totals by name (summed when names meet, as gostats
+/// keeps one counter per name) and timers as histogram bucket counts.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    pub(super) counters: BTreeMap<String, u64>,
+    /// By name: observations so far in each bucket, `+Inf` last (not cumulative).
+    pub(super) timers: BTreeMap<&'static str, Vec<u64>>,
+}
+
+impl Pushed {
+    /// Adds `v` to the counter `name`.
+    pub fn add(&mut self, name: String, v: u64) {
+        *self.counters.entry(name).or_insert(0) += v;
+    }
+
+    /// The timer `name`, as `h`'s buckets hold it now.
+    pub fn timer(&mut self, name: &'static str, h: &Histogram) {
+        self.timers.insert(name, h.bucket_counts());
+    }
+}
+
+/// A family's HELP and TYPE lines.
+pub fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One unlabelled series with its HELP and TYPE lines.
+pub fn single(out: &mut String, name: &str, help: &str, kind: &str, v: u64) {
+    family(out, name, help, kind);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+/// A label value escaped as the text format wants it.
+pub fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
