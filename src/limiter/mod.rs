@@ -27,7 +27,7 @@ pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
-pub use shard::{BreakerState, EngineStats, ShardStats};
+pub use shard::{BreakerState, EngineStats, ShardCounts, ShardStats};
 use shard::{Link, Mode, Shard};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,

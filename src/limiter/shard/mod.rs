@@ -39,7 +39,7 @@ pub use link::BreakerState;
 pub(crate) use link::Done;
 pub(crate) use link::{Link, Mode};
 use queues::Queues;
-pub use stats::{EngineStats, ShardStats};
+pub use stats::{EngineStats, ShardCounts, ShardStats};
 
 pub(crate) struct Shard {
     counters: Counters,
