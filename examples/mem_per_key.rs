@@ -17,7 +17,6 @@
 //! Output: one line per checkpoint:
 //! `mem_per_key: keys=... rss_delta_bytes=... bytes_per_key=... minus_key_len=...`.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use turnstile::config::Algorithm;
@@ -126,11 +125,7 @@ fn main() {
         }
     });
     // Stats are updated on insert and on sweep; every key must still be held (+1: warm-up).
-    let held: u64 = engine
-        .stats()
-        .iter()
-        .map(|s| s.keys.load(Ordering::Relaxed))
-        .sum();
+    let held: u64 = engine.stats().iter().map(|s| s.read().keys).sum();
     eprintln!(
         "mem_per_key: done in {:.2}s; shards hold {held} keys",
         start.elapsed().as_secs_f64()

@@ -30,7 +30,7 @@ pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use saved::Saved;
 use shard::{Backing, Link, Shard};
-pub use shard::{BreakerState, EngineStats, ShardStats};
+pub use shard::{BreakerState, EngineStats, ShardCounts, ShardStats};
 pub use store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };

@@ -15,7 +15,7 @@ use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
 use crate::telemetry::{Counters, Metrics, ReloadStats, RequestStats, StatsdStats};
-use crate::transport::http::AdminStats;
+use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;
 
 /// The parts the adapters are built from. Cheap to clone.
@@ -52,6 +52,43 @@ pub struct Stats {
     pub quota: Arc<QuotaStats>,
     pub resp: Arc<RespStats>,
     pub statsd: Arc<StatsdStats>,
+}
+
+impl Stats {
+    /// Every part's counters, in the order `/metrics` shows them: these, and those the engine,
+    /// the store's start, the throttle service and the live limits hold.
+    fn register(
+        &self,
+        startup_retries: Arc<StartupRetries>,
+        state: Arc<StateStats>,
+        engine: &Engine,
+        throttle: Arc<ThrottleStats>,
+        live: &LiveLimits,
+    ) -> Counters {
+        Counters::new(vec![
+            self.requests.clone() as Arc<dyn Metrics>,
+            self.statsd.clone(),
+            self.reloads.clone(),
+            startup_retries,
+            self.tls.clone(),
+            Arc::new(engine.metrics()),
+            throttle,
+            self.resp.clone(),
+            self.admin.clone(),
+            state,
+            self.quota.clone(),
+            Arc::new(live.clone()),
+        ])
+    }
+
+    /// What the status page counts.
+    pub(super) fn status(&self) -> StatusCounters {
+        StatusCounters {
+            requests: self.requests.clone(),
+            shards: self.shards.clone(),
+            reloads: self.reloads.clone(),
+        }
+    }
 }
 
 /// What the server starts from: the context, the shard actors to deal out to the workers, the
@@ -121,21 +158,7 @@ impl Context {
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
         let throttle = Arc::new(ThrottleStats::default());
-        // In the order `/metrics` shows them.
-        let counters = Counters::new(vec![
-            service.clone() as Arc<dyn Metrics>,
-            stats.statsd.clone(),
-            stats.reloads.clone(),
-            startup_retries,
-            stats.tls.clone(),
-            Arc::new(engine.metrics()),
-            throttle.clone(),
-            stats.resp.clone(),
-            stats.admin.clone(),
-            state,
-            stats.quota.clone(),
-            Arc::new(live.clone()),
-        ]);
+        let counters = stats.register(startup_retries, state, &engine, throttle.clone(), &live);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,

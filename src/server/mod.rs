@@ -354,11 +354,7 @@ fn http_servers(
     if let Some(l) = debug {
         let state = http::DebugState {
             metrics: metrics_state(cx),
-            status: http::StatusCounters {
-                requests: cx.stats.requests.clone(),
-                shards: cx.stats.shards.clone(),
-                reloads: cx.stats.reloads.clone(),
-            },
+            status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
             backend: settings.backend.name(),

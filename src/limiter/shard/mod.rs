@@ -83,7 +83,7 @@ macro_rules! with_decider {
     }};
 }
 use queues::Queues;
-pub use stats::{EngineStats, ShardStats};
+pub use stats::{EngineStats, ShardCounts, ShardStats};
 
 pub(crate) struct Shard {
     counters: Counters,

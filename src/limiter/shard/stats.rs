@@ -138,23 +138,48 @@ impl ShardStats {
         add(&self.syncs, 1);
     }
 
-    /// What the status page shows of a shard: keys, waiting, queue full, and the breaker's
-    /// gauge (`BreakerState::from_gauge`).
-    pub fn keys(&self) -> u64 {
-        self.keys.load(Ordering::Relaxed)
+    /// Every counter as it is now, each read on its own (relaxed).
+    pub fn read(&self) -> ShardCounts {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ShardCounts {
+            keys: load(&self.keys),
+            waiting: load(&self.waiting),
+            queued: load(&self.queued),
+            admitted_after_wait: load(&self.admitted_after_wait),
+            timed_out: load(&self.timed_out),
+            cancelled: load(&self.cancelled),
+            queue_full: load(&self.queue_full),
+            wait_ns_total: load(&self.wait_ns_total),
+            evictions: load(&self.evictions),
+            breaker: load(&self.breaker),
+            redis_errors: load(&self.redis_errors),
+            fallback_decisions: load(&self.fallback_decisions),
+            local_cache_hits: load(&self.local_cache_hits),
+            local_decisions: load(&self.local_decisions),
+            syncs: load(&self.syncs),
+        }
     }
+}
 
-    pub fn waiting(&self) -> u64 {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    pub fn queue_full_total(&self) -> u64 {
-        self.queue_full.load(Ordering::Relaxed)
-    }
-
-    pub fn breaker(&self) -> u64 {
-        self.breaker.load(Ordering::Relaxed)
-    }
+/// A shard's counters as [`ShardStats::read`] read them (the status page, the health check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardCounts {
+    pub keys: u64,
+    pub waiting: u64,
+    pub queued: u64,
+    pub admitted_after_wait: u64,
+    pub timed_out: u64,
+    pub cancelled: u64,
+    pub queue_full: u64,
+    pub wait_ns_total: u64,
+    pub evictions: u64,
+    /// `BreakerState::gauge`.
+    pub breaker: u64,
+    pub redis_errors: u64,
+    pub fallback_decisions: u64,
+    pub local_cache_hits: u64,
+    pub local_decisions: u64,
+    pub syncs: u64,
 }
 
 type ShardField = fn(&ShardStats) -> &AtomicU64;

@@ -5,7 +5,7 @@ use crate::config::{Config, LoadOptions};
 use crate::telemetry::{LimitSeries, Metrics, RequestStats};
 
 /// The per-limit series of `config`, as the live limits push them.
-struct Limits(Arc<RequestStats>, Config);
+struct Limits(Arc<RequestStats>, Arc<Config>);
 
 impl Metrics for Limits {
     fn render(&self, _: &mut String) {}
@@ -24,7 +24,7 @@ impl Metrics for Limits {
 
 /// `ShouldRateLimit`'s counters and the per-limit series of `config`, registered as the server
 /// registers them.
-fn registered(metrics: &Arc<RequestStats>, config: &Config) -> Counters {
+fn registered(metrics: &Arc<RequestStats>, config: &Arc<Config>) -> Counters {
     let limits = Limits(metrics.clone(), config.clone());
     Counters::new(vec![metrics.clone(), Arc::new(limits)])
 }
@@ -83,6 +83,7 @@ descriptors:
 fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
     let config =
         Config::from_sources(&[("d.yaml".into(), YAML.into())], LoadOptions::default()).unwrap();
+    let config = Arc::new(config);
     let metrics = Arc::new(RequestStats::default());
     let all = registered(&metrics, &config);
     let stats = metrics.limit_stats.bind(&config);
@@ -121,7 +122,7 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
 
 #[test]
 fn response_times_go_as_one_sampled_line_per_bucket() {
-    let config = Config::default();
+    let config = Arc::new(Config::default());
     let metrics = Arc::new(RequestStats::default());
     let all = registered(&metrics, &config);
     for _ in 0..4 {

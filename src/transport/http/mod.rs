@@ -137,7 +137,7 @@ pub fn router(state: HttpState, metrics: bool) -> Router {
 /// answers (from memory, or as the failure mode says), so it stays healthy.
 async fn healthcheck(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
-        let states: Vec<u64> = s.shards.iter().map(|st| st.breaker()).collect();
+        let states: Vec<u64> = s.shards.iter().map(|st| st.read().breaker).collect();
         let open = states
             .iter()
             .filter(|b| **b != crate::limiter::BreakerState::Closed.gauge())

@@ -235,11 +235,12 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         .collect();
     let shards: Vec<Value> = (counters.shards.iter())
         .map(|st| {
+            let st = st.read();
             json!({
-                "keys": st.keys(),
-                "waiting": st.waiting(),
-                "queue_full": st.queue_full_total(),
-                "breaker": breaker(st.breaker()),
+                "keys": st.keys,
+                "waiting": st.waiting,
+                "queue_full": st.queue_full,
+                "breaker": breaker(st.breaker),
             })
         })
         .collect();

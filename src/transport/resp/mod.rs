@@ -147,15 +147,16 @@ impl RespShared {
 
 /// Serves RESP on `listener` until `shutdown` completes: then stops accepting, lets every
 /// connection answer the commands it has read, and returns once all are closed. Each connection
-/// is a task on the current runtime. Refuses to serve a non-loopback listener unless
-/// `settings.allow_remote`.
+/// is a task on the current runtime, counted in `stats`. Refuses to serve a non-loopback listener
+/// unless `settings.allow_remote`.
 pub async fn serve(
     listener: TcpListener,
     throttle: ThrottleService,
     settings: RespSettings,
+    stats: Arc<RespStats>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let shared = RespShared::new(throttle, &settings, Arc::default());
+    let shared = RespShared::new(throttle, &settings, stats);
     serve_shared(listener, shared, shutdown).await
 }
 

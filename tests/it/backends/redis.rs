@@ -2,7 +2,6 @@
 //! Sentinel, unix sockets and AUTH, and what happens when Redis goes away.
 
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::redis::{env, free_port, Redis};
@@ -247,7 +246,7 @@ fn breaker(s: &TestServer) -> Vec<u64> {
         .engine
         .stats()
         .iter()
-        .map(|x| x.breaker.load(Ordering::Relaxed))
+        .map(|x| x.read().breaker)
         .collect()
 }
 
@@ -340,7 +339,7 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
             .engine
             .stats()
             .iter()
-            .map(|x| x.fallback_decisions.load(Ordering::Relaxed))
+            .map(|x| x.read().fallback_decisions)
             .sum::<u64>()
             > 0
     );

@@ -261,12 +261,7 @@ async fn queued_waiter_is_admitted_at_rollover(backend: &Backend) {
     });
     let stats = s.running().context.engine.stats().to_vec();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats
-        .iter()
-        .map(|x| x.waiting.load(std::sync::atomic::Ordering::Relaxed))
-        .sum::<u64>()
-        != 1
-    {
+    while stats.iter().map(|x| x.read().waiting).sum::<u64>() != 1 {
         assert!(tokio::time::Instant::now() < deadline, "queued");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

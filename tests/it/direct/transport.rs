@@ -57,6 +57,7 @@ impl Resp {
             listener,
             s.running().context.throttle.clone(),
             settings,
+            s.running().context.stats.resp.clone(),
             async move {
                 let _ = stopped.await;
             },
@@ -1399,6 +1400,7 @@ async fn a_non_loopback_listener_is_refused_unless_allowed() {
         listener,
         s.running().context.throttle.clone(),
         RespSettings::default(),
+        s.running().context.stats.resp.clone(),
         std::future::pending(),
     )
     .await

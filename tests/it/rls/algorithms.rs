@@ -235,12 +235,7 @@ descriptors:
     });
     let stats = s.running().context.engine.stats().to_vec();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats
-        .iter()
-        .map(|x| x.waiting.load(std::sync::atomic::Ordering::Relaxed))
-        .sum::<u64>()
-        != 1
-    {
+    while stats.iter().map(|x| x.read().waiting).sum::<u64>() != 1 {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

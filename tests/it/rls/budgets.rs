@@ -247,10 +247,7 @@ async fn queued_requests_behind_a_passed_budget_wait_for_the_window(backend: &Ba
 
 fn waiting(s: &TestServer) -> u64 {
     let stats = s.running().context.engine.stats().to_vec();
-    stats
-        .iter()
-        .map(|x| x.waiting.load(std::sync::atomic::Ordering::Relaxed))
-        .sum()
+    stats.iter().map(|x| x.read().waiting).sum()
 }
 
 async fn wait_for_waiters(s: &TestServer, n: u64) {

@@ -1,7 +1,6 @@
 //! Queued waiting over gRPC: FIFO per key, bounded, cancellable, answered at shutdown.
 //! Time is the server's manual clock: windows roll over when a test moves it, never by sleeping.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::common::*;
@@ -39,7 +38,7 @@ fn waiting(s: &TestServer) -> u64 {
         .engine
         .stats()
         .iter()
-        .map(|st| st.waiting.load(Ordering::Relaxed))
+        .map(|st| st.read().waiting)
         .sum()
 }
 
@@ -210,13 +209,7 @@ async fn a_full_queue_or_a_hopeless_wait_is_refused_at_once() {
     let r = s.call(one("q", &[("small", "x")])).await;
     assert_eq!(codes(&r), vec![(OVER, 0)]);
     let stats = s.running().context.engine.stats();
-    assert!(
-        stats
-            .iter()
-            .map(|x| x.queue_full.load(Ordering::Relaxed))
-            .sum::<u64>()
-            >= 1
-    );
+    assert!(stats.iter().map(|x| x.read().queue_full).sum::<u64>() >= 1);
     s.advance(Duration::from_secs(1));
     assert_eq!(w.remove(0).await.unwrap().overall_code, OK);
 
@@ -243,13 +236,7 @@ async fn a_waiter_past_max_wait_gets_over_limit_and_consumes_nothing() {
     assert_eq!(codes(&r), vec![(OVER, 0)]);
     assert!(header(&r, WAITED_HEADER).is_none());
     let stats = s.running().context.engine.stats();
-    assert_eq!(
-        stats
-            .iter()
-            .map(|x| x.timed_out.load(Ordering::Relaxed))
-            .sum::<u64>(),
-        1
-    );
+    assert_eq!(stats.iter().map(|x| x.read().timed_out).sum::<u64>(), 1);
     // Nothing was consumed: the whole window is free.
     assert_eq!(
         codes(&s.call(one("q", &[("small", "t")])).await),
@@ -285,13 +272,7 @@ async fn a_caller_that_goes_away_leaves_the_queue_and_consumes_nothing() {
     // Admitted with the whole window: the cancelled waiter took nothing.
     assert_eq!(codes(&r), vec![(OK, 0)]);
     let stats = s.running().context.engine.stats();
-    assert_eq!(
-        stats
-            .iter()
-            .map(|x| x.cancelled.load(Ordering::Relaxed))
-            .sum::<u64>(),
-        1
-    );
+    assert_eq!(stats.iter().map(|x| x.read().cancelled).sum::<u64>(), 1);
 }
 
 #[tokio::test]
