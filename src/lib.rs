@@ -165,7 +165,7 @@
 //! - (8) `durable/format.rs` encodes the batches into checksummed frames, encoding each state
 //!   with `limiter/algorithm.rs` (9); on the blocking pool, `durable/dir.rs` (10) appends them to
 //!   the log and syncs it, or writes a new snapshot.
-//! - (11) `telemetry/state.rs`: the sync is counted.
+//! - (11) `durable/stats.rs`: the sync is counted.
 //!
 //! At start, `server/context.rs` opens the journal before any port serves: `durable/dir.rs`
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard that
