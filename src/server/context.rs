@@ -100,6 +100,22 @@ pub(super) struct Built {
     pub(super) journal: Option<Journal>,
 }
 
+/// With a state dir, the durable counters read back into the shards, before any port serves:
+/// the first answer already counts what was saved.
+fn read_back(
+    settings: &Settings,
+    engine: &Engine,
+    shard_tasks: &mut [ShardTask],
+    state: &Arc<StateStats>,
+) -> Result<Option<Journal>, StartError> {
+    match &settings.backend {
+        Backend::Durable(s) => Journal::open(s, engine, shard_tasks, state.clone())
+            .map(Some)
+            .map_err(StartError::State),
+        Backend::Memory | Backend::Redis(_) => Ok(None),
+    }
+}
+
 impl Context {
     /// Connects the store (when Redis is set), starts the engine on it, and puts `config` live.
     /// The first config load is recorded here, through the reload's one recorder.
@@ -129,14 +145,7 @@ impl Context {
             settings.max_keys,
         );
         let state = Arc::new(StateStats::default());
-        // Read back before any port serves: the first answer already counts what was saved.
-        let journal = match &settings.backend {
-            Backend::Durable(s) => Some(
-                Journal::open(s, &engine, &mut shard_tasks, state.clone())
-                    .map_err(StartError::State)?,
-            ),
-            Backend::Memory | Backend::Redis(_) => None,
-        };
+        let journal = read_back(settings, &engine, &mut shard_tasks, &state)?;
         let service = Arc::new(
             RequestStats::new(settings.near_limit_ratio)
                 .with_max_detailed_series(settings.max_detailed_series),

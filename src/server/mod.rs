@@ -197,12 +197,8 @@ pub async fn start(
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let context::Built {
-        cx,
-        shard_tasks,
-        fleet,
-        journal,
-    } = Context::build(settings, config, clock).await?;
+    let built = Context::build(settings, config, clock).await?;
+    let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
     let (tls, reloader) = tls_and_reloader(settings, &cx, domains)?;
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
@@ -212,14 +208,8 @@ pub async fn start(
     // on one worker may be waiting on a shard of another.
     let stopping = Stopping::new(stop_rx.clone(), workers);
     let stopping = || stopping.clone();
-    let grpc = Grpc::new(
-        settings,
-        &cx,
-        health_service,
-        tls.clone(),
-        fleet,
-        stop_rx.clone(),
-    );
+    let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
+    let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
     let resp = resp_shared(listeners.resp, settings, &cx);
     let http_addr = local_addr(&listeners.http, settings.http_addr)?;
     let ports = (
@@ -232,7 +222,8 @@ pub async fn start(
     let mut http = http_servers(settings, &cx, &health, ports);
     let (_, port, router) = http.remove(0);
     let served = (resp, Some((port, router, settings.shutdown_grace)));
-    let mut threads = worker::spawn_all(listeners.grpc, shard_tasks, &grpc, served, &stopping)?;
+    let mut threads =
+        worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
     let admin = Admin {
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
@@ -249,7 +240,7 @@ pub async fn start(
             .map(|s| (s, cx.counters.clone(), cx.stats.statsd.clone())),
         top: (cx.top.clone(), cx.engine.clock().clone()),
         grace: settings.shutdown_grace,
-        journal: journal.map(|j| (j, cx.engine.clone())),
+        journal: built.journal.map(|j| (j, cx.engine.clone())),
     };
     threads.push(admin::spawn(admin, stopping())?);
     Ok(Running {
