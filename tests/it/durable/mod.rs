@@ -54,14 +54,19 @@ fn entry(key: &str, value: &str, hits: u64) -> Value {
     json!({ "entries": [{ "key": key, "value": value }], "hits_addend": hits })
 }
 
-/// The value of an unlabelled series on the Prometheus port.
-async fn metric(server: &Server, name: &str) -> f64 {
-    let text = reqwest::get(format!("http://{}/metrics", server.ports.metrics))
+/// The Prometheus port's text.
+async fn metrics_text(server: &Server) -> String {
+    reqwest::get(format!("http://{}/metrics", server.ports.metrics))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The value of an unlabelled series on the Prometheus port.
+async fn metric(server: &Server, name: &str) -> f64 {
+    let text = metrics_text(server).await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use super::{check, entry, metric, start};
+use super::{check, entry, metric, metrics_text, start};
 use crate::common::tempdir::TempDir;
 
 const BUDGETS: &str = "domain: budgets
@@ -259,13 +259,7 @@ async fn a_key_flood_leaves_no_more_keys_on_disk_than_memory_holds() {
 
 /// Keys the shards hold, from their gauges.
 async fn shard_keys(s: &crate::common::binary::Server) -> f64 {
-    let text = reqwest::get(format!("http://{}/metrics", s.ports.metrics))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+    (metrics_text(s).await.lines())
         .filter(|l| l.starts_with("ratelimit_service_shard_keys{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
