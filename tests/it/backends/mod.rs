@@ -6,4 +6,5 @@ mod redis;
 mod redis_start;
 mod replay;
 mod scenarios;
+mod store_sync;
 mod windows;
