@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::backend::redis::RedisStore;
+use turnstile::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
@@ -132,8 +132,8 @@ fn main() {
             .redis()
             .cloned()
             .unwrap();
-        let retries = turnstile::backend::redis::StartupRetries::default();
-        let store = RedisStore::connect(&settings, &retries).await.unwrap();
+        let counters = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
+        let store = RedisStore::connect(&settings, counters).await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         let mut rows = Vec::new();
         for (name, redis) in [

@@ -29,6 +29,14 @@ pub trait Store: Send + Sync + 'static {
     /// to decide), so every replica counts it from zero again (a reset). Answers how many keys
     /// there were.
     fn delete(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> DeleteFuture;
+
+    /// A round trip over `lane` failed, or took longer than the shards' policy allows (its
+    /// `slow`): the store counts it in an error counter of its own, which it renders itself
+    /// (Redis: `ratelimit_service_redis_errors_total`, labelled by shard).
+    fn failed(&self, lane: usize);
+
+    /// The store's name in the shards' logs ("Redis").
+    fn name(&self) -> &'static str;
 }
 
 /// A reset's deletion in flight: how many keys were deleted.

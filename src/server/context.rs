@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::backend::redis::{RedisStore, StartupRetries};
+use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
@@ -56,10 +56,11 @@ pub struct Stats {
 
 impl Stats {
     /// Every part's counters, in the order `/metrics` shows them: these, and those the engine,
-    /// the store's start, the throttle service and the live limits hold.
+    /// Redis (its start's retries, its round trips' errors: zeros without Redis, as the
+    /// dashboards read them), the throttle service and the live limits hold.
     fn register(
         &self,
-        startup_retries: Arc<StartupRetries>,
+        (startup_retries, redis_errors): (Arc<StartupRetries>, Arc<RedisErrors>),
         state: Arc<StateStats>,
         engine: &Engine,
         throttle: Arc<ThrottleStats>,
@@ -72,6 +73,7 @@ impl Stats {
             startup_retries,
             self.tls.clone(),
             Arc::new(engine.metrics()),
+            redis_errors,
             throttle,
             self.resp.clone(),
             self.admin.clone(),
@@ -125,11 +127,14 @@ impl Context {
         clock: Clock,
     ) -> Result<Built, StartError> {
         let mut fleet = None;
-        let startup_retries = Arc::new(StartupRetries::default());
-        let redis = match &settings.backend {
+        let redis = (
+            Arc::new(StartupRetries::default()),
+            Arc::new(RedisErrors::new(settings.shards)),
+        );
+        let store = match &settings.backend {
             Backend::Memory | Backend::Durable(_) => None,
             Backend::Redis(r) => {
-                let store = RedisStore::connect(r, &startup_retries).await;
+                let store = RedisStore::connect(r, (&redis.0, &redis.1)).await;
                 let store = Arc::new(store.map_err(StartError::Redis)?);
                 fleet = Some(store.clone() as Arc<dyn DemandExchange>);
                 let store: Arc<dyn Store> = store;
@@ -141,7 +146,7 @@ impl Context {
             settings.shard_queue_capacity,
             settings.max_waiters,
             clock,
-            redis,
+            store,
             settings.max_keys,
         );
         let state = Arc::new(StateStats::default());
@@ -167,7 +172,7 @@ impl Context {
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
         let throttle = Arc::new(ThrottleStats::default());
-        let counters = stats.register(startup_retries, state, &engine, throttle.clone(), &live);
+        let counters = stats.register(redis, state, &engine, throttle.clone(), &live);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,

@@ -14,7 +14,7 @@ use super::decode::{ints, Ints};
 use super::direct::{Direct, RespReply, Target};
 use super::packed::Packed;
 use super::scripts::by_text;
-use super::{RedisSettings, RedisStore, RedisTarget, RedisType};
+use super::{RedisErrors, RedisSettings, RedisStore, RedisTarget, RedisType};
 
 /// Why a deployment could not be reached at start: a wrong setting (no wait helps) or Redis
 /// not answering yet (worth another try).
@@ -269,7 +269,10 @@ impl RedisStore {
     /// Connects and checks every deployment with a PING, so a wrong address or password is
     /// known at start instead of sending every decision to the fallback (`startup` retries
     /// what may pass).
-    pub(super) async fn connect_once(s: &RedisSettings) -> Result<RedisStore, ConnectError> {
+    pub(super) async fn connect_once(
+        s: &RedisSettings,
+        errors: &Arc<RedisErrors>,
+    ) -> Result<RedisStore, ConnectError> {
         let deadline = s.policy.deadline;
         let main = connect(&s.main, deadline).await?;
         let per_second = match &s.per_second {
@@ -309,6 +312,7 @@ impl RedisStore {
             prefix: s.prefix.clone(),
             jitter_max_secs: s.jitter_max_secs,
             fleet_deadline: deadline.max(Duration::from_secs(1)),
+            errors: errors.clone(),
         })
     }
 }

@@ -4,6 +4,7 @@ mod admin;
 mod connect;
 mod decode;
 mod direct;
+mod errors;
 pub mod fleet;
 mod lane;
 mod packed;
@@ -11,10 +12,12 @@ mod scripts;
 mod settings;
 mod startup;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use connect::{exec, Deployment};
 use decode::Asked;
+pub use errors::RedisErrors;
 use lane::Lane;
 use packed::Packed;
 pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
@@ -30,6 +33,8 @@ pub struct RedisStore {
     jitter_max_secs: u64,
     /// How long an RLQS demand exchange may take (not on the request path: a second at least).
     fleet_deadline: Duration,
+    /// Round trips that failed or were too slow, per lane.
+    errors: Arc<RedisErrors>,
 }
 
 impl Store for RedisStore {
@@ -99,6 +104,14 @@ impl Store for RedisStore {
     fn delete(&self, lane: usize, op: &Op, now: u64, deadline: Duration) -> DeleteFuture {
         self.delete_keys(lane, op, now, deadline)
     }
+
+    fn failed(&self, lane: usize) {
+        self.errors.count(lane);
+    }
+
+    fn name(&self) -> &'static str {
+        "Redis"
+    }
 }
 
 impl RedisStore {
@@ -138,6 +151,7 @@ impl RedisStore {
             prefix: prefix.to_owned(),
             jitter_max_secs: 0,
             fleet_deadline: Duration::from_secs(1),
+            errors: Arc::new(RedisErrors::new(1)),
         }
     }
 }

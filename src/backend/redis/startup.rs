@@ -4,10 +4,11 @@
 //! not retried: no wait mends it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connect::ConnectError;
-use super::{RedisSettings, RedisStore, StartupRetry};
+use super::{RedisErrors, RedisSettings, RedisStore, StartupRetry};
 use crate::telemetry::exposition::{single, Metrics};
 
 /// Tries of the first connection that failed and were retried.
@@ -28,15 +29,16 @@ impl Metrics for StartupRetries {
 
 impl RedisStore {
     /// Connects as `connect_once` does, retrying while Redis cannot be reached,
-    /// each retry logged and counted in `retries`.
+    /// each retry logged and counted in `retries`; the store counts its round trips' errors in
+    /// `errors`.
     pub async fn connect(
         s: &RedisSettings,
-        retries: &StartupRetries,
+        (retries, errors): (&StartupRetries, &Arc<RedisErrors>),
     ) -> Result<RedisStore, String> {
         let started = Instant::now();
         let mut wait = Waits::new(s.startup);
         loop {
-            let e = match RedisStore::connect_once(s).await {
+            let e = match RedisStore::connect_once(s, errors).await {
                 Ok(store) => return Ok(store),
                 Err(ConnectError::Setting(e)) => return Err(e),
                 Err(e @ ConnectError::Unreachable(_)) => e,

@@ -22,7 +22,6 @@ pub struct ShardStats {
     evictions: AtomicU64,
     /// Redis mode: the breaker, as `BreakerState::gauge` gives it.
     breaker: AtomicU64,
-    redis_errors: AtomicU64,
     /// Decisions made without Redis while its breaker was open.
     fallback_decisions: AtomicU64,
     /// Hits refused from the local over-limit cache, without a round trip.
@@ -108,12 +107,6 @@ impl ShardStats {
         self.breaker.store(gauge, Ordering::Relaxed);
     }
 
-    /// A round trip to the store failed or was too slow.
-    #[inline]
-    pub(crate) fn store_error(&self) {
-        add(&self.redis_errors, 1);
-    }
-
     /// A message decided without the store while its breaker was open.
     #[inline]
     pub(crate) fn fallback_decision(&self) {
@@ -152,7 +145,6 @@ impl ShardStats {
             wait_ns_total: load(&self.wait_ns_total),
             evictions: load(&self.evictions),
             breaker: load(&self.breaker),
-            redis_errors: load(&self.redis_errors),
             fallback_decisions: load(&self.fallback_decisions),
             local_cache_hits: load(&self.local_cache_hits),
             local_decisions: load(&self.local_decisions),
@@ -175,7 +167,6 @@ pub struct ShardCounts {
     pub evictions: u64,
     /// `BreakerState::gauge`.
     pub breaker: u64,
-    pub redis_errors: u64,
     pub fallback_decisions: u64,
     pub local_cache_hits: u64,
     pub local_decisions: u64,
@@ -185,7 +176,7 @@ pub struct ShardCounts {
 type ShardField = fn(&ShardStats) -> &AtomicU64;
 
 /// The per-shard families: name, type, help, and the counter each reads.
-const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 15] = [
     (
         "ratelimit_service_shard_keys",
         "gauge",
@@ -239,12 +230,6 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
         "gauge",
         "Redis circuit breaker: 0 closed, 1 open, 2 half-open.",
         |s| &s.breaker,
-    ),
-    (
-        "ratelimit_service_redis_errors_total",
-        "counter",
-        "Redis round trips that failed or were too slow.",
-        |s| &s.redis_errors,
     ),
     (
         "ratelimit_service_redis_fallback_decisions_total",

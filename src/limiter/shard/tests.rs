@@ -11,7 +11,7 @@ use crate::limiter::algorithm::{Params, State};
 use crate::limiter::clock::Clock;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Role};
-use crate::limiter::protocol::{Decide, Delivery, Msg, Reply, ReplyTo};
+use crate::limiter::protocol::{Decide, Delivery, Hits, Msg, Reply, ReplyTo};
 use crate::limiter::same_thread::SameThreadShard;
 use crate::limiter::store::{
     DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
@@ -129,6 +129,8 @@ type Held = (Vec<u64>, oneshot::Sender<Vec<StoreReply>>);
 #[derive(Default)]
 struct HeldStore {
     sent: std::sync::Mutex<Vec<Held>>,
+    /// The lane of each round trip the shard told the store had failed.
+    failed: std::sync::Mutex<Vec<usize>>,
 }
 
 impl HeldStore {
@@ -166,10 +168,23 @@ impl Store for HeldStore {
     fn delete(&self, _: usize, _: &Op, _: u64, _: Duration) -> DeleteFuture {
         Box::pin(async { Ok(0) })
     }
+
+    fn failed(&self, lane: usize) {
+        self.failed.lock().unwrap().push(lane);
+    }
+
+    fn name(&self) -> &'static str {
+        "the held store"
+    }
 }
 
 /// A shard on `store` with no local cache and a breaker that never opens.
 fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
+    on_lane(clock, store, 0)
+}
+
+/// As `with_store`, the shard using the store's connection `lane`.
+fn on_lane(clock: Clock, store: Arc<HeldStore>, lane: usize) -> Shard {
     let policy = StorePolicy {
         deadline: Duration::from_secs(60),
         slow: Duration::from_secs(60),
@@ -182,7 +197,7 @@ fn with_store(clock: Clock, store: Arc<HeldStore>) -> Shard {
     };
     let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
     let stats = Arc::new(ShardStats::default());
-    let r = Link::new(store, policy, 0, 1, (1000, stats.clone()));
+    let r = Link::new(store, policy, lane, lane + 1, (1000, stats.clone()));
     Shard::new(clock, budget, stats, Backing::Store(Box::new(r)), 1000)
 }
 
@@ -231,5 +246,31 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
         store.hits(),
         [vec![3]],
         "the third went when the first two were judged"
+    );
+}
+
+/// A round trip that fails is the store's error, counted by the store on the shard's lane; the
+/// shard's own counters have no store error of their own to count.
+#[tokio::test]
+async fn a_failed_round_trip_is_counted_by_the_store_on_the_shards_lane() {
+    let (clock, _) = Clock::manual(T0);
+    let store = Arc::new(HeldStore::default());
+    let mut shard = on_lane(clock, store.clone(), 3);
+    let mut done_rx = shard.take_done_rx().unwrap();
+    let (tx, rx) = oneshot::channel();
+    shard.decide_any(decide(10, 60_000, None, ReplyTo::Caller(tx)));
+    shard.tick();
+    assert_eq!(store.hits(), [vec![1]]);
+    assert!(store.failed.lock().unwrap().is_empty());
+
+    // The store never answers: its round trip fails.
+    store.sent.lock().unwrap().clear();
+    let done = done_rx.recv().await.unwrap();
+    shard.store_done(done);
+    assert_eq!(*store.failed.lock().unwrap(), [3]);
+    assert_eq!(
+        rx.await.unwrap().hits,
+        Hits::StoreFailed,
+        "fail_closed: the caller is told the store failed"
     );
 }

@@ -3,9 +3,10 @@
 //! netting out refunds) takes them out of the window, as the contract says (`StoreOp::sync_at`
 //! with `refund`).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use turnstile::backend::redis::{RedisStore, StartupRetries};
+use turnstile::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Counting, Op, Params, Role, State, Store, StoreOp, Tat};
@@ -44,7 +45,8 @@ async fn a_sync_that_gives_hits_back_takes_them_out_of_the_window() {
     };
     let settings = Settings::from_env(env).unwrap();
     let settings = settings.backend.redis().cloned().expect("Redis settings");
-    let store = RedisStore::connect(&settings, &StartupRetries::default())
+    let counters = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
+    let store = RedisStore::connect(&settings, counters)
         .await
         .expect("Redis answers");
     let now = SystemTime::now()

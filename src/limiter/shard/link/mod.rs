@@ -278,17 +278,14 @@ impl Link {
             b.succeeded();
         } else {
             b.failed(self.policy.breaker_failures, self.policy.cooldown);
-            stats.store_error();
+            self.store.failed(self.lane);
             let log = (self.last_error_log).is_none_or(|t| t.elapsed() > Duration::from_secs(1));
             if log {
                 self.last_error_log = Some(Instant::now());
+                let (store, open) = (self.store.name(), !b.is_closed());
                 match result {
-                    Err(e) => {
-                        tracing::warn!(error = %e, open = !b.is_closed(), "Redis round trip failed")
-                    }
-                    Ok(_) => {
-                        tracing::warn!(?latency, open = !b.is_closed(), "Redis round trip was slow")
-                    }
+                    Err(e) => tracing::warn!(error = %e, open, "{store} round trip failed"),
+                    Ok(_) => tracing::warn!(?latency, open, "{store} round trip was slow"),
                 }
             }
         }
