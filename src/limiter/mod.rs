@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
+#[cfg(test)]
+pub(crate) use op::test_op;
 pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};

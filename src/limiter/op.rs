@@ -43,6 +43,34 @@ pub struct Op {
     pub local_first: Option<bool>,
 }
 
+/// An op as tests write them: one hit on `key`, `limit` a window of `window_ms` by `algorithm`,
+/// binding, counted if admitted, no queue, the store policy's default mode.
+#[cfg(test)]
+pub(crate) fn test_op(
+    key: &str,
+    algorithm: crate::config::Algorithm,
+    limit: u32,
+    window_ms: u64,
+) -> Op {
+    Op {
+        key: Key::new(key),
+        params: Params {
+            requests_per_unit: limit,
+            window_ms,
+            algorithm,
+            calendar: None,
+            tat: super::Tat::Full,
+        },
+        hits: 1,
+        refund: false,
+        role: Role::Binding,
+        queue: None,
+        grant: None,
+        counting: Counting::IfAdmitted,
+        local_first: None,
+    }
+}
+
 /// Which hits of a refused request count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Counting {

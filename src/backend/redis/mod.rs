@@ -166,20 +166,7 @@ pub(super) fn test_op(
     hits: u64,
 ) -> Op {
     Op {
-        key: crate::limiter::key::Key::new(key),
-        params: Params {
-            requests_per_unit: 10,
-            window_ms,
-            algorithm,
-            calendar: None,
-            tat: crate::limiter::Tat::Full,
-        },
         hits,
-        refund: false,
-        role: crate::limiter::Role::Binding,
-        queue: None,
-        grant: None,
-        counting: crate::limiter::Counting::IfAdmitted,
-        local_first: None,
+        ..crate::limiter::test_op(key, algorithm, 10, window_ms)
     }
 }

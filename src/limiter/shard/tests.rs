@@ -7,10 +7,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 use crate::config::{Algorithm, QueueSpec};
-use crate::limiter::algorithm::{Params, State};
+use crate::limiter::algorithm::State;
 use crate::limiter::clock::Clock;
-use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Role};
+use crate::limiter::op::{test_op, Op};
 use crate::limiter::protocol::{Decide, Delivery, Hits, Msg, Reply, ReplyTo};
 use crate::limiter::same_thread::SameThreadShard;
 use crate::limiter::store::{
@@ -35,21 +34,8 @@ fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
 fn decide(limit: u32, window_ms: u64, queue: Option<QueueSpec>, reply: ReplyTo) -> Decide {
     Decide {
         ops: vec![Op {
-            key: Key::new("d_k_v_"),
-            params: Params {
-                requests_per_unit: limit,
-                window_ms,
-                algorithm: Algorithm::FixedWindow,
-                calendar: None,
-                tat: crate::limiter::Tat::Full,
-            },
-            hits: 1,
-            refund: false,
-            role: Role::Binding,
             queue,
-            grant: None,
-            counting: crate::limiter::op::Counting::IfAdmitted,
-            local_first: None,
+            ..test_op("d_k_v_", Algorithm::FixedWindow, limit, window_ms)
         }],
         whole: true,
         global_shadow: false,

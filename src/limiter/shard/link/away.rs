@@ -278,29 +278,15 @@ impl Away {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::Params;
     use crate::limiter::key::KeyRef;
-    use crate::limiter::op::{Counting, Role};
+    use crate::limiter::op::test_op;
 
     const SEC: u64 = 1_000_000_000;
 
     fn op(key: &str, algorithm: Algorithm) -> Op {
         Op {
-            key: Key::new(key),
-            params: Params {
-                requests_per_unit: 10,
-                window_ms: 10_000,
-                algorithm,
-                calendar: None,
-                tat: crate::limiter::Tat::Full,
-            },
-            hits: 1,
-            refund: false,
-            role: Role::Binding,
-            queue: None,
-            grant: None,
-            counting: Counting::IfAdmitted,
             local_first: Some(false),
+            ..test_op(key, algorithm, 10, 10_000)
         }
     }
 

@@ -364,27 +364,13 @@ pub(crate) fn refund_views(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::algorithm::Params;
     use crate::limiter::key::KeyRef;
-    use crate::limiter::op::Role;
+    use crate::limiter::op::test_op;
 
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {
-            key: Key::new(key),
-            params: Params {
-                requests_per_unit: 10,
-                window_ms: 1000,
-                algorithm,
-                calendar: None,
-                tat: crate::limiter::Tat::Full,
-            },
-            hits: 1,
-            refund: false,
-            role: Role::Binding,
-            queue: None,
-            grant: None,
-            counting: crate::limiter::op::Counting::IfAdmitted,
             local_first,
+            ..test_op(key, algorithm, 10, 1000)
         }
     }
 
