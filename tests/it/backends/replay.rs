@@ -213,3 +213,33 @@ async fn hits_given_back_while_redis_is_away_net_out() {
         vec![(OK, 790)]
     );
 }
+
+/// Local-first: a sync sent as Redis stalls is abandoned at the deadline, and Redis counts it on
+/// waking. It is not sent again, so Redis holds each hit once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_first_sync_abandoned_at_its_deadline_is_not_sent_again() {
+    let redis = Redis::start();
+    let mut e = away_env(&redis);
+    e.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
+    e.push(("TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL".into(), "100ms".into()));
+    let s = TestServer::start_env(LIMITS, e).await;
+    let carol = [("user", "carol")];
+    let take = |hits: u64| {
+        let mut r = req("ai", vec![desc(&carol)]);
+        r.hits_addend = hits as u32;
+        r
+    };
+    let key = format!("away_ai_user_carol_{DAY}");
+    // The first call has no view yet: it goes to Redis, and reads the count back.
+    assert_eq!(codes(&s.call(take(100)).await), vec![(OK, 900)]);
+    assert_eq!(redis.cli(&["GET", &key]), "100");
+    // Decided from memory; the sync that carries it finds Redis stalled.
+    assert_eq!(codes(&s.call(take(50)).await), vec![(OK, 850)]);
+    redis.pause();
+    s.advance(Duration::from_millis(150));
+    // The sync is abandoned at the 300 ms deadline, then Redis wakes and runs it.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    redis.resume();
+    holds(&s, &redis, &key, "150").await;
+    assert_eq!(codes(&s.call(take(1)).await), vec![(OK, 849)]);
+}

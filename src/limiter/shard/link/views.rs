@@ -237,12 +237,22 @@ impl Views {
         out
     }
 
-    /// A sync failed: its hits wait for the next one, unless their fixed window is over. Kept
-    /// exact hits abandoned at the deadline (`landed`) are not sent again (see `away`).
+    /// A sync failed: its hits wait for the next one, unless their fixed window is over. A
+    /// sync abandoned at the deadline (`landed`) was written, and the store counts it if it
+    /// ever reads it (a stalled Redis does, on waking): it is not sent again, local hits and
+    /// kept exact hits alike (see `away`), so no hit is counted twice.
     pub(crate) fn failed(&mut self, sent: Vec<SyncOp>, now: u64, landed: bool) {
         for s in sent {
             if s.kept {
                 self.away.failed(&s, landed, now);
+                continue;
+            }
+            if landed {
+                if let Some(v) = self.views.get_mut(&s.op.key) {
+                    if s.at == v.sending_at {
+                        v.sending = 0;
+                    }
+                }
                 continue;
             }
             match self.views.get_mut(&s.op.key) {
@@ -439,6 +449,24 @@ mod tests {
         s.failed(due, t + 120 * MS, false);
         assert!(s.late.is_empty());
         assert_eq!(s.views[&KeyRef::of("a")].delta, 1);
+    }
+
+    #[test]
+    fn a_sync_that_failed_goes_again_unless_it_was_abandoned_at_the_deadline() {
+        let a = op("a", Algorithm::FixedWindow, None);
+        let t = 10 * SEC;
+        for (landed, again) in [(false, Some(3)), (true, None)] {
+            let mut s = views(true, 100);
+            s.record(&a, 3, t);
+            let due = s.take_due(t + MS, true);
+            s.failed(due, t + 2 * MS, landed);
+            let next: Vec<u64> = s
+                .take_due(t + 150 * MS, true)
+                .iter()
+                .map(|d| d.op.hits)
+                .collect();
+            assert_eq!(next, Vec::from_iter(again), "landed {landed}");
+        }
     }
 
     #[test]
