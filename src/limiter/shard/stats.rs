@@ -34,6 +34,9 @@ pub struct ShardStats {
     /// the link's keeping of them (`link/away.rs`).
     pub(crate) replayed_hits: AtomicU64,
     pub(crate) replay_dropped_hits: AtomicU64,
+    /// Local-first: hits admitted here that will never reach the store (no room for their
+    /// key's view, or their window ended before a sync could carry them).
+    local_first_dropped_hits: AtomicU64,
 }
 
 #[inline]
@@ -131,6 +134,13 @@ impl ShardStats {
         add(&self.syncs, 1);
     }
 
+    /// Local-first: `hits` admitted here will never be sent to the store.
+    pub(crate) fn local_first_dropped(&self, hits: i64) {
+        if hits > 0 {
+            add(&self.local_first_dropped_hits, hits as u64);
+        }
+    }
+
     /// Every counter as it is now, each read on its own (relaxed).
     pub fn read(&self) -> ShardCounts {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -149,6 +159,7 @@ impl ShardStats {
             local_cache_hits: load(&self.local_cache_hits),
             local_decisions: load(&self.local_decisions),
             syncs: load(&self.syncs),
+            local_first_dropped_hits: load(&self.local_first_dropped_hits),
         }
     }
 }
@@ -171,12 +182,13 @@ pub struct ShardCounts {
     pub local_cache_hits: u64,
     pub local_decisions: u64,
     pub syncs: u64,
+    pub local_first_dropped_hits: u64,
 }
 
 type ShardField = fn(&ShardStats) -> &AtomicU64;
 
 /// The per-shard families: name, type, help, and the counter each reads.
-const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 15] = [
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
     (
         "ratelimit_service_shard_keys",
         "gauge",
@@ -254,6 +266,12 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 15] = [
         "counter",
         "Local-first: background round trips adding local hits to Redis and reading totals back.",
         |s| &s.syncs,
+    ),
+    (
+        "ratelimit_service_local_first_dropped_hits_total",
+        "counter",
+        "Local-first: hits admitted here that never went to Redis: no room for their key's view while Redis was away, or their window ended before a sync could carry them.",
+        |s| &s.local_first_dropped_hits,
     ),
     (
         "ratelimit_service_redis_replayed_hits_total",

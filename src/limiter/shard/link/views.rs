@@ -59,6 +59,7 @@ pub(crate) struct Views {
     cap: usize,
     /// Exact limits' hits decided here while the store was away.
     pub(crate) away: Away,
+    stats: Arc<ShardStats>,
 }
 
 impl Views {
@@ -77,7 +78,8 @@ impl Views {
             views: KeyMap::default(),
             late: Vec::new(),
             cap: cap.max(16),
-            away: Away::new(cap, retry_ns, stats),
+            away: Away::new(cap, retry_ns, stats.clone()),
+            stats,
         }
     }
 
@@ -173,6 +175,7 @@ impl Views {
         }
         let mut late = None;
         let Some(v) = self.view(op, now) else {
+            self.stats.local_first_dropped(hits);
             return;
         };
         if v.delta != 0 && !same_window(&v.op, v.delta_at, now) {
@@ -262,12 +265,15 @@ impl Views {
                             v.delta_at = v.sending_at;
                         }
                         v.delta = v.delta.saturating_add(v.sending);
+                    } else {
+                        self.stats.local_first_dropped(v.sending);
                     }
                     v.sending = 0;
                 }
                 Some(_) | None if s.op.hits > 0 && same_window(&s.op, s.at, now) => {
                     self.late.push(s)
                 }
+                _ if !s.refund => self.stats.local_first_dropped(s.op.hits as i64),
                 _ => {}
             }
         }
@@ -449,6 +455,7 @@ mod tests {
         s.failed(due, t + 120 * MS, false);
         assert!(s.late.is_empty());
         assert_eq!(s.views[&KeyRef::of("a")].delta, 1);
+        assert_eq!(s.stats.read().local_first_dropped_hits, 2);
     }
 
     #[test]
@@ -470,11 +477,12 @@ mod tests {
     }
 
     #[test]
-    fn views_are_bounded() {
+    fn views_are_bounded_and_hits_without_one_are_counted_as_dropped() {
         let mut s = views(true, 16);
         for i in 0..1000 {
             s.record(&op(&format!("k{i}"), Algorithm::FixedWindow, None), 1, SEC);
         }
         assert_eq!(s.views.len(), 16);
+        assert_eq!(s.stats.read().local_first_dropped_hits, 984);
     }
 }
