@@ -1,9 +1,11 @@
 //! Writes a state dir holding N live keys, as the durable counters would after N keys were
 //! counted today: `make_state DIR N`. For `benches/load/restart.py`, which times a start on it.
 
+use std::fs::File;
+use std::io::BufWriter;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use turnstile::durable::format::{put_frame, put_record, FRAME_TARGET, HEADER};
+use turnstile::durable::format::Frames;
 use turnstile::limiter::State;
 
 fn main() {
@@ -19,24 +21,17 @@ fn main() {
         .as_secs();
     let day = (now / 86_400) as u32;
     let expires = (now / 86_400 + 1) * 86_400;
-    let mut out = HEADER.to_vec();
-    let mut payload = Vec::new();
+    std::fs::create_dir_all(&dir).expect("create the state dir");
+    let file = File::create(format!("{dir}/counters.1.snap")).expect("create the snapshot");
+    let mut frames = Frames::new(BufWriter::new(file), true).expect("write the snapshot");
     for i in 0..n {
         let key = format!("budgets_api_key_user-{i:07}_");
         let state = State::Fixed {
             window: day,
             count: (i % 1000) as u32 + 1,
         };
-        put_record(&mut payload, &key, Some(state), expires as u32);
-        if payload.len() >= FRAME_TARGET {
-            put_frame(&mut out, &payload);
-            payload.clear();
-        }
+        let written = frames.record(&key, Some(state), expires as u32);
+        written.expect("write the snapshot");
     }
-    if !payload.is_empty() {
-        put_frame(&mut out, &payload);
-    }
-    put_frame(&mut out, &[]);
-    std::fs::create_dir_all(&dir).expect("create the state dir");
-    std::fs::write(format!("{dir}/counters.1.snap"), out).expect("write the snapshot");
+    frames.finish(true).expect("write the snapshot");
 }

@@ -1,5 +1,6 @@
-//! Arbitrary bytes as a durable counters' state file (`durable::format::read`): never a panic;
-//! the records read are whole and re-encode to the bytes of the frames they came from.
+//! Arbitrary bytes as a durable counters' state file (`durable::format::read`, which streams
+//! them through `read_from`): never a panic; the records read are whole and re-encode to the
+//! bytes of the frames they came from.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -7,13 +8,13 @@ use turnstile::durable::format::{put_frame, put_record, read, HEADER, MAX_FRAME}
 
 fuzz_target!(|data: &[u8]| {
     let mut records = Vec::new();
-    let (got, _) = read(data, |r| records.push(r));
+    let (got, _) = read(data, |r| records.push((r.key.to_owned(), r.state, r.expires_s)));
     assert!(got.good_len <= data.len());
     assert_eq!(got.records, records.len());
     // The records read, written again, are the payloads of the good frames, byte for byte.
     let mut payload = Vec::new();
-    for r in &records {
-        put_record(&mut payload, r.key, r.state, r.expires_s);
+    for (key, state, expires_s) in &records {
+        put_record(&mut payload, key, *state, *expires_s);
     }
     let mut from_file = Vec::new();
     let mut at = HEADER.len();

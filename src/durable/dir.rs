@@ -1,12 +1,12 @@
 //! The state dir on disk: its lock, and the files of one generation. A generation `N` is a
-//! snapshot `counters.N.snap` (every live key, written whole: to a temporary file, synced,
-//! renamed, the dir synced) and the log `counters.N.log` the syncs append to after it (each
+//! snapshot `counters.N.snap` (every live key, streamed to a temporary file, synced, renamed,
+//! the dir synced) and the log `counters.N.log` the syncs append to after it (each
 //! frame synced with `fdatasync` before the next interval). A new snapshot starts generation
 //! `N + 1`; the files of `N` are deleted once it is on disk. Reading takes the newest snapshot
 //! and its log; the files of older generations are leftovers of a crash between those steps.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{self, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Fault, Record};
@@ -121,18 +121,19 @@ impl Dir {
         self.generation = generation;
         for ext in ["snap", "log"] {
             let file = self.file(generation, ext);
-            let bytes = match fs::read(&file) {
-                Ok(b) => b,
+            let opened = match File::open(&file) {
+                Ok(o) => o,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            let (read, fault) = format::read(&bytes, &mut f);
+            let reader = BufReader::with_capacity(1 << 20, opened);
+            let (read, fault) = format::read_from(reader, &mut f)?;
             loaded.records += read.records;
             let fault = match (ext, fault) {
                 (_, None) if ext == "log" || read.ended => continue,
                 // A snapshot is written whole before it is renamed into place: one without its
                 // end was cut short afterwards.
-                (_, None) => Fault::Torn { at: bytes.len() },
+                (_, None) => Fault::Torn { at: read.good_len },
                 ("log", Some(Fault::Torn { .. })) => {
                     loaded.torn_log = Some(file);
                     continue;
@@ -171,16 +172,27 @@ impl Dir {
         Some(aside)
     }
 
-    /// Starts a new generation from `snapshot` (a whole file's bytes): written and synced
-    /// under a temporary name, renamed, the dir synced; then an empty log; then the older
-    /// generations' files are deleted.
-    pub(super) fn write_snapshot(&mut self, snapshot: &[u8]) -> io::Result<()> {
+    /// Starts a new generation from the snapshot `write` writes (answering its length), as
+    /// it writes it: written and synced under a temporary name, renamed, the dir synced; then
+    /// an empty log; then the older generations' files are deleted. A snapshot `write` fails
+    /// is deleted, and the generation stays.
+    pub(super) fn write_snapshot(
+        &mut self,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<u64>,
+    ) -> io::Result<()> {
         let next = self.generation + 1;
         let tmp = self.path.join(format!("counters.{next}.snap.tmp"));
-        let mut f = File::create(&tmp)?;
-        f.write_all(snapshot)?;
-        f.sync_all()?;
-        drop(f);
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        let written = write(&mut out)
+            .and_then(|len| Ok((len, out.into_inner().map_err(|e| e.into_error())?)))
+            .and_then(|(len, f)| f.sync_all().map(|()| len));
+        let len = match written {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         fs::rename(&tmp, self.file(next, "snap"))?;
         let mut log = File::create(self.file(next, "log"))?;
         log.write_all(format::HEADER)?;
@@ -189,7 +201,7 @@ impl Dir {
         self.generation = next;
         self.log = Some(log);
         self.log_len = format::HEADER.len() as u64;
-        self.snapshot_len = snapshot.len() as u64;
+        self.snapshot_len = len;
         self.delete_older(next);
         Ok(())
     }

@@ -8,6 +8,8 @@
 //! A frame is applied whole or not at all: its checksum and every record are checked before any
 //! record is handed on.
 
+use std::io::{self, Write};
+
 use crate::limiter::State;
 
 /// The first bytes of every state file: a name and the format's version.
@@ -77,35 +79,50 @@ pub enum Fault {
     Record { at: usize },
 }
 
-/// Reads `bytes` (a whole file), handing on every record of every good frame in order, and
-/// stops at the end, at an empty frame, or at the first fault (what came before is handed on).
-pub fn read<'a>(bytes: &'a [u8], mut f: impl FnMut(Record<'a>)) -> (Read, Option<Fault>) {
+/// Reads `bytes` (a whole file) as [`read_from`] reads a stream.
+pub fn read(bytes: &[u8], f: impl FnMut(Record<'_>)) -> (Read, Option<Fault>) {
+    read_from(bytes, f).expect("a slice reads without an I/O error")
+}
+
+/// Reads a file from `r`, one frame in memory at a time, handing on every record of every good
+/// frame in order; stops at the end, at an empty frame, or at the first fault (what came before
+/// is handed on). Only an I/O error of `r` itself is an error.
+pub fn read_from(
+    mut r: impl io::Read,
+    mut f: impl FnMut(Record<'_>),
+) -> io::Result<(Read, Option<Fault>)> {
     let mut read = Read::default();
-    if bytes.len() < HEADER.len() || &bytes[..HEADER.len()] != HEADER {
-        return (read, Some(Fault::Header));
+    let mut header = [0u8; HEADER.len()];
+    if fill(&mut r, &mut header)? < HEADER.len() || &header != HEADER {
+        return Ok((read, Some(Fault::Header)));
     }
     let mut at = HEADER.len();
     read.good_len = at;
-    while at < bytes.len() {
-        let Some(head) = bytes.get(at..at + 8) else {
-            return (read, Some(Fault::Torn { at }));
-        };
+    let mut payload = Vec::new();
+    loop {
+        let mut head = [0u8; 8];
+        match fill(&mut r, &mut head)? {
+            0 => break,
+            8 => {}
+            _ => return Ok((read, Some(Fault::Torn { at }))),
+        }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         if len > MAX_FRAME {
-            return (read, Some(Fault::Length { at, len }));
+            return Ok((read, Some(Fault::Length { at, len })));
         }
-        let Some(payload) = bytes.get(at + 8..at + 8 + len) else {
-            return (read, Some(Fault::Torn { at }));
-        };
-        if crc32fast::hash(payload) != crc {
-            return (read, Some(Fault::Checksum { at }));
+        payload.resize(len, 0);
+        if fill(&mut r, &mut payload)? < len {
+            return Ok((read, Some(Fault::Torn { at })));
+        }
+        if crc32fast::hash(&payload) != crc {
+            return Ok((read, Some(Fault::Checksum { at })));
         }
         // Every record checked first, so a frame is applied whole or not at all.
-        if records(payload).any(|r| r.is_none()) {
-            return (read, Some(Fault::Record { at }));
+        if records(&payload).any(|r| r.is_none()) {
+            return Ok((read, Some(Fault::Record { at })));
         }
-        for r in records(payload).flatten() {
+        for r in records(&payload).flatten() {
             f(r);
             read.records += 1;
         }
@@ -116,7 +133,75 @@ pub fn read<'a>(bytes: &'a [u8], mut f: impl FnMut(Record<'a>)) -> (Read, Option
             break;
         }
     }
-    (read, None)
+    Ok((read, None))
+}
+
+/// Reads into `buf` until it is full or `r` ends: how many bytes were read.
+fn fill(r: &mut impl io::Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Records written out as frames of about [`FRAME_TARGET`] bytes as they come, so a save of
+/// any size holds one frame in memory.
+pub struct Frames<W: Write> {
+    out: W,
+    payload: Vec<u8>,
+    written: u64,
+}
+
+impl<W: Write> Frames<W> {
+    /// Frames to write to `out`, after the file's header when `header` (a new file).
+    pub fn new(mut out: W, header: bool) -> io::Result<Frames<W>> {
+        let mut written = 0;
+        if header {
+            out.write_all(HEADER)?;
+            written = HEADER.len() as u64;
+        }
+        Ok(Frames {
+            out,
+            payload: Vec::new(),
+            written,
+        })
+    }
+
+    pub fn record(&mut self, key: &str, state: Option<State>, expires_s: u32) -> io::Result<()> {
+        put_record(&mut self.payload, key, state, expires_s);
+        if self.payload.len() >= FRAME_TARGET {
+            self.frame()?;
+        }
+        Ok(())
+    }
+
+    fn frame(&mut self) -> io::Result<()> {
+        let p = &self.payload;
+        self.out.write_all(&(p.len() as u32).to_le_bytes())?;
+        self.out.write_all(&crc32fast::hash(p).to_le_bytes())?;
+        self.out.write_all(p)?;
+        self.written += 8 + p.len() as u64;
+        self.payload.clear();
+        Ok(())
+    }
+
+    /// Writes the records not yet in a frame, then a snapshot's end (an empty frame) when
+    /// `end`; answers the bytes written in all.
+    pub fn finish(mut self, end: bool) -> io::Result<u64> {
+        if !self.payload.is_empty() {
+            self.frame()?;
+        }
+        if end {
+            self.frame()?;
+        }
+        Ok(self.written)
+    }
 }
 
 /// The records of a payload; a `None` where one cannot be read (and nothing after it).

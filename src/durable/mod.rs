@@ -12,30 +12,22 @@
 //! interval being synced. At start the newest snapshot and its log are read before any port
 //! serves, each key going to the shard that owns it in this process's layout.
 //!
-//! # The walk of a sync
-//!
-//! - (1) `durable/mod.rs`: `Journal::run` ticks every interval and calls `sync`.
-//! - (2) `limiter/mod.rs`: `Engine::save` sends `Msg::Save` to every shard (`limiter/protocol.rs`).
-//! - (3) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs`, which walks the changed
-//!   entries of `limiter/shard/table.rs` (clearing their bits) into a `limiter::Saved`
-//!   (`limiter/saved.rs`), with the keys evicted since.
-//! - (4) `durable/format.rs` encodes the records into a frame; (5) `durable/dir.rs` appends it to
-//!   the log and syncs it (or writes a new snapshot), on the blocking pool.
-//! - (6) `durable/stats.rs`: the sync is counted.
+//! The walk of a sync, file by file, is in the crate's overview (`src/lib.rs`).
 
 mod dir;
 pub mod format;
 mod stats;
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::limiter::{Engine, Saved, ShardTask};
 use dir::Dir;
-use format::{put_frame, put_record, FRAME_TARGET};
+use format::{Frames, FRAME_TARGET};
 pub use stats::StateStats;
 
 /// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`.
@@ -143,24 +135,37 @@ impl Journal {
         let all = self.full_next
             || dir.log_len > dir.snapshot_len.max(big)
             || (dir.disk_bytes() > big && self.snapshot_at.elapsed() > SNAPSHOT_AGE);
-        let saved = match engine.save(all).await {
-            Ok(saved) => saved,
-            // The shards have stopped: nothing more can change.
-            Err(_) => {
-                self.dir = Some(dir);
-                return;
-            }
-        };
+        // The shards' saves go to the writer one at a time, written as they come: a save of
+        // every key holds one shard's share in memory, not the whole state.
+        let shards = engine.shard_count();
+        let (tx, rx) = mpsc::channel::<Saved>(1);
+        let started = Instant::now();
+        let writer = tokio::task::spawn_blocking(move || {
+            let written = write(&mut dir, rx, shards, all);
+            (dir, written)
+        });
         // A shard that evicted more than it could list gave every key instead: only a snapshot
         // forgets the rest.
-        let lost_track = !all && saved.iter().any(|s| s.full);
-        let started = Instant::now();
-        let (dir, written) = tokio::task::spawn_blocking(move || {
-            let written = write(&mut dir, &saved, all);
-            (dir, written)
-        })
-        .await
-        .expect("the blocking pool runs the write");
+        let (mut lost_track, mut stopped) = (false, false);
+        for shard in 0..shards {
+            // An error: the shards have stopped (nothing more can change); the writer, short of
+            // a shard, writes nothing.
+            let Ok(saved) = engine.save(shard, all).await else {
+                stopped = true;
+                break;
+            };
+            lost_track |= !all && saved.full;
+            // The writer failed, and says why below.
+            if tx.send(saved).await.is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let (dir, written) = writer.await.expect("the blocking pool runs the write");
+        if stopped {
+            self.dir = Some(dir);
+            return;
+        }
         match written {
             Ok(keys) => {
                 self.full_next = lost_track;
@@ -180,33 +185,42 @@ impl Journal {
     }
 }
 
-/// Encodes and writes one save: frames appended to the log (and synced together), or a whole
-/// new snapshot.
-fn write(dir: &mut Dir, saved: &[Saved], all: bool) -> std::io::Result<u64> {
-    let mut out = Vec::new();
-    let mut payload = Vec::new();
+/// Encodes and writes one save, each shard's part as it arrives from `rx`: frames appended to
+/// the log (and synced together), or a new snapshot streamed to its file. Answers the keys
+/// written; a snapshot short of one of the `shards` parts is not written.
+fn write(
+    dir: &mut Dir,
+    mut rx: mpsc::Receiver<Saved>,
+    shards: usize,
+    all: bool,
+) -> io::Result<u64> {
     let mut keys = 0u64;
-    if all {
-        out.extend_from_slice(format::HEADER);
-    }
-    for s in saved {
-        for (key, state, expires_s) in s.iter() {
-            put_record(&mut payload, key, state, expires_s);
-            keys += u64::from(state.is_some());
-            if payload.len() >= FRAME_TARGET {
-                put_frame(&mut out, &payload);
-                payload.clear();
+    let mut encode = |out: &mut dyn Write| -> io::Result<u64> {
+        let mut frames = Frames::new(out, all)?;
+        let mut parts = 0;
+        while let Some(saved) = rx.blocking_recv() {
+            parts += 1;
+            for (key, state, expires_s) in saved.iter() {
+                frames.record(key, state, expires_s)?;
+                keys += u64::from(state.is_some());
             }
         }
-    }
-    if !payload.is_empty() {
-        put_frame(&mut out, &payload);
-    }
+        if parts < shards {
+            return Err(io::Error::other(format!(
+                "{parts} of {shards} shards saved: the shards stopped"
+            )));
+        }
+        frames.finish(all)
+    };
     if all {
-        put_frame(&mut out, &[]);
-        dir.write_snapshot(&out)?;
-    } else if !out.is_empty() {
-        dir.append(&out)?;
+        dir.write_snapshot(encode)?;
+    } else {
+        // A log's frames are what changed in one interval: encoded whole, then appended and
+        // synced in one go.
+        let mut out = Vec::new();
+        if encode(&mut out)? > 0 {
+            dir.append(&out)?;
+        }
     }
     Ok(keys)
 }

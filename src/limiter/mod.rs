@@ -316,31 +316,29 @@ impl Engine {
         Ok(Some(deleted))
     }
 
-    /// The durable counters' save: from every shard, the keys whose state changed since its
-    /// last save, or every key when `all`. Waits for room in a busy shard's mailbox.
-    pub async fn save(&self, all: bool) -> Result<Vec<Saved>, EngineError> {
-        let mut out = Vec::with_capacity(self.inner.senders.len());
-        for (s, tx) in self.inner.senders.iter().enumerate() {
-            let (reply, rx) = oneshot::channel();
-            let msg = Msg::Save { all, reply };
-            // Handled in place when the shard lives on this thread (and is not busy).
-            let msg = {
-                let here = find_on_this_thread(self.inner.id, s);
-                let borrowed = here.as_ref().map(|cell| cell.try_borrow_mut());
-                match borrowed {
-                    Some(Ok(mut shard)) => {
-                        shard.handle_in_place(msg);
-                        None
-                    }
-                    _ => Some(msg),
+    /// The durable counters' save, one shard at a time (`shard` below [`Engine::shard_count`]):
+    /// the keys whose state changed since its last save, or every key when `all`. Waits for room
+    /// in a busy shard's mailbox.
+    pub async fn save(&self, shard: usize, all: bool) -> Result<Saved, EngineError> {
+        let tx = &self.inner.senders[shard];
+        let (reply, rx) = oneshot::channel();
+        let msg = Msg::Save { all, reply };
+        // Handled in place when the shard lives on this thread (and is not busy).
+        let msg = {
+            let here = find_on_this_thread(self.inner.id, shard);
+            let borrowed = here.as_ref().map(|cell| cell.try_borrow_mut());
+            match borrowed {
+                Some(Ok(mut shard)) => {
+                    shard.handle_in_place(msg);
+                    None
                 }
-            };
-            if let Some(msg) = msg {
-                tx.send(msg).await.map_err(|_| EngineError::Stopped)?;
+                _ => Some(msg),
             }
-            out.push(rx.await.map_err(|_| EngineError::Stopped)?);
+        };
+        if let Some(msg) = msg {
+            tx.send(msg).await.map_err(|_| EngineError::Stopped)?;
         }
-        Ok(out)
+        rx.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Puts a key's state read back from the durable counters into the shard that owns it, in

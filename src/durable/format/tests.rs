@@ -97,6 +97,34 @@ proptest! {
         prop_assert_eq!(got, flat(&frames[..before]));
     }
 
+    /// A stream that hands over a few bytes at a time reads as the whole file does, fault and
+    /// all, wherever the file is cut.
+    #[test]
+    fn a_trickling_stream_reads_as_the_whole_file(frames in records(), cut in any::<prop::sample::Index>(), step in 1usize..5) {
+        let (bytes, _) = file(&frames, true);
+        let at = cut.index(bytes.len() + 1);
+        let whole = read_all(&bytes[..at]);
+        let mut got = Vec::new();
+        let trickle = Trickle { bytes: &bytes[..at], step };
+        let (read, fault) = read_from(trickle, |r| got.push((r.key.to_string(), r.state, r.expires_s))).unwrap();
+        prop_assert_eq!((got, read, fault), whole);
+    }
+
+    /// `Frames` writes the file `put_frame` would: each frame's records, then the end.
+    #[test]
+    fn frames_write_what_put_frame_writes(frames in records()) {
+        let all = flat(&frames);
+        let mut out = Vec::new();
+        let mut w = Frames::new(&mut out, true).unwrap();
+        for (k, s, e) in &all {
+            w.record(k, *s, *e).unwrap();
+        }
+        let len = w.finish(true).unwrap();
+        let one: Vec<Vec<Owned>> = if all.is_empty() { vec![] } else { vec![all] };
+        prop_assert_eq!(len as usize, out.len());
+        prop_assert_eq!(out, file(&one, true).0);
+    }
+
     /// Any bytes at all: no panic, and nothing read without the header.
     #[test]
     fn any_bytes_are_read_without_panicking(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
@@ -140,4 +168,19 @@ fn states_round_trip_through_their_bytes() {
         assert_eq!(State::from_bytes(&s.to_bytes()), Some(s));
     }
     assert_eq!(State::from_bytes(&[9; State::BYTES]), None);
+}
+
+/// A reader that hands over at most `step` bytes a call.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
 }
