@@ -15,10 +15,38 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Ports printed on the readiness line.
 pub struct Ports {
-    pub grpc: SocketAddr,
+    /// `host:port`, or `unix:PATH` for a unix socket.
+    pub grpc: String,
     pub http: SocketAddr,
-    pub debug: SocketAddr,
-    pub metrics: SocketAddr,
+    /// `None` when the port is off.
+    pub debug: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Ports {
+    /// The gRPC port, served on TCP.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        (self.grpc.parse()).unwrap_or_else(|_| panic!("gRPC on {}, not TCP", self.grpc))
+    }
+}
+
+/// Loopback and OS-chosen ports, then `env` over them; nothing else from this process.
+pub fn vars<'a>(env: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
+    let mut vars: HashMap<&str, &str> = [
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+        ("TURNSTILE_WORKERS", "2"),
+        ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
+    ]
+    .into_iter()
+    .collect();
+    vars.extend(env.iter().copied());
+    vars
 }
 
 pub struct Server {
@@ -33,24 +61,10 @@ pub struct Server {
 impl Server {
     /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
     pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut vars: HashMap<&str, &str> = [
-            ("HOST", "127.0.0.1"),
-            ("PORT", "0"),
-            ("GRPC_HOST", "127.0.0.1"),
-            ("GRPC_PORT", "0"),
-            ("DEBUG_HOST", "127.0.0.1"),
-            ("DEBUG_PORT", "0"),
-            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
-            ("TURNSTILE_WORKERS", "2"),
-            ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
-        ]
-        .into_iter()
-        .collect();
-        vars.extend(env.iter().copied());
         let mut child = Command::new(program)
             .args(args)
             .env_clear()
-            .envs(vars)
+            .envs(vars(env))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -86,20 +100,17 @@ impl Server {
         // `turnstile: listening grpc=.. http=..`, or with LOG_FORMAT=json a JSON event whose
         // fields carry the addresses.
         let json: Option<serde_json::Value> = serde_json::from_str(&line).ok();
-        let addr = |name: &str| -> SocketAddr {
-            let text = match &json {
-                Some(v) => v["fields"][name].as_str().map(str::to_owned),
-                None => line
-                    .split_whitespace()
-                    .find_map(|p| p.strip_prefix(&format!("{name}=")))
-                    .map(str::to_owned),
-            };
-            text.and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no {name} address in {line:?}"))
+        let field = |name: &str| match &json {
+            Some(v) => v["fields"][name].as_str().map(str::to_owned),
+            None => line
+                .split_whitespace()
+                .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                .map(str::to_owned),
         };
+        let addr = |name: &str| field(name).and_then(|a| a.parse().ok());
         let ports = Ports {
-            grpc: addr("grpc"),
-            http: addr("http"),
+            grpc: field("grpc").unwrap_or_else(|| panic!("no grpc address in {line:?}")),
+            http: addr("http").unwrap_or_else(|| panic!("no http address in {line:?}")),
             debug: addr("debug"),
             metrics: addr("metrics"),
         };
@@ -110,6 +121,16 @@ impl Server {
             ports,
             ready: line,
         }
+    }
+
+    /// Its stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Whether it has exited, without waiting.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
     }
 
     pub fn signal(&self, sig: &str) {

@@ -56,12 +56,15 @@ fn entry(key: &str, value: &str, hits: u64) -> Value {
 
 /// The Prometheus port's text.
 async fn metrics_text(server: &Server) -> String {
-    reqwest::get(format!("http://{}/metrics", server.ports.metrics))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    reqwest::get(format!(
+        "http://{}/metrics",
+        server.ports.metrics.expect("a Prometheus port")
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap()
 }
 
 /// The value of an unlabelled series on the Prometheus port.

@@ -26,7 +26,15 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 pub(super) const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 const DEADLINE: Duration = Duration::from_secs(30);
 
-pub(super) use crate::common::binary::{Ports, Server};
+pub(super) use crate::common::binary::Server;
+
+/// Where a test reaches the server's ports.
+struct Reach {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    debug: SocketAddr,
+    metrics: SocketAddr,
+}
 
 pub(super) fn http_get(addr: SocketAddr, path: &str) -> String {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -156,13 +164,12 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
         assert!(a.ip().is_unspecified() && a.is_ipv6(), "{a}");
         SocketAddr::from(([127, 0, 0, 1], a.port()))
     };
-    let ports = Ports {
-        grpc: v4(server.ports.grpc),
+    let p = Reach {
+        grpc: v4(server.ports.grpc_addr()),
         http: v4(server.ports.http),
-        debug: server.ports.debug,
-        metrics: server.ports.metrics,
+        debug: server.ports.debug.expect("a debug port"),
+        metrics: server.ports.metrics.expect("a Prometheus port"),
     };
-    let p = &ports;
     let rl = http_get(p.debug, "/rlconfig");
     assert!(
         rl.contains("productpage-ratelimit.PATH_/productpage: unit=MINUTE requests_per_unit=1"),
@@ -223,7 +230,7 @@ fn json_log_lines_parse_and_carry_the_request_id() {
         ready["level"].is_string() && ready["timestamp"].is_string(),
         "{ready}"
     );
-    let grpc = server.ports.grpc;
+    let grpc = server.ports.grpc_addr();
     block_on(async {
         call(
             grpc,
@@ -362,7 +369,7 @@ fn traces_continue_envoys_context(grpc: bool) {
     let w3c_parent = "00f067aa0ba902b7";
     let b3_trace = "80f198ee56343ba864fe8b2a57d3eff7";
     let b3_parent = "e457b5a2e4d86bd1";
-    let grpc = server.ports.grpc;
+    let grpc = server.ports.grpc_addr();
     rt.block_on(async {
         call(
             grpc,

@@ -256,10 +256,10 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
     );
     let p = &server.ports;
     let (grpc, http, debug, metrics) = (
-        local(p.grpc),
+        local(p.grpc_addr()),
         local(p.http),
-        local(p.debug),
-        local(p.metrics),
+        local(p.debug.unwrap()),
+        local(p.metrics.unwrap()),
     );
     traffic(grpc, http);
 
@@ -311,7 +311,7 @@ fn show_client_values_true_shows_them_on_open_ports_and_says_so() {
     let t = TempDir::new("client-values-shown");
     let server = istio_on_open_ports(&t, &[("TURNSTILE_SHOW_CLIENT_VALUES", "true")]);
     let p = &server.ports;
-    let (grpc, http, debug) = (local(p.grpc), local(p.http), local(p.debug));
+    let (grpc, http, debug) = (local(p.grpc_addr()), local(p.http), local(p.debug.unwrap()));
     traffic(grpc, http);
     let top: Value = serde_json::from_str(&http_get(debug, "/debug/top")).unwrap();
     assert_eq!(top["values"], "clear", "{top}");
@@ -334,7 +334,7 @@ fn chromium_names_the_limited_client_by_its_digest_on_an_open_debug_port() {
     let t = TempDir::new("client-values-page");
     let server = istio_on_open_ports(&t, &[("TURNSTILE_CLIENT_DIGEST_KEY", DIGEST_KEY)]);
     let p = &server.ports;
-    let (grpc, http, debug) = (local(p.grpc), local(p.http), local(p.debug));
+    let (grpc, http, debug) = (local(p.grpc_addr()), local(p.http), local(p.debug.unwrap()));
     traffic(grpc, http);
     let profile: PathBuf = t.path().join("profile");
     let url = format!("http://{debug}/");

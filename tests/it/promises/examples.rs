@@ -104,7 +104,7 @@ fn fields(line: &str) -> Vec<String> {
 fn the_ready_line_the_docs_quote_is_the_one_printed() {
     let dir = TempDir::new("readyline");
     let config = config_dir(dir.path(), SIMPLE);
-    let live = Server::start(&["serve", "--config", config.to_str().unwrap()], &[])
+    let live = serve(&["serve", "--config", config.to_str().unwrap()], &[])
         .ready
         .clone();
     let mut quoted = 0;

@@ -68,7 +68,7 @@ fn a_bad_config_is_reported_at_every_level() {
 fn a_failed_reload_is_logged_at_warning() {
     let dir = TempDir::new("logreload");
     let config = config_dir(dir.path(), SIMPLE);
-    let s = Server::start(
+    let s = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &[("LOG_LEVEL", "warning")],
     );

@@ -8,9 +8,9 @@ use crate::common::tempdir::TempDir;
 fn metrics_status(env: &[(&str, &str)]) -> (u16, u16) {
     let dir = TempDir::new("prom");
     let config = config_dir(dir.path(), SIMPLE);
-    let s = Server::start(&["serve", "--config", config.to_str().unwrap()], env);
+    let s = serve(&["serve", "--config", config.to_str().unwrap()], env);
     let get = |addr| http_get(addr, "/metrics").expect("GET /metrics").0;
-    (get(s.http), get(s.debug.expect("a debug port")))
+    (get(s.ports.http), get(s.ports.debug.expect("a debug port")))
 }
 
 #[test]
@@ -32,14 +32,14 @@ fn over_limit_means_one_number_everywhere() {
     let yaml = "domain: ai\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      requests_per_unit: 1000\n";
     let config = config_dir(dir.path(), yaml);
     let every_call = [("TURNSTILE_TOP_SAMPLE", "1")];
-    let s = Server::start(
+    let s = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &every_call,
     );
     let report = r#"{"domain":"ai","hits_addend":600,"descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}"#;
-    assert_eq!(http(s.http, "POST", "/json", report).unwrap().0, 200);
-    assert_eq!(http(s.http, "POST", "/json", report).unwrap().0, 429);
-    let debug = s.debug.expect("a debug port");
+    assert_eq!(http(s.ports.http, "POST", "/json", report).unwrap().0, 200);
+    assert_eq!(http(s.ports.http, "POST", "/json", report).unwrap().0, 429);
+    let debug = s.ports.debug.expect("a debug port");
     let (_, metrics) = http_get(debug, "/metrics").unwrap();
     let series = "ratelimit_service_rate_limit_over_limit{domain=\"ai\",descriptor=\"user\"} ";
     let over: u64 = (metrics.lines())

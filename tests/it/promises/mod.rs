@@ -12,15 +12,17 @@ mod shutdown;
 mod uds;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
+use crate::common::binary;
+pub use crate::common::binary::Server;
+
+pub use crate::common::binary::BIN;
 /// How long anything may take before a test gives up (not a timing assertion).
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -29,23 +31,18 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Loopback and OS-chosen ports, then `env` over them; nothing else from this process.
+/// The common defaults (`common::binary::vars`) on one worker, then `env` over them.
 fn vars<'a>(env: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
-    let mut vars: HashMap<&str, &str> = [
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
-        ("TURNSTILE_WORKERS", "1"),
-        ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
-    ]
-    .into_iter()
-    .collect();
-    vars.extend(env.iter().copied());
-    vars
+    let mut one = vec![("TURNSTILE_WORKERS", "1")];
+    one.extend_from_slice(env);
+    binary::vars(&one)
+}
+
+/// The binary serving, as `run` runs it: one worker unless `env` says otherwise.
+pub fn serve(args: &[&str], env: &[(&str, &str)]) -> Server {
+    let mut one = vec![("TURNSTILE_WORKERS", "1")];
+    one.extend_from_slice(env);
+    Server::start(Path::new(BIN), args, &one)
 }
 
 /// What a run of the binary that ended said.
@@ -79,97 +76,6 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> Ended {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// A serving binary: its readiness line's addresses and its stderr as it comes.
-pub struct Server {
-    pub child: Child,
-    stderr: Arc<Mutex<String>>,
-    pub grpc: String,
-    pub http: SocketAddr,
-    pub debug: Option<SocketAddr>,
-    /// The readiness line itself.
-    pub ready: String,
-}
-
-impl Server {
-    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env_clear()
-            .envs(vars(env))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn turnstile");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let mut err = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-                sink.lock().unwrap().push_str(&text);
-            }
-        });
-        let (tx, rx) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
-        });
-        let field = |name: &str| {
-            line.split_whitespace()
-                .find_map(|p| p.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
-                .to_owned()
-        };
-        Server {
-            grpc: field("grpc"),
-            http: field("http").parse().unwrap(),
-            debug: field("debug").parse().ok(),
-            ready: line.clone(),
-            child,
-            stderr,
-        }
-    }
-
-    pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    pub fn signal(&self, sig: &str) {
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
-    /// Whether it has exited, without waiting.
-    pub fn exited(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_some()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -32,10 +32,10 @@ fn frame(s: &mut TcpStream) -> u8 {
     head[3]
 }
 
-fn serve(grace: &str) -> (TempDir, Server) {
+fn serving(grace: &str) -> (TempDir, Server) {
     let dir = TempDir::new("grace");
     let config = config_dir(dir.path(), SIMPLE);
-    let s = Server::start(
+    let s = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &[("TURNSTILE_SHUTDOWN_GRACE_SECONDS", grace)],
     );
@@ -44,8 +44,8 @@ fn serve(grace: &str) -> (TempDir, Server) {
 
 #[test]
 fn exits_at_the_grace_end_while_a_client_holds_a_connection() {
-    let (_dir, mut s) = serve("1");
-    let held = held_h2c(&s.grpc);
+    let (_dir, mut s) = serving("1");
+    let held = held_h2c(&s.ports.grpc);
     s.signal("TERM");
     wait_for("exit with the connection still held", || {
         (!s.exited()).then(|| s.stderr())
@@ -62,14 +62,14 @@ fn wait_goaway(s: &mut TcpStream) {
 fn healthcheck_answers_500_until_the_drain_ends() {
     // The drain lasts until the held connection is given up on: long enough to probe, and
     // nothing here depends on how long.
-    let (_dir, mut s) = serve("20");
-    let mut held = held_h2c(&s.grpc);
-    assert_eq!(http_get(s.http, "/healthcheck").map(|r| r.0), Ok(200));
+    let (_dir, mut s) = serving("20");
+    let mut held = held_h2c(&s.ports.grpc);
+    assert_eq!(http_get(s.ports.http, "/healthcheck").map(|r| r.0), Ok(200));
     s.signal("TERM");
     wait_goaway(&mut held);
     // Draining now, and until the grace ends: every new probe is answered, with 500.
     for probe in 0..50 {
-        let got = http_get(s.http, "/healthcheck");
+        let got = http_get(s.ports.http, "/healthcheck");
         assert_eq!(
             got.as_ref().map(|r| r.0),
             Ok(500),

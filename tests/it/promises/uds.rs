@@ -14,11 +14,11 @@ fn grpcurl_over_the_unix_socket_as_it_sends() {
     let dir = TempDir::new("uds");
     let config = config_dir(dir.path(), SIMPLE);
     let socket = dir.path().join("rls.sock");
-    let s = Server::start(
+    let s = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &[("GRPC_UDS", socket.to_str().unwrap())],
     );
-    assert_eq!(s.grpc, format!("unix:{}", socket.display()));
+    assert_eq!(s.ports.grpc, format!("unix:{}", socket.display()));
     let grpcurl = tool("grpcurl");
     let socket = socket.to_str().unwrap();
     let out = Command::new(&grpcurl)
@@ -79,7 +79,7 @@ fn python_grpc_over_the_unix_socket() {
     let dir = TempDir::new("udspy");
     let config = config_dir(dir.path(), SIMPLE);
     let socket = dir.path().join("rls.sock");
-    let _s = Server::start(
+    let _s = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &[("GRPC_UDS", socket.to_str().unwrap())],
     );
@@ -109,7 +109,7 @@ async fn envoy_over_a_pipe_address() {
     let yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n";
     let config = config_dir(dir.path(), yaml);
     let socket = dir.path().join("rls.sock");
-    let _turnstile = Server::start(
+    let _turnstile = serve(
         &["serve", "--config", config.to_str().unwrap()],
         &[("GRPC_UDS", socket.to_str().unwrap())],
     );

@@ -4,13 +4,14 @@
 //! for in that form, and in a debug log line, at most ten a second. Through Envoy's access log
 //! in `envoy::access_log`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::google::protobuf::value::Kind;
 use envoy_types::pb::google::protobuf::Struct;
 
+use crate::common::binary::{Server, BIN};
 use crate::common::*;
 
 const LIMITS: &str = "
@@ -190,44 +191,12 @@ fn refusals_are_logged_at_debug_at_most_ten_a_second() {
     // A day's window: 200 calls in real time never see the window turn, as a minute's may.
     let day = LIMITS.replacen("{unit: minute,", "{unit: day,", 1);
     let config = dir.write("shop.yaml", &day);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .env_clear()
-        .env("LOG_LEVEL", "debug")
-        .env("DEBUG_HOST", "127.0.0.1")
-        .env("DEBUG_PORT", "0")
-        .env("PROMETHEUS_ADDR", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut ready = String::new();
-    while !ready.starts_with("turnstile: listening") {
-        ready.clear();
-        out.read_line(&mut ready).unwrap();
-    }
-    let http = ready
-        .split_whitespace()
-        .find_map(|t| t.strip_prefix("http="))
-        .unwrap()
-        .to_owned();
+    let server = Server::start(
+        Path::new(BIN),
+        &["serve", "--config", config.to_str().unwrap()],
+        &[("LOG_LEVEL", "debug")],
+    );
+    let http = server.ports.http;
     let body =
         r#"{"domain":"shop","descriptors":[{"entries":[{"key":"api_key","value":"flood"}]}]}"#;
     let post = || {
@@ -253,18 +222,16 @@ fn refusals_are_logged_at_debug_at_most_ten_a_second() {
     post();
     let deadline = Instant::now() + Duration::from_secs(10);
     let logged = loop {
-        let l = lines.lock().unwrap().clone();
-        let refusals: Vec<String> = l
-            .into_iter()
+        let refusals: Vec<String> = (server.stderr().lines())
             .filter(|l| l.contains("request refused"))
+            .map(str::to_owned)
             .collect();
         if refusals.iter().any(|l| !l.contains("skipped=0")) || Instant::now() > deadline {
             break refusals;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let first = logged.first().expect("a refusal is logged");
     for want in [
         "domain=\"shop\"",
