@@ -88,20 +88,11 @@ impl Pod {
     /// `/bin/ratelimit` with envoyproxy/ratelimit's variables, as Istio's sample runs it, on
     /// loopback ports the kernel picks.
     fn ratelimit(env: &[(&str, &str)]) -> Pod {
-        let mut all: Vec<(String, String)> = [
-            ("USE_STATSD", "false"),
-            ("LOG_LEVEL", "info"),
-            ("HOST", "127.0.0.1"),
-            ("PORT", "0"),
-            ("GRPC_HOST", "127.0.0.1"),
-            ("GRPC_PORT", "0"),
-            ("DEBUG_HOST", "127.0.0.1"),
-            ("DEBUG_PORT", "0"),
-            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        let mut all: Vec<(String, String)> = [("USE_STATSD", "false"), ("LOG_LEVEL", "info")]
+            .iter()
+            .chain(&crate::common::binary::LOOPBACK)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Pod {
             command: vec!["/bin/ratelimit".into()],

@@ -30,21 +30,24 @@ impl Ports {
     }
 }
 
+/// Every port on loopback, chosen by the OS.
+pub const LOOPBACK: [(&str, &str); 7] = [
+    ("HOST", "127.0.0.1"),
+    ("PORT", "0"),
+    ("GRPC_HOST", "127.0.0.1"),
+    ("GRPC_PORT", "0"),
+    ("DEBUG_HOST", "127.0.0.1"),
+    ("DEBUG_PORT", "0"),
+    ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+];
+
 /// Loopback and OS-chosen ports, then `env` over them; nothing else from this process.
 pub fn vars<'a>(env: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
-    let mut vars: HashMap<&str, &str> = [
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+    let mut vars: HashMap<&str, &str> = LOOPBACK.into_iter().collect();
+    vars.extend([
         ("TURNSTILE_WORKERS", "2"),
         ("TURNSTILE_RELOAD_INTERVAL_MS", "50"),
-    ]
-    .into_iter()
-    .collect();
+    ]);
     vars.extend(env.iter().copied());
     vars
 }
