@@ -3,8 +3,9 @@
 
 For each N: writes a state dir of N keys (examples/make_state), starts the release binary on
 it and times the start until the readiness line (the state is read before any port serves),
-reads the first sync after it (every key written as a new snapshot), its RSS and the state's
-bytes on disk; then SIGTERM and the time to exit.
+reads the first sync after it (every key written as a new snapshot), its RSS then and at its
+peak since the start (VmHWM: the read and the snapshot included), and the state's bytes on
+disk; then SIGTERM and the time to exit.
 
   cargo build --release --examples
   benches/load/restart.py [--keys 100000 1000000] [--bin target/release/turnstile]
@@ -30,9 +31,10 @@ def metric(port, name):
     return float(m.group(1)) if m else None
 
 
-def rss_mb(pid):
+def rss_mb(pid, field="VmRSS"):
+    """Resident memory now (VmRSS), or its peak since the start (VmHWM), in MB."""
     with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+        return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1)) / 1024
 
 
 def one(bin_, make_state, n, work):
@@ -57,13 +59,13 @@ def one(bin_, make_state, n, work):
     restored = metric(mport, "turnstile_state_restored_keys")
     first_sync = metric(mport, "turnstile_state_last_sync_seconds")
     disk = metric(mport, "turnstile_state_disk_bytes")
-    rss = rss_mb(p.pid)
+    rss, peak = rss_mb(p.pid), rss_mb(p.pid, "VmHWM")
     t1 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     p.wait()
     stop = time.monotonic() - t1
     shutil.rmtree(state, ignore_errors=True)
-    return dict(n=n, restored=int(restored), ready=ready, first_sync=first_sync, rss=rss,
+    return dict(n=n, restored=int(restored), ready=ready, first_sync=first_sync, rss=rss, peak=peak,
                 snap_mb=snap / 1e6, disk_mb=disk / 1e6, stop=stop)
 
 
@@ -78,14 +80,14 @@ def main():
     work = tempfile.mkdtemp(prefix="turnstile-restart.")
     try:
         print("| keys | read back | start to ready (median of %d) | first snapshot written | "
-              "RSS | state on disk | SIGTERM to exit |" % a.rounds)
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+              "RSS after | peak RSS | state on disk | SIGTERM to exit |" % a.rounds)
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for n in a.keys:
             runs = sorted((one(a.bin, make_state, n, work) for _ in range(a.rounds)),
                           key=lambda r: r["ready"])
             r = runs[len(runs) // 2]
             print(f"| {n} | {r['restored']} | {r['ready']:.2f} s | {r['first_sync']:.2f} s | "
-                  f"{r['rss']:.0f} MB | {r['disk_mb']:.1f} MB | {r['stop']:.2f} s |")
+                  f"{r['rss']:.0f} MB | {r['peak']:.0f} MB | {r['disk_mb']:.1f} MB | {r['stop']:.2f} s |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -6,7 +6,7 @@
 //! and its log; the files of older generations are leftovers of a crash between those steps.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Fault, Record};
@@ -126,8 +126,8 @@ impl Dir {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            let reader = BufReader::with_capacity(1 << 20, opened);
-            let (read, fault) = format::read_from(reader, &mut f)?;
+            // Unbuffered: a frame's payload is read straight into place, in one read or a few.
+            let (read, fault) = format::read_from(opened, &mut f)?;
             loaded.records += read.records;
             let fault = match (ext, fault) {
                 (_, None) if ext == "log" || read.ended => continue,
