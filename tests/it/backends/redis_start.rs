@@ -12,16 +12,19 @@ use crate::common::*;
 
 const CONFIG: &str = "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
 
-struct Sentinel {
-    child: Child,
-    port: u16,
+/// A process killed when the test ends, passed or not.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+struct Sentinel {
+    _process: Reaped,
+    port: u16,
 }
 
 /// A Sentinel watching `master`; with `passwords` (the master's, the Sentinel's own) it
@@ -47,7 +50,10 @@ fn sentinel(master: &Redis, passwords: Option<(&str, &str)>) -> Sentinel {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let s = Sentinel { child, port };
+    let s = Sentinel {
+        _process: Reaped(child),
+        port,
+    };
     let auth = passwords.map(|(_, s)| s);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !cli_auth(
@@ -154,7 +160,7 @@ async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
     redis.kill();
     let config = redis.dir.path().join("limits.yaml");
     std::fs::write(&config, CONFIG).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+    let child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args([
             "serve",
             "--grpc-addr",
@@ -176,6 +182,7 @@ async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn turnstile");
+    let mut child = Reaped(child);
     let lines = |r: Box<dyn std::io::Read + Send>, tx: mpsc::Sender<String>| {
         std::thread::spawn(move || {
             for l in BufReader::new(r).lines().map_while(Result::ok) {
@@ -184,8 +191,8 @@ async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
         })
     };
     let (tx, rx) = mpsc::channel();
-    lines(Box::new(child.stdout.take().unwrap()), tx.clone());
-    lines(Box::new(child.stderr.take().unwrap()), tx);
+    lines(Box::new(child.0.stdout.take().unwrap()), tx.clone());
+    lines(Box::new(child.0.stderr.take().unwrap()), tx);
     let until = |what: &str| -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -219,6 +226,4 @@ async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
         .parse()
         .unwrap();
     assert!(retries >= 2.0, "{retries}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
