@@ -24,31 +24,19 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import HZ, cpu_ticks, free_port  # noqa: E402
+
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 CONFIG = "benches/load/bench.conf.yaml"
-HZ = os.sysconf("SC_CLK_TCK")
 # --pin: the server on CPU 1, the load client and redis-server on CPU 0.
 PIN_SERVER, PIN_CLIENT = [], []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_ticks(pid):
-    """utime + stime of the whole process, in clock ticks."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 class Server:

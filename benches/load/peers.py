@@ -42,8 +42,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_body  # noqa: E402
+from procs import HZ, cpu_ticks, free_port  # noqa: E402
 
-HZ = os.sysconf("SC_CLK_TCK")
 PIN_SERVER, PIN_CLIENT = [], []
 THROTTLECRAB_VERSION = "0.4.40"
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -73,18 +73,6 @@ LIMITADOR_LIMITS = """
 
 def log(msg):
     print(f"peers.py: {msg}", file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def wait_port(port, proc, what, seconds=20):
