@@ -170,14 +170,16 @@
 //! - (1) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).
 //! - (2) `limiter/mod.rs`: `Engine::save` sends `Msg::Save` (`limiter/protocol.rs`, 3) to each
-//!   shard in turn, and waits for its answer before asking the next.
+//!   shard in turn, a page at a time, and waits for each page before asking the next; a save
+//!   of every key ends with a last pass of what changed meanwhile.
 //! - (4) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs` (5), which walks the
-//!   changed entries of `limiter/shard/table.rs` (6), clearing their bits, into a
-//!   `limiter/saved.rs` (7) batch, with the keys evicted since.
+//!   changed entries of `limiter/shard/table.rs` (6) from the page's start, clearing their
+//!   bits, into a `limiter/saved.rs` (7) page of at most 32 768 keys (the first with the keys
+//!   evicted since), so a shard never holds its decisions for more than a page's copy.
 //! - (8) `durable/format.rs` encodes each batch as it comes into checksummed frames (`Frames`),
 //!   encoding each state with `limiter/algorithm.rs` (9), on the blocking pool: `durable/dir.rs`
 //!   (10) appends them to the log and syncs it, or streams them into a new snapshot, so a save
-//!   of every key holds about one shard's share in memory.
+//!   holds about a page in memory whatever the number of keys.
 //! - (11) `durable/stats.rs`: the sync is counted.
 //!
 //! At start, `server/context.rs` opens the journal before any port serves: `durable/dir.rs`

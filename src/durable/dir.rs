@@ -206,20 +206,32 @@ impl Dir {
         Ok(())
     }
 
-    /// Appends one sync's frame to the log and waits until it is on disk.
-    pub(super) fn append(&mut self, frame: &[u8]) -> io::Result<()> {
+    /// Appends the frames `write` writes (answering their length) to the log, as it writes
+    /// them, and waits until they are on disk (nothing to wait for when there were none).
+    pub(super) fn append(
+        &mut self,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<u64>,
+    ) -> io::Result<()> {
         let log = self
             .log
             .as_mut()
             .ok_or_else(|| io::Error::other("no log open: a snapshot comes first"))?;
-        if let Err(e) = log.write_all(frame).and_then(|()| log.sync_data()) {
-            // What was written of the frame may be on disk in part; the next sync starts a new
-            // generation rather than append after it.
-            self.log = None;
-            return Err(e);
+        let mut out = BufWriter::with_capacity(1 << 20, &mut *log);
+        let written = write(&mut out).and_then(|len| out.flush().map(|()| len));
+        drop(out);
+        match written.and_then(|len| (if len > 0 { log.sync_data() } else { Ok(()) }).map(|()| len))
+        {
+            Ok(len) => {
+                self.log_len += len;
+                Ok(())
+            }
+            Err(e) => {
+                // What was written may be on disk in part; the next sync starts a new
+                // generation rather than append after it.
+                self.log = None;
+                Err(e)
+            }
         }
-        self.log_len += frame.len() as u64;
-        Ok(())
     }
 
     /// Bytes the state takes on disk now (the snapshot and its log).

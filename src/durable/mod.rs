@@ -3,9 +3,9 @@
 //!
 //! Decisions never wait for the disk. Every entry of a shard's table carries a changed bit, set
 //! by whatever changes it; once per sync interval the journal asks every shard for the states
-//! changed since the last save (`limiter::Engine::save`, a message like any other, so the shard
-//! copies them between two decisions), appends them as one checksummed frame to the log and
-//! syncs it (`fdatasync`) before the next interval. When the log outgrows the snapshot, the
+//! changed since the last save (`limiter::Engine::save`, a message like any other, a page of at
+//! most 32 768 keys at a time, so the shard copies them between two decisions), appends them as
+//! checksummed frames to the log and syncs it (`fdatasync`) before the next interval. When the log outgrows the snapshot, the
 //! journal asks for every key instead and writes a new snapshot, which starts a new generation
 //! (`dir`). At a graceful stop the last save runs after the last answer (`server` waits for it
 //! before the shards stop), so a stop loses nothing; a crash loses at most the hits of the
@@ -135,37 +135,25 @@ impl Journal {
         let all = self.full_next
             || dir.log_len > dir.snapshot_len.max(big)
             || (dir.disk_bytes() > big && self.snapshot_at.elapsed() > SNAPSHOT_AGE);
-        // The shards' saves go to the writer one at a time, written as they come: a save of
-        // every key holds one shard's share in memory, not the whole state.
-        let shards = engine.shard_count();
-        let (tx, rx) = mpsc::channel::<Saved>(1);
+        // The shards' pages go to the writer one at a time, written as they come: a save holds
+        // about a page per shard in memory, and a shard copies a page between two decisions.
+        let (tx, rx) = mpsc::channel::<Part>(1);
         let started = Instant::now();
         let writer = tokio::task::spawn_blocking(move || {
-            let written = write(&mut dir, rx, shards, all);
+            let written = write(&mut dir, rx, all);
             (dir, written)
         });
-        // A shard that evicted more than it could list gave every key instead: only a snapshot
-        // forgets the rest.
-        let (mut lost_track, mut stopped) = (false, false);
-        for shard in 0..shards {
-            // An error: the shards have stopped (nothing more can change); the writer, short of
-            // a shard, writes nothing.
-            let Ok(saved) = engine.save(shard, all).await else {
-                stopped = true;
-                break;
-            };
-            lost_track |= !all && saved.full;
-            // The writer failed, and says why below.
-            if tx.send(saved).await.is_err() {
-                break;
-            }
-        }
+        let sent = send_pages(engine, all, &tx).await;
         drop(tx);
         let (dir, written) = writer.await.expect("the blocking pool runs the write");
-        if stopped {
+        // The shards have stopped: nothing more can change, and the writer wrote nothing.
+        if let Err(Stop::Shards) = sent {
             self.dir = Some(dir);
             return;
         }
+        // A shard that evicted more than it could list gave every key instead: only a snapshot
+        // forgets the rest.
+        let lost_track = sent.unwrap_or(false);
         match written {
             Ok(keys) => {
                 self.full_next = lost_track;
@@ -185,42 +173,72 @@ impl Journal {
     }
 }
 
-/// Encodes and writes one save, each shard's part as it arrives from `rx`: frames appended to
-/// the log (and synced together), or a new snapshot streamed to its file. Answers the keys
-/// written; a snapshot short of one of the `shards` parts is not written.
-fn write(
-    dir: &mut Dir,
-    mut rx: mpsc::Receiver<Saved>,
-    shards: usize,
-    all: bool,
-) -> io::Result<u64> {
-    let mut keys = 0u64;
-    let mut encode = |out: &mut dyn Write| -> io::Result<u64> {
-        let mut frames = Frames::new(out, all)?;
-        let mut parts = 0;
-        while let Some(saved) = rx.blocking_recv() {
-            parts += 1;
-            for (key, state, expires_s) in saved.iter() {
-                frames.record(key, state, expires_s)?;
-                keys += u64::from(state.is_some());
+/// What the journal hands the writer: a shard's page, or word that every page has been sent.
+enum Part {
+    Page(Saved),
+    Complete,
+}
+
+/// Why a save did not send every page.
+enum Stop {
+    /// The shards have stopped.
+    Shards,
+    /// The writer failed (it says why).
+    Writer,
+}
+
+/// Sends the writer every shard's pages of one save: of what changed, or of every key and then,
+/// as a last pass, of what changed meanwhile (keys counted, or moved within a shard's table,
+/// after their page was read), so the snapshot misses nothing. Answers whether a shard lost
+/// track of what it dropped (a save of what changed only).
+async fn send_pages(engine: &Engine, all: bool, tx: &mpsc::Sender<Part>) -> Result<bool, Stop> {
+    let mut lost_track = false;
+    let passes: &[bool] = if all { &[true, false] } else { &[false] };
+    for &pass in passes {
+        for shard in 0..engine.shard_count() {
+            let (mut from, mut every) = (0, pass);
+            loop {
+                let page = (engine.save(shard, every, from).await).map_err(|_| Stop::Shards)?;
+                every = page.full;
+                lost_track |= !all && page.full;
+                let next = page.next;
+                tx.send(Part::Page(page)).await.map_err(|_| Stop::Writer)?;
+                match next {
+                    Some(n) => from = n,
+                    None => break,
+                }
             }
         }
-        if parts < shards {
-            return Err(io::Error::other(format!(
-                "{parts} of {shards} shards saved: the shards stopped"
-            )));
+    }
+    tx.send(Part::Complete).await.map_err(|_| Stop::Writer)?;
+    Ok(lost_track)
+}
+
+/// Encodes and writes one save, its pages as they arrive from `rx`: frames appended to the log
+/// (and synced together), or a new snapshot streamed to its file. Answers the keys written; a
+/// save whose pages stop short of `Part::Complete` is not written.
+fn write(dir: &mut Dir, mut rx: mpsc::Receiver<Part>, all: bool) -> io::Result<u64> {
+    let mut keys = 0u64;
+    let encode = |out: &mut dyn Write| -> io::Result<u64> {
+        let mut frames = Frames::new(out, all)?;
+        loop {
+            match rx.blocking_recv() {
+                Some(Part::Page(saved)) => {
+                    for (key, state, expires_s) in saved.iter() {
+                        frames.record(key, state, expires_s)?;
+                        keys += u64::from(state.is_some());
+                    }
+                }
+                Some(Part::Complete) => break,
+                None => return Err(io::Error::other("the save stopped before its last page")),
+            }
         }
         frames.finish(all)
     };
     if all {
         dir.write_snapshot(encode)?;
     } else {
-        // A log's frames are what changed in one interval: encoded whole, then appended and
-        // synced in one go.
-        let mut out = Vec::new();
-        if encode(&mut out)? > 0 {
-            dir.append(&out)?;
-        }
+        dir.append(encode)?;
     }
     Ok(keys)
 }

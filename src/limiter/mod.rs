@@ -316,13 +316,14 @@ impl Engine {
         Ok(Some(deleted))
     }
 
-    /// The durable counters' save, one shard at a time (`shard` below [`Engine::shard_count`]):
-    /// the keys whose state changed since its last save, or every key when `all`. Waits for room
-    /// in a busy shard's mailbox.
-    pub async fn save(&self, shard: usize, all: bool) -> Result<Saved, EngineError> {
+    /// One page of the durable counters' save of one shard (`shard` below
+    /// [`Engine::shard_count`]), from `from` (0 to begin, then the page's `Saved::next`): the
+    /// keys whose state changed since they were last saved, or every key when `all`. Waits for
+    /// room in a busy shard's mailbox.
+    pub async fn save(&self, shard: usize, all: bool, from: usize) -> Result<Saved, EngineError> {
         let tx = &self.inner.senders[shard];
         let (reply, rx) = oneshot::channel();
-        let msg = Msg::Save { all, reply };
+        let msg = Msg::Save { all, from, reply };
         // Handled in place when the shard lives on this thread (and is not busy).
         let msg = {
             let here = find_on_this_thread(self.inner.id, shard);

@@ -45,9 +45,11 @@ pub(crate) enum Msg {
         op: Op,
         reply: oneshot::Sender<Peeking>,
     },
-    /// The durable counters: the states changed since the last save (all of them with `all`).
+    /// The durable counters: a page of the states changed since they were last saved (all of
+    /// them with `all`), from table position `from`.
     Save {
         all: bool,
+        from: usize,
         reply: oneshot::Sender<Saved>,
     },
     /// Admin: forget the key's state here; with `delete` and a store, answer the deletion of

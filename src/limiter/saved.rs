@@ -13,6 +13,8 @@ pub struct Saved {
     records: Vec<(usize, Option<State>, u32)>,
     /// Whether this is every key the shard holds (a full save) rather than what changed.
     pub full: bool,
+    /// Where the shard's next page starts, when there is more to save.
+    pub next: Option<usize>,
 }
 
 impl Saved {

@@ -14,6 +14,10 @@ use crate::limiter::saved::Saved;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// Keys a page of a save holds at most: the shard copies this many between two decisions, and
+/// the durable counters hold about this many per shard in memory while they write them.
+pub(super) const SAVE_PAGE: usize = 32_768;
+
 pub(crate) struct Counters {
     table: Table,
     /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
@@ -219,17 +223,24 @@ impl Counters {
         Some(at)
     }
 
-    /// The durable counters' save: the keys whose state changed since the last save (every
-    /// key when `all`), with the keys evicted meanwhile; expired keys are left out.
-    pub(super) fn save(&mut self, all: bool, now: u64) -> Saved {
+    /// One page of the durable counters' save, from table position `from` (0: a new save):
+    /// the keys whose state changed since they were last saved (every key when `all`), at most
+    /// [`SAVE_PAGE`] of them; the first page also lists the keys evicted since the last save.
+    /// Expired keys are left out. The page says where the next one starts (`Saved::next`).
+    pub(super) fn save(&mut self, all: bool, from: usize, now: u64) -> Saved {
         let now_s = now / NS_PER_SEC;
-        let all = all || std::mem::take(&mut self.dropped_too_many);
-        let mut saved = match self.dropped.replace(Saved::default()) {
-            Some(dropped) if !all => dropped,
-            _ => Saved::default(),
-        };
+        let mut saved = Saved::default();
+        let mut all = all;
+        if from == 0 {
+            all |= std::mem::take(&mut self.dropped_too_many);
+            if let Some(dropped) = self.dropped.replace(Saved::default()) {
+                if !all {
+                    saved = dropped;
+                }
+            }
+        }
         saved.full = all;
-        self.table.save(all, |key, e| {
+        saved.next = self.table.save((all, from, SAVE_PAGE), |key, e| {
             if u64::from(e.expires_s) > now_s {
                 saved.push(key, Some(e.state), e.expires_s);
             }

@@ -233,9 +233,9 @@ impl Shard {
             Msg::LookUp { op, reply } => {
                 let _ = reply.send(with_decider!(self, |d| d.look_up(&op)));
             }
-            Msg::Save { all, reply } => {
+            Msg::Save { all, from, reply } => {
                 let now = self.cx.clock.now();
-                let _ = reply.send(self.counters.save(all, now));
+                let _ = reply.send(self.counters.save(all, from, now));
             }
             Msg::Reset { op, delete, reply } => {
                 let _ = reply.send(with_decider!(self, |d| d.reset(&op, delete)));
