@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::redis::{env, Redis};
 use crate::common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::google::protobuf::UInt64Value;
 
 const LIMITS: &str = r#"
 domain: ai
@@ -39,22 +37,6 @@ fn away_env(redis: &Redis) -> Vec<(String, String)> {
         e.push((k.to_string(), v.to_string()));
     }
     e
-}
-
-/// A descriptor carrying its own `hits_addend`: usage reported after the response, counted in
-/// full (0: the check before it).
-fn usage(pairs: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
-    let mut d = desc(pairs);
-    d.hits_addend = Some(UInt64Value { value: hits });
-    d
-}
-
-fn report(pairs: &[(&str, &str)], hits: u64) -> RateLimitRequest {
-    req("ai", vec![usage(pairs, hits)])
-}
-
-fn check(pairs: &[(&str, &str)]) -> RateLimitRequest {
-    report(pairs, 0)
 }
 
 /// Moves the clock 100 ms at a time until Redis holds `want` at `key` (or 15 s have passed),
@@ -96,18 +78,24 @@ async fn usage_reported_while_redis_is_stalled_reaches_it_after() {
     let redis = Redis::start();
     let s = TestServer::start_env(LIMITS, away_env(&redis)).await;
     let alice = [("user", "alice")];
-    assert_eq!(codes(&s.call(report(&alice, 100)).await), vec![(OK, 900)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 100)).await),
+        vec![(OK, 900)]
+    );
     let key = format!("away_ai_user_alice_{DAY}");
     assert_eq!(redis.cli(&["GET", &key]), "100");
     // Redis stalls while five reports of 100 arrive: every one is answered.
     redis.pause();
     for _ in 0..5 {
-        assert_eq!(s.call(report(&alice, 100)).await.overall_code, OK);
+        assert_eq!(s.call(report("ai", &alice, 100)).await.overall_code, OK);
     }
     redis.resume();
     // 600 were used: Redis counts every one of them, none twice.
     holds(&s, &redis, &key, "600").await;
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 400)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OK, 400)]
+    );
     // The reports decided while the breaker was open went to Redis after; those sent before it
     // opened (abandoned at the deadline) Redis read on waking.
     let replayed = metric(&s, "ratelimit_service_redis_replayed_hits_total").await;
@@ -122,18 +110,21 @@ async fn usage_reported_while_redis_is_down_reaches_it_once_it_is_back_with_its_
     let mut redis = Redis::start();
     let s = TestServer::start_env(LIMITS, away_env(&redis)).await;
     let bob = [("user", "bob")];
-    assert_eq!(codes(&s.call(report(&bob, 100)).await), vec![(OK, 900)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &bob, 100)).await),
+        vec![(OK, 900)]
+    );
     let key = format!("away_ai_user_bob_{DAY}");
     assert_eq!(redis.cli(&["SAVE"]), "OK");
     redis.kill();
     for _ in 0..5 {
-        assert_eq!(s.call(report(&bob, 100)).await.overall_code, OK);
+        assert_eq!(s.call(report("ai", &bob, 100)).await.overall_code, OK);
     }
     // Back with the 100 it held: the 500 reported meanwhile are added to them.
     redis.restart();
     assert_eq!(redis.cli(&["GET", &key]), "100");
     holds(&s, &redis, &key, "600").await;
-    assert_eq!(codes(&s.call(check(&bob)).await), vec![(OK, 400)]);
+    assert_eq!(codes(&s.call(report("ai", &bob, 0)).await), vec![(OK, 400)]);
     let replayed = metric(&s, "ratelimit_service_redis_replayed_hits_total").await;
     assert_eq!(replayed, 500);
     assert_eq!(
@@ -147,24 +138,30 @@ async fn hits_of_a_window_that_ended_while_redis_was_away_are_not_replayed() {
     let mut redis = Redis::start();
     let s = TestServer::start_env(LIMITS, away_env(&redis)).await;
     let carol = [("minute", "carol")];
-    assert_eq!(codes(&s.call(report(&carol, 100)).await), vec![(OK, 900)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &carol, 100)).await),
+        vec![(OK, 900)]
+    );
     let first = format!("away_ai_minute_carol_{MINUTE}");
     let second = format!("away_ai_minute_carol_{}", MINUTE + 60);
     assert_eq!(redis.cli(&["SAVE"]), "OK");
     redis.kill();
     // 300 in the first minute, then 200 in the next, all while Redis is away.
     for _ in 0..3 {
-        assert_eq!(s.call(report(&carol, 100)).await.overall_code, OK);
+        assert_eq!(s.call(report("ai", &carol, 100)).await.overall_code, OK);
     }
     s.advance(Duration::from_secs(60));
     for _ in 0..2 {
-        assert_eq!(s.call(report(&carol, 100)).await.overall_code, OK);
+        assert_eq!(s.call(report("ai", &carol, 100)).await.overall_code, OK);
     }
     redis.restart();
     holds(&s, &redis, &second, "200").await;
     // The first minute is over: its 300 no longer matter and are not sent.
     assert_eq!(redis.cli(&["GET", &first]), "100");
-    assert_eq!(codes(&s.call(check(&carol)).await), vec![(OK, 800)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &carol, 0)).await),
+        vec![(OK, 800)]
+    );
     assert_eq!(
         metric(&s, "ratelimit_service_redis_replayed_hits_total").await,
         200
@@ -182,7 +179,9 @@ async fn hits_given_back_while_redis_is_away_net_out() {
     let dan = desc(&[("user", "dan")]);
     let tiny = desc(&[("tiny", "dan")]);
     assert_eq!(
-        s.call(report(&[("user", "dan")], 100)).await.overall_code,
+        s.call(report("ai", &[("user", "dan")], 100))
+            .await
+            .overall_code,
         OK
     );
     assert_eq!(redis.cli(&["SAVE"]), "OK");
@@ -199,7 +198,9 @@ async fn hits_given_back_while_redis_is_away_net_out() {
     }
     // Usage reported in full counts whatever the limits say.
     assert_eq!(
-        s.call(report(&[("user", "dan")], 100)).await.overall_code,
+        s.call(report("ai", &[("user", "dan")], 100))
+            .await
+            .overall_code,
         OK
     );
     redis.restart();
@@ -209,7 +210,7 @@ async fn hits_given_back_while_redis_is_away_net_out() {
         "10"
     );
     assert_eq!(
-        codes(&s.call(check(&[("user", "dan")])).await),
+        codes(&s.call(report("ai", &[("user", "dan")], 0)).await),
         vec![(OK, 790)]
     );
 }

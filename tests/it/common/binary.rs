@@ -61,16 +61,22 @@ pub struct Server {
     pub ready: String,
 }
 
+/// `program` with `args`, only `vars(env)` in its environment, no stdin, its output piped.
+pub fn command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(vars(env))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
 impl Server {
     /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
     pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(program)
-            .args(args)
-            .env_clear()
-            .envs(vars(env))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+        let mut child = command(program, args, env)
             .spawn()
             .expect("spawn turnstile");
         let stderr = Arc::new(Mutex::new(String::new()));

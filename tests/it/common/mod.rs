@@ -196,6 +196,20 @@ pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequ
     }
 }
 
+/// A descriptor carrying its own `hits_addend`, as Envoy sends for a rate limit with
+/// `hits_addend` (0: the check before the request; n: the usage reported after it, counted in
+/// full).
+pub fn usage(pairs: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    let mut d = desc(pairs);
+    d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+    d
+}
+
+/// A request of one such descriptor in `domain`: a usage report, or with 0 the check before.
+pub fn report(domain: &str, pairs: &[(&str, &str)], hits: u64) -> RateLimitRequest {
+    req(domain, vec![usage(pairs, hits)])
+}
+
 pub fn one(domain: &str, pairs: &[(&str, &str)]) -> RateLimitRequest {
     req(domain, vec![desc(pairs)])
 }

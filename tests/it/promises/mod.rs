@@ -11,11 +11,10 @@ mod settings_table;
 mod shutdown;
 mod uds;
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -31,18 +30,16 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The common defaults (`common::binary::vars`) on one worker, then `env` over them.
-fn vars<'a>(env: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
+/// One worker unless `env` says otherwise, then `env`.
+fn one_worker<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut one = vec![("TURNSTILE_WORKERS", "1")];
     one.extend_from_slice(env);
-    binary::vars(&one)
+    one
 }
 
 /// The binary serving, as `run` runs it: one worker unless `env` says otherwise.
 pub fn serve(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut one = vec![("TURNSTILE_WORKERS", "1")];
-    one.extend_from_slice(env);
-    Server::start(Path::new(BIN), args, &one)
+    Server::start(Path::new(BIN), args, &one_worker(env))
 }
 
 /// What a run of the binary that ended said.
@@ -54,13 +51,7 @@ pub struct Ended {
 
 /// Runs the binary to its end (a refusal, `check`), killed at the deadline.
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Ended {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env_clear()
-        .envs(vars(env))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = binary::command(Path::new(BIN), args, &one_worker(env))
         .spawn()
         .expect("spawn turnstile");
     let end = Instant::now() + DEADLINE;

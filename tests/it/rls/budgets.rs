@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use crate::common::backend::{test_with_all_backends, Backend};
 use crate::common::*;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::UInt64Value;
 
 const BUDGETS: &str = r#"
 domain: ai
@@ -48,22 +46,6 @@ descriptors:
       queue: {max_waiting: 4, max_wait: 2s}
 "#;
 
-/// A descriptor carrying its own `hits_addend`, as Envoy sends for a rate limit with
-/// `hits_addend` (0: the check before the request; n: the usage reported after it).
-fn usage(pairs: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
-    let mut d = desc(pairs);
-    d.hits_addend = Some(UInt64Value { value: hits });
-    d
-}
-
-fn report(pairs: &[(&str, &str)], hits: u64) -> RateLimitRequest {
-    req("ai", vec![usage(pairs, hits)])
-}
-
-fn check(pairs: &[(&str, &str)]) -> RateLimitRequest {
-    report(pairs, 0)
-}
-
 /// The Redis key's value (fixed windows: envoyproxy/ratelimit's key) once it reads `want`, or
 /// after a few seconds. Local-first replicas sync every 100 ms of their clock: it is moved on a
 /// sync interval at a time meanwhile.
@@ -93,18 +75,36 @@ async fn stored(s: &TestServer, backend: &Backend, pattern: &str, want: &str) ->
 async fn reports_that_cross_the_budget_close_it(backend: &Backend) {
     let s = backend.start(BUDGETS).await;
     let alice = [("user", "alice")];
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 1000)]);
-    assert_eq!(codes(&s.call(report(&alice, 900)).await), vec![(OK, 100)]);
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 100)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OK, 1000)]
+    );
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 900)).await),
+        vec![(OK, 100)]
+    );
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OK, 100)]
+    );
     // 500 more than the 100 left: counted in full (Envoy ignores this answer: the tokens were
     // spent), so the budget is closed: 1400 of 1000.
-    assert_eq!(codes(&s.call(report(&alice, 500)).await), vec![(OVER, 0)]);
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OVER, 0)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 500)).await),
+        vec![(OVER, 0)]
+    );
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OVER, 0)]
+    );
     // Many reports after it: all counted, still closed.
     for _ in 0..10 {
-        assert_eq!(s.call(report(&alice, 500)).await.overall_code, OVER);
+        assert_eq!(s.call(report("ai", &alice, 500)).await.overall_code, OVER);
     }
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OVER, 0)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OVER, 0)]
+    );
     // A plain request (no hits_addend) on a closed budget is refused too.
     assert_eq!(s.call(one("ai", &alice)).await.overall_code, OVER);
     assert_eq!(
@@ -115,22 +115,34 @@ async fn reports_that_cross_the_budget_close_it(backend: &Backend) {
 
     // Another user is unaffected.
     assert_eq!(
-        codes(&s.call(check(&[("user", "bob")])).await),
+        codes(&s.call(report("ai", &[("user", "bob")], 0)).await),
         vec![(OK, 1000)]
     );
 
     // Exactly at the budget is still within it (count > limit refuses, as the reference does);
     // one more token closes it.
     let carol = [("user", "carol")];
-    assert_eq!(codes(&s.call(report(&carol, 1000)).await), vec![(OK, 0)]);
-    assert_eq!(codes(&s.call(check(&carol)).await), vec![(OK, 0)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &carol, 1000)).await),
+        vec![(OK, 0)]
+    );
+    assert_eq!(codes(&s.call(report("ai", &carol, 0)).await), vec![(OK, 0)]);
     assert_eq!(s.call(one("ai", &carol)).await.overall_code, OVER);
-    assert_eq!(codes(&s.call(report(&carol, 1)).await), vec![(OVER, 0)]);
-    assert_eq!(codes(&s.call(check(&carol)).await), vec![(OVER, 0)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &carol, 1)).await),
+        vec![(OVER, 0)]
+    );
+    assert_eq!(
+        codes(&s.call(report("ai", &carol, 0)).await),
+        vec![(OVER, 0)]
+    );
 
     // The hour's window ends 2800 s after T0 (800 s into its hour): the budget opens again.
     s.advance(Duration::from_secs(2800));
-    assert_eq!(codes(&s.call(check(&alice)).await), vec![(OK, 1000)]);
+    assert_eq!(
+        codes(&s.call(report("ai", &alice, 0)).await),
+        vec![(OK, 1000)]
+    );
 }
 
 fn backend_has_store(backend: &Backend) -> bool {
@@ -141,30 +153,30 @@ async fn a_token_bucket_goes_into_debt(backend: &Backend) {
     let s = backend.start(BUDGETS).await;
     let b = [("bucket", "b")];
     // 60 tokens a minute (one a second), a full bucket of 60. 90 used: 30 tokens of debt.
-    assert_eq!(codes(&s.call(report(&b, 90)).await), vec![(OVER, 0)]);
-    assert_eq!(codes(&s.call(check(&b)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &b, 90)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &b, 0)).await), vec![(OVER, 0)]);
     // Refused until refilled past the debt: the bucket holds 0 tokens 30 s on, 1 at 31 s.
     s.advance(Duration::from_secs(29));
-    assert_eq!(codes(&s.call(check(&b)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &b, 0)).await), vec![(OVER, 0)]);
     s.advance(Duration::from_secs(1));
-    assert_eq!(codes(&s.call(check(&b)).await), vec![(OK, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &b, 0)).await), vec![(OK, 0)]);
     assert_eq!(s.call(one("ai", &b)).await.overall_code, OVER);
     s.advance(Duration::from_secs(1));
-    assert_eq!(codes(&s.call(check(&b)).await), vec![(OK, 1)]);
+    assert_eq!(codes(&s.call(report("ai", &b, 0)).await), vec![(OK, 1)]);
     assert_eq!(codes(&s.call(one("ai", &b)).await), vec![(OK, 0)]);
 }
 
 async fn a_sliding_window_passes_its_limit(backend: &Backend) {
     let s = backend.start(BUDGETS).await;
     let w = [("sliding", "w")];
-    assert_eq!(codes(&s.call(report(&w, 150)).await), vec![(OVER, 0)]);
-    assert_eq!(codes(&s.call(check(&w)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &w, 150)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &w, 0)).await), vec![(OVER, 0)]);
     // The next minute starts 40 s after T0: the previous window's 150 still weighs in full.
     s.advance(Duration::from_secs(40));
-    assert_eq!(codes(&s.call(check(&w)).await), vec![(OVER, 0)]);
+    assert_eq!(codes(&s.call(report("ai", &w, 0)).await), vec![(OVER, 0)]);
     // Halfway through it, 150 x 30/60 = 75 of 100: 25 left.
     s.advance(Duration::from_secs(30));
-    assert_eq!(codes(&s.call(check(&w)).await), vec![(OK, 25)]);
+    assert_eq!(codes(&s.call(report("ai", &w, 0)).await), vec![(OK, 25)]);
 }
 
 async fn input_and_output_budgets_per_member_and_per_team(backend: &Backend) {
@@ -219,7 +231,7 @@ async fn input_and_output_budgets_per_member_and_per_team(backend: &Backend) {
 async fn queued_requests_behind_a_passed_budget_wait_for_the_window(backend: &Backend) {
     let s = backend.start(BUDGETS).await;
     let q = [("queued", "q")];
-    assert_eq!(s.call(report(&q, 25)).await.overall_code, OVER);
+    assert_eq!(s.call(report("ai", &q, 25)).await.overall_code, OVER);
     // A request on the closed key waits for the next second's window, and is admitted there.
     let mut c = s.client.clone();
     let waiter = tokio::spawn(async move {
@@ -239,7 +251,7 @@ async fn queued_requests_behind_a_passed_budget_wait_for_the_window(backend: &Ba
     // A token bucket 50 tokens in debt refills in 5 s, past the 2 s a waiter may wait: refused
     // at once, nothing queued.
     let tb = [("queued_bucket", "b")];
-    assert_eq!(s.call(report(&tb, 60)).await.overall_code, OVER);
+    assert_eq!(s.call(report("ai", &tb, 60)).await.overall_code, OVER);
     let r = s.call(one("ai", &tb)).await;
     assert_eq!(r.overall_code, OVER);
     assert_eq!(waiting(&s), 0);
@@ -284,16 +296,16 @@ async fn every_limit_of_a_descriptor_counts_the_usage(backend: &Backend) {
         l.name.clone()
     };
     // 800 of 1000 an hour, of 3000 a day: the hour is the closer one.
-    let r = s.call(report(&b, 800)).await;
+    let r = s.call(report("ai", &b, 800)).await;
     assert_eq!(
         (codes(&r), limit_name(&r)),
         (vec![(OK, 200)], "hourly".into())
     );
     // 2500 more: both passed (3300 of 1000, 3300 of 3000).
-    assert_eq!(s.call(report(&b, 2500)).await.overall_code, OVER);
+    assert_eq!(s.call(report("ai", &b, 2500)).await.overall_code, OVER);
     // The next hour (2800 s after T0) opens the hourly limit; the day is still over.
     s.advance(Duration::from_secs(2800));
-    let r = s.call(check(&b)).await;
+    let r = s.call(report("ai", &b, 0)).await;
     assert_eq!(
         (codes(&r), limit_name(&r)),
         (vec![(OVER, 0)], "daily".into())
@@ -351,10 +363,10 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
     let s = TestServer::start_with(BUDGETS, &env).await;
     // Alice uses 1400 of 1000 (400 over), in 2 reports; Bob 300, in 30 reports of 10; Carol
     // makes 40 plain requests.
-    s.call(report(&[("user", "alice")], 900)).await;
-    s.call(report(&[("user", "alice")], 500)).await;
+    s.call(report("ai", &[("user", "alice")], 900)).await;
+    s.call(report("ai", &[("user", "alice")], 500)).await;
     for _ in 0..30 {
-        s.call(report(&[("user", "bob")], 10)).await;
+        s.call(report("ai", &[("user", "bob")], 10)).await;
     }
     for _ in 0..40 {
         s.call(one("ai", &[("user", "carol")])).await;
@@ -407,7 +419,7 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
     );
 
     // The check before the next request says what is left, for Envoy's X-RateLimit-Remaining.
-    let r = s.call(check(&[("user", "bob")])).await;
+    let r = s.call(report("ai", &[("user", "bob")], 0)).await;
     assert_eq!(codes(&r), vec![(OK, 700)]);
 }
 
