@@ -740,20 +740,25 @@ impl Stack {
 
     /// POST /json straight to turnstile (not through Envoy).
     pub async fn json(&self, body: Value) -> Value {
-        client()
-            .post(format!("http://{}/json", self.turnstile.http))
-            .json(&body)
-            .send()
-            .await
-            .expect("POST /json")
-            .json()
-            .await
-            .expect("JSON answer")
+        post_json(self.turnstile.http, &body).await
     }
 }
 
 // ------------------------------------------------------------------------------------------
 // The client side.
+
+/// `POST /json` to turnstile's HTTP port at `http`: the answer's JSON.
+pub async fn post_json(http: SocketAddr, body: &Value) -> Value {
+    client()
+        .post(format!("http://{http}/json"))
+        .json(body)
+        .send()
+        .await
+        .expect("POST /json")
+        .json()
+        .await
+        .expect("JSON answer")
+}
 
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

@@ -12,6 +12,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::common::binary::{Server, BIN};
+use crate::common::envoy::post_json;
 
 /// Starts the binary on `config` with its counters in `state`, and `env` besides.
 fn start(config: &Path, state: &Path, env: &[(&str, &str)]) -> Server {
@@ -31,15 +32,7 @@ fn start(config: &Path, state: &Path, env: &[(&str, &str)]) -> Server {
 /// One `ShouldRateLimit` over `/json`: the overall code and each status's `limitRemaining`.
 async fn check(http: SocketAddr, domain: &str, descriptors: Value) -> (String, Vec<u64>) {
     let body = json!({ "domain": domain, "descriptors": descriptors });
-    let r: Value = reqwest::Client::new()
-        .post(format!("http://{http}/json"))
-        .json(&body)
-        .send()
-        .await
-        .expect("POST /json")
-        .json()
-        .await
-        .expect("a JSON answer");
+    let r = post_json(http, &body).await;
     let remaining = r["statuses"]
         .as_array()
         .expect("statuses")
