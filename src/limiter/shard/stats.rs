@@ -30,10 +30,9 @@ pub struct ShardStats {
     local_decisions: AtomicU64,
     syncs: AtomicU64,
     /// Exact limits: hits decided from memory while Redis was away, sent to it once back, and
-    /// those dropped instead (their window ended first, or no room to keep them); written by
-    /// the link's keeping of them (`link/away.rs`).
-    pub(crate) replayed_hits: AtomicU64,
-    pub(crate) replay_dropped_hits: AtomicU64,
+    /// those dropped instead (their window ended first, or no room to keep them).
+    replayed_hits: AtomicU64,
+    replay_dropped_hits: AtomicU64,
     /// Local-first: hits admitted here that will never reach the store (no room for their
     /// key's view, or their window ended before a sync could carry them).
     local_first_dropped_hits: AtomicU64,
@@ -42,6 +41,13 @@ pub struct ShardStats {
 #[inline]
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Adds `hits` when there are any (a negative count, hits given back, adds nothing).
+fn add_hits(c: &AtomicU64, hits: i64) {
+    if hits > 0 {
+        add(c, hits.unsigned_abs());
+    }
 }
 
 impl ShardStats {
@@ -136,9 +142,17 @@ impl ShardStats {
 
     /// Local-first: `hits` admitted here will never be sent to the store.
     pub(crate) fn local_first_dropped(&self, hits: i64) {
-        if hits > 0 {
-            add(&self.local_first_dropped_hits, hits as u64);
-        }
+        add_hits(&self.local_first_dropped_hits, hits);
+    }
+
+    /// Exact limits: `hits` decided here while the store was away went to it once back.
+    pub(crate) fn replayed(&self, hits: i64) {
+        add_hits(&self.replayed_hits, hits);
+    }
+
+    /// Exact limits: `hits` decided here while the store was away will never go to it.
+    pub(crate) fn replay_dropped(&self, hits: i64) {
+        add_hits(&self.replay_dropped_hits, hits);
     }
 
     /// Every counter as it is now, each read on its own (relaxed).
@@ -160,6 +174,8 @@ impl ShardStats {
             local_decisions: load(&self.local_decisions),
             syncs: load(&self.syncs),
             local_first_dropped_hits: load(&self.local_first_dropped_hits),
+            replayed_hits: load(&self.replayed_hits),
+            replay_dropped_hits: load(&self.replay_dropped_hits),
         }
     }
 }
@@ -183,6 +199,8 @@ pub struct ShardCounts {
     pub local_decisions: u64,
     pub syncs: u64,
     pub local_first_dropped_hits: u64,
+    pub replayed_hits: u64,
+    pub replay_dropped_hits: u64,
 }
 
 type ShardField = fn(&ShardStats) -> &AtomicU64;

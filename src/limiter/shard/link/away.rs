@@ -20,7 +20,6 @@
 //! counted (`ratelimit_service_redis_replay_dropped_hits_total`), as are hits whose window ended
 //! before they could go. Hits sent count in `ratelimit_service_redis_replayed_hits_total`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::sync::{with_hits, SyncOp};
@@ -83,12 +82,6 @@ fn still(op: &Op, hits: i64, at: u64, now: u64) -> i64 {
     }
 }
 
-fn count(c: &AtomicU64, hits: i64) {
-    if hits > 0 {
-        c.fetch_add(hits.unsigned_abs(), Ordering::Relaxed);
-    }
-}
-
 impl Away {
     pub(crate) fn new(cap: usize, retry_ns: u64, stats: Arc<ShardStats>) -> Away {
         Away {
@@ -117,7 +110,7 @@ impl Away {
                 self.keys.retain(|_, k| k.delta != 0 || k.sending != 0);
             }
             if self.keys.len() >= self.cap {
-                count(&self.stats.replay_dropped_hits, hits);
+                self.stats.replay_dropped(hits);
                 return;
             }
             let mut key_op = op.clone();
@@ -137,7 +130,7 @@ impl Away {
         if k.delta != 0 {
             // Hits of a window that ended no longer matter; a bucket's refilled tokens neither.
             let kept = still(&k.op, k.delta, k.at, now);
-            count(&self.stats.replay_dropped_hits, k.delta - kept.max(0));
+            self.stats.replay_dropped(k.delta - kept.max(0));
             k.delta = kept;
         }
         if k.delta == 0 || matches!(k.op.params.algorithm, Algorithm::TokenBucket { .. }) {
@@ -193,7 +186,7 @@ impl Away {
                 continue;
             }
             let hits = still(&k.op, k.delta, k.at, now);
-            count(&self.stats.replay_dropped_hits, k.delta - hits.max(0));
+            self.stats.replay_dropped(k.delta - hits.max(0));
             k.delta = 0;
             if hits != 0 {
                 out.push(SyncOp::new(&k.op, hits, k.at, true));
@@ -216,14 +209,14 @@ impl Away {
         }
         k.sending = 0;
         if landed {
-            count(&self.stats.replayed_hits, hits);
+            self.stats.replayed(hits);
             if k.delta == 0 {
                 self.keys.remove(&s.op.key);
             }
             return;
         }
         let back = still(&k.op, hits, s.at, now);
-        count(&self.stats.replay_dropped_hits, hits - back.max(0));
+        self.stats.replay_dropped(hits - back.max(0));
         if back == 0 {
             return;
         }
@@ -245,7 +238,7 @@ impl Away {
         queued: i64,
     ) {
         let hits = s.signed_hits();
-        count(&self.stats.replayed_hits, hits);
+        self.stats.replayed(hits);
         // Kept hits decided meanwhile go at once.
         self.next_try = 0;
         let Some(k) = self.keys.get_mut(&s.op.key) else {
@@ -338,7 +331,7 @@ mod tests {
         assert_eq!(sent(&again), vec![(5, t + 1)]);
         a.failed(&again[0], true, t + 3);
         assert_eq!(a.unsynced(&k, t + 3), 0);
-        assert_eq!(stats.replayed_hits.load(Ordering::Relaxed), 5);
+        assert_eq!(stats.read().replayed_hits, 5);
     }
 
     #[test]
@@ -354,7 +347,7 @@ mod tests {
         let mut out = Vec::new();
         a.take(t + 10 * SEC, true, &mut out);
         assert_eq!(sent(&out), vec![(1, t + 10 * SEC)]);
-        assert_eq!(stats.replay_dropped_hits.load(Ordering::Relaxed), 9);
+        assert_eq!(stats.read().replay_dropped_hits, 9);
     }
 
     #[test]
@@ -376,7 +369,7 @@ mod tests {
         }
         assert_eq!(a.keys.len(), 16);
         assert!(a.keys.contains_key(&KeyRef::of("k0")));
-        assert_eq!(stats.replay_dropped_hits.load(Ordering::Relaxed), 12);
+        assert_eq!(stats.read().replay_dropped_hits, 12);
     }
 
     #[test]
