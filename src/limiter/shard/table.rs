@@ -112,7 +112,8 @@ impl Table {
     }
 
     /// One page of a save, from position `from`: hands `save` each entry changed since it
-    /// was last saved (every entry when `all`) until it has handed `max`, and marks them saved.
+    /// was last saved (every entry when `all`) until it has handed `max` or looked at `8 × max`
+    /// entries (a save of what changed reads the whole table), and marks them saved.
     /// Answers where the next page starts, `None` when the table is done. Between the pages of
     /// a save of every entry, an entry moved from a page to come into one already read is
     /// marked changed, so it is not missed by a save of what changed that follows.
@@ -124,7 +125,11 @@ impl Table {
         let keys = &self.keys;
         let mut handed = 0;
         let mut at = from;
-        while at < self.entries.len() && handed < max {
+        let end = self
+            .entries
+            .len()
+            .min(from.saturating_add(max.saturating_mul(8)));
+        while at < end && handed < max {
             let e = &mut self.entries[at];
             if all || e.key_len & CHANGED != 0 {
                 e.key_len &= !CHANGED;
