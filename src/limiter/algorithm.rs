@@ -63,6 +63,21 @@ impl Params {
         }
     }
 
+    /// Whether a key full under `full` is full under `self` too: the same way of counting, over
+    /// the same window, with no more room (a limit raised since, a per-request override
+    /// above it, or a bigger burst is not full yet).
+    pub(crate) fn no_roomier_than(&self, full: &Params) -> bool {
+        let kind = |p: &Params| match p.algorithm {
+            Algorithm::TokenBucket { .. } => Algorithm::TokenBucket { burst: 0 },
+            a => a,
+        };
+        kind(self) == kind(full)
+            && (self.window_ms, self.calendar, self.tat)
+                == (full.window_ms, full.calendar, full.tat)
+            && self.requests_per_unit <= full.requests_per_unit
+            && self.burst() <= full.burst()
+    }
+
     /// GCRA's emission interval: the time one token takes to come back.
     pub(crate) fn interval_ns(&self) -> u64 {
         self.window_ns() / u64::from(self.requests_per_unit.max(1))

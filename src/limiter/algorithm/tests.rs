@@ -129,6 +129,22 @@ fn token_bucket_bursts_then_refills_at_the_rate() {
 }
 
 #[test]
+fn a_key_full_under_a_limit_is_not_full_under_a_higher_one() {
+    let full = p(Algorithm::FixedWindow, 2, 60);
+    assert!(p(Algorithm::FixedWindow, 2, 60).no_roomier_than(&full));
+    assert!(p(Algorithm::FixedWindow, 1, 60).no_roomier_than(&full));
+    assert!(!p(Algorithm::FixedWindow, 100, 60).no_roomier_than(&full));
+    assert!(
+        !p(Algorithm::FixedWindow, 2, 1).no_roomier_than(&full),
+        "other window"
+    );
+    assert!(!p(Algorithm::SlidingWindow, 2, 60).no_roomier_than(&full));
+    let bucket = p(Algorithm::TokenBucket { burst: 2 }, 6, 60);
+    assert!(p(Algorithm::TokenBucket { burst: 2 }, 6, 60).no_roomier_than(&bucket));
+    assert!(!p(Algorithm::TokenBucket { burst: 5 }, 6, 60).no_roomier_than(&bucket));
+}
+
+#[test]
 fn min_wait_predicts_whole_windows() {
     let p = p(Algorithm::FixedWindow, 2, 60);
     let mut s = State::fresh(&p, T0);

@@ -381,8 +381,7 @@ impl Decider<'_, Link> {
             Some(before.eval(p, now, 1))
         };
         if let Some(full) = full.filter(|f| f.over && f.retry_ns != u64::MAX) {
-            self.backing
-                .remember_full(&op.key, now + full.retry_ns, now);
+            self.backing.remember_full(op, now + full.retry_ns, now);
         }
         (e, counted)
     }

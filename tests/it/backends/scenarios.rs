@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::common::backend::{test_with_all_backends, Backend};
 use crate::common::*;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
 test_with_all_backends!(
@@ -18,6 +19,7 @@ test_with_all_backends!(
     algorithms,
     several_limits,
     queued_waiter_is_admitted_at_rollover,
+    a_raised_override_admits_at_once,
 );
 
 // ------------------------------------------------------------------------------------------
@@ -272,4 +274,43 @@ async fn queued_waiter_is_admitted_at_rollover(backend: &Backend) {
         .unwrap();
     assert_eq!(r.overall_code, OK);
     assert!(header(&r, WAITED_HEADER).is_some());
+}
+
+// ------------------------------------------------------------------------------------------
+// A per-request `limit` override (Envoy Gateway sets one per tenant): the limit the request
+// carries decides, whatever an earlier request over a lower one left behind.
+
+/// One descriptor of domain `edge` carrying an override of `per_minute` requests a minute.
+fn with_override(
+    per_minute: u32,
+) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    let mut d = desc(&[("tenant_override", "acme")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: per_minute,
+        unit: 2, // MINUTE
+    });
+    req("edge", vec![d])
+}
+
+async fn a_raised_override_admits_at_once(backend: &Backend) {
+    // The over-limit cache on, as envoyproxy/ratelimit#1077 reports it.
+    let s = (backend.start_with(EDGE, &[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")])).await;
+    // Each call a second after the last, all in one minute: local-first views are stale by
+    // then, so each call asks the store, and the refusal comes from it as it does on Redis.
+    let mut low = Vec::new();
+    for _ in 0..4 {
+        s.advance(Duration::from_secs(1));
+        low.push(codes(&s.call(with_override(2)).await)[0]);
+    }
+    assert_eq!(low, vec![(OK, 1), (OK, 0), (OVER, 0), (OVER, 0)]);
+    // Raised: the two admitted count against the new limit, the refused ones did not count.
+    let mut raised = Vec::new();
+    for _ in 0..3 {
+        s.advance(Duration::from_secs(1));
+        raised.push(codes(&s.call(with_override(100)).await)[0]);
+    }
+    assert_eq!(raised, vec![(OK, 97), (OK, 96), (OK, 95)]);
+    // Lowered again, in the same window: over at once.
+    s.advance(Duration::from_secs(1));
+    assert_eq!(codes(&s.call(with_override(2)).await), vec![(OVER, 0)]);
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Algorithm;
+use crate::limiter::algorithm::Params;
 use crate::limiter::key::{Key, KeyMap, KeySet};
 use crate::limiter::op::{Counting, Op};
 use crate::limiter::protocol::Decide;
@@ -46,8 +47,9 @@ pub(crate) struct Link {
     refunds: Vec<Op>,
     /// Round trips out, and answers back before an older one's.
     pub(crate) trips: RoundTrips,
-    /// Keys known to have no room, and until when (`LOCAL_CACHE_SIZE_IN_BYTES`).
-    over: KeyMap<u64>,
+    /// Keys known to have no room, until when, and under which limit (`LOCAL_CACHE_SIZE_IN_BYTES`):
+    /// a request carrying a higher limit on the same key (an override, a reload) is not full.
+    over: KeyMap<(u64, Params)>,
     over_cap: usize,
     /// Keys whose queue head is being decided in the store: newcomers still queue behind it.
     heads: KeySet,
@@ -132,8 +134,9 @@ impl Link {
         }
     }
 
-    /// The op of a lone-op message whose key is known to be full (a check, hits 0, fits even a
-    /// full window), and until when it is: refused without a round trip, whatever its role
+    /// The op of a lone-op message whose key is known to be full under a limit no lower than the
+    /// op's (a check, hits 0, fits even a full window), and until when it is: refused without a
+    /// round trip, whatever its role
     /// (shadow mode reports it, as envoyproxy/ratelimit's local cache does). A request with
     /// other descriptors goes to the store, which answers what is left on them. Usage always
     /// goes (it is stored in full), and so do hits kept when refused unless more of them change
@@ -151,17 +154,17 @@ impl Link {
         if op.refund || counts || op.hits == 0 || op.queue.is_some() {
             return None;
         }
-        let until = *self.over.get(&op.key)?;
-        (until > now).then_some((0, until))
+        let (until, full) = *self.over.get(&op.key)?;
+        (until > now && op.params.no_roomier_than(&full)).then_some((0, until))
     }
 
-    /// Remembers that `key` has no room until `until`.
-    pub(crate) fn remember_full(&mut self, key: &Key, until: u64, now: u64) {
+    /// Remembers that `op`'s key has no room under `op`'s limit until `until`.
+    pub(crate) fn remember_full(&mut self, op: &Op, until: u64, now: u64) {
         if self.over.len() >= self.over_cap {
-            self.over.retain(|_, until| *until > now);
+            self.over.retain(|_, (until, _)| *until > now);
         }
         if self.over.len() < self.over_cap {
-            self.over.insert(key.clone(), until);
+            self.over.insert(op.key.clone(), (until, op.params));
         }
     }
 

@@ -178,6 +178,11 @@ impl Views {
             self.stats.local_first_dropped(hits);
             return;
         };
+        // Syncs count by the limit the latest request carried (an override, a reload), over
+        // the same window.
+        if v.op.params.window_ms == op.params.window_ms {
+            v.op.params = op.params;
+        }
         if v.delta != 0 && !same_window(&v.op, v.delta_at, now) {
             // A new fixed window: the old one's hits go on their own.
             late = Some(SyncOp::new(&v.op, v.delta, v.delta_at, false));
