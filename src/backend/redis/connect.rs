@@ -24,12 +24,63 @@ pub(super) enum ConnectError {
     Unreachable(String),
 }
 
+/// The password a deployment's refusal is about: its variable (`REDIS_AUTH`,
+/// `REDIS_PERSECOND_AUTH`), whether it is set, and with Sentinels the variable of theirs.
+#[derive(Clone, Copy)]
+pub(super) struct Password {
+    var: &'static str,
+    set: bool,
+    sentinel_var: Option<&'static str>,
+}
+
+impl Password {
+    /// The password of `t`, the deployment `REDIS_URL` names, or `REDIS_PERSECOND_URL` when
+    /// `per_second`.
+    pub(super) fn of(t: &RedisTarget, per_second: bool) -> Password {
+        let (var, sentinel_var) = if per_second {
+            ("REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH")
+        } else {
+            ("REDIS_AUTH", "REDIS_SENTINEL_AUTH")
+        };
+        Password {
+            var,
+            set: t.auth.is_some(),
+            sentinel_var: (t.kind == RedisType::Sentinel).then_some(sentinel_var),
+        }
+    }
+
+    /// What to set, for a server that answered NOAUTH.
+    fn hint(&self) -> String {
+        match (self.set, self.sentinel_var) {
+            (false, None) => format!("set {}", self.var),
+            (false, Some(s)) => format!(
+                "set {} (the Redis password), and {s} if the Sentinels require one too",
+                self.var
+            ),
+            (true, Some(s)) => format!("set {s} (the Sentinels' own password)"),
+            (true, None) => format!("check {}", self.var),
+        }
+    }
+}
+
 impl ConnectError {
-    /// A Redis error, with `what` was tried: a refused password is a setting, anything else
-    /// may pass.
-    fn of(e: &redis::RedisError, what: String) -> ConnectError {
+    /// A Redis error, with `what` was tried: a refused or missing password (`pw`) is a setting,
+    /// anything else may pass.
+    fn of(e: &redis::RedisError, what: String, pw: Password) -> ConnectError {
+        // A pipeline's errors are the server's, one per command: a PING refused for want of a
+        // password is one of them.
+        let mut codes: Vec<String> = (e.clone().into_server_errors())
+            .map(|v| v.iter().map(|(_, s)| s.code().to_owned()).collect())
+            .unwrap_or_default();
+        codes.extend(e.code().map(str::to_owned));
+        if codes.iter().any(|c| c == "NOAUTH") {
+            return ConnectError::Setting(format!(
+                "{what}: the server requires a password ({e}): {}",
+                pw.hint()
+            ));
+        }
         let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+            || codes.iter().any(|c| c == "WRONGPASS");
         let msg = format!("{what}: {e}");
         if auth {
             ConnectError::Setting(msg)
@@ -177,7 +228,7 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
 async fn single(
     t: &RedisTarget,
     certs: Option<redis::TlsCertificates>,
-    deadline: Duration,
+    (deadline, pw): (Duration, Password),
 ) -> Result<(Conn, Home), ConnectError> {
     let url = url_of(t, &t.url);
     let client = match certs {
@@ -191,7 +242,10 @@ async fn single(
         .set_number_of_retries(1);
     let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
         .await
-        .map_err(|e| ConnectError::of(&e, format!("cannot connect to Redis at {}", t.url)))?;
+        .map_err(|e| {
+            let what = format!("cannot connect to Redis at {}", t.url);
+            ConnectError::of(&e, what, pw)
+        })?;
     let connect_timeout = deadline.max(Duration::from_millis(500));
     let home = Home {
         direct: Target::of(&client, connect_timeout),
@@ -202,13 +256,17 @@ async fn single(
     Ok((Conn::Single(m), home))
 }
 
-async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, ConnectError> {
+async fn connect(
+    t: &RedisTarget,
+    deadline: Duration,
+    pw: Password,
+) -> Result<Deployment, ConnectError> {
     let mut conns = Vec::with_capacity(t.pool_size);
     let mut home = None;
     let certs = certificates(t)?;
     match t.kind {
         RedisType::Single => {
-            let (first, h) = single(t, certs, deadline).await?;
+            let (first, h) = single(t, certs, (deadline, pw)).await?;
             conns.push(first);
             home = Some(h);
         }
@@ -227,6 +285,7 @@ async fn connect(t: &RedisTarget, deadline: Duration) -> Result<Deployment, Conn
                 ConnectError::of(
                     &e,
                     format!("cannot connect to the Redis Cluster at {}", t.url),
+                    pw,
                 )
             })?;
             // One cluster connection multiplexes over a connection per node.
@@ -274,15 +333,20 @@ impl RedisStore {
         errors: &Arc<RedisErrors>,
     ) -> Result<RedisStore, ConnectError> {
         let deadline = s.policy.deadline;
-        let main = connect(&s.main, deadline).await?;
+        let main = connect(&s.main, deadline, Password::of(&s.main, false)).await?;
         let per_second = match &s.per_second {
-            Some(t) => Some(connect(t, deadline).await?),
+            Some(t) => Some(connect(t, deadline, Password::of(t, true)).await?),
             None => None,
         };
         let check = Duration::from_secs(5).max(deadline);
-        for (name, dep) in [
-            ("REDIS_URL", Some(&main)),
-            ("REDIS_PERSECOND_URL", per_second.as_ref()),
+        for (name, dep, pw) in [
+            ("REDIS_URL", Some(&main), Password::of(&s.main, false)),
+            (
+                "REDIS_PERSECOND_URL",
+                per_second.as_ref(),
+                (s.per_second.as_ref())
+                    .map_or(Password::of(&s.main, true), |t| Password::of(t, true)),
+            ),
         ] {
             let Some(dep) = dep else { continue };
             for c in &dep.conns {
@@ -295,6 +359,7 @@ impl RedisStore {
                         return Err(ConnectError::of(
                             &e,
                             format!("Redis at {name} does not answer PING"),
+                            pw,
                         ))
                     }
                     Err(_) => {

@@ -227,3 +227,35 @@ async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
         .unwrap();
     assert!(retries >= 2.0, "{retries}");
 }
+
+/// A Redis that requires a password while `REDIS_AUTH` is not set answers NOAUTH: no wait
+/// mends that, so the start stops at once (no retry) with an error naming `REDIS_AUTH`, for a
+/// single Redis and for a Sentinel's data node alike. The elapsed limit only bounds the test
+/// should the start retry.
+#[test]
+fn a_redis_requiring_a_password_without_redis_auth_stops_the_start_naming_it() {
+    use crate::common::binary::start_fails;
+    let master = Redis::start_with(&["--requirepass", "master-pw"]);
+    let config = master.dir.write("limits.yaml", CONFIG);
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let single = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_URL", &master.url()),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s"),
+    ];
+    let err = start_fails(&args, &single);
+    assert!(err.contains("REDIS_AUTH"), "{err}");
+    assert!(!err.contains("retrying"), "retried: {err}");
+
+    let s = sentinel(&master, None);
+    let url = format!("mymaster,127.0.0.1:{}", s.port);
+    let via_sentinel = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_TYPE", "sentinel"),
+        ("REDIS_URL", &url),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s"),
+    ];
+    let err = start_fails(&args, &via_sentinel);
+    assert!(err.contains("REDIS_AUTH"), "{err}");
+    assert!(!err.contains("retrying"), "retried: {err}");
+}
