@@ -17,6 +17,7 @@ use crate::settings::{Backend, Settings};
 use crate::telemetry::{Counters, Metrics, ReloadStats, RequestStats, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;
+use crate::transport::waiting::{StartWait, WaitingFor};
 
 /// The parts the adapters are built from. Cheap to clone.
 #[derive(Clone)]
@@ -102,20 +103,35 @@ pub(super) struct Built {
     pub(super) journal: Option<Journal>,
 }
 
+/// What the start shares with the ports that answer while it waits: what it waits for, and the
+/// counters made before the context (the Redis retries, which those ports serve; TLS's, which
+/// the certificates, read first, count in).
+pub(super) struct Starting {
+    pub(super) wait: StartWait,
+    pub(super) retries: Arc<StartupRetries>,
+    pub(super) tls: Arc<TlsStats>,
+}
+
 /// With a state dir, the durable counters read back into the shards, before any port serves:
-/// the first answer already counts what was saved.
-fn read_back(
+/// the first answer already counts what was saved. Read on the blocking pool, so the start's
+/// runtime answers the ports and the stop meanwhile; the shard tasks go there and come back.
+async fn read_back(
     settings: &Settings,
     engine: &Engine,
-    shard_tasks: &mut [ShardTask],
+    shard_tasks: Vec<ShardTask>,
     state: &Arc<StateStats>,
-) -> Result<Option<Journal>, StartError> {
-    match &settings.backend {
-        Backend::Durable(s) => Journal::open(s, engine, shard_tasks, state.clone())
-            .map(Some)
-            .map_err(StartError::State),
-        Backend::Memory | Backend::Redis(_) => Ok(None),
-    }
+) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
+    let Backend::Durable(s) = &settings.backend else {
+        return Ok((None, shard_tasks));
+    };
+    let (s, engine, state) = (s.clone(), engine.clone(), state.clone());
+    let mut tasks = shard_tasks;
+    let read = tokio::task::spawn_blocking(move || {
+        let opened = Journal::open(&s, &engine, &mut tasks, state);
+        (opened, tasks)
+    });
+    let (opened, tasks) = read.await.map_err(|e| StartError::State(e.to_string()))?;
+    Ok((Some(opened.map_err(StartError::State)?), tasks))
 }
 
 impl Context {
@@ -125,15 +141,18 @@ impl Context {
         settings: &Settings,
         config: Config,
         clock: Clock,
+        starting: Starting,
     ) -> Result<Built, StartError> {
         let mut fleet = None;
         let redis = (
-            Arc::new(StartupRetries::default()),
+            starting.retries,
             Arc::new(RedisErrors::new(settings.shards)),
         );
+        let wait = starting.wait;
         let store = match &settings.backend {
             Backend::Memory | Backend::Durable(_) => None,
             Backend::Redis(r) => {
+                wait.set(Some(WaitingFor::Redis));
                 let store = RedisStore::connect(r, (&redis.0, &redis.1)).await;
                 let store = Arc::new(store.map_err(StartError::Redis)?);
                 fleet = Some(store.clone() as Arc<dyn DemandExchange>);
@@ -141,7 +160,7 @@ impl Context {
                 Some((store, r.policy.clone()))
             }
         };
-        let (engine, mut shard_tasks) = Engine::with_store(
+        let (engine, shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
             settings.max_waiters,
@@ -150,7 +169,9 @@ impl Context {
             settings.max_keys,
         );
         let state = Arc::new(StateStats::default());
-        let journal = read_back(settings, &engine, &mut shard_tasks, &state)?;
+        wait.set(Some(WaitingFor::State));
+        let (journal, shard_tasks) = read_back(settings, &engine, shard_tasks, &state).await?;
+        wait.set(None);
         let service = Arc::new(
             RequestStats::new(settings.near_limit_ratio)
                 .with_max_detailed_series(settings.max_detailed_series),
@@ -159,7 +180,7 @@ impl Context {
             requests: service.clone(),
             shards: engine.stats().into(),
             reloads: Arc::default(),
-            tls: Arc::default(),
+            tls: starting.tls,
             admin: Arc::default(),
             quota: Arc::default(),
             resp: Arc::default(),

@@ -19,6 +19,7 @@ mod listeners;
 mod reload;
 mod run;
 mod tls;
+mod waiting;
 mod worker;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -37,17 +38,21 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
+use crate::backend::redis::StartupRetries;
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
-use crate::settings::Settings;
+use crate::settings::{Backend, Settings};
 use crate::source::files::{fingerprint, Watched};
-use crate::telemetry::Shown;
+use crate::telemetry::{Counters, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
 use crate::transport::resp::RespShared;
+use crate::transport::waiting::StartWait;
 use admin::Admin;
+use context::Starting;
 use listeners::{local_addr, Listeners};
 use reload::Reloader;
+use waiting::Waiting;
 use worker::{Grpc, Stopping};
 
 /// Names the health service answers for.
@@ -189,6 +194,17 @@ pub async fn start(
     first: impl Into<FirstConfig>,
     clock: Clock,
 ) -> Result<Running, StartError> {
+    start_telling(settings, first, clock, &StartWait::default()).await
+}
+
+/// As [`start`], telling `wait` what the start waits for meanwhile. Until it is done the bound
+/// ports answer at once (`waiting`); dropped, it stops them.
+async fn start_telling(
+    settings: &Settings,
+    first: impl Into<FirstConfig>,
+    clock: Clock,
+    wait: &StartWait,
+) -> Result<Running, StartError> {
     let FirstConfig { config, baseline } = first.into();
     // Taken before the config was read, or now, before anything else: a change made from then
     // on is a change to reload.
@@ -197,10 +213,29 @@ pub async fn start(
     let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let built = Context::build(settings, config, clock).await?;
+    let starting = Starting {
+        wait: wait.clone(),
+        retries: Arc::new(StartupRetries::default()),
+        tls: Arc::default(),
+    };
+    let tls = tls_state(settings, &starting)?;
+    // Only Redis and the durable counters make a start wait.
+    let waiting = match settings.backend {
+        Backend::Redis(_) | Backend::Durable(_) => {
+            let counters = Counters::new(vec![starting.retries.clone()]);
+            let answers = (wait, counters);
+            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
+            Some(w.map_err(StartError::Runtime)?)
+        }
+        Backend::Memory => None,
+    };
+    let built = Context::build(settings, config, clock, starting).await?;
+    if let Some(w) = waiting {
+        w.hand_over();
+    }
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
-    let (tls, reloader) = tls_and_reloader(settings, &cx, domains)?;
+    let reloader = reloader(settings, &cx, domains);
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
     let (stop, stop_rx) = watch::channel(false);
     let workers = settings.workers.max(1);
@@ -264,22 +299,20 @@ pub async fn start(
 
 type TlsShared = Option<Arc<tls::TlsState>>;
 
-/// The TLS state (certificates read now), and the reloader of the config files (none with xDS).
-fn tls_and_reloader(
-    settings: &Settings,
-    cx: &Context,
-    domains: usize,
-) -> Result<(TlsShared, Option<Arc<Reloader>>), StartError> {
-    let stats = cx.stats.tls.clone();
-    let tls = (settings.tls.clone())
-        .map(|t| tls::TlsState::new(t, stats).map(Arc::new))
+/// The TLS state, certificates read now (before any wait: a wrong file stops the start at once).
+fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, StartError> {
+    (settings.tls.clone())
+        .map(|t| tls::TlsState::new(t, starting.tls.clone()).map(Arc::new))
         .transpose()
-        .map_err(StartError::Tls)?;
-    let reloader = (settings.xds.is_none()).then(|| {
+        .map_err(StartError::Tls)
+}
+
+/// The reloader of the config files (none with xDS).
+fn reloader(settings: &Settings, cx: &Context, domains: usize) -> Option<Arc<Reloader>> {
+    (settings.xds.is_none()).then(|| {
         let install = reload::Install::new(cx.live.clone(), cx.stats.reloads.clone());
         Arc::new(Reloader::new(settings.sources(), install, domains))
-    });
-    Ok((tls, reloader))
+    })
 }
 
 /// The config location as the poller watches it.

@@ -7,9 +7,10 @@ use std::net::SocketAddr;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 
-use super::{start, FirstConfig, Running, StartError};
+use super::{start_telling, FirstConfig, Running, StartError};
 use crate::limiter::Clock;
 use crate::settings::Settings;
+use crate::transport::waiting::StartWait;
 
 /// Serves `config` as `settings` say until `shutdown` completes, then stops gracefully.
 pub async fn run(
@@ -17,7 +18,18 @@ pub async fn run(
     config: impl Into<FirstConfig>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    let running = start(settings, config, Clock::System).await?;
+    // A stop while the start waits (for Redis, for the durable counters) ends the wait: nothing
+    // is served yet, so nothing needs draining.
+    let wait = StartWait::default();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let running = tokio::select! {
+        started = start_telling(settings, config, Clock::System, &wait) => started?,
+        () = &mut shutdown => {
+            let what = wait.now().map_or("the start", |w| w.what());
+            tracing::warn!("stopped while waiting for {what}; nothing was served");
+            return Ok(());
+        }
+    };
     announce(settings, &running);
     tokio::select! {
         _ = shutdown => {}

@@ -2,10 +2,12 @@
 //! layer, and `codec`, reading its request where it lies and writing its answer in one pass;
 //! `rlqs`, the quota streams), HTTP
 //! (`http`: health, `/json`, `/rate`, `/throttle`, debug and metrics) and the Redis protocol of
-//! ThrottleCrab's `THROTTLE` and redis-cell's `CL.THROTTLE` (`resp`).
+//! ThrottleCrab's `THROTTLE` and redis-cell's `CL.THROTTLE` (`resp`); what they all answer
+//! while the start waits for Redis or the durable counters (`waiting`).
 
 pub mod codec;
 pub mod grpc;
 pub mod http;
 pub mod resp;
 pub mod rlqs;
+pub mod waiting;

@@ -1,7 +1,8 @@
 //! The first connection at start, retried while Redis is not there yet (`REDIS_STARTUP_*`), as
-//! envoyproxy/ratelimit retries it: the process serves nothing until Redis answers, and gives
-//! up when `REDIS_STARTUP_MAX_ELAPSED_TIME` has passed. A refused password or a bad setting is
-//! not retried: no wait mends it.
+//! envoyproxy/ratelimit retries it: the process serves nothing until Redis answers (its ports
+//! say so at once meanwhile, and a stop ends the wait: `server`), and gives up when
+//! `REDIS_STARTUP_MAX_ELAPSED_TIME` has passed. A refused or missing password or a bad setting
+//! is not retried: no wait mends it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

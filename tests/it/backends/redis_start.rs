@@ -1,11 +1,14 @@
 //! Reaching Redis at start: Sentinels (with their own password, `REDIS_SENTINEL_AUTH`), and a
 //! Redis that is not up yet, retried as envoyproxy/ratelimit retries it (`REDIS_STARTUP_*`)
-//! until it answers or the elapsed limit ends the start.
+//! until it answers or the elapsed limit ends the start; meanwhile the probes answer at once
+//! and a stop ends the wait; a missing password stops the start at once.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::common::redis::{cli_auth, free_port, Redis};
 use crate::common::*;
@@ -152,8 +155,8 @@ async fn a_redis_that_never_comes_ends_the_start_at_the_elapsed_limit() {
     assert!(e.contains("REDIS_STARTUP_MAX_ELAPSED_TIME"), "{e}");
 }
 
-/// The binary started before its Redis: it logs each retry and opens no port; once Redis is
-/// up it starts, answers from Redis, and counts the retries.
+/// The binary started before its Redis: it logs each retry; once Redis is up it starts,
+/// answers from Redis, and counts the retries.
 #[tokio::test]
 async fn a_start_before_redis_is_up_waits_for_it_and_then_serves() {
     let mut redis = Redis::start();
@@ -258,4 +261,193 @@ fn a_redis_requiring_a_password_without_redis_auth_stops_the_start_naming_it() {
     let err = start_fails(&args, &via_sentinel);
     assert!(err.contains("REDIS_AUTH"), "{err}");
     assert!(!err.contains("retrying"), "retried: {err}");
+}
+
+/// The binary started while its Redis is down (the default: retry without end), every port on
+/// a port of its own, and the Redis it waits for; `Redis::restart` brings that one up.
+fn waiting_for_redis(env: &[(&str, &str)]) -> (crate::common::binary::Starting, Redis, [u16; 4]) {
+    use crate::common::binary::{Starting, BIN};
+    let mut redis = Redis::start();
+    redis.kill();
+    let config = redis.dir.write("limits.yaml", CONFIG);
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let [http, grpc, debug, metrics] = ports.map(|p| p.to_string());
+    let metrics = format!("127.0.0.1:{metrics}");
+    let url = redis.url();
+    let mut vars = vec![
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_INTERVAL", "100ms"),
+        ("PORT", http.as_str()),
+        ("GRPC_PORT", grpc.as_str()),
+        ("DEBUG_PORT", debug.as_str()),
+        ("PROMETHEUS_ADDR", metrics.as_str()),
+    ];
+    vars.extend_from_slice(env);
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let s = Starting::spawn(std::path::Path::new(BIN), &args, &vars);
+    s.logged("Redis not reachable at start; retrying");
+    (s, redis, ports)
+}
+
+/// SIGTERM and SIGINT each end a start that waits for Redis: the process exits 0 (a bound of
+/// seconds only, not a speed), saying what it was waiting for.
+#[test]
+fn a_start_waiting_for_redis_stops_on_sigterm_and_on_sigint() {
+    for sig in ["TERM", "INT"] {
+        let (mut s, _redis, _) = waiting_for_redis(&[]);
+        s.signal(sig);
+        let (status, stderr) = s
+            .exit_within(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("still running 5 s after SIG{sig}"));
+        assert!(
+            status.success(),
+            "SIG{sig}: exit {status}; stderr:\n{stderr}"
+        );
+        assert!(
+            stderr.contains("stopped while waiting for Redis"),
+            "SIG{sig}: {stderr}"
+        );
+    }
+}
+
+/// While the start waits for Redis every port answers at once: `/healthcheck` 503 naming the
+/// wait, gRPC health NOT_SERVING and `ShouldRateLimit` UNAVAILABLE, the metrics and debug ports
+/// the retries. Once Redis is up the same ports serve: health 200, calls counted.
+#[tokio::test]
+async fn probes_answer_at_once_while_the_start_waits_for_redis() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let (s, mut redis, [http, grpc, debug, metrics]) = waiting_for_redis(&[]);
+    // A generous bound: a connection that hangs fails here, not a slow answer.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let get = |port: u16, path: &str| {
+        let (client, url) = (client.clone(), format!("http://127.0.0.1:{port}{path}"));
+        async move {
+            let r = client.get(url).send().await.expect("answered");
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    assert_eq!(
+        get(http, "/healthcheck").await,
+        (503, "waiting for Redis\n".to_owned())
+    );
+    for port in [metrics, debug] {
+        let (code, body) = get(port, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("ratelimit_service_redis_startup_retries_total "),
+            "{body}"
+        );
+    }
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("gRPC connects");
+    for service in ["", "ratelimit"] {
+        let req = HealthCheckRequest {
+            service: service.into(),
+        };
+        let status = HealthClient::new(channel.clone()).check(req).await.unwrap();
+        assert_eq!(
+            status.into_inner().status,
+            ServingStatus::NotServing as i32,
+            "health of {service:?}"
+        );
+    }
+    let mut rls = RateLimitServiceClient::new(channel);
+    let e = rls
+        .should_rate_limit(one("edge", &[("api_key", "w")]))
+        .await
+        .expect_err("not served yet");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("waiting for Redis"), "{e:?}");
+
+    redis.restart();
+    let _server = s.ready();
+    let served = settles(
+        || async { get(http, "/healthcheck").await.0 },
+        200,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(served, 200);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let r = RateLimitServiceClient::new(channel)
+        .should_rate_limit(one("edge", &[("api_key", "w")]))
+        .await
+        .expect("served from Redis")
+        .into_inner();
+    assert_eq!(codes(&r), vec![(OK, 2)]);
+}
+
+/// examples/kubernetes/rate-limit-service.yaml promises that a Redis outage does not restart
+/// pods: while the start waits for Redis its liveness probe passes and its readiness probe
+/// fails, each asked of the port it names.
+#[tokio::test]
+async fn the_kubernetes_example_probes_keep_a_waiting_pod_alive_and_unready() {
+    use serde::Deserialize;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kubernetes/rate-limit-service.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let container = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["name"] == "ratelimit")
+        .expect("the ratelimit container");
+    let (s, _redis, [http, _, debug, metrics]) = waiting_for_redis(&[]);
+    // The container's ports, by name, as the test's own.
+    let port_of = |name: &serde_yaml::Value| -> u16 {
+        let declared = (container["ports"].as_sequence().unwrap().iter())
+            .find(|p| &p["name"] == name)
+            .unwrap_or_else(|| panic!("port {name:?} declared"))["containerPort"]
+            .as_u64()
+            .unwrap();
+        match declared {
+            8080 => http,
+            6070 => debug,
+            9090 => metrics,
+            other => panic!("port {other} is not an HTTP port of turnstile's"),
+        }
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut seen = Vec::new();
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &container[probe]["httpGet"];
+        let url = format!(
+            "http://127.0.0.1:{}{}",
+            port_of(&get["port"]),
+            get["path"].as_str().unwrap()
+        );
+        let r = client.get(&url).send().await.expect("answered");
+        seen.push((probe, r.status().is_success()));
+    }
+    assert_eq!(
+        seen,
+        vec![("livenessProbe", true), ("readinessProbe", false)]
+    );
+    drop(s);
 }

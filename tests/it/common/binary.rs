@@ -73,9 +73,19 @@ pub fn command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     cmd
 }
 
-impl Server {
+/// The binary spawned, its readiness line not read yet: a start that waits (for Redis, for its
+/// durable counters) can be looked at and stopped meanwhile.
+pub struct Starting {
+    /// Taken when it becomes a [`Server`]; killed on drop until then.
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<thread::JoinHandle<()>>,
+    stdout: mpsc::Receiver<String>,
+}
+
+impl Starting {
     /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given).
-    pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+    pub fn spawn(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Starting {
         let mut child = command(program, args, env)
             .spawn()
             .expect("spawn turnstile");
@@ -102,9 +112,63 @@ impl Server {
                 }
             }
         });
-        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!("no readiness line; stderr:\n{}", stderr.lock().unwrap())
+        Starting {
+            child: Some(child),
+            stderr,
+            stderr_reader: Some(stderr_reader),
+            stdout: rx,
+        }
+    }
+
+    /// Waits until its stderr holds `what` (panics past the deadline).
+    pub fn logged(&self, what: &str) {
+        let end = Instant::now() + DEADLINE;
+        while !self.stderr.lock().unwrap().contains(what) {
+            assert!(
+                Instant::now() < end,
+                "no {what:?} in stderr:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Its exit status and whole stderr once it has exited, or `None` if it still runs after
+    /// `within` (it is killed when dropped).
+    pub fn exit_within(&mut self, within: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let end = Instant::now() + within;
+        let child = self.child.as_mut().expect("running");
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                if let Some(h) = self.stderr_reader.take() {
+                    let _ = h.join();
+                }
+                let stderr = self.stderr.lock().unwrap().clone();
+                return Some((st, stderr));
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the readiness line: the server, serving.
+    pub fn ready(mut self) -> Server {
+        let line = self.stdout.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            panic!(
+                "no readiness line; stderr:\n{}",
+                self.stderr.lock().unwrap()
+            )
         });
         // `turnstile: listening grpc=.. http=..`, or with LOG_FORMAT=json a JSON event whose
         // fields carry the addresses.
@@ -124,12 +188,31 @@ impl Server {
             metrics: addr("metrics"),
         };
         Server {
-            child,
-            stderr,
-            stderr_reader: Some(stderr_reader),
+            child: self.child.take().expect("running"),
+            stderr: self.stderr.clone(),
+            stderr_reader: self.stderr_reader.take(),
             ports,
             ready: line,
         }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Server {
+    /// Runs `program` with only `env` (plus loopback, OS-chosen ports unless given), and waits
+    /// for its readiness line.
+    pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Starting::spawn(program, args, env).ready()
     }
 
     /// Its stderr so far.

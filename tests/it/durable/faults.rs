@@ -1,4 +1,4 @@
-//! What a crash can lose, and a state dir that is damaged, unusable or held.
+//! What a crash can lose, a state dir that is damaged, unusable or held, and one slow to read.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -212,4 +212,75 @@ async fn a_state_dir_held_by_a_live_process_refuses_a_second_one() {
     let (code, _) = check(s.ports.http, "d", json!([entry("k", "a", 1)])).await;
     assert_eq!(code, "OK");
     s.stop();
+}
+
+/// A state that takes long to read (a slow volume: here a snapshot that is a FIFO nobody
+/// writes to, so the read waits as long as the test wants) hangs no probe: `/healthcheck`
+/// answers 503 naming the read and the metrics port serves; SIGTERM ends the start, exit 0.
+#[tokio::test]
+async fn a_slow_state_read_answers_probes_and_stops_on_sigterm() {
+    use crate::common::binary::{Starting, BIN};
+    use crate::common::redis::free_port;
+
+    let t = TempDir::new("durable-slow");
+    let config = t.write("config.yaml", LIMITS);
+    let state = t.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let fifo = state.join("counters.1.snap");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (http, metrics) = (free_port().to_string(), free_port());
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let mut s = Starting::spawn(
+        std::path::Path::new(BIN),
+        &["serve", "--config", config.to_str().unwrap()],
+        &[
+            ("TURNSTILE_STATE_DIR", state.to_str().unwrap()),
+            ("PORT", &http),
+            ("PROMETHEUS_ADDR", &metrics_addr),
+        ],
+    );
+    // A generous bound on each request: a connection that hangs fails here.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{http}/healthcheck");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        match client.get(&health).send().await {
+            Ok(r) => break (r.status().as_u16(), r.text().await.unwrap()),
+            // Not bound yet.
+            Err(e) if e.is_connect() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("/healthcheck: {e}"),
+        }
+    };
+    assert_eq!(
+        answer,
+        (
+            503,
+            "waiting for the durable counters to be read back\n".into()
+        )
+    );
+    let scraped = client
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .expect("the metrics port answers");
+    assert_eq!(scraped.status().as_u16(), 200);
+
+    s.signal("TERM");
+    let (status, stderr) = s
+        .exit_within(Duration::from_secs(5))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    assert!(
+        stderr.contains("stopped while waiting for the durable counters to be read back"),
+        "{stderr}"
+    );
 }
