@@ -172,12 +172,17 @@ struct Cluster {
     nodes: Vec<Redis>,
 }
 
-fn cluster() -> Cluster {
-    let nodes: Vec<Redis> = (0..3)
-        .map(|_| Redis::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
-        .collect();
+/// Three masters; with `password`, each requires it (of clients and of each other).
+fn cluster(password: Option<&str>) -> Cluster {
+    let mut args = vec!["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+    let mut cli = Command::new("redis-cli");
+    if let Some(pw) = password {
+        args.extend(["--requirepass", pw, "--masterauth", pw]);
+        cli.args(["-a", pw, "--no-auth-warning"]);
+    }
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_with(&args)).collect();
     let addrs: Vec<String> = nodes.iter().map(|n| n.url()).collect();
-    let out = Command::new("redis-cli")
+    let out = cli
         .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -200,7 +205,7 @@ fn cluster() -> Cluster {
 
 #[tokio::test]
 async fn redis_cluster_with_three_masters() {
-    let c = cluster();
+    let c = cluster(None);
     let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
     let e = vec![
         ("BACKEND_TYPE".to_string(), "redis".to_string()),
@@ -564,4 +569,24 @@ async fn per_second_limits_go_to_their_own_redis() {
         "main Redis"
     );
     assert_eq!(per_second.cli(&["DBSIZE"]), "1");
+}
+
+/// A Cluster whose nodes require a password, and no `REDIS_AUTH`: the start stops at once
+/// (no retry), naming `REDIS_AUTH`. The elapsed limit only bounds the test should it retry.
+#[test]
+fn a_cluster_requiring_a_password_without_redis_auth_stops_the_start_naming_it() {
+    let c = cluster(Some("cluster-pw"));
+    let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+    let config = c.nodes[0].dir.write("limits.yaml", CONFIG);
+    let err = crate::common::binary::start_fails(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_TYPE", "cluster"),
+            ("REDIS_URL", &urls.join(",")),
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s"),
+        ],
+    );
+    assert!(err.contains("REDIS_AUTH"), "{err}");
+    assert!(!err.contains("retrying"), "retried: {err}");
 }
