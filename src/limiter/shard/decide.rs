@@ -192,10 +192,11 @@ impl<B: Hooks> Decider<'_, B> {
         for op in d.ops.iter().filter(|o| o.refund) {
             self.refund(op, now);
         }
-        // Waiters of these keys go before this newcomer.
+        // Waiters of these keys go before this newcomer, judged by its limit if it is higher.
         for i in 0..d.ops.len() {
             if d.ops[i].queue.is_some() && self.has_waiters(&d.ops[i]) {
                 let key = d.ops[i].key.clone();
+                self.queues.raise_limit(&key, &d.ops[i].params);
                 self.service_queue(&key, now);
             }
         }

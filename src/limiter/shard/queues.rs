@@ -7,6 +7,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use super::stats::ShardStats;
+use crate::limiter::algorithm::Params;
 use crate::limiter::key::{Key, KeyMap, KeyRef};
 use crate::limiter::protocol::Decide;
 use crate::limiter::waiters::WaiterBudget;
@@ -85,6 +86,28 @@ impl Queues {
             }
         }
         (len, hits)
+    }
+
+    /// A newcomer to `key` carries `limit`: waiters that wait there under a lower one of the
+    /// same kind (a reload raised it since) are judged by it from now on, as the newcomer is.
+    /// Whether any was.
+    pub(super) fn raise_limit(&mut self, key: &Key, limit: &Params) -> bool {
+        if self.map.is_empty() {
+            return false;
+        }
+        let Some(q) = self.map.get_mut(key) else {
+            return false;
+        };
+        let mut raised = false;
+        for w in q.iter_mut() {
+            for op in w.msg.ops.iter_mut().filter(|op| &op.key == key) {
+                if op.params != *limit && op.params.no_roomier_than(limit) {
+                    op.params = *limit;
+                    raised = true;
+                }
+            }
+        }
+        raised
     }
 
     /// Takes the head of `key`'s queue; a queue left empty is dropped. `None` when `key` has no

@@ -152,6 +152,12 @@ impl Decider<'_, Link> {
             }
             return;
         }
+        // A limit raised since its waiters queued: they go to the store first, judged by it.
+        for op in d.ops.iter().filter(|op| op.queue.is_some()) {
+            if self.queues.raise_limit(&op.key, &op.params) && !self.backing.head_out(&op.key) {
+                self.service_queue(&op.key, now);
+            }
+        }
         let mut d = d;
         self.hold(&mut d);
         // Sent when the shard's task next runs, after the calls that are ready on this thread:

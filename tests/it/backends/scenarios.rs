@@ -20,6 +20,7 @@ test_with_all_backends!(
     several_limits,
     queued_waiter_is_admitted_at_rollover,
     a_raised_override_admits_at_once,
+    a_raised_queued_limit_admits_its_waiters_at_once,
 );
 
 // ------------------------------------------------------------------------------------------
@@ -313,4 +314,49 @@ async fn a_raised_override_admits_at_once(backend: &Backend) {
     // Lowered again, in the same window: over at once.
     s.advance(Duration::from_secs(1));
     assert_eq!(codes(&s.call(with_override(2)).await), vec![(OVER, 0)]);
+}
+
+/// A queued limit raised by a reload while someone waits at its key: the waiter and a newcomer
+/// are admitted at once, judged by the raised limit (the clock does not move).
+async fn a_raised_queued_limit_admits_its_waiters_at_once(backend: &Backend) {
+    let limits = |per_minute: u32| {
+        format!(
+            "domain: q\ndescriptors:\n  - key: queued\n    rate_limit:\n      unit: minute\n      requests_per_unit: {per_minute}\n      queue: {{max_waiting: 5, max_wait: 60s}}\n"
+        )
+    };
+    let dir = crate::common::tempdir::TempDir::new("raised-queue");
+    dir.write("ratelimit/config/q.yaml", &limits(1));
+    let root = dir.path().to_str().unwrap().to_owned();
+    let env = [
+        ("RUNTIME_ROOT", root.as_str()),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+    ];
+    let s = backend.start_from_env(&env).await;
+    assert_eq!(s.call(one("q", &[("queued", "a")])).await.overall_code, OK);
+    let mut c = s.client.clone();
+    let waiter = tokio::spawn(async move {
+        c.should_rate_limit(one("q", &[("queued", "a")]))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let stats = s.running().context.engine.stats().to_vec();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stats.iter().map(|x| x.read().waiting).sum::<u64>() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    dir.write("ratelimit/config/q.yaml", &limits(100));
+    s.running().reload_config().expect("the raised limit loads");
+    let newcomer =
+        tokio::time::timeout(Duration::from_secs(5), s.call(one("q", &[("queued", "a")])))
+            .await
+            .expect("the newcomer is answered without waiting for the window");
+    assert_eq!(newcomer.overall_code, OK);
+    let waited = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is admitted under the raised limit")
+        .unwrap();
+    assert_eq!(waited.overall_code, OK);
 }

@@ -41,7 +41,18 @@ impl Backend {
     /// server gets a key prefix of its own, so two servers of one scenario count apart, as two
     /// in-memory servers do.
     pub async fn start_with(&self, yaml: &str, env: &[(&str, &str)]) -> TestServer {
-        // The first of two equal names wins: the scenario's own settings come first.
+        TestServer::start_env(yaml, self.env(env)).await
+    }
+
+    /// As [`Backend::start_with`], the limits read from where `env` says (`RUNTIME_*`) and
+    /// reloaded from there (`running().reload_config()`).
+    pub async fn start_from_env(&self, env: &[(&str, &str)]) -> TestServer {
+        TestServer::start_from_env_owned(self.env(env)).await
+    }
+
+    /// `env`, then this backend's settings. The first of two equal names wins: the scenario's
+    /// own settings come first.
+    fn env(&self, env: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut all: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -53,7 +64,7 @@ impl Backend {
         if let Backend::LocalFirst(_) = self {
             all.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
         }
-        TestServer::start_env(yaml, all).await
+        all
     }
 }
 

@@ -87,6 +87,11 @@ impl TestServer {
         let env: Vec<(String, String)> = (env.iter())
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        Self::start_from_env_owned(env).await
+    }
+
+    /// As [`TestServer::start_from_env`], with owned pairs.
+    pub async fn start_from_env_owned(env: Vec<(String, String)>) -> TestServer {
         let settings = Self::settings(&env);
         let config = settings.sources().load().expect("valid config files");
         Self::try_start_config(settings, config)
