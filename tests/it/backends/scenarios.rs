@@ -255,19 +255,7 @@ async fn several_limits(backend: &Backend) {
 async fn queued_waiter_is_admitted_at_rollover(backend: &Backend) {
     let s = backend.start(CONFIG).await;
     assert_eq!(s.call(one("s", &[("queued", "q")])).await.overall_code, OK);
-    let mut c = s.client.clone();
-    let waiter = tokio::spawn(async move {
-        c.should_rate_limit(one("s", &[("queued", "q")]))
-            .await
-            .unwrap()
-            .into_inner()
-    });
-    let stats = s.running().context.engine.stats().to_vec();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats.iter().map(|x| x.read().waiting).sum::<u64>() != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "queued");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let waiter = s.queued(one("s", &[("queued", "q")])).await;
     s.advance(Duration::from_secs(1));
     let r = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
@@ -334,19 +322,7 @@ async fn a_raised_queued_limit_admits_its_waiters_at_once(backend: &Backend) {
     ];
     let s = backend.start_from_env(&env).await;
     assert_eq!(s.call(one("q", &[("queued", "a")])).await.overall_code, OK);
-    let mut c = s.client.clone();
-    let waiter = tokio::spawn(async move {
-        c.should_rate_limit(one("q", &[("queued", "a")]))
-            .await
-            .unwrap()
-            .into_inner()
-    });
-    let stats = s.running().context.engine.stats().to_vec();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while stats.iter().map(|x| x.read().waiting).sum::<u64>() != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "queued");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let waiter = s.queued(one("q", &[("queued", "a")])).await;
     dir.write("ratelimit/config/q.yaml", &limits(100));
     s.running().reload_config().expect("the raised limit loads");
     let newcomer =

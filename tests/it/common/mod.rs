@@ -169,6 +169,28 @@ impl TestServer {
         r
     }
 
+    /// Sends `req` from a task of its own and returns once it waits in a queue (the shards'
+    /// waiters grew by one; 5 s at most): its answer comes through the handle.
+    pub async fn queued(
+        &self,
+        req: RateLimitRequest,
+    ) -> tokio::task::JoinHandle<RateLimitResponse> {
+        let waiting = || -> u64 {
+            let stats = self.running().context.engine.stats().to_vec();
+            stats.iter().map(|x| x.read().waiting).sum()
+        };
+        let before = waiting();
+        let mut c = self.client.clone();
+        let call =
+            tokio::spawn(async move { c.should_rate_limit(req).await.unwrap().into_inner() });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while waiting() != before + 1 {
+            assert!(tokio::time::Instant::now() < deadline, "not queued");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        call
+    }
+
     pub fn advance(&self, by: Duration) {
         self.clock.advance(by);
     }
