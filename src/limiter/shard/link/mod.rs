@@ -68,8 +68,9 @@ impl Link {
         shards: usize,
         (max_keys, stats): (usize, Arc<ShardStats>),
     ) -> Link {
-        // About 64 bytes a cached key, the budget split between shards.
-        let over_cap = policy.local_cache_bytes / 64 / shards.max(1);
+        // About 96 bytes a cached key (the key, until when, the limit it was full under; its
+        // text besides), the budget split between shards.
+        let over_cap = policy.local_cache_bytes / 96 / shards.max(1);
         let times = (
             policy.sync_interval.as_nanos() as u64,
             policy.cooldown.as_nanos() as u64,
