@@ -90,6 +90,28 @@ pub struct RateLimit {
     /// With Redis: decide from memory and sync in the background (`Some(true)`), always
     /// exactly (`Some(false)`), or as `LOCAL_FIRST` says (`None`).
     pub local_first: Option<bool>,
+    /// `reserve`: what each admitted check holds until its request's usage is reported.
+    pub reserve: Option<Reserve>,
+}
+
+/// A limit's reservations (`reserve`, `reserve_for`): each check of the limit that is admitted
+/// (a descriptor whose own `hits_addend` is 0) holds `hits` for its request, and later checks
+/// are judged against the usage counted plus what is held. The report of the request's usage
+/// (its own `hits_addend` above 0) releases one reservation; one nobody reports releases itself
+/// after `hold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reserve {
+    pub hits: u32,
+    pub hold: Duration,
+}
+
+impl Reserve {
+    /// How long a reservation holds when the limit does not say (`reserve_for`): longer than a
+    /// gateway's longest stream (Envoy AI Gateway's LLM calls, minutes at most), short enough
+    /// that a lost report does not starve the budget for long.
+    pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
+    /// The longest `reserve_for` taken.
+    pub const MAX_HOLD: Duration = Duration::from_secs(86_400);
 }
 
 impl RateLimit {

@@ -45,6 +45,7 @@ impl RedisStore {
             Ok(vec![StoreReply {
                 before: stored(&params, now, &values),
                 allowed: None,
+                holds: Default::default(),
             }])
         })
     }

@@ -82,6 +82,7 @@ impl<B: Hooks> Decider<'_, B> {
             grant: None,
             counting: Counting::IfAdmitted,
             local_first: Some(false),
+            reserve: crate::limiter::Reservation::None,
         };
         self.refund(&op, now);
         true

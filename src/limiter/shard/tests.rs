@@ -146,6 +146,7 @@ impl Store for HeldStore {
             Ok(vec![StoreReply {
                 before,
                 allowed: None,
+                holds: Default::default(),
             }])
         })
     }
@@ -211,6 +212,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let before = |n| StoreReply {
         before: State::fresh(&p, T0).add(&p, T0, n),
         allowed: None,
+        holds: Default::default(),
     };
     let mut held: Vec<_> = store.sent.lock().unwrap().drain(..).map(|s| s.1).collect();
     held.pop().unwrap().send(vec![before(1)]).unwrap();

@@ -129,6 +129,9 @@ return tat
 /// the admin listener), never held on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Name<'a> {
+    /// Written around the whole name: a fixed window's holds (`{<its counter's name>}_held`)
+    /// share its Cluster slot.
+    wrap: (&'static str, &'static str),
     prefix: &'a str,
     open: &'static str,
     key: &'a str,
@@ -143,10 +146,12 @@ impl Name<'_> {
     }
 
     fn len(&self) -> usize {
-        self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
+        let wrap = self.wrap.0.len() + self.wrap.1.len();
+        wrap + self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
     }
 
     fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        out.write_all(self.wrap.0.as_bytes())?;
         out.write_all(self.prefix.as_bytes())?;
         out.write_all(self.open.as_bytes())?;
         out.write_all(self.key.as_bytes())?;
@@ -154,7 +159,7 @@ impl Name<'_> {
         if let Some(s) = self.start {
             s.write_to(out)?;
         }
-        Ok(())
+        out.write_all(self.wrap.1.as_bytes())
     }
 }
 
@@ -168,12 +173,14 @@ impl Name<'_> {
             Some(s) => (decimal(s.ms, &mut d), b"ms"),
         };
         p.parts(&[
+            self.wrap.0.as_bytes(),
             self.prefix.as_bytes(),
             self.open.as_bytes(),
             self.key.as_bytes(),
             self.close.as_bytes(),
             digits,
             ms,
+            self.wrap.1.as_bytes(),
         ]);
     }
 }
@@ -230,6 +237,14 @@ pub(super) enum Cmd<'a> {
         now_us: u64,
         interval_us: u64,
         hits: u64,
+    },
+    /// A check of a limit with `reserve`, or a report releasing one of its holds
+    /// (`holds::HOLD`).
+    Hold(holds::HoldCmd<'a>),
+    /// `ZREM held id`: a hold taken back (its request was refused elsewhere).
+    Unhold {
+        held: Name<'a>,
+        id: u64,
     },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
     Get {
@@ -324,6 +339,7 @@ impl RedisStore {
         start: Option<WindowStart>,
     ) -> Name<'a> {
         Name {
+            wrap: ("", ""),
             prefix: &self.prefix,
             open,
             key: op.key.as_str(),
@@ -438,7 +454,14 @@ fn sha1(src: &str) -> String {
 }
 
 /// Every script, for `SCRIPT LOAD` when a connection is checked.
-pub(super) const ALL: [&str; 5] = [SLIDING, GCRA, GCRA_ADD, REFUND_COUNT, REFUND_GCRA];
+pub(super) const ALL: [&str; 6] = [
+    SLIDING,
+    GCRA,
+    GCRA_ADD,
+    REFUND_COUNT,
+    REFUND_GCRA,
+    holds::HOLD,
+];
 
 static SLIDING_SHA: LazyLock<String> = LazyLock::new(|| sha1(SLIDING));
 static GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA));
@@ -452,6 +475,7 @@ static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
+static ZREM: Head = LazyLock::new(|| Encoded::new(&[b"ZREM"]));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
 static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
 static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
@@ -530,6 +554,13 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             hits,
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
         Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
+        Cmd::Hold(h) => h.pack(p),
+        Cmd::Unhold { held, id } => {
+            p.start(3);
+            p.encoded(&ZREM);
+            held.pack(p);
+            p.int(*id);
+        }
         Cmd::RefundGcra {
             key,
             now_us,
@@ -555,6 +586,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
             (GCRA_ADD, &*GCRA_ADD_SHA),
             (REFUND_COUNT, &*REFUND_COUNT_SHA),
             (REFUND_GCRA, &*REFUND_GCRA_SHA),
+            (holds::HOLD, &*holds::HOLD_SHA),
         ];
         if let Some((src, _)) = known.iter().find(|(_, h)| h.as_bytes() == *sha) {
             args[0] = b"EVAL";
@@ -564,5 +596,6 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
     out.push(&args);
 }
 
+mod holds;
 #[cfg(test)]
 mod tests;
