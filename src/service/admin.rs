@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use super::plan::{self, LimitRef, Plan};
 use super::{validate, AnswerSettings, Live, RateLimiter, Request};
 use crate::config::{Algorithm, Unit};
-use crate::limiter::{EngineError, LookedUp, Op, Role};
+use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
 use crate::telemetry::digest;
 
 /// Why an admin action was not done; the message names what to fix.
@@ -42,13 +42,17 @@ pub struct Applies {
     pub algorithm: Algorithm,
     pub role: Role,
     pub unlimited: bool,
+    /// The hits each check holds (`reserve`), if the limit takes reservations.
+    pub reserve: Option<u32>,
 }
 
 /// What a look-up found of one limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
-    /// Hits held against the limit now (see `limiter::State::used`).
+    /// Hits counted against the limit now (see `limiter::State::used`).
     pub used: u64,
+    /// Hits held by checks whose requests have not reported yet (`reserve`).
+    pub held: u64,
     /// What a request of one hit would be told is left after a check (0 when over).
     pub remaining: u32,
     /// Until the window ends (fixed, sliding) or the bucket is full again (token bucket).
@@ -138,9 +142,16 @@ impl RateLimiter {
 fn usage(op: &Op, found: LookedUp) -> Usage {
     let (p, now) = (&op.params, found.now);
     let check = found.state.eval(p, now, 0);
+    let held = match op.reserve {
+        Reservation::Hold { hits, .. } => found.held.saturating_mul(u64::from(hits)),
+        _ => 0,
+    };
     Usage {
         used: found.state.used(p, now),
-        remaining: check.remaining,
+        held,
+        remaining: check
+            .remaining
+            .saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)),
         resets_in_ns: check.reset_ns,
         now,
         waiting: found.waiting,
@@ -190,11 +201,19 @@ fn targets(
     let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
     let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
     for (ai, a) in plan.applied.iter().enumerate() {
-        let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
-        let (algorithm, unlimited, unit_multiplier) = match a.limit {
-            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier),
-            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1),
+        let mut op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
+        let (algorithm, unlimited, unit_multiplier, reserve) = match a.limit {
+            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
+            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
         };
+        // A look-up reads the holds of a limit with `reserve` beside its count.
+        if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
+            op.reserve = Reservation::Hold {
+                hits: r.hits,
+                for_ms: 0,
+                id: 0,
+            };
+        }
         let applies = Applies {
             descriptor: a.descriptor,
             name: a.limit.name().to_owned(),
@@ -208,6 +227,7 @@ fn targets(
             algorithm,
             role: a.role,
             unlimited,
+            reserve: reserve.map(|r| r.hits),
         };
         out.push((applies, op));
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::common::backend::{test_with_all_backends, Backend};
 use crate::common::redis::{self, Redis};
 use crate::common::*;
+use serde_json::{json, Value};
 
 const RESERVING: &str = r#"
 domain: ai
@@ -97,10 +98,69 @@ async fn a_hold_nobody_reports_releases_itself_after_reserve_for(backend: &Backe
     }
 }
 
+/// (used, held, remaining) of `user`'s limit under `key`, as the admin listener's look-up
+/// reports it.
+async fn looked_up(s: &TestServer, key: &str, user: &str) -> (u64, u64, u64) {
+    let addr = s.running().admin_addr.expect("the admin listener");
+    let body = json!({"domain": "ai", "descriptors": [{"entries": [{"key": key, "value": user}]}]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/admin/look-up"))
+        .json(&body)
+        .send()
+        .await
+        .expect("look-up");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("JSON");
+    let l = &v["limits"][0];
+    assert_eq!(l["reserve"], 300, "{l}");
+    let n = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("no {k} in {l}"));
+    (n("used"), n("held"), n("remaining"))
+}
+
+/// The sum over shards of a `ratelimit_service_reservations_<what>_total` family.
+async fn reservations(s: &TestServer, what: &str) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", s.http))
+        .await
+        .expect("/metrics")
+        .text()
+        .await
+        .expect("text");
+    let name = format!("ratelimit_service_reservations_{what}_total{{");
+    (text.lines())
+        .filter(|l| l.starts_with(&name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+async fn the_operator_sees_what_is_held_and_how_holds_end(backend: &Backend) {
+    let s = backend
+        .start_with(RESERVING, &[("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0")])
+        .await;
+    for key in ALGORITHMS {
+        check(&s, key, "erin").await;
+        check(&s, key, "erin").await;
+        assert_eq!(looked_up(&s, key, "erin").await, (0, 600, 400), "{key}");
+        usage(&s, key, "erin", 250).await;
+        assert_eq!(looked_up(&s, key, "erin").await, (250, 300, 450), "{key}");
+    }
+    assert_eq!(reservations(&s, "made").await, 6);
+    assert_eq!(reservations(&s, "reported").await, 3);
+    assert_eq!(reservations(&s, "expired").await, 0);
+    // Nobody reports the second holds: they expire, and say so.
+    s.advance(Duration::from_secs(601));
+    for key in ALGORITHMS {
+        assert_eq!(check(&s, key, "erin").await.0, OK, "{key}");
+        assert_eq!(looked_up(&s, key, "erin").await.1, 300, "{key}");
+    }
+    assert_eq!(reservations(&s, "expired").await, 3);
+    assert_eq!(reservations(&s, "made").await, 9);
+}
+
 test_with_all_backends!(
     three_checks_hold_the_budget_and_a_fourth_is_refused,
     a_report_counts_its_usage_and_releases_one_hold,
     a_hold_nobody_reports_releases_itself_after_reserve_for,
+    the_operator_sees_what_is_held_and_how_holds_end,
 );
 
 /// Two replicas sharing one Redis share the holds: checks alternate between them, and the

@@ -163,7 +163,7 @@ impl RedisStore {
     }
 
     /// The sorted set of `op`'s holds at `now`.
-    fn held_name<'a>(&'a self, op: &'a Op, now: u64) -> Name<'a> {
+    pub(in crate::backend::redis) fn held_name<'a>(&'a self, op: &'a Op, now: u64) -> Name<'a> {
         let p = &op.params;
         match p.algorithm {
             Algorithm::FixedWindow => Name {

@@ -241,6 +241,11 @@ pub(super) enum Cmd<'a> {
     /// A check of a limit with `reserve`, or a report releasing one of its holds
     /// (`holds::HOLD`).
     Hold(holds::HoldCmd<'a>),
+    /// `ZCOUNT held (now +inf`: the holds not expired yet (a look-up).
+    CountHeld {
+        held: Name<'a>,
+        now_us: u64,
+    },
     /// `ZREM held id`: a hold taken back (its request was refused elsewhere).
     Unhold {
         held: Name<'a>,
@@ -476,6 +481,7 @@ static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
 static ZREM: Head = LazyLock::new(|| Encoded::new(&[b"ZREM"]));
+static ZCOUNT: Head = LazyLock::new(|| Encoded::new(&[b"ZCOUNT"]));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
 static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
 static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
@@ -555,6 +561,14 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
         Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
         Cmd::Hold(h) => h.pack(p),
+        Cmd::CountHeld { held, now_us } => {
+            let mut d = [0u8; 20];
+            p.start(4);
+            p.encoded(&ZCOUNT);
+            held.pack(p);
+            p.parts(&[b"(", decimal(*now_us, &mut d)]);
+            p.parts(&[b"+inf"]);
+        }
         Cmd::Unhold { held, id } => {
             p.start(3);
             p.encoded(&ZREM);
