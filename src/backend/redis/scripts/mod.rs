@@ -27,10 +27,11 @@
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
-use std::io::Write;
 use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
+pub(in crate::backend::redis) use name::Name;
+use name::WindowStart;
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -123,75 +124,6 @@ local tat = math.max(now, tonumber(v) - tonumber(ARGV[2]) * tonumber(ARGV[3]))
 redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
 return tat
 ";
-
-/// A key as Redis names it: `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the
-/// window's start, if any. Written where it is needed (a command's argument, or a `String` for
-/// the admin listener), never held on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Name<'a> {
-    /// Written around the whole name: a fixed window's holds (`{<its counter's name>}_held`)
-    /// share its Cluster slot.
-    wrap: (&'static str, &'static str),
-    prefix: &'a str,
-    open: &'static str,
-    key: &'a str,
-    close: &'static str,
-    start: Option<WindowStart>,
-}
-
-impl Name<'_> {
-    /// The start of the window the name counts, in ms (0 for a name without one).
-    pub(super) fn start_ms(&self) -> u64 {
-        self.start.map_or(0, |s| s.ms)
-    }
-
-    fn len(&self) -> usize {
-        let wrap = self.wrap.0.len() + self.wrap.1.len();
-        wrap + self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
-    }
-
-    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        out.write_all(self.wrap.0.as_bytes())?;
-        out.write_all(self.prefix.as_bytes())?;
-        out.write_all(self.open.as_bytes())?;
-        out.write_all(self.key.as_bytes())?;
-        out.write_all(self.close.as_bytes())?;
-        if let Some(s) = self.start {
-            s.write_to(out)?;
-        }
-        out.write_all(self.wrap.1.as_bytes())
-    }
-}
-
-impl Name<'_> {
-    /// Writes the name as the next argument of `p`.
-    fn pack(&self, p: &mut Packed) {
-        let mut d = [0u8; 20];
-        let (digits, ms): (&[u8], &[u8]) = match self.start {
-            None => (b"", b""),
-            Some(s) if s.ms.is_multiple_of(1000) => (decimal(s.ms / 1000, &mut d), b""),
-            Some(s) => (decimal(s.ms, &mut d), b"ms"),
-        };
-        p.parts(&[
-            self.wrap.0.as_bytes(),
-            self.prefix.as_bytes(),
-            self.open.as_bytes(),
-            self.key.as_bytes(),
-            self.close.as_bytes(),
-            digits,
-            ms,
-            self.wrap.1.as_bytes(),
-        ]);
-    }
-}
-
-impl std::fmt::Display for Name<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut v = Vec::with_capacity(self.len());
-        self.write_to(&mut v).map_err(|_| std::fmt::Error)?;
-        f.write_str(&String::from_utf8_lossy(&v))
-    }
-}
 
 /// One op as sent to Redis, with what its answer means.
 #[derive(Debug, Clone, Copy)]
@@ -312,25 +244,6 @@ impl Then {
         out.encoded(&PEXPIRE);
         out.arg(args.get(1).copied().unwrap_or_default());
         out.int(window_ms.max(1) + jitter);
-    }
-}
-
-/// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
-/// windows of the direct API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WindowStart {
-    ms: u64,
-}
-
-impl WindowStart {
-    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let mut buf = [0u8; 20];
-        if self.ms.is_multiple_of(1000) {
-            out.write_all(decimal(self.ms / 1000, &mut buf))
-        } else {
-            out.write_all(decimal(self.ms, &mut buf))?;
-            out.write_all(b"ms")
-        }
     }
 }
 
@@ -611,5 +524,6 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
 }
 
 mod holds;
+mod name;
 #[cfg(test)]
 mod tests;
