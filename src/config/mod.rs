@@ -158,6 +158,14 @@ pub struct Node {
     pub index: usize,
 }
 
+impl Node {
+    /// Whether the config fixes the value this node matches (an exact `value:`), rather than
+    /// taking the client's (no `value:`, or a wildcard).
+    pub fn fixes_value(&self) -> bool {
+        self.value.as_deref().is_some_and(|v| !v.contains('*'))
+    }
+}
+
 /// The nodes of one depth, grouped by key for lookup.
 #[derive(Debug, Default)]
 pub struct Level {
@@ -343,6 +351,9 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
             if !l.replaces.is_empty() {
                 line.push_str(&format!(" replaces={}", l.replaces.join(",")));
             }
+            if let Some(on) = l.local_first {
+                line.push_str(&format!(" local_first={on}"));
+            }
             if let Some(q) = l.queue {
                 line.push_str(&format!(
                     " queue.max_waiting={} queue.max_wait={}ms",
@@ -354,6 +365,7 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
                 ("shadow_mode", node.shadow_mode),
                 ("quota_mode", node.quota_mode),
                 ("detailed_metric", node.detailed_metric),
+                ("value_to_metric", node.value_to_metric),
                 ("share_threshold", node.share_threshold),
             ] {
                 if on {

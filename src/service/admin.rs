@@ -31,6 +31,9 @@ pub struct Applies {
     pub descriptor: usize,
     /// The limit's `name` ("" when it has none).
     pub name: String,
+    /// Its node's stat key, as `/rlconfig` and the metrics name it ("" for Envoy's `limit`
+    /// override, which has no node).
+    pub stat_key: String,
     /// The counter key it counts in ("" for an unlimited one).
     pub key: String,
     pub unit: Unit,
@@ -117,14 +120,23 @@ impl RateLimiter {
                     unavailable(e)
                 ))
             })?;
-            // Values as digests at info; in clear at debug only.
-            tracing::info!(
-                domain = %req.domain,
-                descriptor = %entries(req, limit.descriptor, &|v| digest(v)),
-                limit = %limit.name,
-                store_keys_deleted = ?deleted,
-                "limit reset"
-            );
+            // Values as digests at info; in clear at debug only. A limit is named as
+            // `refused_by` names it: its `name`, else its stat key.
+            let named = [&limit.name, &limit.stat_key]
+                .into_iter()
+                .find(|n| !n.is_empty());
+            let descriptor = entries(req, limit.descriptor, &|v| digest(v));
+            let named = named.map_or("override", String::as_str);
+            match deleted {
+                Some(n) => tracing::info!(
+                    domain = %req.domain, %descriptor, limit = %named, store_keys_deleted = n,
+                    "limit reset"
+                ),
+                // No store: nothing was deleted anywhere but here.
+                None => tracing::info!(
+                    domain = %req.domain, %descriptor, limit = %named, "limit reset"
+                ),
+            }
             tracing::debug!(
                 descriptor = %entries(req, limit.descriptor, &|v| v.to_owned()),
                 key = %limit.key,
@@ -214,9 +226,15 @@ fn targets(
                 id: 0,
             };
         }
+        let stat_key = match a.limit {
+            LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())
+                .map_or_else(String::new, |m| m.node().stat_key.clone()),
+            LimitRef::Override { .. } => String::new(),
+        };
         let applies = Applies {
             descriptor: a.descriptor,
             name: a.limit.name().to_owned(),
+            stat_key,
             key: op
                 .as_ref()
                 .map_or_else(String::new, |o| o.key.as_str().to_owned()),

@@ -200,6 +200,8 @@ pub struct Overrides {
     pub shards: Option<usize>,
     /// `--state-dir`, over `TURNSTILE_STATE_DIR`.
     pub state_dir: Option<PathBuf>,
+    /// `turnstile check`: `config` is only read and listed, whatever `CONFIG_TYPE` says.
+    pub checking: bool,
 }
 
 impl Overrides {
@@ -207,6 +209,7 @@ impl Overrides {
     pub fn config(path: PathBuf) -> Overrides {
         Overrides {
             config: Some(path),
+            checking: true,
             ..Overrides::default()
         }
     }
@@ -334,6 +337,14 @@ impl Settings {
     /// Applies CLI flags over what the environment said.
     pub fn apply(&mut self, flags: Overrides) -> Result<(), String> {
         if let Some(c) = flags.config {
+            // Two sources named for one set of limits: neither silently wins.
+            if self.xds.is_some() && !flags.checking {
+                return Err(format!(
+                    "--config {} and CONFIG_TYPE=GRPC_XDS_SOTW both say where the limits come \
+                     from (a file, xDS): drop --config, or set CONFIG_TYPE=FILE",
+                    c.display()
+                ));
+            }
             self.config_path = c;
             self.config_optional = false;
         }

@@ -17,6 +17,7 @@ mod reloads;
 mod requests;
 pub mod statsd;
 pub mod trace;
+mod trace_export;
 
 pub use crate::hitters::{BoundTop, TopTable};
 pub use client_values::{digest, Shown};

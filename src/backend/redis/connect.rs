@@ -45,6 +45,48 @@ impl ConnectError {
     }
 }
 
+/// A refused or missing password (as `ConnectError::of` tells a setting).
+fn is_auth(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// Which password a Sentinel deployment's refusal is about: the crate asks the Sentinels and
+/// then the master in one call, so each Sentinel is asked alone (`PING`, with the Sentinels'
+/// password): one that refuses it means `<prefix>SENTINEL_AUTH`, else the master refused
+/// `<prefix>AUTH`.
+async fn refused_password(t: &RedisTarget, prefix: &str, within: Duration) -> String {
+    let sentinels = t.url.split(',').skip(1).map(str::trim);
+    for host in sentinels {
+        let Ok(info) = sentinel_info(host, t.sentinel_auth.as_deref()) else {
+            continue;
+        };
+        let asked = async {
+            let client = redis::Client::open(info)?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<Value>(&mut c).await
+        };
+        match tokio::time::timeout(within, asked).await {
+            Ok(Err(e)) if is_auth(&e) => {
+                let given = if t.sentinel_auth.is_some() {
+                    "refused"
+                } else {
+                    "not set"
+                };
+                return format!("the Sentinel at {host}: {prefix}SENTINEL_AUTH {given}");
+            }
+            Ok(Ok(_)) => break,
+            _ => {}
+        }
+    }
+    let given = if t.auth.is_some() {
+        "refused"
+    } else {
+        "not set"
+    };
+    format!("the master: {prefix}AUTH {given}")
+}
+
 impl From<String> for ConnectError {
     fn from(m: String) -> ConnectError {
         ConnectError::Setting(m)
@@ -280,9 +322,14 @@ impl RedisStore {
             None => None,
         };
         let check = Duration::from_secs(5).max(deadline);
-        for (name, dep) in [
-            ("REDIS_URL", Some(&main)),
-            ("REDIS_PERSECOND_URL", per_second.as_ref()),
+        for (name, prefix, target, dep) in [
+            ("REDIS_URL", "REDIS_", &s.main, Some(&main)),
+            (
+                "REDIS_PERSECOND_URL",
+                "REDIS_PERSECOND_",
+                s.per_second.as_ref().unwrap_or(&s.main),
+                per_second.as_ref(),
+            ),
         ] {
             let Some(dep) = dep else { continue };
             for c in &dep.conns {
@@ -292,10 +339,12 @@ impl RedisStore {
                 match tokio::time::timeout(check, ping).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        return Err(ConnectError::of(
-                            &e,
-                            format!("Redis at {name} does not answer PING"),
-                        ))
+                        let mut what = format!("Redis at {name} does not answer PING");
+                        if target.kind == RedisType::Sentinel && is_auth(&e) {
+                            let refused = refused_password(target, prefix, check).await;
+                            what.push_str(&format!(" ({refused})"));
+                        }
+                        return Err(ConnectError::of(&e, what));
                     }
                     Err(_) => {
                         return Err(ConnectError::Unreachable(format!(
