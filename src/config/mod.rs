@@ -354,6 +354,13 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
             if let Some(on) = l.local_first {
                 line.push_str(&format!(" local_first={on}"));
             }
+            if let Some(r) = l.reserve {
+                line.push_str(&format!(
+                    " reserve={} reserve_for={}ms",
+                    r.hits,
+                    r.hold.as_millis()
+                ));
+            }
             if let Some(q) = l.queue {
                 line.push_str(&format!(
                     " queue.max_waiting={} queue.max_wait={}ms",

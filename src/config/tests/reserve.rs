@@ -23,6 +23,16 @@ fn reserve_loads_on_every_algorithm_with_its_hold() {
             "{algorithm}"
         );
     }
+    let c = load(&one_limit(&format!(
+        "{DAY}\nreserve: 300\nreserve_for: 90s"
+    )));
+    assert!(
+        c.describe()
+            .iter()
+            .any(|l| l.ends_with("reserve=300 reserve_for=90000ms")),
+        "{:?}",
+        c.describe()
+    );
     let c = load(&one_limit(&format!("{DAY}\nreserve: 1")));
     let l = only_limit(&c, "d", &[("k", "v")]);
     assert_eq!(l.reserve.map(|r| r.hold), Some(Reserve::DEFAULT_HOLD));
