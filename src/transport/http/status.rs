@@ -257,10 +257,15 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let shards: Vec<Value> = (counters.shards.iter())
         .map(|st| {
             let st = st.read();
+            let ended = st.holds_reported + st.holds_expired + st.holds_withdrawn;
             json!({
                 "keys": st.keys,
                 "waiting": st.waiting,
                 "queue_full": st.queue_full,
+                // Holds of limits with `reserve`: made and not ended yet (one that expired
+                // unseen in a store ends when its key is next decided), and those expired.
+                "holds": st.holds_made.saturating_sub(ended),
+                "holds_expired": st.holds_expired,
                 "breaker": breaker(st.breaker),
             })
         })

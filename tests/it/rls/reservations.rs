@@ -134,7 +134,10 @@ async fn reservations(s: &TestServer, what: &str) -> u64 {
 
 async fn the_operator_sees_what_is_held_and_how_holds_end(backend: &Backend) {
     let s = backend
-        .start_with(RESERVING, &[("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0")])
+        .start_with(
+            RESERVING,
+            &[("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"), ("DEBUG_PORT", "0")],
+        )
         .await;
     for key in ALGORITHMS {
         check(&s, key, "erin").await;
@@ -146,6 +149,7 @@ async fn the_operator_sees_what_is_held_and_how_holds_end(backend: &Backend) {
     assert_eq!(reservations(&s, "made").await, 6);
     assert_eq!(reservations(&s, "reported").await, 3);
     assert_eq!(reservations(&s, "expired").await, 0);
+    assert_eq!(status_page_holds(&s).await, (3, 0));
     // Nobody reports the second holds: they expire, and say so.
     s.advance(Duration::from_secs(601));
     for key in ALGORITHMS {
@@ -154,6 +158,21 @@ async fn the_operator_sees_what_is_held_and_how_holds_end(backend: &Backend) {
     }
     assert_eq!(reservations(&s, "expired").await, 3);
     assert_eq!(reservations(&s, "made").await, 9);
+    assert_eq!(status_page_holds(&s).await, (3, 3));
+}
+
+/// (holds now, holds expired) summed over the shards of the status page's `/debug/status`.
+async fn status_page_holds(s: &TestServer) -> (u64, u64) {
+    let addr = s.running().debug_addr.expect("the debug port");
+    let v: Value = reqwest::get(format!("http://{addr}/debug/status"))
+        .await
+        .expect("/debug/status")
+        .json()
+        .await
+        .expect("JSON");
+    let shards = v["shards"].as_array().expect("shards");
+    let sum = |k: &str| shards.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum();
+    (sum("holds"), sum("holds_expired"))
 }
 
 test_with_all_backends!(
