@@ -429,6 +429,7 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
 mod through_envoy {
     use crate::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
     use crate::common::redis::Redis;
+    use crate::common::{family_sum, settles};
     use serde_json::{json, Value};
 
     const DAY: u64 = 86_400;
@@ -541,29 +542,21 @@ mod through_envoy {
         (statuses, stack.upstream.hits())
     }
 
-    /// The sum over shards of `ratelimit_service_reservations_reported_total`, once it reads
-    /// `want` (the reports come after the responses), or after ten seconds.
+    /// The holds reports released, once they number `want` (the reports come after the
+    /// responses), or after ten seconds.
     async fn reported(stack: &Stack, want: u64) -> u64 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let url = format!("http://{}/metrics", stack.turnstile.http);
-            let text = client()
-                .get(url)
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let n: u64 = (text.lines())
-                .filter(|l| l.starts_with("ratelimit_service_reservations_reported_total{"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum();
-            if n == want || std::time::Instant::now() > deadline {
-                return n;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let family = "ratelimit_service_reservations_reported_total";
+        let read = || family_sum(stack.turnstile.http, family);
+        settles(read, want, std::time::Duration::from_secs(10)).await
+    }
+
+    /// turnstile on Redis at `url`.
+    fn on_redis(url: &str) -> [(&str, &str); 3] {
+        [
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", url),
+            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
+        ]
     }
 
     #[tokio::test]
@@ -615,11 +608,7 @@ mod through_envoy {
     async fn concurrent_calls_hold_the_budget_with_reserve_on_redis() {
         let redis = Redis::start();
         let url = redis.url();
-        let env = [
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_URL", url.as_str()),
-            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
-        ];
+        let env = on_redis(&url);
         concurrent_calls_hold_the_budget("budget-reserve-redis", &env).await;
         // Every hold was released: the sets hold nothing (or are gone).
         let sets = redis.cli(&["KEYS", "*_held"]);
@@ -637,11 +626,7 @@ mod through_envoy {
     async fn a_token_budget_closes_on_redis_under_envoyproxy_ratelimits_key() {
         let redis = Redis::start();
         let url = redis.url();
-        let env = [
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_URL", url.as_str()),
-            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
-        ];
+        let env = on_redis(&url);
         let _stack = budget_closes_after_usage_passes_it("budget-redis", &env).await;
         // The whole usage under envoyproxy/ratelimit's key: domain_key_value..._windowstart.
         let day = crate::common::envoy::unix_now() / DAY * DAY;

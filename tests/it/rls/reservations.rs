@@ -119,17 +119,8 @@ async fn looked_up(s: &TestServer, key: &str, user: &str) -> (u64, u64, u64) {
 
 /// The sum over shards of a `ratelimit_service_reservations_<what>_total` family.
 async fn reservations(s: &TestServer, what: &str) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", s.http))
-        .await
-        .expect("/metrics")
-        .text()
-        .await
-        .expect("text");
-    let name = format!("ratelimit_service_reservations_{what}_total{{");
-    (text.lines())
-        .filter(|l| l.starts_with(&name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    let family = format!("ratelimit_service_reservations_{what}_total");
+    family_sum(s.http.trim_start_matches("http://"), &family).await
 }
 
 async fn the_operator_sees_what_is_held_and_how_holds_end(backend: &Backend) {
