@@ -12,6 +12,7 @@ pub mod exposition;
 pub mod histogram;
 mod limit_series;
 mod limit_stats;
+pub mod mapped;
 mod push_stats;
 mod reloads;
 mod requests;
