@@ -538,16 +538,20 @@ pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
                 .into(),
         );
     }
-    let unused: [(&str, &str); 4] = [
-        (
-            "PROMETHEUS_MAPPER_YAML",
-            "metrics are native Prometheus series, no statsd mapping is applied",
-        ),
-        (
-            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-            "it sets the unit of the reference's statsd-mapped response_time; turnstile's \
-             ratelimit_service_request_duration_seconds is a native histogram in seconds",
-        ),
+    if env
+        .get("PROMETHEUS_MAPPER_YAML")
+        .is_some_and(|p| !p.is_empty())
+        && env
+            .get("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+            .is_some()
+    {
+        out.push(
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS is ignored: it changes the default \
+             mapping only, and PROMETHEUS_MAPPER_YAML names a file of its own"
+                .into(),
+        );
+    }
+    let unused: [(&str, &str); 2] = [
         (
             "REDIS_CLUSTER_PIPELINE_PARALLELISM",
             "with Redis Cluster every command of a pipeline goes to its node at once",

@@ -33,7 +33,6 @@ struct Reach {
     grpc: SocketAddr,
     http: SocketAddr,
     debug: SocketAddr,
-    metrics: SocketAddr,
 }
 
 pub(super) fn http_get(addr: SocketAddr, path: &str) -> String {
@@ -168,7 +167,6 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
         grpc: v4(server.ports.grpc_addr()),
         http: v4(server.ports.http),
         debug: server.ports.debug.expect("a debug port"),
-        metrics: server.ports.metrics.expect("a Prometheus port"),
     };
     let rl = http_get(p.debug, "/rlconfig");
     assert!(
@@ -195,7 +193,7 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
     });
 
     // SIGHUP reloads too, changed or not: the load counter goes up.
-    let before = http_get(p.metrics, "/metrics");
+    let before = http_get(p.debug, "/metrics");
     let loads = |m: &str| -> f64 {
         m.lines()
             .find_map(|l| l.strip_prefix("ratelimit_service_config_load_success_total "))
@@ -205,7 +203,7 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
     let n = loads(&before);
     server.signal("HUP");
     wait_for("SIGHUP reload", || {
-        let m = http_get(p.metrics, "/metrics");
+        let m = http_get(p.debug, "/metrics");
         (loads(&m) <= n).then_some(m)
     });
     let stderr = server.stop();

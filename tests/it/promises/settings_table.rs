@@ -22,6 +22,10 @@ const BAD: &[(&str, &str)] = &[
     ("USE_PROMETHEUS", "maybe"),
     ("PROMETHEUS_ADDR", "9090"),
     ("PROMETHEUS_PATH", "metrics"),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "/nonexistent/statsd-exporter.yaml",
+    ),
     ("USE_STATSD", "maybe"),
     ("STATSD_PORT", "abc"),
     ("STATSD_PROTOCOL", "sctp"),
@@ -137,7 +141,6 @@ const ANY_VALUE: &[(&str, &str)] = &[
     ("LIMIT_REMAINING_HEADER", "a header name"),
     ("LIMIT_RESET_HEADER", "a header name"),
     ("LOG_FORMAT", "json, anything else is text"),
-    ("PROMETHEUS_MAPPER_YAML", "ignored, with a warning"),
     ("STATSD_HOST", "resolved at each connection"),
     ("GRPC_UDS", "a path"),
     (
