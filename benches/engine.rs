@@ -81,6 +81,7 @@ fn op(key: &str, params: Params) -> Op {
         queue: None,
         grant: None,
         local_first: None,
+        reserve: turnstile::limiter::Reservation::None,
     }
 }
 

@@ -58,6 +58,7 @@ async fn drive(
                     queue: None,
                     grant: None,
                     local_first: None,
+                    reserve: turnstile::limiter::Reservation::None,
                 };
                 let start = Instant::now();
                 engine.decide(vec![op], false).await.expect("decided");

@@ -79,6 +79,7 @@ fn main() {
         queue: None,
         grant: None,
         local_first: None,
+        reserve: turnstile::limiter::Reservation::None,
     };
 
     // Warm up the runtime, the channel and the allocator before the baseline.

@@ -59,15 +59,28 @@ pub struct ServeArgs {
     pub state_dir: Option<PathBuf>,
 }
 
+/// The binary invoked as `ratelimit`, as manifests written for envoyproxy/ratelimit run it:
+/// `turnstile serve`, its flags included (`ratelimit --help` prints them).
+#[derive(Parser)]
+#[command(
+    name = "ratelimit",
+    version,
+    about = "turnstile, invoked as envoyproxy/ratelimit's binary: serves as `turnstile serve` does"
+)]
+struct AsReference {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
 impl Cli {
-    /// The command of this process's arguments: `ratelimit` alone means `serve`.
+    /// The command of this process's arguments; under the name `ratelimit`, `serve`'s.
     pub fn command() -> Command {
         let argv0 = std::env::args()
             .next()
             .map(PathBuf::from)
             .unwrap_or_default();
         if argv0.file_name().is_some_and(|f| f == "ratelimit") {
-            Command::Serve(ServeArgs::default())
+            Command::Serve(AsReference::parse().serve)
         } else {
             Cli::parse().command
         }
@@ -83,6 +96,7 @@ impl From<ServeArgs> for Overrides {
             workers: a.workers,
             state_dir: a.state_dir,
             shards: a.shards,
+            checking: false,
         }
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use fnv::{FnvHashMap, FnvHashSet};
 
+mod reserve;
+
 use super::grammar::parse_bounded_duration;
 use super::raw::{self, RawDescriptor, RawFile, RawRateLimit};
 use super::{
@@ -311,6 +313,7 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         ));
     }
     let (unit_multiplier, calendar) = build_window(ctx, r, unit, algorithm, path)?;
+    let reserve = reserve::build_reserve(ctx, r, (requests_per_unit, queue), path)?;
     Ok(RateLimit {
         name: name.map(Arc::from),
         unit,
@@ -322,6 +325,7 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         algorithm,
         queue,
         local_first: r.local_first,
+        reserve,
     })
 }
 
@@ -413,6 +417,7 @@ fn build_unit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<Unit, Confi
         ("local_first", r.local_first.is_some()),
         ("unit_multiplier", r.unit_multiplier.is_some()),
         ("calendar", r.calendar.is_some()),
+        ("reserve", r.reserve.is_some() || r.reserve_for.is_some()),
     ] {
         if set {
             return Err(ctx.err(

@@ -90,6 +90,28 @@ pub struct RateLimit {
     /// With Redis: decide from memory and sync in the background (`Some(true)`), always
     /// exactly (`Some(false)`), or as `LOCAL_FIRST` says (`None`).
     pub local_first: Option<bool>,
+    /// `reserve`: what each admitted check holds until its request's usage is reported.
+    pub reserve: Option<Reserve>,
+}
+
+/// A limit's reservations (`reserve`, `reserve_for`): each check of the limit that is admitted
+/// (a descriptor whose own `hits_addend` is 0) holds `hits` for its request, and later checks
+/// are judged against the usage counted plus what is held. The report of the request's usage
+/// (its own `hits_addend` above 0) releases one reservation; one nobody reports releases itself
+/// after `hold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reserve {
+    pub hits: u32,
+    pub hold: Duration,
+}
+
+impl Reserve {
+    /// How long a reservation holds when the limit does not say (`reserve_for`): longer than a
+    /// gateway's longest stream (Envoy AI Gateway's LLM calls, minutes at most), short enough
+    /// that a lost report does not starve the budget for long.
+    pub const DEFAULT_HOLD: Duration = Duration::from_secs(600);
+    /// The longest `reserve_for` taken.
+    pub const MAX_HOLD: Duration = Duration::from_secs(86_400);
 }
 
 impl RateLimit {
@@ -134,6 +156,14 @@ pub struct Node {
     /// Dense number of the node within its config (0..`Config::node_count`): lets per-node
     /// state kept elsewhere (per-limit stats) live in a plain array.
     pub index: usize,
+}
+
+impl Node {
+    /// Whether the config fixes the value this node matches (an exact `value:`), rather than
+    /// taking the client's (no `value:`, or a wildcard).
+    pub fn fixes_value(&self) -> bool {
+        self.value.as_deref().is_some_and(|v| !v.contains('*'))
+    }
 }
 
 /// The nodes of one depth, grouped by key for lookup.
@@ -321,6 +351,16 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
             if !l.replaces.is_empty() {
                 line.push_str(&format!(" replaces={}", l.replaces.join(",")));
             }
+            if let Some(on) = l.local_first {
+                line.push_str(&format!(" local_first={on}"));
+            }
+            if let Some(r) = l.reserve {
+                line.push_str(&format!(
+                    " reserve={} reserve_for={}ms",
+                    r.hits,
+                    r.hold.as_millis()
+                ));
+            }
             if let Some(q) = l.queue {
                 line.push_str(&format!(
                     " queue.max_waiting={} queue.max_wait={}ms",
@@ -332,6 +372,7 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
                 ("shadow_mode", node.shadow_mode),
                 ("quota_mode", node.quota_mode),
                 ("detailed_metric", node.detailed_metric),
+                ("value_to_metric", node.value_to_metric),
                 ("share_threshold", node.share_threshold),
             ] {
                 if on {

@@ -108,6 +108,12 @@ pub(crate) struct RawRateLimit {
     /// turnstile: with Redis, decide in memory and sync in the background (`LOCAL_FIRST`).
     #[serde(default)]
     pub(crate) local_first: Option<bool>,
+    /// turnstile: hits a check (`hits_addend: 0`) holds for its request until the request's
+    /// usage is reported, or `reserve_for` passes.
+    #[serde(default)]
+    pub(crate) reserve: Option<u32>,
+    #[serde(default, deserialize_with = "opt_scalar")]
+    pub(crate) reserve_for: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -138,6 +138,18 @@ impl Dir {
                     loaded.torn_log = Some(file);
                     continue;
                 }
+                // A rollback after an upgrade: the counts are whole, only this build cannot
+                // read them. Setting them aside would lose them under a wrong name.
+                (_, Some(fault @ Fault::Newer { .. })) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: {fault} (start that version on it again, or move the \
+                             directory away to start from zero)",
+                            file.display()
+                        ),
+                    ))
+                }
                 (_, Some(fault)) => fault,
             };
             let kept_as = self.set_aside(&file);

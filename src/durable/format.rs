@@ -12,8 +12,15 @@ use std::io::{self, Write};
 
 use crate::limiter::State;
 
-/// The first bytes of every state file: a name and the format's version.
+/// The first bytes of every state file: [`NAME`], then the format's version as a big-endian
+/// `u16` ([`VERSION`]).
 pub const HEADER: &[u8; 8] = b"TSTATE\x00\x01";
+
+/// The name every version's header starts with.
+pub const NAME: &[u8; 6] = b"TSTATE";
+
+/// The version this build writes and reads.
+pub const VERSION: u16 = 1;
 
 /// No frame is longer: a length past it is damage, not a reason to allocate.
 pub const MAX_FRAME: usize = 16 << 20;
@@ -68,6 +75,13 @@ pub struct Read {
 pub enum Fault {
     #[error("not a turnstile state file (its first bytes are not the header)")]
     Header,
+    /// A later version of the format, written by a newer turnstile: not damage, and nothing
+    /// this build may read or move.
+    #[error(
+        "written in state format version {version} by a newer turnstile; this one reads version \
+         {VERSION}"
+    )]
+    Newer { version: u16 },
     /// The file ends inside a frame: a write cut short (by a crash, or a truncation).
     #[error("cut short at byte {at}: the last frame is incomplete")]
     Torn { at: usize },
@@ -93,7 +107,14 @@ pub fn read_from(
 ) -> io::Result<(Read, Option<Fault>)> {
     let mut read = Read::default();
     let mut header = [0u8; HEADER.len()];
-    if fill(&mut r, &mut header)? < HEADER.len() || &header != HEADER {
+    if fill(&mut r, &mut header)? < HEADER.len() || &header[..NAME.len()] != NAME {
+        return Ok((read, Some(Fault::Header)));
+    }
+    let version = u16::from_be_bytes([header[6], header[7]]);
+    if version > VERSION {
+        return Ok((read, Some(Fault::Newer { version })));
+    }
+    if &header != HEADER {
         return Ok((read, Some(Fault::Header)));
     }
     let mut at = HEADER.len();

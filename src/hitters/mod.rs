@@ -56,9 +56,10 @@ impl Key for Entries<'_> {
     }
 }
 
-/// A stored value as `key=value` pairs joined by `, `, each value passed through `show`; a
-/// value cut at [`MAX_VALUE_BYTES`] and shown otherwise than as itself ends in `…`.
-fn display(stored: &[u8], show: &dyn Fn(&str) -> String) -> String {
+/// A stored value as `key=value` pairs joined by `, `, each value passed through `show` with
+/// its entry's place in the descriptor; a value cut at [`MAX_VALUE_BYTES`] and shown otherwise
+/// than as itself ends in `…`.
+fn display(stored: &[u8], show: &dyn Fn(usize, &str) -> String) -> String {
     let text = String::from_utf8_lossy(stored);
     let entries: Vec<&str> = text.split(ENTRY_END as char).collect();
     let cut = stored.len() >= MAX_VALUE_BYTES;
@@ -68,7 +69,7 @@ fn display(stored: &[u8], show: &dyn Fn(&str) -> String) -> String {
             out.push_str(", ");
         }
         let (key, value) = entry.split_once(KEY_END as char).unwrap_or((entry, ""));
-        let shown = show(value);
+        let shown = show(i, value);
         out.push_str(key);
         out.push('=');
         out.push_str(&shown);
@@ -217,7 +218,7 @@ fn merge(merged: &mut FnvHashMap<Vec<u8>, TopValue>, slot: &Slot, ranked: Ranked
     let v = merged
         .entry(slot.value.clone())
         .or_insert_with(|| TopValue {
-            value: display(&slot.value, &|v| v.to_owned()),
+            value: display(&slot.value, &|_, v| v.to_owned()),
             stored: slot.value.clone(),
             digest: None,
             hits: 0,
@@ -274,9 +275,10 @@ pub struct TopValue {
 }
 
 impl TopValue {
-    /// `value` with each descriptor value passed through `show` (a keyed digest, say); the
-    /// descriptor keys, which the config names, stay.
-    pub fn show_values(&mut self, show: &dyn Fn(&str) -> String) {
+    /// `value` with each descriptor value passed through `show` (a keyed digest, say) with its
+    /// entry's place in the descriptor (its depth in the config's tree); the descriptor keys,
+    /// which the config names, stay.
+    pub fn show_values(&mut self, show: &dyn Fn(usize, &str) -> String) {
         self.value = display(&self.stored, show);
     }
 }

@@ -251,9 +251,9 @@ fn values_are_shown_entry_by_entry() {
     bound.record(n, &[e("path", "q"), e("user", &long)], 2, false, true);
     let mut by_hits = bound.of(n).unwrap().lists(table.now_s(), 4).by_hits;
     assert_eq!(by_hits[1].value, "path=x, y=z, user=w");
-    by_hits[1].show_values(&|v| format!("<{v}>"));
+    by_hits[1].show_values(&|_, v| format!("<{v}>"));
     assert_eq!(by_hits[1].value, "path=<x, y=z>, user=<w>");
-    by_hits[0].show_values(&|v| format!("<{}>", v.len()));
+    by_hits[0].show_values(&|_, v| format!("<{}>", v.len()));
     let cut = MAX_VALUE_BYTES - "path?q?user?".len();
     assert_eq!(by_hits[0].value, format!("path=<1>, user=<{cut}>…"));
 }

@@ -473,13 +473,18 @@ fn eval_gcra(tat: u64, p: &Params, now: u64, hits: u64) -> Eval {
     let base = tat.max(now);
     let next_tat = base.saturating_add(t.saturating_mul(hits));
     let over = limit == 0 || next_tat - now > capacity;
-    let (remaining, reset, next) = if over {
+    // Hits no wait can admit are told how long an emptied bucket takes to fill (at least one
+    // interval), never 0: a full bucket's "until full" would send the client straight back.
+    let never = limit == 0 || hits > burst;
+    let (remaining, reset, next) = if over && never {
+        (0, capacity.max(t), tat)
+    } else if over {
         (0, base - now, tat)
     } else {
         let left = (capacity - (next_tat - now)) / t.max(1);
         (clamp32(left), next_tat - now, next_tat)
     };
-    let retry_ns = if limit == 0 || hits > burst {
+    let retry_ns = if never {
         u64::MAX
     } else {
         next_tat.saturating_sub(capacity).saturating_sub(now)

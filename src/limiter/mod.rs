@@ -26,7 +26,7 @@ pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
-pub use op::{refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Role};
+pub use op::{hold_id, refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Reservation, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
@@ -34,7 +34,8 @@ pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, FailureMode, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
+    DeleteFuture, FailureMode, HoldReply, Store, StoreError, StoreFuture, StoreOp, StorePolicy,
+    StoreReply,
 };
 
 use key::{shard_of, Key};

@@ -41,6 +41,32 @@ pub struct Op {
     /// With a store: decide from memory and sync in the background (`Some(true)`), exactly
     /// (`Some(false)`), or as the store policy's default says (`None`).
     pub local_first: Option<bool>,
+    /// What the op does with its limit's reservations (`reserve`).
+    pub reserve: Reservation,
+}
+
+/// What an op does with its limit's reservations: a check of a limit with `reserve` holds
+/// hits for its request; the report of the request's usage releases one hold of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reservation {
+    /// No reservation: the limit takes none, or the call carries no `hits_addend` of its own.
+    #[default]
+    None,
+    /// A check (the op's hits are 0): judged as if it took `hits` more beyond what is held,
+    /// and when its request is admitted, holds them for `for_ms` or until a report. `id` names
+    /// the hold in a store shared by replicas, so a request refused elsewhere takes back its
+    /// own.
+    Hold { hits: u32, for_ms: u32, id: u64 },
+    /// A report of usage (counted in full): releases the oldest hold of its key, if any. Its
+    /// limit's holds are of `hits` each.
+    Release { hits: u32 },
+}
+
+/// A new hold's name, unique in this process and, drawn from a random start, across replicas.
+pub fn hold_id() -> u64 {
+    static NEXT: std::sync::LazyLock<std::sync::atomic::AtomicU64> =
+        std::sync::LazyLock::new(|| std::sync::atomic::AtomicU64::new(rand::random()));
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// An op as tests write them: one hit on `key`, `limit` a window of `window_ms` by `algorithm`,
@@ -68,6 +94,7 @@ pub(crate) fn test_op(
         grant: None,
         counting: Counting::IfAdmitted,
         local_first: None,
+        reserve: Reservation::None,
     }
 }
 

@@ -206,6 +206,8 @@ pub struct LookedUp {
     pub state: State,
     /// Requests waiting in this replica's queue of the key.
     pub waiting: usize,
+    /// Reservations the key holds (limits with `reserve`; the store's, with one).
+    pub held: u64,
     /// The shard's time when it looked (ns since the epoch).
     pub now: u64,
 }

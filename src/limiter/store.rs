@@ -70,6 +70,19 @@ pub struct StoreReply {
     /// fits): `true` when it admitted and counted the hits. `None` when it counted them
     /// unconditionally (fixed windows), leaving the verdict to the shard.
     pub allowed: Option<bool>,
+    /// An op of a limit with `reserve`: the key's holds as the store saw them.
+    pub holds: HoldReply,
+}
+
+/// The holds of an op's key in the store (ops of limits with `reserve`; zeros otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HoldReply {
+    /// Holds before this op (expired ones released).
+    pub held: u32,
+    /// Holds this op found expired, and released.
+    pub expired: u32,
+    /// A report released one hold.
+    pub released: bool,
 }
 
 /// A round trip that failed or took too long: nothing is known of its batch.

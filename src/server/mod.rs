@@ -44,6 +44,7 @@ use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::{Backend, Settings};
 use crate::source::files::{fingerprint, Watched};
+use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Counters, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
 use crate::transport::resp::RespShared;
@@ -387,10 +388,12 @@ fn http_servers(
         out.push(("debug", l, http::debug_router(state, metrics)));
     }
     if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
+        let now = std::time::Instant::now();
+        let exposition = Exposition::new(p.mapper.clone(), cx.counters.clone(), now);
         out.push((
             "Prometheus",
             l,
-            http::prometheus_router(metrics_state(cx), &p.path),
+            http::prometheus_router(exposition, &p.path),
         ));
     }
     if let (Some(l), Some(a)) = (admin, &settings.admin) {

@@ -5,7 +5,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::io::AsyncWriteExt;
@@ -17,7 +17,9 @@ use super::listeners::{GrpcListener, Listeners};
 use super::tls::{self, Accept, TlsState};
 use super::HEALTH_NAMES;
 use crate::settings::Settings;
+use crate::telemetry::mapped::Exposition;
 use crate::telemetry::Counters;
+use crate::transport::http;
 use crate::transport::waiting::{http_router, resp_error, NotYet, StartWait};
 
 /// The ports' answers during the wait; dropped or handed over, they stop accepting.
@@ -27,7 +29,8 @@ pub(super) struct Waiting {
 
 impl Waiting {
     /// Answers on every bound port while `wait` says what the start waits for; `/metrics` on
-    /// the HTTP and debug ports and the Prometheus port serve `counters` (the start's own).
+    /// the HTTP and debug ports serves `counters` (the start's own), the Prometheus port what
+    /// its mapping makes of them.
     pub(super) async fn serve(
         ls: &Listeners,
         (wait, counters): (&StartWait, Counters),
@@ -36,8 +39,7 @@ impl Waiting {
     ) -> io::Result<Waiting> {
         let (stop, rx) = watch::channel(false);
         serve_grpc(&ls.grpc[0], wait, tls, &rx).await?;
-        let http = |l: &std::net::TcpListener, metrics: Option<Vec<String>>| -> io::Result<()> {
-            let router = http_router(wait.clone(), metrics.map(|p| (counters.clone(), p)));
+        let serve = |l: &std::net::TcpListener, router: axum::Router| -> io::Result<()> {
             let listener = UntilStop {
                 inner: tcp(l)?,
                 stop: rx.clone(),
@@ -50,16 +52,19 @@ impl Waiting {
             });
             Ok(())
         };
-        let metrics = || settings.metrics.then(|| vec!["/metrics".to_owned()]);
-        http(&ls.http, metrics())?;
-        if let Some(l) = &ls.admin {
-            http(l, None)?;
-        }
+        // turnstile's own series (the start's counters, for now) where they are served.
+        let own = || http_router(wait.clone(), settings.metrics.then(|| counters.clone()));
+        serve(&ls.http, own())?;
         if let Some(l) = &ls.debug {
-            http(l, metrics())?;
+            serve(l, own())?;
         }
+        if let Some(l) = &ls.admin {
+            serve(l, http_router(wait.clone(), None))?;
+        }
+        // The reference's series, mapped from the same counters as once serving.
         if let (Some(l), Some(p)) = (&ls.prometheus, &settings.prometheus) {
-            http(l, Some(vec![p.path.clone()]))?;
+            let exposition = Exposition::new(p.mapper.clone(), counters.clone(), Instant::now());
+            serve(l, http::prometheus_router(exposition, &p.path))?;
         }
         if let Some(l) = &ls.resp {
             serve_resp(tcp(l)?, wait.clone(), rx.clone());

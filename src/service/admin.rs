@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use super::plan::{self, LimitRef, Plan};
 use super::{validate, AnswerSettings, Live, RateLimiter, Request};
 use crate::config::{Algorithm, Unit};
-use crate::limiter::{EngineError, LookedUp, Op, Role};
+use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
 use crate::telemetry::digest;
 
 /// Why an admin action was not done; the message names what to fix.
@@ -31,6 +31,9 @@ pub struct Applies {
     pub descriptor: usize,
     /// The limit's `name` ("" when it has none).
     pub name: String,
+    /// Its node's stat key, as `/rlconfig` and the metrics name it ("" for Envoy's `limit`
+    /// override, which has no node).
+    pub stat_key: String,
     /// The counter key it counts in ("" for an unlimited one).
     pub key: String,
     pub unit: Unit,
@@ -42,13 +45,17 @@ pub struct Applies {
     pub algorithm: Algorithm,
     pub role: Role,
     pub unlimited: bool,
+    /// The hits each check holds (`reserve`), if the limit takes reservations.
+    pub reserve: Option<u32>,
 }
 
 /// What a look-up found of one limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
-    /// Hits held against the limit now (see `limiter::State::used`).
+    /// Hits counted against the limit now (see `limiter::State::used`).
     pub used: u64,
+    /// Hits held by checks whose requests have not reported yet (`reserve`).
+    pub held: u64,
     /// What a request of one hit would be told is left after a check (0 when over).
     pub remaining: u32,
     /// Until the window ends (fixed, sliding) or the bucket is full again (token bucket).
@@ -113,14 +120,23 @@ impl RateLimiter {
                     unavailable(e)
                 ))
             })?;
-            // Values as digests at info; in clear at debug only.
-            tracing::info!(
-                domain = %req.domain,
-                descriptor = %entries(req, limit.descriptor, &|v| digest(v)),
-                limit = %limit.name,
-                store_keys_deleted = ?deleted,
-                "limit reset"
-            );
+            // Values as digests at info; in clear at debug only. A limit is named as
+            // `refused_by` names it: its `name`, else its stat key.
+            let named = [&limit.name, &limit.stat_key]
+                .into_iter()
+                .find(|n| !n.is_empty());
+            let descriptor = entries(req, limit.descriptor, &|v| digest(v));
+            let named = named.map_or("override", String::as_str);
+            match deleted {
+                Some(n) => tracing::info!(
+                    domain = %req.domain, %descriptor, limit = %named, store_keys_deleted = n,
+                    "limit reset"
+                ),
+                // No store: nothing was deleted anywhere but here.
+                None => tracing::info!(
+                    domain = %req.domain, %descriptor, limit = %named, "limit reset"
+                ),
+            }
             tracing::debug!(
                 descriptor = %entries(req, limit.descriptor, &|v| v.to_owned()),
                 key = %limit.key,
@@ -138,9 +154,16 @@ impl RateLimiter {
 fn usage(op: &Op, found: LookedUp) -> Usage {
     let (p, now) = (&op.params, found.now);
     let check = found.state.eval(p, now, 0);
+    let held = match op.reserve {
+        Reservation::Hold { hits, .. } => found.held.saturating_mul(u64::from(hits)),
+        _ => 0,
+    };
     Usage {
         used: found.state.used(p, now),
-        remaining: check.remaining,
+        held,
+        remaining: check
+            .remaining
+            .saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)),
         resets_in_ns: check.reset_ns,
         now,
         waiting: found.waiting,
@@ -190,14 +213,28 @@ fn targets(
     let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
     let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
     for (ai, a) in plan.applied.iter().enumerate() {
-        let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
-        let (algorithm, unlimited, unit_multiplier) = match a.limit {
-            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier),
-            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1),
+        let mut op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
+        let (algorithm, unlimited, unit_multiplier, reserve) = match a.limit {
+            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
+            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
+        };
+        // A look-up reads the holds of a limit with `reserve` beside its count.
+        if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
+            op.reserve = Reservation::Hold {
+                hits: r.hits,
+                for_ms: 0,
+                id: 0,
+            };
+        }
+        let stat_key = match a.limit {
+            LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())
+                .map_or_else(String::new, |m| m.node().stat_key.clone()),
+            LimitRef::Override { .. } => String::new(),
         };
         let applies = Applies {
             descriptor: a.descriptor,
             name: a.limit.name().to_owned(),
+            stat_key,
             key: op
                 .as_ref()
                 .map_or_else(String::new, |o| o.key.as_str().to_owned()),
@@ -208,6 +245,7 @@ fn targets(
             algorithm,
             role: a.role,
             unlimited,
+            reserve: reserve.map(|r| r.hits),
         };
         out.push((applies, op));
     }

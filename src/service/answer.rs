@@ -101,7 +101,9 @@ pub(super) fn answer(
             names.ietf.then_some((plan, &best[..])),
         );
     }
-    if decision.waited_ns > 0 && !decision.timed_out {
+    // Only for a waiter admitted: one refused (past `max_wait`, or at shutdown) is told so by
+    // its code alone.
+    if decision.waited_ns > 0 && !decision.refused {
         response.response_headers_to_add.push(HeaderValue {
             key: WAITED_HEADER.to_owned(),
             value: (decision.waited_ns / 1_000_000).to_string(),

@@ -6,10 +6,10 @@ use smallvec::SmallVec;
 use super::error::RlsError;
 use super::request::{Descriptor, Request};
 use super::settings::{AnswerSettings, RefusedHits};
-use crate::config::{Algorithm, Calendar, Domain, RateLimit, Unit};
+use crate::config::{Algorithm, Calendar, Domain, RateLimit, Reserve, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
-use crate::limiter::{Counting, Op, Params, QuotaGroup, Role};
+use crate::limiter::{Counting, Op, Params, QuotaGroup, Reservation, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -238,9 +238,13 @@ impl<'c> Plan<'c> {
                 keys.push(text);
                 Key::default()
             };
-            let (algorithm, queue, local_first) = match a.limit {
-                LimitRef::Config(l) => (l.algorithm, l.queue, l.local_first),
-                LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None),
+            let (algorithm, queue, local_first, reserve) = match a.limit {
+                // Holds are worth what every replica sees: a limit with them is decided exactly.
+                LimitRef::Config(l) if l.reserve.is_some() => {
+                    (l.algorithm, l.queue, Some(false), l.reserve)
+                }
+                LimitRef::Config(l) => (l.algorithm, l.queue, l.local_first, l.reserve),
+                LimitRef::Override { .. } => (Algorithm::FixedWindow, None, None, None),
             };
             ops.push(Op {
                 key,
@@ -258,6 +262,7 @@ impl<'c> Plan<'c> {
                 queue,
                 grant: None,
                 local_first,
+                reserve: reservation(reserve, d.hits_addend, refund, counting),
             });
             self.op_of.push(ai);
         }
@@ -279,6 +284,28 @@ fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
         RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
         RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
         RefusedHits::KeepAll => Counting::Always,
+    }
+}
+
+/// What an op of a limit with `reserve` does: a check (the descriptor's own `hits_addend` is
+/// 0) holds, a report (above 0, counted whatever the verdict) releases; a call without a
+/// `hits_addend` of its own, or giving hits back, does neither.
+fn reservation(
+    reserve: Option<Reserve>,
+    own: Option<u64>,
+    refund: bool,
+    counting: Counting,
+) -> Reservation {
+    match (reserve, own) {
+        (Some(r), Some(0)) if !refund => Reservation::Hold {
+            hits: r.hits,
+            for_ms: u32::try_from(r.hold.as_millis()).unwrap_or(u32::MAX),
+            id: crate::limiter::hold_id(),
+        },
+        (Some(r), Some(_)) if !refund && counting != Counting::IfAdmitted => {
+            Reservation::Release { hits: r.hits }
+        }
+        _ => Reservation::None,
     }
 }
 

@@ -305,6 +305,7 @@ pub fn op_for(
         grant: None,
         counting: crate::limiter::Counting::IfAdmitted,
         local_first: Some(false),
+        reserve: crate::limiter::Reservation::None,
     })
 }
 

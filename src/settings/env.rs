@@ -30,6 +30,13 @@ impl<'a> Env<'a> {
         self.get(k).unwrap_or_else(|| default.to_owned())
     }
 
+    /// `k`'s value as the user wrote it (`0`, not the `0ns` it parsed to), or `default` shown
+    /// when unset: every error about a value that parsed but does not fit echoes it so.
+    pub fn written(&self, k: &str, default: impl fmt::Debug) -> String {
+        self.get(k)
+            .unwrap_or_else(|| format!("{default:?} (its default)"))
+    }
+
     /// `VAR=value is not ...`: `why` continues the sentence.
     fn bad(k: &str, v: &str, why: impl fmt::Display) -> String {
         format!("{k}={v} {why}")
@@ -63,7 +70,7 @@ impl<'a> Env<'a> {
         } else {
             Err(Self::bad(
                 k,
-                &n.to_string(),
+                &self.written(k, n),
                 format_args!("is not a whole number from {min} to {max}"),
             ))
         }
@@ -132,6 +139,23 @@ impl<'a> Env<'a> {
         host_port(&v).map_err(|e| format!("{k}={v}: {e}"))
     }
 
+    /// Two settings set together or not at all (a certificate and its key).
+    pub fn both_or_neither(&self, a: &str, b: &str) -> Result<Option<(String, String)>> {
+        let needs = |k: &str, v: &str, other: &str| {
+            Self::bad(
+                k,
+                v,
+                format_args!("needs {other} too: the two go together (set both or neither)"),
+            )
+        };
+        match (self.get(a), self.get(b)) {
+            (Some(x), Some(y)) => Ok(Some((x, y))),
+            (None, None) => Ok(None),
+            (Some(x), None) => Err(needs(a, &x, b)),
+            (None, Some(y)) => Err(needs(b, &y, a)),
+        }
+    }
+
     /// `k1:v1,k2=v2` (envconfig's map syntax, with `=` also accepted).
     pub fn pairs(&self, k: &str) -> Result<Vec<(String, String)>> {
         let v = self.get(k).unwrap_or_default();
@@ -139,12 +163,16 @@ impl<'a> Env<'a> {
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(|p| {
-                let at = p
-                    .find([':', '='])
-                    .ok_or_else(|| format!("{k}: \"{p}\" is not key:value"))?;
+                let at = (p.find([':', '='])).ok_or_else(|| {
+                    Self::bad(k, &v, format_args!("has \"{p}\", which is not key:value"))
+                })?;
                 let (key, value) = (p[..at].trim(), p[at + 1..].trim());
                 if key.is_empty() {
-                    return Err(format!("{k}: \"{p}\" has an empty key"));
+                    return Err(Self::bad(
+                        k,
+                        &v,
+                        format_args!("has \"{p}\", whose key is empty"),
+                    ));
                 }
                 Ok((key.to_owned(), value.to_owned()))
             })

@@ -23,6 +23,7 @@ use crate::service::rate::RateDefaults;
 use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::client_values::DigestKey;
+use crate::telemetry::mapped::Mapper;
 use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::http::AdminSettings;
@@ -42,11 +43,13 @@ pub struct TlsSettings {
     pub client_san: Option<String>,
 }
 
-/// `USE_PROMETHEUS`: a listener of its own serving the exposition at one path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `USE_PROMETHEUS`: a listener of its own serving envoyproxy/ratelimit's series at one path.
+#[derive(Debug, Clone)]
 pub struct PrometheusSettings {
     pub addr: SocketAddr,
     pub path: String,
+    /// `PROMETHEUS_MAPPER_YAML`, read at start; the reference's default mapping when unset.
+    pub mapper: Mapper,
 }
 
 /// The variables that name the config location (`Settings::config_optional`).
@@ -122,8 +125,8 @@ pub struct Settings {
     pub reload_interval: Duration,
     /// `DEBUG_HOST:DEBUG_PORT` (0.0.0.0:6070): `/rlconfig` and `/metrics`.
     pub debug_addr: Option<SocketAddr>,
-    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics):
-    /// the listener of its own.
+    /// `USE_PROMETHEUS` (default true), `PROMETHEUS_ADDR` (:9090), `PROMETHEUS_PATH` (/metrics),
+    /// `PROMETHEUS_MAPPER_YAML`: the listener of its own, serving the reference's series only.
     pub prometheus: Option<PrometheusSettings>,
     /// `USE_PROMETHEUS` (default true): the series at all; false takes `/metrics` off the HTTP
     /// and debug ports too.
@@ -200,6 +203,8 @@ pub struct Overrides {
     pub shards: Option<usize>,
     /// `--state-dir`, over `TURNSTILE_STATE_DIR`.
     pub state_dir: Option<PathBuf>,
+    /// `turnstile check`: `config` is only read and listed, whatever `CONFIG_TYPE` says.
+    pub checking: bool,
 }
 
 impl Overrides {
@@ -207,6 +212,7 @@ impl Overrides {
     pub fn config(path: PathBuf) -> Overrides {
         Overrides {
             config: Some(path),
+            checking: true,
             ..Overrides::default()
         }
     }
@@ -334,6 +340,14 @@ impl Settings {
     /// Applies CLI flags over what the environment said.
     pub fn apply(&mut self, flags: Overrides) -> Result<(), String> {
         if let Some(c) = flags.config {
+            // Two sources named for one set of limits: neither silently wins.
+            if self.xds.is_some() && !flags.checking {
+                return Err(format!(
+                    "--config {} and CONFIG_TYPE=GRPC_XDS_SOTW both say where the limits come \
+                     from (a file, xDS): drop --config, or set CONFIG_TYPE=FILE",
+                    c.display()
+                ));
+            }
             self.config_path = c;
             self.config_optional = false;
         }
@@ -405,7 +419,8 @@ fn response_headers(env: &Env<'_>) -> Result<Option<HeaderNames>, String> {
     }))
 }
 
-/// Every value set is checked, on or off.
+/// Every value set is checked, on or off: a mapping file that would stop the start once the
+/// exposition is on stops it now.
 fn prometheus(env: &Env<'_>) -> Result<Option<PrometheusSettings>, String> {
     let on = env.flag("USE_PROMETHEUS", true)?;
     let path = env.string("PROMETHEUS_PATH", "/metrics");
@@ -413,10 +428,14 @@ fn prometheus(env: &Env<'_>) -> Result<Option<PrometheusSettings>, String> {
         return Err(format!("PROMETHEUS_PATH={path} must start with /"));
     }
     let addr = env.address("PROMETHEUS_ADDR", ":9090")?;
-    // The reference's unit switch for its statsd-mapped response_time: checked, then ignored
-    // (`sections::ignored` says why).
-    env.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
-    Ok(on.then_some(PrometheusSettings { addr, path }))
+    // As the reference: the default mapping's response_time in milliseconds; a file of one's
+    // own says its own units (`sections::ignored` says so when both are set).
+    let millis = env.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
+    let mapper = match env.get("PROMETHEUS_MAPPER_YAML").filter(|p| !p.is_empty()) {
+        Some(p) => Mapper::from_file(std::path::Path::new(&p))?,
+        None => Mapper::default_mapping(millis),
+    };
+    Ok(on.then_some(PrometheusSettings { addr, path, mapper }))
 }
 
 fn tls(env: &Env<'_>) -> Result<Option<TlsSettings>, String> {

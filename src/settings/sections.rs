@@ -28,7 +28,8 @@ fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
     let sync_interval = env.duration(k, StateSettings::DEFAULT_SYNC_INTERVAL)?;
     if sync_interval.is_zero() || sync_interval > MAX {
         return Err(format!(
-            "{k}={sync_interval:?}: must be more than 0 and at most {MAX:?} (what a crash may lose)"
+            "{k}={}: must be more than 0 and at most {MAX:?} (what a crash may lose)",
+            env.written(k, sync_interval)
         ));
     }
     let dir = env.get("TURNSTILE_STATE_DIR").filter(|d| !d.is_empty());
@@ -133,8 +134,10 @@ fn startup_retry(env: &Env<'_>) -> Result<StartupRetry> {
     let max = env.duration("REDIS_STARTUP_MAX_INTERVAL", d.max)?;
     if initial.is_zero() || max < initial {
         return Err(format!(
-            "REDIS_STARTUP_INITIAL_INTERVAL ({initial:?}) must be more than 0 and at most \
-             REDIS_STARTUP_MAX_INTERVAL ({max:?})"
+            "REDIS_STARTUP_INITIAL_INTERVAL ({}) must be more than 0 and at most \
+             REDIS_STARTUP_MAX_INTERVAL ({})",
+            env.written("REDIS_STARTUP_INITIAL_INTERVAL", initial),
+            env.written("REDIS_STARTUP_MAX_INTERVAL", max)
         ));
     }
     let elapsed = env.duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?;
@@ -162,18 +165,7 @@ fn sync_interval(env: &Env<'_>) -> Result<Duration> {
 /// `{p}_URL` is unset.
 fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
     let var = |s: &str| format!("{p}_{s}");
-    let tls_client = match (
-        env.get(&var("TLS_CLIENT_CERT")),
-        env.get(&var("TLS_CLIENT_KEY")),
-    ) {
-        (Some(c), Some(k)) => Some((c, k)),
-        (None, None) => None,
-        _ => {
-            return Err(format!(
-                "{p}_TLS_CLIENT_CERT and {p}_TLS_CLIENT_KEY go together"
-            ))
-        }
-    };
+    let tls_client = env.both_or_neither(&var("TLS_CLIENT_CERT"), &var("TLS_CLIENT_KEY"))?;
     let socket_unix = env.choice(
         &var("SOCKET_TYPE"),
         false,
@@ -229,8 +221,10 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
     let backoff_max = env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?;
     if backoff_initial.is_zero() || backoff_max < backoff_initial {
         return Err(format!(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({backoff_initial:?}) must be more than 0 and \
-             at most XDS_CLIENT_BACKOFF_MAX_INTERVAL ({backoff_max:?})"
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({}) must be more than 0 and at most \
+             XDS_CLIENT_BACKOFF_MAX_INTERVAL ({})",
+            env.written("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", backoff_initial),
+            env.written("XDS_CLIENT_BACKOFF_MAX_INTERVAL", backoff_max)
         ));
     }
     let backoff_jitter = if env.flag("XDS_CLIENT_BACKOFF_JITTER", true)? {
@@ -278,20 +272,12 @@ fn xds_tls(env: &Env<'_>) -> Result<Option<XdsTls>> {
         "CONFIG_GRPC_XDS_SERVER_USE_TLS=true needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
          (turnstile does not read the system's CA store)",
     )?;
-    let client_identity = match (
-        env.get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
-        env.get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
-    ) {
-        (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
-        (None, None) => None,
-        _ => {
-            return Err(
-                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY \
-                        go together: set both or neither"
-                    .into(),
-            )
-        }
-    };
+    let client_identity = env
+        .both_or_neither(
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        )?
+        .map(|(c, k)| (PathBuf::from(c), PathBuf::from(k)));
     Ok(Some(XdsTls {
         ca_cert: PathBuf::from(ca_cert),
         client_identity,
@@ -452,6 +438,24 @@ pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
     if !on {
         return Ok(None);
     }
+    // The exporter is built without TLS: an https endpoint would fail every export.
+    if let Some(e) = (endpoint.as_deref()).filter(|e| {
+        e.get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+    }) {
+        let k = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .into_iter()
+        .find(|k| env.get(k).is_some())
+        .unwrap_or("OTEL_EXPORTER_OTLP_ENDPOINT");
+        return Err(format!(
+            "{k}={}: https endpoints are not supported (traces are exported without TLS); \
+             use http:// to a collector or sidecar on a trusted network",
+            env.get(k).unwrap_or_else(|| e.to_owned())
+        ));
+    }
     Ok(Some(TracingSettings {
         service_name: env.string("TRACING_SERVICE_NAME", "RateLimit"),
         service_namespace: env.get("TRACING_SERVICE_NAMESPACE"),
@@ -515,6 +519,18 @@ const GOCC_UNUSED: [(&str, &str); 6] = [
 /// the reason.
 pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
     let mut out = Vec::new();
+    // The form of headers that are not sent: the partner setting is what turns them on.
+    if env.get("TURNSTILE_RESPONSE_HEADERS").is_some()
+        && !env
+            .flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+            .unwrap_or(false)
+    {
+        out.push(
+            "TURNSTILE_RESPONSE_HEADERS does nothing without LIMIT_RESPONSE_HEADERS_ENABLED=true, \
+             which turns the service-made headers on"
+                .into(),
+        );
+    }
     if env.flag("DISABLE_STATS", false).unwrap_or(false) {
         out.push(
             "DISABLE_STATS=true turns the statsd push off; Prometheus series stay \
@@ -522,16 +538,20 @@ pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
                 .into(),
         );
     }
-    let unused: [(&str, &str); 4] = [
-        (
-            "PROMETHEUS_MAPPER_YAML",
-            "metrics are native Prometheus series, no statsd mapping is applied",
-        ),
-        (
-            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-            "it sets the unit of the reference's statsd-mapped response_time; turnstile's \
-             ratelimit_service_request_duration_seconds is a native histogram in seconds",
-        ),
+    if env
+        .get("PROMETHEUS_MAPPER_YAML")
+        .is_some_and(|p| !p.is_empty())
+        && env
+            .get("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+            .is_some()
+    {
+        out.push(
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS is ignored: it changes the default \
+             mapping only, and PROMETHEUS_MAPPER_YAML names a file of its own"
+                .into(),
+        );
+    }
+    let unused: [(&str, &str); 2] = [
         (
             "REDIS_CLUSTER_PIPELINE_PARALLELISM",
             "with Redis Cluster every command of a pipeline goes to its node at once",

@@ -24,8 +24,16 @@ pub trait Metrics: Send + Sync {
 #[derive(Debug, Default)]
 pub struct Pushed {
     pub(super) counters: BTreeMap<String, u64>,
-    /// By name: observations so far in each bucket, `+Inf` last (not cumulative).
-    pub(super) timers: BTreeMap<&'static str, Vec<u64>>,
+    pub(super) timers: BTreeMap<&'static str, Timed>,
+}
+
+/// A timer's observations so far.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Timed {
+    /// In each of [`super::histogram::BUCKETS_US`], `+Inf` last (not cumulative).
+    pub(super) buckets: Vec<u64>,
+    /// The time they took in all.
+    pub(super) sum_ns: u64,
 }
 
 impl Pushed {
@@ -36,7 +44,11 @@ impl Pushed {
 
     /// The timer `name`, as `h`'s buckets hold it now.
     pub fn timer(&mut self, name: &'static str, h: &Histogram) {
-        self.timers.insert(name, h.bucket_counts());
+        let timed = Timed {
+            buckets: h.bucket_counts(),
+            sum_ns: h.sum_ns(),
+        };
+        self.timers.insert(name, timed);
     }
 }
 

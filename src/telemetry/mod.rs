@@ -3,7 +3,8 @@
 //! `service::throttle`, ...), `server` registers them in [`Counters`] at start, and the
 //! Prometheus text and the statsd push loop over them without naming one. Also here:
 //! `ShouldRateLimit`'s counters and envoyproxy/ratelimit's per-limit stats (`requests`,
-//! `limit_stats`, `detailed`, `limit_series`), the config loads' counters, logs and traces.
+//! `limit_stats`, `detailed`, `limit_series`), the config loads' counters, logs and traces; the
+//! Prometheus port's exposition of the statsd stats through statsd_exporter's mapping (`mapped`).
 
 pub mod client_values;
 mod counters;
@@ -12,11 +13,13 @@ pub mod exposition;
 pub mod histogram;
 mod limit_series;
 mod limit_stats;
+pub mod mapped;
 mod push_stats;
 mod reloads;
 mod requests;
 pub mod statsd;
 pub mod trace;
+mod trace_export;
 
 pub use crate::hitters::{BoundTop, TopTable};
 pub use client_values::{digest, Shown};

@@ -24,6 +24,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
+use super::trace_export::Logged;
+
 /// The target of request spans and of the events about a request as a whole.
 /// `LOG_LEVEL` and `LOG_FORMAT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,7 +232,7 @@ fn provider(
         .with_attributes(attributes)
         .build();
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_batch_exporter(Logged::new(exporter))
         // A trace Envoy sampled is continued whatever the rate; the rate applies to new ones.
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
             t.sampling_rate,

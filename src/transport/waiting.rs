@@ -1,7 +1,7 @@
 //! What the ports answer while the start waits (for Redis, or for the durable counters to be
 //! read back), before the server proper serves them: at once, never a held connection. HTTP
-//! answers 503 naming the wait (`/healthcheck` included, so readiness fails), the metrics paths
-//! serve the start's counters (its Redis retries: a liveness probe there passes), gRPC health
+//! answers 503 naming the wait (`/healthcheck` included, so readiness fails), `/metrics` serves
+//! the start's counters (its Redis retries: a liveness probe there passes), gRPC health
 //! answers NOT_SERVING and `ShouldRateLimit` UNAVAILABLE (Envoy's `failure_mode_deny` decides).
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -61,24 +61,21 @@ impl StartWait {
     }
 }
 
-/// An HTTP port during the wait: `metrics` (the counters, at these paths) or 503 naming the
-/// wait for anything else. Every answer closes its connection, so no client keeps one to the
+/// An HTTP port during the wait: `metrics` (the counters, at `/metrics`) or 503 naming the wait
+/// for anything else. Every answer closes its connection, so no client keeps one to the
 /// waiting port past the wait.
-pub fn http_router(wait: StartWait, metrics: Option<(Counters, Vec<String>)>) -> Router {
+pub fn http_router(wait: StartWait, metrics: Option<Counters>) -> Router {
     let mut router = Router::new();
-    if let Some((counters, paths)) = metrics {
-        for p in paths {
-            let counters = counters.clone();
-            let render = move || {
-                let body = counters.render();
-                let close = (header::CONNECTION, "close");
-                async move {
-                    let kind = (header::CONTENT_TYPE, "text/plain; version=0.0.4");
-                    ([kind, close], body)
-                }
-            };
-            router = router.route(&p, get(render));
-        }
+    if let Some(counters) = metrics {
+        let render = move || {
+            let body = counters.render();
+            let close = (header::CONNECTION, "close");
+            async move {
+                let kind = (header::CONTENT_TYPE, "text/plain; version=0.0.4");
+                ([kind, close], body)
+            }
+        };
+        router = router.route("/metrics", get(render));
     }
     router.fallback(move || {
         let body = format!("{}\n", wait.text());

@@ -572,7 +572,8 @@ async fn istio_sample_decides_over_grpc_with_redis_by_host_name() {
         "counters in Redis, got keys {keys:?}"
     );
 
-    // Prometheus exposition, on its own port and on the debug port.
+    // The reference's series on the Prometheus port (`{domain,key1}`, its default mapping), and
+    // turnstile's own on the debug port (`{domain,descriptor}`): one over-limit answer on each.
     let series = "ratelimit_service_rate_limit_over_limit{domain=\"productpage-ratelimit\"";
     for url in [
         format!("http://{}/metrics", at.metrics),
@@ -630,7 +631,7 @@ async fn a_configmap_edit_is_picked_up_and_a_bad_one_refused() {
     );
 
     config.update(&file("lots"));
-    let metrics = format!("http://{}/metrics", at.metrics);
+    let metrics = format!("http://{}/metrics", at.debug);
     poll(&metrics, "the refused edit", |b| {
         metric(b, "ratelimit_service_config_load_error_total") >= 1.0
     })
@@ -799,7 +800,7 @@ async fn sigterm_answers_every_call_in_flight_and_exits_zero() {
         let mut rls = rls.clone();
         calls.spawn(async move { rls.should_rate_limit(one("stop", &[("k", "x")])).await });
     }
-    let metrics = format!("http://{}/metrics", at.metrics);
+    let metrics = format!("http://{}/metrics", at.debug);
     poll(&metrics, "every call waiting", |b| {
         metric(b, "ratelimit_service_queue_waiting") == WAITING as f64
     })

@@ -9,7 +9,7 @@ use super::decode::stored;
 use super::packed::Packed;
 use super::scripts::{pack, Cmd, Name};
 use super::{within, RedisStore};
-use crate::limiter::{DeleteFuture, Op, StoreFuture, StoreReply};
+use crate::limiter::{DeleteFuture, HoldReply, Op, Reservation, StoreFuture, StoreReply};
 
 impl RedisStore {
     /// The keys `op`'s algorithm reads to decide at `now` (ns): the fixed window's key of the
@@ -23,6 +23,11 @@ impl RedisStore {
         }
     }
 
+    /// The sorted set of `op`'s holds, for a limit with `reserve`.
+    fn held_of<'a>(&'a self, op: &'a Op, now: u64) -> Option<Name<'a>> {
+        matches!(op.reserve, Reservation::Hold { .. }).then(|| self.held_name(op, now))
+    }
+
     /// `GET` of each key (`INCRBY key 0` would create a fixed window's key), decoded into the
     /// state a decision at `now` would start from.
     pub(super) fn read_keys(
@@ -33,18 +38,29 @@ impl RedisStore {
         deadline: Duration,
     ) -> StoreFuture {
         let names = self.keys_of(op, now);
-        let mut cmds = Packed::with_capacity(names.len());
+        let n = names.len();
+        let mut cmds = Packed::with_capacity(n + 1);
         for key in names {
             pack(&Cmd::Get { key }, &mut cmds);
+        }
+        // A limit with `reserve`: its holds not expired yet.
+        if let Some(held) = self.held_of(op, now) {
+            let now_us = now / 1000;
+            pack(&Cmd::CountHeld { held, now_us }, &mut cmds);
         }
         let conn = self.deployment(&op.params).conn(lane);
         let params = op.params;
         Box::pin(async move {
             let replies = within(deadline, exec(&conn, &cmds)).await?;
             let values: Vec<Option<i64>> = replies.iter().map(|r| r.first().copied()).collect();
+            let held = values.get(n).copied().flatten().unwrap_or(0).max(0);
             Ok(vec![StoreReply {
-                before: stored(&params, now, &values),
+                before: stored(&params, now, &values[..n]),
                 allowed: None,
+                holds: HoldReply {
+                    held: u32::try_from(held).unwrap_or(u32::MAX),
+                    ..HoldReply::default()
+                },
             }])
         })
     }
@@ -57,7 +73,8 @@ impl RedisStore {
         now: u64,
         deadline: Duration,
     ) -> DeleteFuture {
-        let names = self.keys_of(op, now);
+        let mut names = self.keys_of(op, now);
+        names.extend(self.held_of(op, now));
         let mut cmds = Packed::with_capacity(names.len());
         for key in names {
             pack(&Cmd::Del { key }, &mut cmds);

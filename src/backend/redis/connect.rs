@@ -10,96 +10,47 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Pipeline, Value};
 use tokio::sync::Mutex;
 
+use super::connect_error::{is_auth, ConnectError, Password};
 use super::decode::{ints, Ints};
 use super::direct::{Direct, RespReply, Target};
 use super::packed::Packed;
 use super::scripts::by_text;
 use super::{RedisErrors, RedisSettings, RedisStore, RedisTarget, RedisType};
 
-/// Why a deployment could not be reached at start: a wrong setting (no wait helps) or Redis
-/// not answering yet (worth another try).
-#[derive(Debug)]
-pub(super) enum ConnectError {
-    Setting(String),
-    Unreachable(String),
-}
-
-/// The password a deployment's refusal is about: its variable (`REDIS_AUTH`,
-/// `REDIS_PERSECOND_AUTH`), whether it is set, and with Sentinels the variable of theirs.
-#[derive(Clone, Copy)]
-pub(super) struct Password {
-    var: &'static str,
-    set: bool,
-    sentinel_var: Option<&'static str>,
-}
-
-impl Password {
-    /// The password of `t`, the deployment `REDIS_URL` names, or `REDIS_PERSECOND_URL` when
-    /// `per_second`.
-    pub(super) fn of(t: &RedisTarget, per_second: bool) -> Password {
-        let (var, sentinel_var) = if per_second {
-            ("REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH")
-        } else {
-            ("REDIS_AUTH", "REDIS_SENTINEL_AUTH")
+/// Which password a Sentinel deployment's refusal is about: the crate asks the Sentinels and
+/// then the master in one call, so each Sentinel is asked alone (`PING`, with the Sentinels'
+/// password): one that refuses it means `<prefix>SENTINEL_AUTH`, else the master refused
+/// `<prefix>AUTH`.
+async fn refused_password(t: &RedisTarget, prefix: &str, within: Duration) -> String {
+    let sentinels = t.url.split(',').skip(1).map(str::trim);
+    for host in sentinels {
+        let Ok(info) = sentinel_info(host, t.sentinel_auth.as_deref()) else {
+            continue;
         };
-        Password {
-            var,
-            set: t.auth.is_some(),
-            sentinel_var: (t.kind == RedisType::Sentinel).then_some(sentinel_var),
+        let asked = async {
+            let client = redis::Client::open(info)?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<Value>(&mut c).await
+        };
+        match tokio::time::timeout(within, asked).await {
+            Ok(Err(e)) if is_auth(&e) => {
+                let given = if t.sentinel_auth.is_some() {
+                    "refused"
+                } else {
+                    "not set"
+                };
+                return format!("the Sentinel at {host}: {prefix}SENTINEL_AUTH {given}");
+            }
+            Ok(Ok(_)) => break,
+            _ => {}
         }
     }
-
-    /// What to set, for a server that answered NOAUTH.
-    fn hint(&self) -> String {
-        match (self.set, self.sentinel_var) {
-            (false, None) => format!("set {}", self.var),
-            (false, Some(s)) => format!(
-                "set {} (the Redis password), and {s} if the Sentinels require one too",
-                self.var
-            ),
-            (true, Some(s)) => format!("set {s} (the Sentinels' own password)"),
-            (true, None) => format!("check {}", self.var),
-        }
-    }
-}
-
-impl ConnectError {
-    /// A Redis error, with `what` was tried: a refused or missing password (`pw`) is a setting,
-    /// anything else may pass.
-    fn of(e: &redis::RedisError, what: String, pw: Password) -> ConnectError {
-        // A pipeline's errors are the server's, one per command: a PING refused for want of a
-        // password is one of them.
-        let mut codes: Vec<String> = (e.clone().into_server_errors())
-            .map(|v| v.iter().map(|(_, s)| s.code().to_owned()).collect())
-            .unwrap_or_default();
-        codes.extend(e.code().map(str::to_owned));
-        if codes.iter().any(|c| c == "NOAUTH") {
-            return ConnectError::Setting(format!(
-                "{what}: the server requires a password ({e}): {}",
-                pw.hint()
-            ));
-        }
-        let auth = e.kind() == redis::ErrorKind::AuthenticationFailed
-            || codes.iter().any(|c| c == "WRONGPASS");
-        let msg = format!("{what}: {e}");
-        if auth {
-            ConnectError::Setting(msg)
-        } else {
-            ConnectError::Unreachable(msg)
-        }
-    }
-
-    pub(super) fn message(&self) -> &str {
-        match self {
-            ConnectError::Setting(m) | ConnectError::Unreachable(m) => m,
-        }
-    }
-}
-
-impl From<String> for ConnectError {
-    fn from(m: String) -> ConnectError {
-        ConnectError::Setting(m)
-    }
+    let given = if t.auth.is_some() {
+        "refused"
+    } else {
+        "not set"
+    };
+    format!("the master: {prefix}AUTH {given}")
 }
 
 /// A connection to one deployment, reconnecting by itself.
@@ -228,7 +179,7 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
 async fn single(
     t: &RedisTarget,
     certs: Option<redis::TlsCertificates>,
-    (deadline, pw): (Duration, Password),
+    (deadline, pw): (Duration, Option<Password>),
 ) -> Result<(Conn, Home), ConnectError> {
     let url = url_of(t, &t.url);
     let client = match certs {
@@ -259,7 +210,7 @@ async fn single(
 async fn connect(
     t: &RedisTarget,
     deadline: Duration,
-    pw: Password,
+    pw: Option<Password>,
 ) -> Result<Deployment, ConnectError> {
     let mut conns = Vec::with_capacity(t.pool_size);
     let mut home = None;
@@ -339,13 +290,13 @@ impl RedisStore {
             None => None,
         };
         let check = Duration::from_secs(5).max(deadline);
-        for (name, dep, pw) in [
-            ("REDIS_URL", Some(&main), Password::of(&s.main, false)),
+        for (name, prefix, target, dep) in [
+            ("REDIS_URL", "REDIS_", &s.main, Some(&main)),
             (
                 "REDIS_PERSECOND_URL",
+                "REDIS_PERSECOND_",
+                s.per_second.as_ref().unwrap_or(&s.main),
                 per_second.as_ref(),
-                (s.per_second.as_ref())
-                    .map_or(Password::of(&s.main, true), |t| Password::of(t, true)),
             ),
         ] {
             let Some(dep) = dep else { continue };
@@ -356,11 +307,13 @@ impl RedisStore {
                 match tokio::time::timeout(check, ping).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        return Err(ConnectError::of(
-                            &e,
-                            format!("Redis at {name} does not answer PING"),
-                            pw,
-                        ))
+                        let mut what = format!("Redis at {name} does not answer PING");
+                        if target.kind == RedisType::Sentinel && is_auth(&e) {
+                            let refused = refused_password(target, prefix, check).await;
+                            what.push_str(&format!(" ({refused})"));
+                        }
+                        let pw = Password::of(target, name == "REDIS_PERSECOND_URL");
+                        return Err(ConnectError::of(&e, what, pw));
                     }
                     Err(_) => {
                         return Err(ConnectError::Unreachable(format!(

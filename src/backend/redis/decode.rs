@@ -4,7 +4,7 @@ use redis::Value;
 use smallvec::SmallVec;
 
 use crate::config::Algorithm;
-use crate::limiter::{Params, State, StoreReply};
+use crate::limiter::{HoldReply, Params, Reservation, State, StoreReply};
 
 /// What an op asked of Redis, kept to read its reply.
 pub(super) struct Asked {
@@ -15,6 +15,8 @@ pub(super) struct Asked {
     pub(super) in_full: bool,
     /// The time the op was counted at (its window), ns since the epoch.
     pub(super) at: u64,
+    /// Asked of `HOLD` (a check holding, or a report releasing): its reply is that script's.
+    pub(super) holds: Option<Reservation>,
 }
 
 impl Asked {
@@ -28,6 +30,9 @@ impl Asked {
         let idx = p.span(now).idx as u32;
         let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let first = reply.first().copied().unwrap_or(0);
+        if let Some(r) = self.holds {
+            return decode_hold(p, idx, r, reply);
+        }
         if self.refund {
             // REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
             let before = match p.algorithm {
@@ -47,6 +52,7 @@ impl Asked {
             return StoreReply {
                 before,
                 allowed: None,
+                holds: HoldReply::default(),
             };
         }
         let hits = self.hits;
@@ -58,6 +64,7 @@ impl Asked {
                     count: clamp((first.max(0) as u64).saturating_sub(hits)),
                 },
                 allowed: None,
+                holds: HoldReply::default(),
             },
             // SLIDING answers {allowed, current count after, previous count}.
             Algorithm::SlidingWindow => {
@@ -76,6 +83,7 @@ impl Asked {
                         cur: clamp(cur),
                     },
                     allowed: Some(allowed).filter(|_| !self.in_full),
+                    holds: HoldReply::default(),
                 }
             }
             // GCRA and GCRA_ADD answer {allowed, TAT after (µs)}.
@@ -91,9 +99,40 @@ impl Asked {
                 StoreReply {
                     before: State::Gcra { tat },
                     allowed: Some(allowed).filter(|_| !self.in_full),
+                    holds: HoldReply::default(),
                 }
             }
         }
+    }
+}
+
+/// `HOLD`'s reply `{done, holds before, holds expired, a, b}`: the counter before the op (fixed:
+/// a count; sliding: current and previous counts; token bucket: the TAT in µs) and its holds.
+fn decode_hold(p: &Params, idx: u32, r: Reservation, reply: &[i64]) -> StoreReply {
+    let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
+    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let before = match p.algorithm {
+        Algorithm::FixedWindow => State::Fixed {
+            window: idx,
+            count: clamp(at(3)),
+        },
+        Algorithm::SlidingWindow => State::Sliding {
+            window: idx,
+            cur: clamp(at(3)),
+            prev: clamp(at(4)),
+        },
+        Algorithm::TokenBucket { .. } => State::Gcra { tat: at(3) * 1000 },
+    };
+    let done = at(0) == 1;
+    let check = matches!(r, Reservation::Hold { .. });
+    StoreReply {
+        before,
+        allowed: check.then_some(done),
+        holds: HoldReply {
+            held: clamp(at(1)),
+            expired: clamp(at(2)),
+            released: !check && done,
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod admin;
 mod connect;
+mod connect_error;
 mod decode;
 mod direct;
 mod errors;
@@ -45,12 +46,19 @@ impl Store for RedisStore {
         for (i, b) in batch.iter().enumerate() {
             let at = b.sync_at.unwrap_or(now);
             let in_full = b.sync_at.is_some() || (b.in_full && !b.refund);
-            let c = match b.sync_at {
+            // A check or report of a limit with `reserve` goes by the holds' script.
+            let held = match b.sync_at {
+                None => self.hold_cmd(b.op, now, b.refund),
+                Some(_) => None,
+            };
+            let holds = matches!(held, Some(scripts::Cmd::Hold(_))).then_some(b.op.reserve);
+            let c = match (held, b.sync_at) {
+                (Some(c), _) => c,
                 // More given back than taken since the last sync: given back in that window.
-                Some(at) if b.refund => self.cmd(b.op, at, true),
-                Some(at) => self.sync_cmd(b.op, at, now),
-                None if in_full => self.sync_cmd(b.op, now, now),
-                None => self.cmd(b.op, now, b.refund),
+                (None, Some(at)) if b.refund => self.cmd(b.op, at, true),
+                (None, Some(at)) => self.sync_cmd(b.op, at, now),
+                (None, None) if in_full => self.sync_cmd(b.op, now, now),
+                (None, None) => self.cmd(b.op, now, b.refund),
             };
             let to = usize::from(self.per_second.is_some() && c.per_second(&b.op.params));
             let to = lanes[to].get_or_insert_with(|| Lane::with_capacity(batch.len()));
@@ -61,6 +69,7 @@ impl Store for RedisStore {
                 refund: b.refund,
                 in_full,
                 at,
+                holds,
             });
         }
         let [main, second] = lanes;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connect::ConnectError;
+use super::connect_error::ConnectError;
 use super::{RedisErrors, RedisSettings, RedisStore, StartupRetry};
 use crate::telemetry::exposition::{single, Metrics};
 

@@ -4,6 +4,7 @@ mod files;
 mod gocc;
 mod limits;
 mod queue;
+mod reserve;
 mod tree;
 mod windows;
 mod yaml;

@@ -123,6 +123,8 @@ fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
         // Envoy Gateway's RateLimitConfig has no field for either.
         unit_multiplier: None,
         calendar: None,
+        reserve: None,
+        reserve_for: None,
         algorithm: None,
         burst: None,
         queue: None,

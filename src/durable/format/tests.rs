@@ -184,3 +184,20 @@ impl std::io::Read for Trickle<'_> {
         Ok(n)
     }
 }
+
+#[test]
+fn a_newer_versions_header_is_not_damage() {
+    let mut bytes = NAME.to_vec();
+    bytes.extend_from_slice(&(VERSION + 1).to_be_bytes());
+    let (got, _, fault) = read_all(&bytes);
+    assert!(got.is_empty());
+    assert_eq!(
+        fault,
+        Some(Fault::Newer {
+            version: VERSION + 1
+        })
+    );
+    let mut older = NAME.to_vec();
+    older.extend_from_slice(&0u16.to_be_bytes());
+    assert_eq!(read_all(&older).2, Some(Fault::Header));
+}

@@ -24,12 +24,12 @@ impl Peeking {
             return Ok(self.here);
         };
         let replies = read.await?;
-        let before = replies
+        let reply = replies
             .first()
-            .ok_or_else(|| StoreError("the store answered nothing".into()))?
-            .before;
+            .ok_or_else(|| StoreError("the store answered nothing".into()))?;
         Ok(LookedUp {
-            state: with_hits(before, &params, self.here.now, unsynced),
+            state: with_hits(reply.before, &params, self.here.now, unsynced),
+            held: u64::from(reply.holds.held),
             ..self.here
         })
     }
@@ -45,6 +45,7 @@ impl<B: Hooks> Decider<'_, B> {
         let here = LookedUp {
             state,
             waiting: self.queues.len_of(&op.key.borrowed()),
+            held: self.holds.peek(&op.key, &op.params, now),
             now,
         };
         let store = self.backing.peek(op, now);
@@ -58,6 +59,7 @@ impl<B: Hooks> Decider<'_, B> {
     pub(super) fn reset(&mut self, op: &Op, delete: bool) -> Deleting {
         let now = self.cx.clock.now();
         self.counters.reset(&op.key, &op.params, now);
+        self.holds.forget(&op.key);
         let deleting = self.backing.forget(op, delete, now);
         if deleting.is_none() && self.queues.has_key(&op.key) {
             self.service_queue(&op.key, now);
@@ -82,6 +84,7 @@ impl<B: Hooks> Decider<'_, B> {
             grant: None,
             counting: Counting::IfAdmitted,
             local_first: Some(false),
+            reserve: crate::limiter::Reservation::None,
         };
         self.refund(&op, now);
         true

@@ -12,12 +12,13 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
+use super::holds::Holds;
 use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::clock::Clock;
 use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Outcome, Outcomes, Role};
+use crate::limiter::op::{Op, Outcome, Outcomes, Reservation, Role};
 use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 use crate::limiter::store::{DeleteFuture, StoreFuture};
 
@@ -80,6 +81,7 @@ pub(super) struct Ambient {
 /// The shard's parts, borrowed together to decide one message.
 pub(super) struct Decider<'a, B> {
     pub(super) counters: &'a mut Counters,
+    pub(super) holds: &'a mut Holds,
     pub(super) queues: &'a mut Queues,
     pub(super) backing: &'a mut B,
     pub(super) cx: &'a mut Ambient,
@@ -320,12 +322,24 @@ impl<B: Hooks> Decider<'_, B> {
                 (state, at)
             });
             let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
-            let hits = if op.refund { 0 } else { op.hits };
-            let e: Eval = base.eval(&op.params, now, hits);
+            let e: Eval = match op.reserve {
+                Reservation::Hold { hits, .. } => {
+                    let held = self.holds.held(&op.key, &op.params, now);
+                    check_holding(&base, &op.params, now, (held, hits))
+                }
+                Reservation::Release { hits } => {
+                    // What is left once this report released one hold.
+                    let held = self.holds.held(&op.key, &op.params, now).saturating_sub(1);
+                    let e = base.eval(&op.params, now, op.hits);
+                    less_held(e, held, hits)
+                }
+                _ if op.refund => base.eval(&op.params, now, 0),
+                _ => base.eval(&op.params, now, op.hits),
+            };
             if op.counts_in_full() {
                 // Counted whatever the action, past the limit if need be.
                 let next = if e.over {
-                    base.add(&op.params, now, hits)
+                    base.add(&op.params, now, op.hits)
                 } else {
                     e.next
                 };
@@ -349,6 +363,9 @@ impl<B: Hooks> Decider<'_, B> {
 
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn refund(&mut self, op: &Op, now: u64) {
+        if let Reservation::Hold { .. } = op.reserve {
+            self.holds.withdraw(&op.key, &op.params, now);
+        }
         self.backing.record(op, -(op.hits as i64), now);
         if !self.counters.refund(&op.key, &op.params, now, op.hits) {
             return;
@@ -380,7 +397,15 @@ impl<B: Hooks> Decider<'_, B> {
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
         for &(i, ..) in scratch {
-            self.backing.record(&ops[i], ops[i].hits as i64, now);
+            let op = &ops[i];
+            self.backing.record(op, op.hits as i64, now);
+            match op.reserve {
+                Reservation::None => {}
+                Reservation::Hold { for_ms, .. } => {
+                    self.holds.hold(&op.key, &op.params, now, for_ms)
+                }
+                Reservation::Release { .. } => self.holds.release(&op.key, &op.params, now),
+            }
         }
         for &(i, state, at) in scratch {
             let op = &ops[i];
@@ -399,12 +424,36 @@ impl<B: Hooks> Decider<'_, B> {
     }
 }
 
+/// A check of a limit with `reserve`, on `base` at `now` with `held` reservations of `hits`
+/// each: judged as if it took its own and every held reservation's hits; stores nothing.
+pub(super) fn check_holding(base: &State, p: &Params, now: u64, (held, hits): (u64, u32)) -> Eval {
+    let own = u64::from(hits);
+    let e = base.eval(p, now, held.saturating_mul(own).saturating_add(own));
+    Eval {
+        next: base.eval(p, now, 0).next,
+        ..e
+    }
+}
+
+/// `e` of a report, its `remaining` less what `held` reservations of `hits` each hold.
+pub(super) fn less_held(e: Eval, held: u64, hits: u32) -> Eval {
+    let held = u32::try_from(held.saturating_mul(u64::from(hits))).unwrap_or(u32::MAX);
+    Eval {
+        remaining: e.remaining.saturating_sub(held),
+        ..e
+    }
+}
+
 /// A refused message's ops that fit report what is left without their hits, which were not
 /// counted (usage counted in full excepted).
 pub(crate) fn refund_in_outcomes(ops: &[Op], outcomes: &mut [Outcome]) {
     for (op, out) in ops.iter().zip(outcomes.iter_mut()) {
         if !(out.over || out.blocked || op.refund || op.counts_in_full()) {
-            let hits = u32::try_from(op.hits).unwrap_or(u32::MAX);
+            // A check's hold was not made either.
+            let hits = match op.reserve {
+                Reservation::Hold { hits, .. } => hits,
+                _ => u32::try_from(op.hits).unwrap_or(u32::MAX),
+            };
             out.remaining = out.remaining.saturating_add(hits);
         }
     }

@@ -26,6 +26,7 @@ use super::waiters::WaiterBudget;
 mod admin;
 mod counters;
 mod decide;
+mod holds;
 mod link;
 mod queues;
 mod stats;
@@ -38,6 +39,7 @@ mod wait;
 use counters::Counters;
 pub(crate) use decide::refund_in_outcomes;
 use decide::{Ambient, Decider, Memory};
+use holds::Holds;
 pub use link::BreakerState;
 pub(crate) use link::Done;
 pub(crate) use link::Link;
@@ -63,6 +65,7 @@ macro_rules! with_decider {
                 #[allow(unused_mut)]
                 let mut $d = Decider {
                     counters: &mut s.counters,
+                    holds: &mut s.holds,
                     queues: &mut s.queues,
                     backing: &mut Memory,
                     cx: &mut s.cx,
@@ -73,6 +76,7 @@ macro_rules! with_decider {
                 #[allow(unused_mut)]
                 let mut $d = Decider {
                     counters: &mut s.counters,
+                    holds: &mut s.holds,
                     queues: &mut s.queues,
                     backing: &mut **link,
                     cx: &mut s.cx,
@@ -87,6 +91,7 @@ pub use stats::{EngineStats, ShardCounts, ShardStats};
 
 pub(crate) struct Shard {
     counters: Counters,
+    holds: Holds,
     queues: Queues,
     backing: Backing,
     cx: Ambient,
@@ -103,6 +108,7 @@ impl Shard {
         let now = clock.now();
         Shard {
             counters: Counters::new(max_keys, now, stats.clone()),
+            holds: Holds::new(max_keys, stats.clone()),
             queues: Queues::new(budget, stats.clone()),
             backing,
             cx: Ambient {
@@ -120,6 +126,7 @@ impl Shard {
         if let Backing::Store(link) = &mut self.backing {
             f(&mut Decider {
                 counters: &mut self.counters,
+                holds: &mut self.holds,
                 queues: &mut self.queues,
                 backing: &mut **link,
                 cx: &mut self.cx,
@@ -156,6 +163,7 @@ impl Shard {
         with_decider!(self, |d| d.run_events(now));
         if now >= self.counters.next_sweep() {
             self.counters.sweep(now, &self.queues);
+            self.holds.sweep(now);
         }
         if matches!(&self.backing, Backing::Store(link) if link.due(now)) {
             self.with_link(|d| d.flush());

@@ -36,6 +36,12 @@ pub struct ShardStats {
     /// Local-first: hits admitted here that will never reach the store (no room for their
     /// key's view, or their window ended before a sync could carry them).
     local_first_dropped_hits: AtomicU64,
+    /// Reservations (`reserve`): held by admitted checks; released by their request's report,
+    /// by their time passing, or withdrawn because their request was refused elsewhere.
+    holds_made: AtomicU64,
+    holds_reported: AtomicU64,
+    holds_expired: AtomicU64,
+    holds_withdrawn: AtomicU64,
 }
 
 #[inline]
@@ -155,6 +161,27 @@ impl ShardStats {
         add_hits(&self.replay_dropped_hits, hits);
     }
 
+    /// Reservations: `n` held by admitted checks.
+    pub(crate) fn holds_made(&self, n: u64) {
+        add(&self.holds_made, n);
+    }
+
+    /// Reservations: `n` released by a report of their request's usage.
+    pub(crate) fn holds_reported(&self, n: u64) {
+        add(&self.holds_reported, n);
+    }
+
+    /// Reservations: `n` released because nobody reported within `reserve_for`.
+    pub(crate) fn holds_expired(&self, n: u64) {
+        add(&self.holds_expired, n);
+    }
+
+    /// Reservations: `n` taken back because their request was refused after all (by a limit
+    /// on another shard), or its caller went away.
+    pub(crate) fn holds_withdrawn(&self, n: u64) {
+        add(&self.holds_withdrawn, n);
+    }
+
     /// Every counter as it is now, each read on its own (relaxed).
     pub fn read(&self) -> ShardCounts {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -176,6 +203,10 @@ impl ShardStats {
             local_first_dropped_hits: load(&self.local_first_dropped_hits),
             replayed_hits: load(&self.replayed_hits),
             replay_dropped_hits: load(&self.replay_dropped_hits),
+            holds_made: load(&self.holds_made),
+            holds_reported: load(&self.holds_reported),
+            holds_expired: load(&self.holds_expired),
+            holds_withdrawn: load(&self.holds_withdrawn),
         }
     }
 }
@@ -201,12 +232,16 @@ pub struct ShardCounts {
     pub local_first_dropped_hits: u64,
     pub replayed_hits: u64,
     pub replay_dropped_hits: u64,
+    pub holds_made: u64,
+    pub holds_reported: u64,
+    pub holds_expired: u64,
+    pub holds_withdrawn: u64,
 }
 
 type ShardField = fn(&ShardStats) -> &AtomicU64;
 
 /// The per-shard families: name, type, help, and the counter each reads.
-const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
+const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 20] = [
     (
         "ratelimit_service_shard_keys",
         "gauge",
@@ -302,6 +337,30 @@ const SHARD_FAMILIES: [(&str, &str, &str, ShardField); 16] = [
         "counter",
         "Hits decided from memory on exact limits while Redis was away and never sent: their window ended first, or the shard held its key cap.",
         |s| &s.replay_dropped_hits,
+    ),
+    (
+        "ratelimit_service_reservations_made_total",
+        "counter",
+        "Reservations held by admitted checks of limits with reserve.",
+        |s| &s.holds_made,
+    ),
+    (
+        "ratelimit_service_reservations_reported_total",
+        "counter",
+        "Reservations released by the report of their request's usage.",
+        |s| &s.holds_reported,
+    ),
+    (
+        "ratelimit_service_reservations_expired_total",
+        "counter",
+        "Reservations released because no report came within reserve_for: the estimate or the report path is wrong.",
+        |s| &s.holds_expired,
+    ),
+    (
+        "ratelimit_service_reservations_withdrawn_total",
+        "counter",
+        "Reservations taken back because their request was refused by another limit, or its caller went away.",
+        |s| &s.holds_withdrawn,
     ),
 ];
 

@@ -146,6 +146,7 @@ impl Store for HeldStore {
             Ok(vec![StoreReply {
                 before,
                 allowed: None,
+                holds: Default::default(),
             }])
         })
     }
@@ -211,6 +212,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
     let before = |n| StoreReply {
         before: State::fresh(&p, T0).add(&p, T0, n),
         allowed: None,
+        holds: Default::default(),
     };
     let mut held: Vec<_> = store.sent.lock().unwrap().drain(..).map(|s| s.1).collect();
     held.pop().unwrap().send(vec![before(1)]).unwrap();
@@ -259,4 +261,124 @@ async fn a_failed_round_trip_is_counted_by_the_store_on_the_shards_lane() {
         Hits::StoreFailed,
         "fail_closed: the caller is told the store failed"
     );
+}
+
+/// Reservations under any interleaving of checks, reports and time passing, on every
+/// algorithm: a check is admitted only while what is used and held leaves room for its hold,
+/// what is used and held passes the limit only by what reports used beyond the holds they
+/// released, and holds are never released more often than they were made.
+mod holds {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::limiter::op::{Counting, Reservation};
+    use crate::limiter::protocol::LookedUp;
+
+    const LIMIT: u32 = 1000;
+    const EACH: u32 = 300;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Check,
+        Report(u64),
+        Advance(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => Just(Step::Check),
+            3 => (1u64..700).prop_map(Step::Report),
+            1 => (1u64..400).prop_map(Step::Advance),
+        ]
+    }
+
+    fn op(algorithm: Algorithm, hits: u64, reserve: Reservation) -> Op {
+        Op {
+            hits,
+            reserve,
+            counting: if hits == 0 {
+                Counting::IfAdmitted
+            } else {
+                Counting::Usage
+            },
+            ..test_op("d_user_u_", algorithm, LIMIT, 86_400_000)
+        }
+    }
+
+    fn message(op: Op) -> Decide {
+        Decide {
+            ops: vec![op],
+            whole: true,
+            global_shadow: false,
+            may_wait: false,
+            reply: ReplyTo::InPlace,
+        }
+    }
+
+    fn look_up(shard: &mut Shard, algorithm: Algorithm) -> LookedUp {
+        let (reply, mut rx) = oneshot::channel();
+        let hold = Reservation::Hold {
+            hits: EACH,
+            for_ms: 0,
+            id: 0,
+        };
+        shard.handle(Msg::LookUp {
+            op: op(algorithm, 0, hold),
+            reply,
+        });
+        let peeking = rx.try_recv().expect("answered in place");
+        peeking.here
+    }
+
+    proptest! {
+        #[test]
+        fn used_and_held_stay_within_the_limit_and_its_reports_excess(
+            algorithm in prop_oneof![
+                Just(Algorithm::FixedWindow),
+                Just(Algorithm::SlidingWindow),
+                Just(Algorithm::TokenBucket { burst: LIMIT }),
+            ],
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let (clock, manual) = Clock::manual(T0);
+            let stats = Arc::new(ShardStats::default());
+            let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+            let mut shard = Shard::new(clock, budget, stats.clone(), Backing::Memory, 1000);
+            let mut excess = 0u64;
+            for (n, s) in steps.into_iter().enumerate() {
+                let admitted = match s {
+                    Step::Check => {
+                        let hold = Reservation::Hold { hits: EACH, for_ms: 600_000, id: n as u64 };
+                        shard.decide_any(message(op(algorithm, 0, hold)));
+                        Some(now(shard.take_answer()).committed())
+                    }
+                    Step::Report(r) => {
+                        let released = stats.read().holds_reported;
+                        let release = Reservation::Release { hits: EACH };
+                        shard.decide_any(message(op(algorithm, r, release)));
+                        let _ = shard.take_answer();
+                        let released = stats.read().holds_reported - released;
+                        prop_assert!(released <= 1);
+                        excess += r.saturating_sub(released * u64::from(EACH));
+                        None
+                    }
+                    Step::Advance(secs) => {
+                        manual.advance(Duration::from_secs(secs));
+                        None
+                    }
+                };
+                let found = look_up(&mut shard, algorithm);
+                let p = op(algorithm, 0, Reservation::None).params;
+                let total = found.state.used(&p, found.now) + found.held * u64::from(EACH);
+                if admitted == Some(true) {
+                    prop_assert!(total <= u64::from(LIMIT), "admitted at {total}");
+                }
+                prop_assert!(total <= u64::from(LIMIT) + excess, "{total} > {LIMIT} + {excess}");
+                let c = stats.read();
+                let ended = c.holds_reported + c.holds_expired + c.holds_withdrawn;
+                prop_assert!(ended <= c.holds_made);
+                prop_assert!(found.held <= c.holds_made - ended);
+            }
+        }
+    }
 }

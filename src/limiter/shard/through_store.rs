@@ -10,13 +10,13 @@
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::decide::{judge, Action, Commit, Decider, Hooks};
+use super::decide::{check_holding, judge, less_held, Action, Commit, Decider, Hooks};
 use super::link::{refund_views, with_hits, Done, InFlight, Link, StoreBound};
 use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Outcome, Outcomes};
+use crate::limiter::op::{Op, Outcome, Outcomes, Reservation};
 use crate::limiter::protocol::{Decide, Hits, Reply};
 use crate::limiter::store::{DeleteFuture, FailureMode, StoreError, StoreFuture, StoreReply};
 
@@ -222,6 +222,10 @@ impl Decider<'_, Link> {
         if done.is_empty() {
             return;
         }
+        let withdrawn = (done.iter())
+            .filter(|&&i| matches!(ops[i].reserve, Reservation::Hold { .. }))
+            .count();
+        self.cx.stats.holds_withdrawn(withdrawn as u64);
         link.queue_refunds(ops, &done);
         let now = self.cx.clock.now();
         refund_views(&link.views, self.counters, (ops, &done), now);
@@ -352,6 +356,9 @@ impl Decider<'_, Link> {
         if op.refund {
             return (reply.before.eval(p, now, 0), false);
         }
+        if let Reservation::Hold { hits, .. } = op.reserve {
+            return self.eval_check_holding(op, reply, hits, now);
+        }
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
         // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
@@ -389,6 +396,40 @@ impl Decider<'_, Link> {
         if let Some(full) = full.filter(|f| f.over && f.retry_ns != u64::MAX) {
             self.backing.remember_full(op, now + full.retry_ns, now);
         }
+        if let Reservation::Release { hits } = op.reserve {
+            let h = reply.holds;
+            self.cx.stats.holds_expired(u64::from(h.expired));
+            if h.released {
+                self.cx.stats.holds_reported(1);
+            }
+            let left = h.held.saturating_sub(u32::from(h.released));
+            e = less_held(e, u64::from(left), hits);
+        }
         (e, counted)
+    }
+
+    /// A check of a limit with `reserve`, on the store's answer: judged against what is used
+    /// and held there; the store's verdict stands (it judged in microseconds), and an admitted
+    /// check holds there already (given back if its request is refused after all).
+    fn eval_check_holding(
+        &mut self,
+        op: &Op,
+        reply: &StoreReply,
+        hits: u32,
+        now: u64,
+    ) -> (Eval, bool) {
+        let h = reply.holds;
+        self.cx.stats.holds_expired(u64::from(h.expired));
+        let held = u64::from(h.held);
+        let mut e = check_holding(&reply.before, &op.params, now, (held, hits));
+        let holds = reply.allowed == Some(true);
+        if holds {
+            self.cx.stats.holds_made(1);
+        }
+        e.over = !holds;
+        if e.over {
+            e.remaining = 0;
+        }
+        (e, holds)
     }
 }

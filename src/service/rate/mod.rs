@@ -188,6 +188,7 @@ impl RateApiService {
             grant: Some(id),
             counting: crate::limiter::Counting::IfAdmitted,
             local_first: Some(false),
+            reserve: crate::limiter::Reservation::None,
         };
         let mut gave_up = GaveUp {
             key: &ask.key,

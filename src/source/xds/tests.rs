@@ -82,7 +82,8 @@ fn tls_needs_a_ca_and_a_whole_identity() {
         settings(&all).unwrap_err()
     };
     assert!(err(&[on]).contains("needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT"));
-    assert!(err(&[on, ca, ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c")]).contains("go together"));
+    assert!(err(&[on, ca, ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c")])
+        .contains("CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/c needs CONFIG_GRPC_XDS_CLIENT_TLS_KEY"));
     let s = xds(&[on, ca, ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.internal")]);
     let tls = s.tls.unwrap();
     assert_eq!(tls.client_identity, None);

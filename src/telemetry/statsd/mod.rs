@@ -139,14 +139,14 @@ impl Exporter {
                 lines.push(line);
             }
         }
-        for (name, buckets) in &timers {
+        for (name, timed) in &timers {
             let sent = self.sent_buckets.get(name).map_or(&[][..], Vec::as_slice);
-            timer_lines(&mut lines, format, name, buckets, sent);
+            timer_lines(&mut lines, format, name, &timed.buckets, sent);
         }
         Flush {
             lines,
             counters,
-            buckets: timers,
+            buckets: timers.into_iter().map(|(n, t)| (n, t.buckets)).collect(),
         }
     }
 

@@ -347,6 +347,7 @@ fn applies_json(a: &Applies) -> serde_json::Map<String, Value> {
         "algorithm": a.algorithm.name(),
         "role": role,
         "unlimited": a.unlimited,
+        "reserve": a.reserve,
     });
     match v {
         Value::Object(o) => o,
@@ -360,6 +361,7 @@ fn looked_json(a: &Acted<Usage>) -> Value {
     let mut o = applies_json(&a.limit);
     if let Some(u) = &a.done {
         o.insert("used".into(), json!(u.used));
+        o.insert("held".into(), json!(u.held));
         o.insert("remaining".into(), json!(u.remaining));
         o.insert(
             "resets_in_seconds".into(),

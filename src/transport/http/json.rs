@@ -7,6 +7,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Struct, Value as PbValue};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -175,13 +177,46 @@ pub fn response_json(r: &RateLimitResponse) -> Value {
         .iter()
         .map(|h| json!({"key": h.key, "value": h.value}))
         .collect();
+    let request_headers: Vec<Value> = (r.request_headers_to_add.iter())
+        .map(|h| json!({"key": h.key, "value": h.value}))
+        .collect();
     let mut o = serde_json::Map::new();
     o.insert("overallCode".into(), json!(code_name(r.overall_code)));
     o.insert("statuses".into(), Value::Array(statuses));
     if !headers.is_empty() {
         o.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if !request_headers.is_empty() {
+        o.insert("requestHeadersToAdd".into(), Value::Array(request_headers));
+    }
+    if let Some(md) = &r.dynamic_metadata {
+        o.insert("dynamicMetadata".into(), struct_json(md));
+    }
     Value::Object(o)
+}
+
+/// A `google.protobuf.Struct` as proto3 JSON writes it: a plain object.
+fn struct_json(s: &Struct) -> Value {
+    Value::Object(
+        (s.fields.iter())
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(v: &PbValue) -> Value {
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => json!(b),
+        // A whole number is written without a fraction, as Go's protojson writes it.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 => {
+            json!(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => json!(n),
+        Some(Kind::StringValue(s)) => json!(s),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_json).collect()),
+        Some(Kind::StructValue(s)) => struct_json(s),
+    }
 }
 
 #[derive(Serialize)]

@@ -28,6 +28,7 @@ use crate::hitters::TopTable;
 use crate::limiter::{Clock, ShardStats};
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
+use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Counters, Shown};
 
 /// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
@@ -111,9 +112,15 @@ where
     }
 }
 
-/// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): the exposition alone, at `path`.
-pub fn prometheus_router(state: MetricsState, path: &str) -> Router {
-    Router::new().route(path, get(metrics)).with_state(state)
+/// The Prometheus port (`PROMETHEUS_ADDR` + `PROMETHEUS_PATH`): envoyproxy/ratelimit's series
+/// alone, its statsd stats through the mapping, at `path`.
+pub fn prometheus_router(state: Exposition, path: &str) -> Router {
+    Router::new().route(path, get(mapped)).with_state(state)
+}
+
+async fn mapped(State(x): State<Exposition>) -> Response {
+    let text = x.render(std::time::Instant::now());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// The HTTP port (`HOST:PORT`); `/metrics` with `metrics` (`USE_PROMETHEUS` on).

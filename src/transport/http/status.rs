@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::DebugState;
-use crate::config::Config;
+use crate::config::{Config, Level, Node};
 use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::{BreakerState, ShardStats};
 use crate::service::LiveLimits;
@@ -151,21 +151,27 @@ impl TopView<'_> {
         table.tick(self.now_ns);
         let now = table.now_s();
         let mut limits = Vec::new();
-        for (name, node) in nodes_with_limits(&live.config) {
+        for (name, node, fixed) in nodes_with_limits(&live.config) {
             let wanted = domain.as_ref().is_none_or(|d| *d == name)
                 && limit.as_ref().is_none_or(|l| *l == node.stat_key);
             let Some(t) = live.top.of(node).filter(|_| wanted) else {
                 continue;
             };
+            // Only what clients send is a client value: a value the config fixes (`tokens:
+            // input`) is the config's, shown as written.
+            let client = |i: usize, x: &str| match fixed.get(i) {
+                Some(true) => x.to_owned(),
+                _ => digest(x),
+            };
             let mut lists = t.lists(now, table.top_n());
             for v in lists.by_refused.iter_mut().chain(&mut lists.by_hits) {
                 if with_digests {
                     let mut d = v.clone();
-                    d.show_values(&|x| digest(x));
+                    d.show_values(&client);
                     v.digest = Some(d.value);
                 }
                 if shown == Shown::Digest {
-                    v.show_values(&|x| digest(x));
+                    v.show_values(&client);
                 }
             }
             limits.push(LimitTop {
@@ -186,17 +192,32 @@ impl TopView<'_> {
     }
 }
 
-/// (domain name, node) of every node with limits, domains sorted, nodes in listing order.
-fn nodes_with_limits(config: &Config) -> Vec<(&str, &crate::config::Node)> {
+/// A node with limits, in its domain, with whether the config fixes the value at each depth
+/// of its path (an exact `value:`; no value or a wildcard takes the client's).
+type Listed<'c> = (&'c str, &'c Node, Vec<bool>);
+
+/// Every node with limits, domains sorted, nodes in listing order.
+fn nodes_with_limits(config: &Config) -> Vec<Listed<'_>> {
+    fn walk<'c>(
+        domain: &'c str,
+        level: &'c Level,
+        path: &mut Vec<bool>,
+        out: &mut Vec<Listed<'c>>,
+    ) {
+        for n in level.nodes() {
+            path.push(n.fixes_value());
+            if !n.limits.is_empty() {
+                out.push((domain, n, path.clone()));
+            }
+            walk(domain, &n.children, path, out);
+            path.pop();
+        }
+    }
     let mut names: Vec<&String> = config.domains.keys().collect();
     names.sort();
     let mut out = Vec::new();
     for name in names {
-        config.domains[name].root.walk(&mut |n| {
-            if !n.limits.is_empty() {
-                out.push((name.as_str(), n));
-            }
-        });
+        walk(name, &config.domains[name].root, &mut Vec::new(), &mut out);
     }
     out
 }
@@ -220,7 +241,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     }
     let limits: Vec<Value> = nodes_with_limits(&live.config)
         .into_iter()
-        .map(|(domain, node)| {
+        .map(|(domain, node, _)| {
             let st = live.stats.of(node);
             json!({
                 "domain": domain,
@@ -236,10 +257,15 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let shards: Vec<Value> = (counters.shards.iter())
         .map(|st| {
             let st = st.read();
+            let ended = st.holds_reported + st.holds_expired + st.holds_withdrawn;
             json!({
                 "keys": st.keys,
                 "waiting": st.waiting,
                 "queue_full": st.queue_full,
+                // Holds of limits with `reserve`: made and not ended yet (one that expired
+                // unseen in a store ends when its key is next decided), and those expired.
+                "holds": st.holds_made.saturating_sub(ended),
+                "holds_expired": st.holds_expired,
                 "breaker": breaker(st.breaker),
             })
         })

@@ -133,6 +133,59 @@ async fn redis_sentinel_with_its_own_password() {
     assert!(e.contains("Redis"), "{e}");
 }
 
+/// A refused password says which: the Sentinels' (`REDIS_SENTINEL_AUTH`, wrong or missing)
+/// or the master's (`REDIS_AUTH`), though the client meets both in one call.
+#[tokio::test]
+async fn a_refused_sentinel_deployment_password_names_its_setting() {
+    let master = Redis::start_with(&["--requirepass", "master-pw"]);
+    let s = sentinel(&master, Some(("master-pw", "sentinel-pw")));
+    // Each start is a refusal: tried for a second at most, whether it is retried or not.
+    let quick = [
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "100ms"),
+        ("REDIS_STARTUP_MAX_INTERVAL", "100ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "1s"),
+    ];
+    let refused = |pairs: &[(&'static str, &'static str)]| {
+        let mut env = quick.to_vec();
+        env.extend_from_slice(pairs);
+        TestServer::try_start_env(CONFIG, sentinel_env(&s, &env))
+    };
+    // The settings, what the error names, what it must not.
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static str,
+        &'static str,
+    );
+    let cases: [Case; 3] = [
+        (
+            &[
+                ("REDIS_AUTH", "master-pw"),
+                ("REDIS_SENTINEL_AUTH", "wrong"),
+            ],
+            "REDIS_SENTINEL_AUTH refused",
+            "REDIS_AUTH",
+        ),
+        (
+            &[("REDIS_AUTH", "master-pw")],
+            "REDIS_SENTINEL_AUTH not set",
+            "REDIS_AUTH",
+        ),
+        (
+            &[
+                ("REDIS_AUTH", "wrong"),
+                ("REDIS_SENTINEL_AUTH", "sentinel-pw"),
+            ],
+            "REDIS_AUTH refused",
+            "SENTINEL_AUTH",
+        ),
+    ];
+    for (pairs, names, not) in cases {
+        let e = refused(pairs).await.err().expect("refused");
+        assert!(e.contains(names), "{pairs:?}: {e}");
+        assert!(!e.contains(not), "{pairs:?}: {e}");
+    }
+}
+
 /// With `REDIS_STARTUP_MAX_ELAPSED_TIME`, a Redis that never comes ends the start with an error
 /// naming the setting.
 #[tokio::test]
@@ -313,8 +366,8 @@ fn a_start_waiting_for_redis_stops_on_sigterm_and_on_sigint() {
 }
 
 /// While the start waits for Redis every port answers at once: `/healthcheck` 503 naming the
-/// wait, gRPC health NOT_SERVING and `ShouldRateLimit` UNAVAILABLE, the metrics and debug ports
-/// the retries. Once Redis is up the same ports serve: health 200, calls counted.
+/// wait, gRPC health NOT_SERVING and `ShouldRateLimit` UNAVAILABLE, `/metrics` the retries (the
+/// Prometheus port 200). Once Redis is up the same ports serve: health 200, calls counted.
 #[tokio::test]
 async fn probes_answer_at_once_while_the_start_waits_for_redis() {
     use tonic_health::pb::health_check_response::ServingStatus;
@@ -338,7 +391,7 @@ async fn probes_answer_at_once_while_the_start_waits_for_redis() {
         get(http, "/healthcheck").await,
         (503, "waiting for Redis\n".to_owned())
     );
-    for port in [metrics, debug] {
+    for port in [http, debug] {
         let (code, body) = get(port, "/metrics").await;
         assert_eq!(code, 200);
         assert!(
@@ -346,6 +399,7 @@ async fn probes_answer_at_once_while_the_start_waits_for_redis() {
             "{body}"
         );
     }
+    assert_eq!(get(metrics, "/metrics").await.0, 200, "the Prometheus port");
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
         .unwrap()
         .timeout(Duration::from_secs(5))

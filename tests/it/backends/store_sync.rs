@@ -31,6 +31,7 @@ fn op(hits: u64) -> Op {
         queue: None,
         grant: None,
         local_first: Some(true),
+        reserve: turnstile::limiter::Reservation::None,
     }
 }
 

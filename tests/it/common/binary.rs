@@ -21,6 +21,8 @@ pub struct Ports {
     /// `None` when the port is off.
     pub debug: Option<SocketAddr>,
     pub metrics: Option<SocketAddr>,
+    /// The admin listener (`TURNSTILE_ADMIN_ADDR`), when on.
+    pub admin: Option<SocketAddr>,
 }
 
 impl Ports {
@@ -186,6 +188,7 @@ impl Starting {
             http: addr("http").unwrap_or_else(|| panic!("no http address in {line:?}")),
             debug: addr("debug"),
             metrics: addr("metrics"),
+            admin: addr("admin"),
         };
         Server {
             child: self.child.take().expect("running"),
@@ -271,9 +274,10 @@ impl Server {
 }
 
 /// Runs the binary with only `env` (and `args`) to its end, expecting it to fail at start:
-/// its stderr.
+/// its stderr. A process that starts instead (its readiness line on stdout) is killed and the
+/// test fails, rather than waiting for a server that never ends.
 pub fn start_fails(args: &[&str], env: &[(&str, &str)]) -> String {
-    let out = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(args)
         .env_clear()
         .envs([
@@ -286,12 +290,36 @@ pub fn start_fails(args: &[&str], env: &[(&str, &str)]) -> String {
         ])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run turnstile");
-    assert!(
-        !out.status.success(),
-        "started; stdout:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let mut err = child.stderr.take().unwrap();
+    let stderr = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    thread::spawn(move || {
+        let first = BufReader::new(out).lines().map_while(Result::ok).next();
+        let _ = tx.send(first);
+    });
+    // The first line on stdout, or none when stdout closes (the process ended).
+    let started = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+        let _ = child.kill();
+        panic!("neither failed nor started within {DEADLINE:?}")
+    });
+    if let Some(line) = started {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "started: {line}\nstderr:\n{}",
+            stderr.join().unwrap_or_default()
+        );
+    }
+    let status = child.wait().expect("wait for turnstile");
+    assert!(!status.success(), "exited 0 without starting");
+    stderr.join().unwrap_or_default()
 }

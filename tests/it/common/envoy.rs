@@ -200,12 +200,17 @@ pub fn serve_upstream_conn(mut conn: TcpStream, hits: &AtomicUsize) -> std::io::
         let _request_line = lines.next().unwrap_or_default();
         let mut echoed = String::new();
         let mut content_length = 0usize;
+        // `x-delay-ms: N`: answer N ms late, as a slow model would.
+        let mut delay_ms = 0u64;
         for line in lines.filter(|l| !l.is_empty()) {
             if let Some((name, value)) = line.split_once(':') {
                 let name = name.trim().to_ascii_lowercase();
                 let value = value.trim();
                 if name == "content-length" {
                     content_length = value.parse().unwrap_or(0);
+                }
+                if name == "x-delay-ms" {
+                    delay_ms = value.parse().unwrap_or(0);
                 }
                 echoed.push_str(&format!("x-upstream-saw-{name}: {value}\r\n"));
             }
@@ -220,6 +225,7 @@ pub fn serve_upstream_conn(mut conn: TcpStream, hits: &AtomicUsize) -> std::io::
         }
         buf.drain(..head_end + content_length);
         hits.fetch_add(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(delay_ms));
         let body = "ok\n";
         let response = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n{echoed}\r\n{body}",

@@ -302,3 +302,19 @@ pub async fn settles<T: PartialEq, F: std::future::Future<Output = T>>(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The sum of a family's samples over its labels (per shard, say) in the native exposition at
+/// `http://{addr}/metrics`; 0 when the family has none.
+pub async fn family_sum(addr: impl std::fmt::Display, family: &str) -> u64 {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("/metrics")
+        .text()
+        .await
+        .expect("/metrics text");
+    let labelled = format!("{family}{{");
+    (text.lines())
+        .filter(|l| l.starts_with(&labelled) || l.starts_with(&format!("{family} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}

@@ -109,6 +109,39 @@ async fn a_damaged_state_file_is_set_aside_and_the_start_goes_on() {
     );
 }
 
+/// A state file of a newer format version (a rollback after an upgrade) is not damage: the
+/// start stops naming the file and both versions, and the file stays where it is, as it was.
+#[test]
+fn a_newer_format_version_stops_the_start_and_is_never_moved() {
+    let t = TempDir::new("durable-newer");
+    let config = t.write("config.yaml", LIMITS);
+    let state = t.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // Version 2's header, then what a version 2 file may hold.
+    let mut bytes = b"TSTATE\x00\x02".to_vec();
+    bytes.extend_from_slice(&[7u8; 64]);
+    let snap = state.join("counters.4.snap");
+    std::fs::write(&snap, &bytes).unwrap();
+    let err = start_fails(
+        &["serve", "--config", config.to_str().unwrap()],
+        &[("TURNSTILE_STATE_DIR", state.to_str().unwrap())],
+    );
+    assert!(
+        err.contains("counters.4.snap") && err.contains("version 2") && err.contains("version 1"),
+        "{err}"
+    );
+    assert!(!err.contains("not a turnstile state file"), "{err}");
+    let names: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.contains(".damaged-")),
+        "moved aside: {names:?}"
+    );
+    assert_eq!(std::fs::read(&snap).unwrap(), bytes, "left as it was");
+}
+
 /// A snapshot cut short: the keys before the cut are read back, the rest are not, and the
 /// start goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,11 +47,11 @@ fn entry(key: &str, value: &str, hits: u64) -> Value {
     json!({ "entries": [{ "key": key, "value": value }], "hits_addend": hits })
 }
 
-/// The Prometheus port's text.
+/// turnstile's own series, on the debug port.
 async fn metrics_text(server: &Server) -> String {
     reqwest::get(format!(
         "http://{}/metrics",
-        server.ports.metrics.expect("a Prometheus port")
+        server.ports.debug.expect("a debug port")
     ))
     .await
     .unwrap()
@@ -60,7 +60,7 @@ async fn metrics_text(server: &Server) -> String {
     .unwrap()
 }
 
-/// The value of an unlabelled series on the Prometheus port.
+/// The value of an unlabelled series on the debug port.
 async fn metric(server: &Server, name: &str) -> f64 {
     let text = metrics_text(server).await;
     text.lines()

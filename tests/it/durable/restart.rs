@@ -282,3 +282,39 @@ async fn shard_keys(s: &crate::common::binary::Server) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Reservations (`reserve`) live in memory only: the usage reported survives a graceful restart,
+/// the holds of checks not yet reported do not (their requests' reports, if they come, count
+/// in full and release nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_usage_survives_a_restart_and_holds_do_not() {
+    let t = TempDir::new("durable-holds");
+    let config = t.write(
+        "config.yaml",
+        "domain: budgets
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000, reserve: 300}
+",
+    );
+    let state = t.path().join("state");
+    let s = start(&config, &state, &[("TURNSTILE_STATE_SYNC_INTERVAL", "1m")]);
+    let one = |hits| json!([entry("user", "a", hits)]);
+    assert_eq!(check(s.ports.http, "budgets", one(0)).await.1, vec![700]);
+    let (_, left) = check(s.ports.http, "budgets", one(250)).await;
+    assert_eq!(left, vec![750], "250 used, the hold released");
+    // Two more checks hold 600: a third is refused.
+    check(s.ports.http, "budgets", one(0)).await;
+    check(s.ports.http, "budgets", one(0)).await;
+    let (code, _) = check(s.ports.http, "budgets", one(0)).await;
+    assert_eq!(code, "OVER_LIMIT");
+    s.stop();
+
+    let s = start(&config, &state, &[]);
+    let (code, left) = check(s.ports.http, "budgets", one(0)).await;
+    assert_eq!(
+        (code.as_str(), left),
+        ("OK", vec![450]),
+        "250 used survives; the 600 held did not"
+    );
+}

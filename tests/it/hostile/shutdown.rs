@@ -85,7 +85,7 @@ fn request(key: &str, value: &str) -> RateLimitRequest {
 struct Server {
     child: Child,
     grpc: String,
-    /// The Prometheus port, when the test asked for one (`PROMETHEUS_ADDR`).
+    /// turnstile's own series on the debug port, when the test asked for one (`DEBUG_PORT`).
     metrics: Option<String>,
     _dir: TempDir,
 }
@@ -129,7 +129,7 @@ fn start_with(env: &[(&str, &str)]) -> Server {
         .to_owned();
     let metrics = line
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics="))
+        .find_map(|w| w.strip_prefix("debug="))
         .filter(|m| *m != "off")
         .map(|m| format!("http://{m}/metrics"));
     Server {
@@ -495,7 +495,8 @@ async fn a_slow_reader_gets_every_answer_at_sigterm() {
     const CALLS: usize = 1000;
     let mut server = start_with(&[
         ("TURNSTILE_SHUTDOWN_GRACE_SECONDS", "5"),
-        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
     ]);
     let addr = server.grpc.trim_start_matches("http://").to_owned();
     // Fill the day: every later call on `slow` queues for the next one.
@@ -542,7 +543,7 @@ async fn a_slow_reader_gets_every_answer_at_sigterm() {
         let (send, body) = (send.clone(), body.clone());
         calls.spawn(async move { raw_call(send, &addr, body).await });
     }
-    // Wait until every call is queued (the waiting gauge of the metrics port).
+    // Wait until every call is queued (the waiting gauge of the debug port).
     let deadline = Instant::now() + STUCK;
     let metrics = server.metrics.clone().expect("metrics port");
     loop {

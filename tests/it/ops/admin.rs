@@ -422,3 +422,30 @@ async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
     // None of it counted anything.
     assert_eq!(usage(&look_up(&s, &[("api_key", "a")]).await[0]).0, 0);
 }
+
+/// A reset's log line names the limit as `refused_by` does, by its stat key when it has no
+/// `name`, and says nothing of store keys where there is no store.
+#[tokio::test]
+async fn a_reset_of_an_unnamed_limit_is_logged_by_its_stat_key() {
+    use crate::common::binary::{Server, BIN};
+    let t = TempDir::new("reset-log");
+    let config = t.write(
+        "limits.yaml",
+        "domain: web\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    );
+    let server = Server::start(
+        std::path::Path::new(BIN),
+        &["serve", "--config", config.to_str().unwrap()],
+        &ADMIN,
+    );
+    let admin = server.ports.admin.expect("the admin listener's address");
+    let url = format!("http://{admin}/admin/reset");
+    let (status, v) = post(&url, &body("web", &[("remote_address", "10.0.0.1")]), None).await;
+    assert_eq!(status, 200, "{v}");
+    let log = server.stop();
+    let line = (log.lines())
+        .find(|l| l.contains("limit reset"))
+        .unwrap_or_else(|| panic!("no reset logged:\n{log}"));
+    assert!(line.contains("limit=web.remote_address"), "{line}");
+    assert!(!line.contains("store_keys_deleted"), "{line}");
+}

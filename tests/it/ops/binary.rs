@@ -33,7 +33,6 @@ struct Reach {
     grpc: SocketAddr,
     http: SocketAddr,
     debug: SocketAddr,
-    metrics: SocketAddr,
 }
 
 pub(super) fn http_get(addr: SocketAddr, path: &str) -> String {
@@ -168,7 +167,6 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
         grpc: v4(server.ports.grpc_addr()),
         http: v4(server.ports.http),
         debug: server.ports.debug.expect("a debug port"),
-        metrics: server.ports.metrics.expect("a Prometheus port"),
     };
     let rl = http_get(p.debug, "/rlconfig");
     assert!(
@@ -195,7 +193,7 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
     });
 
     // SIGHUP reloads too, changed or not: the load counter goes up.
-    let before = http_get(p.metrics, "/metrics");
+    let before = http_get(p.debug, "/metrics");
     let loads = |m: &str| -> f64 {
         m.lines()
             .find_map(|l| l.strip_prefix("ratelimit_service_config_load_success_total "))
@@ -205,7 +203,7 @@ fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
     let n = loads(&before);
     server.signal("HUP");
     wait_for("SIGHUP reload", || {
-        let m = http_get(p.metrics, "/metrics");
+        let m = http_get(p.debug, "/metrics");
         (loads(&m) <= n).then_some(m)
     });
     let stderr = server.stop();
@@ -429,4 +427,88 @@ fn traces_continue_envoys_context(grpc: bool) {
         assert_eq!(span.3["service.name"], "rl-under-test");
         assert_eq!(span.3["service.namespace"], "ops");
     }
+}
+
+/// Settings that do nothing as set say so: the IETF header form without the headers turned on
+/// warns at start; an `https` OTLP endpoint (exported without TLS, it could never work) stops
+/// the start naming the variable.
+#[test]
+fn settings_that_would_do_nothing_warn_or_stop_the_start() {
+    let t = TempDir::new("partners");
+    std::fs::write(t.path().join("a.yaml"), V1).unwrap();
+    let cfg = t.path().join("a.yaml").display().to_string();
+    let args = ["serve", "--config", cfg.as_str()];
+    let server = Server::start(
+        Path::new(BIN),
+        &args,
+        &[("TURNSTILE_RESPONSE_HEADERS", "ietf")],
+    );
+    let log = server.stop();
+    assert!(
+        log.contains(
+            "TURNSTILE_RESPONSE_HEADERS does nothing without LIMIT_RESPONSE_HEADERS_ENABLED"
+        ),
+        "{log}"
+    );
+    let both = [
+        ("TURNSTILE_RESPONSE_HEADERS", "ietf"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+    ];
+    let log = Server::start(Path::new(BIN), &args, &both).stop();
+    assert!(!log.contains("does nothing"), "{log}");
+
+    for k in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ] {
+        let err = crate::common::binary::start_fails(
+            &args,
+            &[("TRACING_ENABLED", "true"), (k, "https://collector:4318")],
+        );
+        assert!(
+            err.contains(&format!("{k}=https://collector:4318"))
+                && err.contains("https endpoints are not supported"),
+            "{err}"
+        );
+    }
+}
+
+/// A collector that is not there: the failed export is logged (at most a line every 10 s,
+/// with the count of failures since the last), not dropped in silence.
+#[test]
+fn a_failed_trace_export_is_logged() {
+    let t = TempDir::new("otlp-down");
+    std::fs::write(t.path().join("a.yaml"), V1).unwrap();
+    let cfg = t.path().join("a.yaml").display().to_string();
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let server = Server::start(
+        Path::new(BIN),
+        &["serve", "--config", &cfg],
+        &[
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let grpc = server.ports.grpc_addr();
+    block_on(call(
+        grpc,
+        request("productpage-ratelimit", "PATH", "/a"),
+        &[],
+    ));
+    wait_for("a failed export logged", || {
+        let log = server.stderr();
+        (!log.contains("trace export failed")).then_some(log)
+    });
+    let log = server.stop();
+    let lines: Vec<&str> = (log.lines())
+        .filter(|l| l.contains("trace export failed"))
+        .collect();
+    assert!(lines[0].contains("failures=1"), "{log}");
 }

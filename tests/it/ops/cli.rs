@@ -586,3 +586,88 @@ descriptors:
         "{stderr}"
     );
 }
+
+/// `ratelimit --help` (manifests and people reach for the reference's name) prints the help of
+/// `serve` and exits 0; it starts nothing.
+#[test]
+fn invoked_as_ratelimit_help_prints_help_and_starts_nothing() {
+    let t = TempDir::new("ratelimit-help");
+    let exe = t.path().join("ratelimit");
+    std::os::unix::fs::symlink(BIN, &exe).expect("symlink ratelimit");
+    let mut child = crate::common::binary::command(&exe, &["--help"], &[])
+        .spawn()
+        .expect("spawn ratelimit");
+    let status = crate::common::envoy::wait_with_deadline(&mut child, DEADLINE);
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("its output");
+    let stdout = text(&out.stdout);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "still running or failed ({status:?}); stdout:\n{stdout}"
+    );
+    assert!(stdout.contains("Usage: ratelimit"), "{stdout}");
+    assert!(stdout.contains("--config"), "{stdout}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+}
+
+/// `--config` names a file while `CONFIG_TYPE=GRPC_XDS_SOTW` says the limits come over xDS:
+/// the start is refused naming both, rather than one silently winning. `check` reads the file
+/// whatever `CONFIG_TYPE` says.
+#[test]
+fn config_flag_with_xds_config_type_is_refused_naming_both() {
+    let t = TempDir::new("config-and-xds");
+    let f = t.write("limits.yaml", VALID);
+    let f = f.to_str().unwrap();
+    let err = crate::common::binary::start_fails(
+        &["serve", "--config", f],
+        &[("CONFIG_TYPE", "GRPC_XDS_SOTW")],
+    );
+    assert!(
+        err.contains(&format!("--config {f}")) && err.contains("CONFIG_TYPE=GRPC_XDS_SOTW"),
+        "{err}"
+    );
+    let out = check(Path::new(f), &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// `check` and `/rlconfig` list every setting a limit's line can carry, `local_first` and
+/// `value_to_metric` among them.
+#[tokio::test]
+async fn check_and_rlconfig_lines_carry_local_first_and_value_to_metric() {
+    let yaml = "domain: lf
+descriptors:
+  - key: api_key
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5, local_first: true}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 5, local_first: false}
+";
+    let want = [
+        "lf.api_key: unit=MINUTE requests_per_unit=5 algorithm=fixed_window local_first=true value_to_metric",
+        "lf.path: unit=MINUTE requests_per_unit=5 algorithm=fixed_window local_first=false",
+    ];
+    let t = TempDir::new("check-lf");
+    let f = t.write("limits.yaml", yaml);
+    let out = check(&f, &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = crate::common::TestServer::start(yaml).await;
+    let rlconfig = reqwest::get(format!("{}/rlconfig", s.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in want {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "check lacks {line:?}:\n{stdout}"
+        );
+        assert!(
+            rlconfig.lines().any(|l| l == line),
+            "/rlconfig lacks {line:?}:\n{rlconfig}"
+        );
+    }
+}

@@ -117,12 +117,15 @@ fn the_alert_rules_pass_their_promtool_unit_tests() {
 
 #[tokio::test]
 async fn every_series_the_dashboard_and_the_rules_name_is_exported() {
-    let s = TestServer::start_with(CONFIG, &[("PROMETHEUS_ADDR", "127.0.0.1:0")]).await;
+    let s =
+        TestServer::start_with(CONFIG, &[("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")]).await;
     // Some traffic, so every family has its lines.
     for _ in 0..2 {
         s.call(one("d", &[("k", "v")])).await;
     }
-    let addr = s.running().prometheus_addr.expect("the Prometheus port");
+    // The examples scrape the debug port's /metrics (the Prometheus port serves the reference's
+    // mapped series).
+    let addr = s.running().debug_addr.expect("the debug port");
     let text = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .unwrap()

@@ -7,6 +7,7 @@ mod binary;
 mod cli;
 mod client_values;
 mod dashboards;
+mod mapped;
 mod metrics;
 mod reload;
 mod settings;

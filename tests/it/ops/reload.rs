@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use turnstile::config::Config;
 use turnstile::limiter::Clock;
 use turnstile::server::{self, Running};
-use turnstile::settings::{PrometheusSettings, Settings};
+use turnstile::settings::Settings;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const T0: u64 = 1_700_000_000 * 1_000_000_000;
@@ -38,10 +38,9 @@ fn settings(config_path: &Path, env: &[(&str, &str)]) -> Settings {
     s.grpc_addr = "127.0.0.1:0".parse().unwrap();
     s.http_addr = "127.0.0.1:0".parse().unwrap();
     s.debug_addr = Some("127.0.0.1:0".parse().unwrap());
-    s.prometheus = Some(PrometheusSettings {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        path: "/metrics".into(),
-    });
+    if let Some(p) = &mut s.prometheus {
+        p.addr = "127.0.0.1:0".parse().unwrap();
+    }
     if !env
         .iter()
         .any(|(k, _)| *k == "TURNSTILE_RELOAD_INTERVAL_MS")
@@ -74,8 +73,9 @@ async fn rlconfig(r: &Running) -> String {
     get(format!("http://{}/rlconfig", r.debug_addr.unwrap())).await
 }
 
+/// turnstile's own series, on the debug port.
 async fn metrics(r: &Running) -> String {
-    get(format!("http://{}/metrics", r.prometheus_addr.unwrap())).await
+    get(format!("http://{}/metrics", r.debug_addr.unwrap())).await
 }
 
 /// The value of the series `name` (with labels, exactly as exposed).

@@ -199,12 +199,24 @@ fn refusals_and_warnings() {
     assert!(err(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).contains("GRPC_MAX_CONNECTION_AGE"));
     // Envoy Gateway's and Istio's statsd switches: off is silent, and so is on (it is honoured).
     assert!(ok(&[("USE_STATSD", "false")]).ignored.is_empty());
+    // Envoy Gateway's mapping file is read and honoured: no warning; a missing one is refused.
+    let eg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/ops/data/eg-statsd-conf.yaml"
+    );
+    let s = ok(&[("USE_STATSD", "true"), ("PROMETHEUS_MAPPER_YAML", eg)]);
+    assert!(s.ignored.is_empty(), "{:?}", s.ignored);
+    let e = err(&[("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml")]);
+    assert!(
+        e.contains("PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml"),
+        "{e}"
+    );
+    // The unit switch changes the default mapping only.
     let s = ok(&[
-        ("USE_STATSD", "true"),
-        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+        ("PROMETHEUS_MAPPER_YAML", eg),
+        ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
     ]);
-    assert_eq!(s.ignored.len(), 1, "{:?}", s.ignored);
-    assert!(s.ignored[0].contains("PROMETHEUS_MAPPER_YAML"));
+    assert!(s.ignored[0].contains("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"));
 }
 
 #[test]

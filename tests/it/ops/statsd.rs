@@ -250,7 +250,7 @@ async fn a_dead_statsd_costs_no_answer_and_is_counted() {
     ])
     .await;
     assert_eq!(traffic(&r, "k", "", 6).await, 1);
-    let url = format!("http://{}/metrics", r.prometheus_addr.unwrap());
+    let url = format!("http://{}/metrics", r.http_addr);
     let end = Instant::now() + DEADLINE;
     loop {
         let text = reqwest::get(&url).await.unwrap().text().await.unwrap();

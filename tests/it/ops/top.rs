@@ -263,3 +263,52 @@ async fn sampled_admitted_hits_still_find_the_heavy_client_and_refusals_stay_exa
     let web = limit(&body, "web.remote_address");
     assert_eq!(web["by_refused"][0]["refused"], over as u64, "{web}");
 }
+
+/// On a debug port bound beyond loopback client values are digests; a value the config fixes
+/// (`tokens: input`, written in the config, not sent by a client) is not a client value and
+/// shows as written, beside the client's value as a digest.
+#[tokio::test]
+async fn values_the_config_fixes_show_clear_beside_client_digests() {
+    let config = "
+domain: ai
+descriptors:
+  - key: tokens
+    value: input
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: model
+    value: gpt-*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+    let env = [
+        ("DEBUG_HOST", "0.0.0.0"),
+        ("DEBUG_PORT", "0"),
+        ("TURNSTILE_TOP_SAMPLE", "1"),
+        (
+            "TURNSTILE_CLIENT_DIGEST_KEY",
+            "test-digest-key-0123456789abcdef",
+        ),
+    ];
+    let s = TestServer::start_with(config, &env).await;
+    for _ in 0..3 {
+        s.call(one("ai", &[("tokens", "input"), ("user", "alice")]))
+            .await;
+        s.call(one("ai", &[("model", "gpt-4")])).await;
+    }
+    let port = s.running().debug_addr.unwrap().port();
+    let (status, body) = get_json(&format!("http://127.0.0.1:{port}/debug/top")).await;
+    assert_eq!(
+        (status, &body["values"]),
+        (200, &Value::from("digest")),
+        "{body}"
+    );
+    let first = |stat_key: &str| limit(&body, stat_key)["by_refused"][0]["value"].clone();
+    let user = first("ai.tokens_input.user");
+    let user = user.as_str().unwrap();
+    assert!(user.starts_with("tokens=input, user=#"), "{body}");
+    assert!(!user.contains("alice"), "{body}");
+    // A wildcard takes the client's value: a client value, so a digest.
+    let model = first("ai.model_gpt-*");
+    assert!(model.as_str().unwrap().starts_with("model=#"), "{body}");
+}

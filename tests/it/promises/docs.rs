@@ -156,3 +156,157 @@ fn every_repository_path_the_docs_name_exists() {
         missing.join("\n")
     );
 }
+
+/// `curl -s '<url>' | jq '<filter>'` lines of `page`: (url, filter).
+fn curl_jq_lines(page: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join(page)).unwrap();
+    let quoted = |s: &str, after: &str| -> Option<String> {
+        let rest = &s[s.find(after)? + after.len()..];
+        Some(rest[..rest.find('\'')?].to_owned())
+    };
+    text.lines()
+        .filter_map(|l| Some((quoted(l, "curl -s '")?, quoted(l, "| jq '")?)))
+        .collect()
+}
+
+/// A jq path filter (`.a[0].b`) applied to `v`; anything else is not a path this test reads.
+fn jq_path<'v>(v: &'v serde_json::Value, filter: &str) -> &'v serde_json::Value {
+    let mut at = v;
+    for part in filter.split('.').skip(1) {
+        let (name, indexes) = part.split_once('[').unwrap_or((part, ""));
+        if !name.is_empty() {
+            at = &at[name];
+        }
+        for i in indexes.split('[').filter(|i| !i.is_empty()) {
+            let i: usize = (i.trim_end_matches(']').parse())
+                .unwrap_or_else(|_| panic!("{filter}: not a jq path"));
+            at = &at[i];
+        }
+    }
+    at
+}
+
+/// Every `curl … | jq '<path>'` operations.md shows against the heavy hitters finds what it
+/// looks for in the real server's answer (a renamed field prints `null`).
+#[tokio::test]
+async fn the_heavy_hitter_jq_lines_of_operations_md_find_their_field() {
+    use crate::common::{one, TestServer};
+    let config = "domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 5}
+";
+    let env = [
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
+        ("TURNSTILE_TOP_SAMPLE", "1"),
+    ];
+    let s = TestServer::start_with(config, &env).await;
+    for _ in 0..8 {
+        s.call(one("web", &[("remote_address", "203.0.113.9")]))
+            .await;
+    }
+    let lines = curl_jq_lines("docs/operations.md");
+    let top: Vec<_> = lines
+        .iter()
+        .filter(|(url, _)| url.contains("/top"))
+        .collect();
+    assert!(top.len() >= 2, "the heavy hitters' examples: {lines:?}");
+    for (url, filter) in top {
+        let (port, path) = url
+            .strip_prefix("localhost:")
+            .and_then(|u| u.split_once('/'))
+            .unwrap_or_else(|| panic!("{url}: not localhost:PORT/..."));
+        let addr = match port {
+            "6070" => s.running().debug_addr,
+            "6071" => s.running().admin_addr,
+            p => panic!("{url}: port {p} is neither the debug port nor the admin listener"),
+        };
+        let answer: serde_json::Value = reqwest::get(format!("http://{}/{path}", addr.unwrap()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = jq_path(&answer, filter);
+        assert!(
+            found.is_object() && found["value"] == "remote_address=203.0.113.9",
+            "{url} | jq '{filter}' prints {found} of {answer}"
+        );
+    }
+}
+
+/// The admin look-up's example in operations.md names every field the real answer has.
+#[tokio::test]
+async fn the_look_up_example_of_operations_md_has_every_field() {
+    use crate::common::{one, TestServer};
+    let text = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.contains("/admin/look-up -d"));
+    let body = lines.next().expect("the look-up's curl line");
+    let body = &body[body.find("-d '").unwrap() + 4..body.rfind('\'').unwrap()];
+    let example: String = lines
+        .map_while(|l| l.strip_prefix("# "))
+        .collect::<Vec<_>>()
+        .join("");
+    let example: serde_json::Value =
+        serde_json::from_str(&example).unwrap_or_else(|e| panic!("{example}: {e}"));
+    let config = "domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_key}
+";
+    let s = TestServer::start_with(config, &[("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0")]).await;
+    for _ in 0..3 {
+        s.call(one("edge", &[("api_key", "alice")])).await;
+    }
+    let url = format!("http://{}/admin/look-up", s.running().admin_addr.unwrap());
+    let answer: serde_json::Value = (reqwest::Client::new().post(url).body(body.to_owned()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer, example,
+        "the example is the real answer at the docs' time"
+    );
+}
+
+/// The README and redis-and-fleets.md give the same Redis-to-memory figures, with one and four
+/// descriptors, and BENCHMARKS.md has them.
+#[test]
+fn the_redis_speed_figures_agree_between_pages() {
+    let read = |p: &str| {
+        std::fs::read_to_string(repo().join(p))
+            .unwrap()
+            .replace("\n  ", " ")
+    };
+    let decimals = |text: &str| -> Vec<String> {
+        (text.split(|c: char| !(c.is_ascii_digit() || c == '.')))
+            .filter(|w| w.starts_with("0.") && w.len() > 2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let readme = read("README.md");
+    let row = (readme.lines())
+        .find(|l| l.starts_with("| exact through Redis"))
+        .expect("the README's Redis row");
+    let fleets = read("docs/redis-and-fleets.md");
+    let at = fleets
+        .find("the exact path serves")
+        .expect("redis-and-fleets' figure");
+    let sentence = &fleets[at..at + fleets[at..].find("four").unwrap()];
+    let (a, b) = (decimals(row), decimals(sentence));
+    assert_eq!(a, b, "README: {row}\nredis-and-fleets.md: {sentence}");
+    let benchmarks = read("BENCHMARKS.md");
+    for figure in &a {
+        assert!(
+            benchmarks.contains(figure.as_str()),
+            "{figure} is not in BENCHMARKS.md"
+        );
+    }
+}

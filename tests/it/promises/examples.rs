@@ -157,4 +157,26 @@ fn the_compose_example_counts_in_memory_as_it_says() {
         "the compose example selects Redis with {vars:?}"
     );
     assert!(text.contains("turnstile counts in memory here"), "{text}");
+    // Nothing started that turnstile does not use.
+    assert!(
+        doc["services"].get("redis").is_none() || settings.backend.redis().is_some(),
+        "a Redis service turnstile does not use"
+    );
+    // No `build:`: the image comes from scripts/image.sh, which the file and the README run
+    // first.
+    if doc["services"]["turnstile"].get("build").is_none() {
+        let readme = std::fs::read_to_string(repo().join("examples/envoy/README.md")).unwrap();
+        for (name, text) in [("docker-compose.yaml", &text), ("README.md", &readme)] {
+            let image = text.find("bash scripts/image.sh");
+            let up = text.find("docker compose up");
+            assert!(
+                image.is_some() && image < up,
+                "{name} does not build the image before `docker compose up`"
+            );
+        }
+        assert!(
+            !readme.contains("up --build"),
+            "--build with nothing to build"
+        );
+    }
 }

@@ -15,17 +15,21 @@ fn limit(r: &RateLimitResponse) -> (u32, i32) {
     (l.requests_per_unit, l.unit)
 }
 
-#[tokio::test]
-async fn token_bucket_reports_tokens_left_and_time_to_full() {
-    let s = TestServer::start(
-        r#"
+/// 10 a minute each: a bucket of 3 (`upload`), a fixed and a sliding window.
+const TEN_A_MINUTE: &str = r#"
 domain: a
 descriptors:
   - key: upload
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token_bucket, burst: 3}
-"#,
-    )
-    .await;
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}
+"#;
+
+#[tokio::test]
+async fn token_bucket_reports_tokens_left_and_time_to_full() {
+    let s = TestServer::start(TEN_A_MINUTE).await;
     let mut got = Vec::new();
     for _ in 0..4 {
         got.push(s.call(one("a", &[("upload", "u")])).await);
@@ -49,6 +53,30 @@ descriptors:
         codes(&s.call(one("a", &[("upload", "u")])).await),
         vec![(OK, 2)]
     );
+}
+
+/// Hits more than a bucket or a window can ever hold are refused with a wait that is never 0
+/// (Envoy would make it `Retry-After: 0`, a tight retry loop for a request that cannot pass):
+/// a token bucket tells how long an emptied bucket takes to fill, a window its end.
+#[tokio::test]
+async fn hits_no_wait_can_admit_are_never_told_zero() {
+    let s = TestServer::start(TEN_A_MINUTE).await;
+    let big = |key: &str, hits: u32| {
+        let mut r = one("a", &[(key, "u")]);
+        r.hits_addend = hits;
+        r
+    };
+    // A full bucket of 3, one token every 6 s: 5 hits never fit; 18 s fills an empty one.
+    let r = s.call(big("upload", 5)).await;
+    assert_eq!((codes(&r)[0], reset(&r)), ((OVER, 0), 18));
+    s.call(one("a", &[("upload", "u")])).await;
+    let r = s.call(big("upload", 4)).await;
+    assert_eq!((codes(&r)[0], reset(&r)), ((OVER, 0), 18));
+    // T0 is 20 s into its minute: 11 hits of 10 a minute are told the window's end.
+    for key in ["fixed", "sliding"] {
+        let r = s.call(big(key, 11)).await;
+        assert_eq!((codes(&r)[0], reset(&r)), ((OVER, 0), 40), "{key}");
+    }
 }
 
 #[tokio::test]

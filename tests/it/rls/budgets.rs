@@ -429,6 +429,7 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
 mod through_envoy {
     use crate::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
     use crate::common::redis::Redis;
+    use crate::common::{family_sum, settles};
     use serde_json::{json, Value};
 
     const DAY: u64 = 86_400;
@@ -518,6 +519,104 @@ mod through_envoy {
         stack
     }
 
+    /// Ten concurrent calls of one user to a model that takes 1.5 s and uses 300 input tokens
+    /// each, on a budget of 1000 a day: the statuses Envoy answered, the calls that reached the
+    /// model, and (once every report is in) the holds their reports released.
+    async fn ten_concurrent_calls(stack: &Stack) -> (Vec<u16>, usize) {
+        let c = client();
+        let headers = [
+            ("x-user", "zoe"),
+            ("x-input-tokens", "300"),
+            ("x-output-tokens", "10"),
+            ("x-total-tokens", "310"),
+            ("x-delay-ms", "1500"),
+        ];
+        let url = stack.url();
+        let calls = (0..10).map(|_| get(&c, &url, &headers));
+        let mut statuses: Vec<u16> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|r| r.status)
+            .collect();
+        statuses.sort_unstable();
+        (statuses, stack.upstream.hits())
+    }
+
+    /// The holds reports released, once they number `want` (the reports come after the
+    /// responses), or after ten seconds.
+    async fn reported(stack: &Stack, want: u64) -> u64 {
+        let family = "ratelimit_service_reservations_reported_total";
+        let read = || family_sum(stack.turnstile.http, family);
+        settles(read, want, std::time::Duration::from_secs(10)).await
+    }
+
+    /// turnstile on Redis at `url`.
+    fn on_redis(url: &str) -> [(&str, &str); 3] {
+        [
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", url),
+            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
+        ]
+    }
+
+    #[tokio::test]
+    async fn concurrent_calls_spend_the_budget_three_times_over_without_reserve() {
+        let stack = Stack::shipped_pair(
+            "budget-concurrent",
+            "envoy-budgets.yaml",
+            "turnstile-budgets.yaml",
+            &EDITS,
+            &[],
+        )
+        .await;
+        clear_of_window_edge(DAY, 120).await;
+        let (statuses, reached) = ten_concurrent_calls(&stack).await;
+        // Every check sees nothing reported yet: all pass, 3000 tokens of 1000 spent.
+        assert_eq!(statuses, [200; 10]);
+        assert_eq!(reached, 10);
+    }
+
+    async fn concurrent_calls_hold_the_budget(name: &str, env: &[(&str, &str)]) {
+        let stack = Stack::shipped_pair(
+            name,
+            "envoy-budgets.yaml",
+            "turnstile-budgets-reserve.yaml",
+            &EDITS,
+            env,
+        )
+        .await;
+        clear_of_window_edge(DAY, 120).await;
+        let (statuses, reached) = ten_concurrent_calls(&stack).await;
+        let passed = statuses.iter().filter(|&&s| s == 200).count();
+        assert!(passed <= 4, "{statuses:?}");
+        assert!(passed >= 1, "{statuses:?}");
+        assert_eq!(passed + statuses.iter().filter(|&&s| s == 429).count(), 10);
+        assert_eq!(reached, passed, "refused calls never reach the model");
+        assert!(300 * reached <= 1300, "{} tokens spent", 300 * reached);
+        // Each call that passed reported its input and its output usage, which released its
+        // two holds.
+        let want = 2 * passed as u64;
+        assert_eq!(reported(&stack, want).await, want);
+    }
+
+    #[tokio::test]
+    async fn concurrent_calls_hold_the_budget_with_reserve_in_memory() {
+        concurrent_calls_hold_the_budget("budget-reserve-memory", &[]).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_calls_hold_the_budget_with_reserve_on_redis() {
+        let redis = Redis::start();
+        let url = redis.url();
+        let env = on_redis(&url);
+        concurrent_calls_hold_the_budget("budget-reserve-redis", &env).await;
+        // Every hold was released: the sets hold nothing (or are gone).
+        let sets = redis.cli(&["KEYS", "*_held"]);
+        for set in sets.lines().filter(|l| !l.is_empty()) {
+            assert_eq!(redis.cli(&["ZCARD", set]), "0", "{set}");
+        }
+    }
+
     #[tokio::test]
     async fn a_token_budget_closes_in_memory() {
         budget_closes_after_usage_passes_it("budget-memory", &[]).await;
@@ -527,11 +626,7 @@ mod through_envoy {
     async fn a_token_budget_closes_on_redis_under_envoyproxy_ratelimits_key() {
         let redis = Redis::start();
         let url = redis.url();
-        let env = [
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_URL", url.as_str()),
-            ("TURNSTILE_REDIS_DEADLINE_MS", "2000"),
-        ];
+        let env = on_redis(&url);
         let _stack = budget_closes_after_usage_passes_it("budget-redis", &env).await;
         // The whole usage under envoyproxy/ratelimit's key: domain_key_value..._windowstart.
         let day = crate::common::envoy::unix_now() / DAY * DAY;

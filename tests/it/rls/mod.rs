@@ -7,4 +7,5 @@ mod budgets;
 mod grpcurl;
 mod queue;
 mod refused_by;
+mod reservations;
 mod shadow;

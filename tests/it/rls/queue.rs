@@ -320,6 +320,9 @@ async fn every_waiter_is_answered_at_shutdown() {
             s.call(one("q", &[("job", "s")])).await;
         }
         let waiters = queue_up(&s, &[("job", "s")], 5).await;
+        // They have waited (within the second): an admitted waiter says how long, a refused
+        // one is told by its code alone.
+        s.advance(Duration::from_millis(300));
         s.shutdown().await;
         for w in waiters {
             let r = tokio::time::timeout(Duration::from_secs(5), w)
@@ -327,6 +330,8 @@ async fn every_waiter_is_answered_at_shutdown() {
                 .expect("answered before exit")
                 .unwrap();
             assert_eq!(r.overall_code, expect, "{mode}");
+            let waited = header(&r, WAITED_HEADER);
+            assert_eq!(waited.is_some(), expect == OK, "{mode}: {waited:?}");
         }
     }
 }

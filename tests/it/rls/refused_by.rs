@@ -151,6 +151,76 @@ async fn a_refusal_names_its_limit_in_the_dynamic_metadata() {
     assert_eq!((r.overall_code, r.dynamic_metadata), (OVER, None));
 }
 
+/// A `Struct` as JSON, every number an `f64` (as [`numbers_as_f64`] makes them).
+fn struct_json(s: &Struct) -> serde_json::Value {
+    fn value(v: &envoy_types::pb::google::protobuf::Value) -> serde_json::Value {
+        match &v.kind {
+            Some(Kind::BoolValue(b)) => serde_json::json!(b),
+            Some(Kind::NumberValue(n)) => serde_json::json!(n),
+            Some(Kind::StringValue(s)) => serde_json::json!(s),
+            Some(Kind::ListValue(l)) => l.values.iter().map(value).collect(),
+            Some(Kind::StructValue(s)) => struct_json(s),
+            _ => serde_json::Value::Null,
+        }
+    }
+    (s.fields.iter())
+        .map(|(k, v)| (k.clone(), value(v)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn numbers_as_f64(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        J::Array(a) => a.into_iter().map(numbers_as_f64).collect(),
+        J::Object(o) => o.into_iter().map(|(k, v)| (k, numbers_as_f64(v))).collect(),
+        v => v,
+    }
+}
+
+/// `/json` answers what gRPC answers, dynamic metadata included, as envoyproxy/ratelimit's
+/// `/json` marshals the whole `RateLimitResponse` (`NewJsonHandler`, protojson).
+#[tokio::test]
+async fn json_carries_the_dynamic_metadata_grpc_carries() {
+    let both = [ON[0], ("RESPONSE_DYNAMIC_METADATA", "true")];
+    let s = TestServer::start_with(LIMITS, &both).await;
+    s.call(one("shop", &[("api_key", "k1")])).await;
+    let grpc = s.call(one("shop", &[("api_key", "k1")])).await;
+    assert_eq!(grpc.overall_code, OVER);
+    let md = grpc
+        .dynamic_metadata
+        .expect("refused_by and the reference's fields");
+    let body = serde_json::json!({
+        "domain": "shop",
+        "descriptors": [{"entries": [{"key": "api_key", "value": "k1"}]}],
+    });
+    let http = s.running().http_addr;
+    let json = crate::common::envoy::post_json(http, &body).await;
+    assert_eq!(json["overallCode"], "OVER_LIMIT", "{json}");
+    assert_eq!(
+        numbers_as_f64(json["dynamicMetadata"].clone()),
+        struct_json(&md),
+        "/json: {json}"
+    );
+    assert_eq!(
+        json["dynamicMetadata"]["refused_by"]["requests_per_unit"],
+        1
+    );
+
+    // An admitted answer with the reference's metadata carries it too.
+    let json = crate::common::envoy::post_json(
+        http,
+        &serde_json::json!({
+            "domain": "shop",
+            "descriptors": [{"entries": [{"key": "path", "value": "/cart"}]}],
+        }),
+    )
+    .await;
+    assert_eq!(json["overallCode"], "OK", "{json}");
+    assert_eq!(json["dynamicMetadata"]["domain"], "shop", "{json}");
+}
+
 /// draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "name";q=..;w=..` and
 /// `RateLimit: "name";r=..;t=..`, for the limit that refused (or, admitted, the one nearest
 /// its end).

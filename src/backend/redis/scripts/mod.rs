@@ -27,10 +27,11 @@
 //! Times passed to the scripts come from the shard's clock (microseconds since the epoch), so
 //! every replica and every test decides with the same notion of "now" it reports.
 
-use std::io::Write;
 use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
+pub(in crate::backend::redis) use name::Name;
+use name::WindowStart;
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -124,68 +125,6 @@ redis.call('SET', KEYS[1], string.format('%.0f', tat), 'KEEPTTL')
 return tat
 ";
 
-/// A key as Redis names it: `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the
-/// window's start, if any. Written where it is needed (a command's argument, or a `String` for
-/// the admin listener), never held on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Name<'a> {
-    prefix: &'a str,
-    open: &'static str,
-    key: &'a str,
-    close: &'static str,
-    start: Option<WindowStart>,
-}
-
-impl Name<'_> {
-    /// The start of the window the name counts, in ms (0 for a name without one).
-    pub(super) fn start_ms(&self) -> u64 {
-        self.start.map_or(0, |s| s.ms)
-    }
-
-    fn len(&self) -> usize {
-        self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
-    }
-
-    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        out.write_all(self.prefix.as_bytes())?;
-        out.write_all(self.open.as_bytes())?;
-        out.write_all(self.key.as_bytes())?;
-        out.write_all(self.close.as_bytes())?;
-        if let Some(s) = self.start {
-            s.write_to(out)?;
-        }
-        Ok(())
-    }
-}
-
-impl Name<'_> {
-    /// Writes the name as the next argument of `p`.
-    fn pack(&self, p: &mut Packed) {
-        let mut d = [0u8; 20];
-        let (digits, ms): (&[u8], &[u8]) = match self.start {
-            None => (b"", b""),
-            Some(s) if s.ms.is_multiple_of(1000) => (decimal(s.ms / 1000, &mut d), b""),
-            Some(s) => (decimal(s.ms, &mut d), b"ms"),
-        };
-        p.parts(&[
-            self.prefix.as_bytes(),
-            self.open.as_bytes(),
-            self.key.as_bytes(),
-            self.close.as_bytes(),
-            digits,
-            ms,
-        ]);
-    }
-}
-
-impl std::fmt::Display for Name<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut v = Vec::with_capacity(self.len());
-        self.write_to(&mut v).map_err(|_| std::fmt::Error)?;
-        f.write_str(&String::from_utf8_lossy(&v))
-    }
-}
-
 /// One op as sent to Redis, with what its answer means.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Cmd<'a> {
@@ -230,6 +169,19 @@ pub(super) enum Cmd<'a> {
         now_us: u64,
         interval_us: u64,
         hits: u64,
+    },
+    /// A check of a limit with `reserve`, or a report releasing one of its holds
+    /// (`holds::HOLD`).
+    Hold(holds::HoldCmd<'a>),
+    /// `ZCOUNT held (now +inf`: the holds not expired yet (a look-up).
+    CountHeld {
+        held: Name<'a>,
+        now_us: u64,
+    },
+    /// `ZREM held id`: a hold taken back (its request was refused elsewhere).
+    Unhold {
+        held: Name<'a>,
+        id: u64,
     },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
     Get {
@@ -295,25 +247,6 @@ impl Then {
     }
 }
 
-/// A window's start as keys name it: epoch seconds, or milliseconds with `ms` for sub-second
-/// windows of the direct API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WindowStart {
-    ms: u64,
-}
-
-impl WindowStart {
-    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let mut buf = [0u8; 20];
-        if self.ms.is_multiple_of(1000) {
-            out.write_all(decimal(self.ms / 1000, &mut buf))
-        } else {
-            out.write_all(decimal(self.ms, &mut buf))?;
-            out.write_all(b"ms")
-        }
-    }
-}
-
 impl RedisStore {
     /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the window's start.
     fn key<'a>(
@@ -324,6 +257,7 @@ impl RedisStore {
         start: Option<WindowStart>,
     ) -> Name<'a> {
         Name {
+            wrap: ("", ""),
             prefix: &self.prefix,
             open,
             key: op.key.as_str(),
@@ -438,7 +372,14 @@ fn sha1(src: &str) -> String {
 }
 
 /// Every script, for `SCRIPT LOAD` when a connection is checked.
-pub(super) const ALL: [&str; 5] = [SLIDING, GCRA, GCRA_ADD, REFUND_COUNT, REFUND_GCRA];
+pub(super) const ALL: [&str; 6] = [
+    SLIDING,
+    GCRA,
+    GCRA_ADD,
+    REFUND_COUNT,
+    REFUND_GCRA,
+    holds::HOLD,
+];
 
 static SLIDING_SHA: LazyLock<String> = LazyLock::new(|| sha1(SLIDING));
 static GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA));
@@ -452,6 +393,8 @@ static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
+static ZREM: Head = LazyLock::new(|| Encoded::new(&[b"ZREM"]));
+static ZCOUNT: Head = LazyLock::new(|| Encoded::new(&[b"ZCOUNT"]));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
 static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
 static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
@@ -530,6 +473,21 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             hits,
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
         Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
+        Cmd::Hold(h) => h.pack(p),
+        Cmd::CountHeld { held, now_us } => {
+            let mut d = [0u8; 20];
+            p.start(4);
+            p.encoded(&ZCOUNT);
+            held.pack(p);
+            p.parts(&[b"(", decimal(*now_us, &mut d)]);
+            p.parts(&[b"+inf"]);
+        }
+        Cmd::Unhold { held, id } => {
+            p.start(3);
+            p.encoded(&ZREM);
+            held.pack(p);
+            p.int(*id);
+        }
         Cmd::RefundGcra {
             key,
             now_us,
@@ -555,6 +513,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
             (GCRA_ADD, &*GCRA_ADD_SHA),
             (REFUND_COUNT, &*REFUND_COUNT_SHA),
             (REFUND_GCRA, &*REFUND_GCRA_SHA),
+            (holds::HOLD, &*holds::HOLD_SHA),
         ];
         if let Some((src, _)) = known.iter().find(|(_, h)| h.as_bytes() == *sha) {
             args[0] = b"EVAL";
@@ -564,5 +523,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
     out.push(&args);
 }
 
+mod holds;
+mod name;
 #[cfg(test)]
 mod tests;

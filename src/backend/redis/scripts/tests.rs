@@ -1,5 +1,6 @@
 use super::super::test_op;
 use super::*;
+use crate::limiter::Reservation;
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::for_tests(prefix)
@@ -154,4 +155,77 @@ fn names_print_as_they_are_sent() {
         panic!("fixed");
     };
     assert_eq!(key.to_string(), "x_dom_k_v_1700000123250ms");
+}
+
+#[test]
+fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
+    let s = store("pre_");
+    let args = |c: &Cmd<'_>| {
+        let p = packed(c);
+        let a: Vec<String> = (p.args(0).iter())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        a
+    };
+    let check = |algorithm| Op {
+        hits: 0,
+        reserve: Reservation::Hold {
+            hits: 300,
+            for_ms: 600_000,
+            id: 7,
+        },
+        ..op(algorithm, 86_400_000)
+    };
+    // A fixed window's set is named by its window's key, braced whole: the same slot.
+    let fixed = check(Algorithm::FixedWindow);
+    let a = args(&s.hold_cmd(&fixed, NOW, false).unwrap());
+    assert_eq!(a[0..3], ["EVALSHA", &*holds::HOLD_SHA, "2"]);
+    assert_eq!(
+        a[3..5],
+        ["{pre_dom_k_v_1699920000}_held", "pre_dom_k_v_1699920000"]
+    );
+    // Check (1), 300 a hold, limit 10, until now + 10 minutes, id 7.
+    assert_eq!(
+        a[5..13],
+        [
+            "1",
+            "1700000123456000",
+            "1",
+            "300",
+            "10",
+            "0",
+            "1700000723456000",
+            "7"
+        ]
+    );
+    // Sliding windows and token buckets: the counters' own hash tag.
+    let sliding = check(Algorithm::SlidingWindow);
+    let a = args(&s.hold_cmd(&sliding, NOW, false).unwrap());
+    assert_eq!(
+        a[2..6],
+        [
+            "3",
+            "pre_{dom_k_v_}_held",
+            "pre_{dom_k_v_}_1699920000",
+            "pre_{dom_k_v_}_1699833600"
+        ]
+    );
+    let bucket = check(Algorithm::TokenBucket { burst: 10 });
+    let a = args(&s.hold_cmd(&bucket, NOW, false).unwrap());
+    assert_eq!(a[2..5], ["2", "pre_{dom_k_v_}_held", "pre_{dom_k_v_}_tat"]);
+    // Given back: the hold by its id. A report: mode 2 with its hits.
+    let a = args(&s.hold_cmd(&fixed, NOW, true).unwrap());
+    assert_eq!(a, ["ZREM", "{pre_dom_k_v_1699920000}_held", "7"]);
+    let report = Op {
+        hits: 250,
+        reserve: Reservation::Release { hits: 300 },
+        ..op(Algorithm::FixedWindow, 86_400_000)
+    };
+    let a = args(&s.hold_cmd(&report, NOW, false).unwrap());
+    assert_eq!(a[7..10], ["2", "300", "10"]);
+    assert_eq!(a[10], "250");
+    // Anything else goes as before.
+    assert!(s
+        .hold_cmd(&op(Algorithm::FixedWindow, 1000), NOW, false)
+        .is_none());
 }

@@ -279,6 +279,7 @@ mod tests {
     fn op(key: &str, algorithm: Algorithm) -> Op {
         Op {
             local_first: Some(false),
+            reserve: crate::limiter::Reservation::None,
             ..test_op(key, algorithm, 10, 10_000)
         }
     }

@@ -391,6 +391,7 @@ mod tests {
     fn op(key: &str, algorithm: Algorithm, local_first: Option<bool>) -> Op {
         Op {
             local_first,
+            reserve: crate::limiter::Reservation::None,
             ..test_op(key, algorithm, 10, 1000)
         }
     }

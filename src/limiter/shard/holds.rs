@@ -1,0 +1,252 @@
+//! Reservations held in this shard's memory (`reserve`): per key, how many checks hold hits for
+//! their requests, until a report of the request's usage releases one or `reserve_for` passes.
+//! A store shared by replicas keeps its own (the shard asks it); these are memory's, a
+//! local-first replica's, and those made while the store is away.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::stats::ShardStats;
+use crate::config::Algorithm;
+use crate::limiter::algorithm::Params;
+use crate::limiter::key::{Key, KeyMap};
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// Holds made within this share of `reserve_for` of each other expire together (with the
+/// oldest of them), so a key keeps at most this many groups however many checks it holds.
+const GROUPS: u64 = 64;
+
+/// The holds of every key with one.
+pub(super) struct Holds {
+    keys: KeyMap<Held>,
+    /// Keys that may hold reservations at once; past it, a check is admitted without holding.
+    max_keys: usize,
+    stats: Arc<ShardStats>,
+}
+
+/// One key's holds: groups of (expiry, count), oldest first.
+#[derive(Debug, Default)]
+struct Held {
+    /// Fixed windows: the window the holds were made in (a new window starts with none held,
+    /// as the store's per-window ledger does).
+    window: Option<u64>,
+    groups: VecDeque<(u64, u32)>,
+}
+
+impl Held {
+    fn count(&self) -> u64 {
+        self.groups.iter().map(|&(_, n)| u64::from(n)).sum()
+    }
+
+    /// Drops the holds expired at `now`, and those of an ended fixed window; how many expired.
+    fn prune(&mut self, window: Option<u64>, now: u64) -> u64 {
+        if self.window != window {
+            self.groups.clear();
+            self.window = window;
+            return 0;
+        }
+        let mut expired = 0;
+        while let Some(&(until, n)) = self.groups.front() {
+            if until > now {
+                break;
+            }
+            expired += u64::from(n);
+            self.groups.pop_front();
+        }
+        expired
+    }
+}
+
+/// The fixed window holding `now`, for a fixed-window limit.
+fn window_of(p: &Params, now: u64) -> Option<u64> {
+    (p.algorithm == Algorithm::FixedWindow).then(|| p.span(now).idx)
+}
+
+impl Holds {
+    pub(super) fn new(max_keys: usize, stats: Arc<ShardStats>) -> Holds {
+        Holds {
+            keys: KeyMap::default(),
+            max_keys: max_keys.max(16),
+            stats,
+        }
+    }
+
+    /// How many reservations `key` holds at `now` (expired ones released first).
+    pub(super) fn held(&mut self, key: &Key, p: &Params, now: u64) -> u64 {
+        let Some(h) = self.keys.get_mut(key) else {
+            return 0;
+        };
+        let expired = h.prune(window_of(p, now), now);
+        self.stats.holds_expired(expired);
+        h.count()
+    }
+
+    /// How many reservations `key` holds, for a look-up (nothing released).
+    pub(super) fn peek(&self, key: &Key, p: &Params, now: u64) -> u64 {
+        self.keys.get(key).map_or(0, |h| {
+            if h.window != window_of(p, now) {
+                return 0;
+            }
+            (h.groups.iter())
+                .filter(|&&(until, _)| until > now)
+                .map(|&(_, n)| u64::from(n))
+                .sum()
+        })
+    }
+
+    /// One more reservation on `key`, held `for_ms` from `now`.
+    pub(super) fn hold(&mut self, key: &Key, p: &Params, now: u64, for_ms: u32) {
+        if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
+            self.sweep(now);
+            if self.keys.len() >= self.max_keys {
+                return;
+            }
+        }
+        let window = window_of(p, now);
+        let h = self.keys.entry(key.clone()).or_default();
+        let expired = h.prune(window, now);
+        self.stats.holds_expired(expired);
+        let for_ns = u64::from(for_ms) * NS_PER_MS;
+        let until = now.saturating_add(for_ns);
+        match h.groups.back_mut() {
+            Some((last, n)) if until - (*last).min(until) < (for_ns / GROUPS).max(1) => *n += 1,
+            _ => h.groups.push_back((until, 1)),
+        }
+        self.stats.holds_made(1);
+    }
+
+    /// A report of `key`'s usage: releases its oldest reservation, if it holds one.
+    pub(super) fn release(&mut self, key: &Key, p: &Params, now: u64) {
+        if self.take(key, p, now, true) {
+            self.stats.holds_reported(1);
+        }
+    }
+
+    /// Takes back the newest reservation of `key`: its request was refused after all.
+    pub(super) fn withdraw(&mut self, key: &Key, p: &Params, now: u64) {
+        if self.take(key, p, now, false) {
+            self.stats.holds_withdrawn(1);
+        }
+    }
+
+    fn take(&mut self, key: &Key, p: &Params, now: u64, oldest: bool) -> bool {
+        let Some(h) = self.keys.get_mut(key) else {
+            return false;
+        };
+        let expired = h.prune(window_of(p, now), now);
+        self.stats.holds_expired(expired);
+        let group = if oldest {
+            h.groups.front_mut()
+        } else {
+            h.groups.back_mut()
+        };
+        let Some((_, n)) = group else {
+            self.keys.remove(key);
+            return false;
+        };
+        *n -= 1;
+        if *n == 0 {
+            if oldest {
+                h.groups.pop_front();
+            } else {
+                h.groups.pop_back();
+            }
+        }
+        if h.groups.is_empty() {
+            self.keys.remove(key);
+        }
+        true
+    }
+
+    /// Forgets `key`'s reservations (a reset).
+    pub(super) fn forget(&mut self, key: &Key) {
+        self.keys.remove(key);
+    }
+
+    /// Releases every reservation expired at `now`, and forgets keys holding none.
+    pub(super) fn sweep(&mut self, now: u64) {
+        let mut expired = 0;
+        self.keys.retain(|_, h| {
+            while let Some(&(until, n)) = h.groups.front() {
+                if until > now {
+                    break;
+                }
+                expired += u64::from(n);
+                h.groups.pop_front();
+            }
+            !h.groups.is_empty()
+        });
+        self.stats.holds_expired(expired);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::test_op;
+
+    const SEC: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * SEC;
+
+    fn holds() -> (Holds, Arc<ShardStats>) {
+        let stats = Arc::new(ShardStats::default());
+        (Holds::new(100, stats.clone()), stats)
+    }
+
+    #[test]
+    fn a_report_releases_the_oldest_and_time_releases_the_rest() {
+        let (mut h, stats) = holds();
+        let op = test_op("k", Algorithm::SlidingWindow, 1000, 86_400_000);
+        h.hold(&op.key, &op.params, T0, 10_000);
+        h.hold(&op.key, &op.params, T0 + 5 * SEC, 10_000);
+        assert_eq!(h.held(&op.key, &op.params, T0 + 6 * SEC), 2);
+        h.release(&op.key, &op.params, T0 + 6 * SEC);
+        assert_eq!(h.held(&op.key, &op.params, T0 + 6 * SEC), 1);
+        // The one left was made at 5 s and held 10 s: gone at 15 s, as expired.
+        assert_eq!(h.held(&op.key, &op.params, T0 + 14 * SEC), 1);
+        assert_eq!(h.held(&op.key, &op.params, T0 + 15 * SEC), 0);
+        let c = stats.read();
+        assert_eq!((c.holds_made, c.holds_reported, c.holds_expired), (2, 1, 1));
+        // A report with nothing held releases nothing.
+        h.release(&op.key, &op.params, T0 + 16 * SEC);
+        assert_eq!(stats.read().holds_reported, 1);
+    }
+
+    #[test]
+    fn holds_close_in_time_share_a_group_and_a_key_keeps_few() {
+        let (mut h, _) = holds();
+        let op = test_op("k", Algorithm::TokenBucket { burst: 10 }, 10, 1000);
+        for i in 0..10_000 {
+            h.hold(&op.key, &op.params, T0 + i * SEC / 100, 600_000);
+        }
+        assert_eq!(h.held(&op.key, &op.params, T0 + 100 * SEC), 10_000);
+        assert!(h.keys[&op.key].groups.len() <= 2 * GROUPS as usize);
+    }
+
+    #[test]
+    fn a_fixed_window_starts_with_nothing_held() {
+        let (mut h, stats) = holds();
+        let op = test_op("k", Algorithm::FixedWindow, 10, 60_000);
+        let start = T0 / (60 * SEC) * (60 * SEC);
+        h.hold(&op.key, &op.params, start + 50 * SEC, 600_000);
+        assert_eq!(h.held(&op.key, &op.params, start + 59 * SEC), 1);
+        assert_eq!(h.held(&op.key, &op.params, start + 61 * SEC), 0);
+        assert_eq!(stats.read().holds_expired, 0);
+    }
+
+    #[test]
+    fn keys_past_the_cap_hold_nothing_until_room_is_made() {
+        let (mut h, stats) = holds();
+        let p = test_op("k", Algorithm::SlidingWindow, 10, 60_000).params;
+        for i in 0..200 {
+            h.hold(&Key::new(format!("k{i}")), &p, T0, 1000);
+        }
+        assert_eq!(h.keys.len(), 100);
+        assert_eq!(stats.read().holds_made, 100);
+        // Once the first ones expired, a new key gets room.
+        h.hold(&Key::new("late"), &p, T0 + 2 * SEC, 1000);
+        assert_eq!(h.peek(&Key::new("late"), &p, T0 + 2 * SEC), 1);
+        assert_eq!(stats.read().holds_expired, 100);
+    }
+}
