@@ -117,13 +117,14 @@ pub(super) struct Starting {
 /// runtime answers the ports and the stop meanwhile; the shard tasks go there and come back.
 async fn read_back(
     settings: &Settings,
-    engine: &Engine,
-    shard_tasks: Vec<ShardTask>,
+    (engine, shard_tasks): (&Engine, Vec<ShardTask>),
     state: &Arc<StateStats>,
+    wait: &StartWait,
 ) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
     let Backend::Durable(s) = &settings.backend else {
         return Ok((None, shard_tasks));
     };
+    wait.set(Some(WaitingFor::State));
     let (s, engine, state) = (s.clone(), engine.clone(), state.clone());
     let mut tasks = shard_tasks;
     let read = tokio::task::spawn_blocking(move || {
@@ -169,8 +170,8 @@ impl Context {
             settings.max_keys,
         );
         let state = Arc::new(StateStats::default());
-        wait.set(Some(WaitingFor::State));
-        let (journal, shard_tasks) = read_back(settings, &engine, shard_tasks, &state).await?;
+        let parts = (&engine, shard_tasks);
+        let (journal, shard_tasks) = read_back(settings, parts, &state, &wait).await?;
         wait.set(None);
         let service = Arc::new(
             RequestStats::new(settings.near_limit_ratio)
