@@ -73,26 +73,105 @@ return {1, held, expired, a, b}
 pub(super) static HOLD_SHA: LazyLock<String> = LazyLock::new(|| sha1(HOLD));
 static HOLD_HEAD: Head = LazyLock::new(|| evalsha(&HOLD_SHA));
 
-/// One call of [`HOLD`]: its keys and arguments.
+/// One call of [`HOLD`]: what it is asked about, its keys and arguments written only when it
+/// is packed (a command stays small: a round trip's list of them is copied as it grows).
 #[derive(Debug, Clone, Copy)]
 pub(in crate::backend::redis) struct HoldCmd<'a> {
-    held: Name<'a>,
-    counter: Name<'a>,
-    prev: Option<Name<'a>>,
-    args: [u64; 11],
+    prefix: &'a str,
+    op: &'a Op,
+    /// ns since the epoch.
+    now: u64,
+    /// 1: a check holds; 2: a report releases.
+    mode: u64,
+    each: u32,
+    id: u64,
+    for_ms: u32,
 }
 
 impl HoldCmd<'_> {
     pub(super) fn pack(&self, p: &mut super::Packed) {
-        match &self.prev {
-            Some(prev) => script(
-                p,
-                &HOLD_HEAD,
-                &[&self.held, &self.counter, prev],
-                &self.args,
-            ),
-            None => script(p, &HOLD_HEAD, &[&self.held, &self.counter], &self.args[..9]),
+        let (op, now) = (self.op, self.now);
+        let params = &op.params;
+        let span = params.span(now);
+        let ms = |ns: u64| ns / 1_000_000;
+        let now_us = now / 1000;
+        let start = |ns: u64| Some(WindowStart { ms: ms(ns) });
+        let w = ms(span.len()).max(1);
+        let name = |open, close, start| name(self.prefix, op, (open, close), start);
+        let (algorithm, limit, counter, prev, ttl) = match params.algorithm {
+            Algorithm::FixedWindow => {
+                let key = name("", "", start(span.start));
+                (1, params.requests_per_unit, key, None, w)
+            }
+            Algorithm::SlidingWindow => {
+                let cur = name("{", "}_", start(span.start));
+                let prev = name("{", "}_", start(params.prev_start(&span)));
+                let ttl = ms(params.next_end(&span)) - ms(span.start);
+                (2, params.requests_per_unit, cur, Some(prev), ttl)
+            }
+            Algorithm::TokenBucket { burst } => {
+                let key = name("{", "}_tat", None);
+                let interval_us = match params.requests_per_unit {
+                    0 => 0,
+                    n => params.window_ms.max(1) * 1000 / u64::from(n),
+                };
+                (3, burst, key, None, interval_us)
+            }
+        };
+        let args = [
+            algorithm,
+            now_us,
+            self.mode,
+            u64::from(self.each),
+            u64::from(limit),
+            op.hits,
+            now_us + u64::from(self.for_ms) * 1000,
+            self.id,
+            ttl,
+            ms(span.end).saturating_sub(ms(now)),
+            w,
+        ];
+        let held = held_name(self.prefix, op, now);
+        match &prev {
+            Some(prev) => script(p, &HOLD_HEAD, &[&held, &counter, prev], &args),
+            None => script(p, &HOLD_HEAD, &[&held, &counter], &args[..9]),
         }
+    }
+}
+
+/// `op`'s counter key named as `RedisStore` names its keys.
+fn name<'a>(
+    prefix: &'a str,
+    op: &'a Op,
+    (open, close): (&'static str, &'static str),
+    start: Option<WindowStart>,
+) -> Name<'a> {
+    Name {
+        held: false,
+        prefix,
+        open,
+        key: op.key.as_str(),
+        close,
+        start,
+    }
+}
+
+/// The sorted set of `op`'s holds at `now`.
+fn held_name<'a>(prefix: &'a str, op: &'a Op, now: u64) -> Name<'a> {
+    let p = &op.params;
+    match p.algorithm {
+        Algorithm::FixedWindow => Name {
+            held: true,
+            ..name(
+                prefix,
+                op,
+                ("", ""),
+                Some(WindowStart {
+                    ms: p.span(now).start / 1_000_000,
+                }),
+            )
+        },
+        _ => name(prefix, op, ("{", "}_held"), None),
     }
 }
 
@@ -115,69 +194,19 @@ impl RedisStore {
             (Reservation::Release { hits }, false) => (2, hits, 0, 0),
             _ => return None,
         };
-        let p = &op.params;
-        let span = p.span(now);
-        let ms = |ns: u64| ns / 1_000_000;
-        let now_us = now / 1000;
-        let start = |ns: u64| Some(WindowStart { ms: ms(ns) });
-        let w = ms(span.len()).max(1);
-        let (algorithm, limit, counter, prev, ttl) = match p.algorithm {
-            Algorithm::FixedWindow => {
-                let key = self.key(op, "", "", start(span.start));
-                (1, p.requests_per_unit, key, None, w)
-            }
-            Algorithm::SlidingWindow => {
-                let cur = self.key(op, "{", "}_", start(span.start));
-                let prev = self.key(op, "{", "}_", start(p.prev_start(&span)));
-                let ttl = ms(p.next_end(&span)) - ms(span.start);
-                (2, p.requests_per_unit, cur, Some(prev), ttl)
-            }
-            Algorithm::TokenBucket { burst } => {
-                let key = self.key(op, "{", "}_tat", None);
-                let interval_us = match p.requests_per_unit {
-                    0 => 0,
-                    n => p.window_ms.max(1) * 1000 / u64::from(n),
-                };
-                (3, burst, key, None, interval_us)
-            }
-        };
-        let args = [
-            algorithm,
-            now_us,
-            mode,
-            u64::from(each),
-            u64::from(limit),
-            op.hits,
-            now_us + u64::from(for_ms) * 1000,
-            id,
-            ttl,
-            ms(span.end).saturating_sub(ms(now)),
-            w,
-        ];
         Some(Cmd::Hold(HoldCmd {
-            held: self.held_name(op, now),
-            counter,
-            prev,
-            args,
+            prefix: &self.prefix,
+            op,
+            now,
+            mode,
+            each,
+            id,
+            for_ms,
         }))
     }
 
     /// The sorted set of `op`'s holds at `now`.
     pub(in crate::backend::redis) fn held_name<'a>(&'a self, op: &'a Op, now: u64) -> Name<'a> {
-        let p = &op.params;
-        match p.algorithm {
-            Algorithm::FixedWindow => Name {
-                wrap: ("{", "}_held"),
-                ..self.key(
-                    op,
-                    "",
-                    "",
-                    Some(WindowStart {
-                        ms: p.span(now).start / 1_000_000,
-                    }),
-                )
-            },
-            _ => self.key(op, "{", "}_held", None),
-        }
+        held_name(&self.prefix, op, now)
     }
 }

@@ -257,7 +257,7 @@ impl RedisStore {
         start: Option<WindowStart>,
     ) -> Name<'a> {
         Name {
-            wrap: ("", ""),
+            held: false,
             prefix: &self.prefix,
             open,
             key: op.key.as_str(),

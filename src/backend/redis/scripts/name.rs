@@ -9,9 +9,9 @@ use super::super::packed::{decimal, Packed};
 /// the admin listener), never held on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::backend::redis) struct Name<'a> {
-    /// Written around the whole name: a fixed window's holds (`{<its counter's name>}_held`)
-    /// share its Cluster slot.
-    pub(super) wrap: (&'static str, &'static str),
+    /// The sorted set of a fixed window's holds: the whole name braced, then `_held`
+    /// (`{<the window's key>}_held`), so it shares the window key's Cluster slot.
+    pub(super) held: bool,
     pub(super) prefix: &'a str,
     pub(super) open: &'static str,
     pub(super) key: &'a str,
@@ -25,13 +25,29 @@ impl Name<'_> {
         self.start.map_or(0, |s| s.ms)
     }
 
+    /// What is written before and after the rest.
+    fn wrap(&self) -> (&'static [u8], &'static [u8]) {
+        if self.held {
+            (b"{", b"}_held")
+        } else {
+            (b"", b"")
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
-        let wrap = self.wrap.0.len() + self.wrap.1.len();
-        wrap + self.prefix.len() + self.open.len() + self.key.len() + self.close.len() + 22
+        let (pre, post) = self.wrap();
+        pre.len()
+            + post.len()
+            + self.prefix.len()
+            + self.open.len()
+            + self.key.len()
+            + self.close.len()
+            + 22
     }
 
     pub(super) fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        out.write_all(self.wrap.0.as_bytes())?;
+        let (pre, post) = self.wrap();
+        out.write_all(pre)?;
         out.write_all(self.prefix.as_bytes())?;
         out.write_all(self.open.as_bytes())?;
         out.write_all(self.key.as_bytes())?;
@@ -39,7 +55,7 @@ impl Name<'_> {
         if let Some(s) = self.start {
             s.write_to(out)?;
         }
-        out.write_all(self.wrap.1.as_bytes())
+        out.write_all(post)
     }
 }
 
@@ -47,20 +63,21 @@ impl Name<'_> {
     /// Writes the name as the next argument of `p`.
     pub(super) fn pack(&self, p: &mut Packed) {
         let mut d = [0u8; 20];
+        let (pre, post) = self.wrap();
         let (digits, ms): (&[u8], &[u8]) = match self.start {
             None => (b"", b""),
             Some(s) if s.ms.is_multiple_of(1000) => (decimal(s.ms / 1000, &mut d), b""),
             Some(s) => (decimal(s.ms, &mut d), b"ms"),
         };
         p.parts(&[
-            self.wrap.0.as_bytes(),
+            pre,
             self.prefix.as_bytes(),
             self.open.as_bytes(),
             self.key.as_bytes(),
             self.close.as_bytes(),
             digits,
             ms,
-            self.wrap.1.as_bytes(),
+            post,
         ]);
     }
 }
