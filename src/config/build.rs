@@ -53,6 +53,7 @@ impl Builder {
     pub(super) fn finish(mut self) -> Config {
         let mut next = 0;
         for d in self.domains.values_mut() {
+            d.root.finish();
             number(&mut d.root, &mut next);
         }
         Config {
@@ -238,7 +239,7 @@ fn insert_node(
     if names.contains(&name) {
         return Err(dup());
     }
-    let group = level.groups.entry(node.key.clone()).or_default();
+    let group = level.group_to_fill(&node.key);
     match node.value.clone() {
         None => group.default = Some(Box::new(node)),
         Some(v) if v.contains('*') => group.wildcards.push(node),
@@ -565,7 +566,7 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
 
 /// Gives every node of `level` and below its `index`, counting on from `next`.
 fn number(level: &mut Level, next: &mut usize) {
-    for g in level.groups.values_mut() {
+    for g in level.groups_mut() {
         let nodes = g
             .exact
             .values_mut()

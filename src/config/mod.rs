@@ -16,6 +16,10 @@ pub use load::{list_files, Sources};
 mod raw;
 mod unit;
 pub use unit::Unit;
+mod level;
+pub use level::Level;
+mod wildcards;
+pub use wildcards::Wildcards;
 pub mod xds;
 
 use std::fmt;
@@ -163,49 +167,6 @@ impl Node {
     /// taking the client's (no `value:`, or a wildcard).
     pub fn fixes_value(&self) -> bool {
         self.value.as_deref().is_some_and(|v| !v.contains('*'))
-    }
-}
-
-/// The nodes of one depth, grouped by key for lookup.
-#[derive(Debug, Default)]
-pub struct Level {
-    pub(crate) groups: FnvHashMap<String, KeyGroup>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct KeyGroup {
-    pub(crate) exact: FnvHashMap<String, Node>,
-    /// In file order: the first matching pattern wins.
-    pub(crate) wildcards: Vec<Node>,
-    pub(crate) default: Option<Box<Node>>,
-}
-
-impl Level {
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-
-    /// Every node of this level and below, parents before children, in listing order.
-    pub fn walk<'c>(&'c self, f: &mut dyn FnMut(&'c Node)) {
-        for n in self.nodes() {
-            f(n);
-            n.children.walk(f);
-        }
-    }
-
-    /// Every node of this level, exact before wildcard before key-only, for listings.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        let mut keys: Vec<&String> = self.groups.keys().collect();
-        keys.sort();
-        keys.into_iter().flat_map(move |k| {
-            let g = &self.groups[k];
-            let mut exact: Vec<&Node> = g.exact.values().collect();
-            exact.sort_by(|a, b| a.value.cmp(&b.value));
-            exact
-                .into_iter()
-                .chain(g.wildcards.iter())
-                .chain(g.default.as_deref())
-        })
     }
 }
 

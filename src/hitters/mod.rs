@@ -16,7 +16,7 @@
 mod sketch;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fnv::FnvHashMap;
 use serde::Serialize;
@@ -129,28 +129,43 @@ impl Stripe {
     }
 }
 
-/// The heavy hitters of one limit.
+/// The heavy hitters of one limit. Its stripes are made on the first value counted: a config
+/// of many limits, most never hit, holds a pointer for each of those.
 #[derive(Debug)]
 pub struct LimitTop {
-    stripes: [Mutex<Stripe>; STRIPES],
+    cap: usize,
+    stripes: OnceLock<Box<[Mutex<Stripe>; STRIPES]>>,
 }
 
 impl LimitTop {
     fn new(cap: usize) -> LimitTop {
         LimitTop {
-            stripes: std::array::from_fn(|_| {
+            cap,
+            stripes: OnceLock::new(),
+        }
+    }
+
+    /// The stripes, made now if no value was counted yet.
+    fn stripes_made(&self) -> &[Mutex<Stripe>; STRIPES] {
+        self.stripes.get_or_init(|| {
+            Box::new(std::array::from_fn(|_| {
                 Mutex::new(Stripe {
                     from: 0,
-                    current: Tables::new(cap),
-                    previous: Tables::new(cap),
+                    current: Tables::new(self.cap),
+                    previous: Tables::new(self.cap),
                 })
-            }),
-        }
+            }))
+        })
+    }
+
+    /// The stripes, none before the first value counted.
+    fn stripes(&self) -> &[Mutex<Stripe>] {
+        self.stripes.get().map_or(&[], |s| &s[..])
     }
 
     fn record(&self, now_s: u64, key: &(impl Key + ?Sized), hits: u64, over: bool) {
         let h = sketch::hash(key);
-        let stripe = &self.stripes[(h >> 32) as usize % STRIPES];
+        let stripe = &self.stripes_made()[(h >> 32) as usize % STRIPES];
         let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
         s.turn(now_s);
         let t = &mut s.current;
@@ -166,7 +181,7 @@ impl LimitTop {
     /// The top `n` values by refused hits (those with any) and by hits, over both windows.
     pub fn lists(&self, now_s: u64, n: usize) -> TopLists {
         let mut merged: FnvHashMap<Vec<u8>, TopValue> = FnvHashMap::default();
-        for stripe in &self.stripes {
+        for stripe in self.stripes() {
             let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
             s.turn(now_s);
             for t in [&s.current, &s.previous] {
@@ -193,7 +208,7 @@ impl LimitTop {
 
     /// Bytes held, over every stripe, window and table.
     pub fn allocated_bytes(&self) -> usize {
-        (self.stripes.iter())
+        (self.stripes().iter())
             .map(|s| {
                 let s = s.lock().unwrap_or_else(|p| p.into_inner());
                 [&s.current, &s.previous]
