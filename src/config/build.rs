@@ -175,7 +175,7 @@ fn build_node(
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
     let value = raw.value.clone().filter(|v| !v.is_empty());
-    let stat_key = format!("{parent_stat}.{}", composite(&key, value.as_deref()));
+    let stat_key: Arc<str> = format!("{parent_stat}.{}", composite(&key, value.as_deref())).into();
     let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !is_wildcard {
         return Err(ctx.err(
@@ -198,8 +198,8 @@ fn build_node(
     };
     let mut node = Node {
         key,
-        value,
-        limits,
+        value: value.map(String::into_boxed_str),
+        limits: limits.into_boxed_slice(),
         children: Level::default(),
         shadow_mode: raw.shadow_mode,
         quota_mode: raw.quota_mode,
@@ -208,7 +208,7 @@ fn build_node(
         share_threshold: raw.share_threshold,
         metadata,
         stat_key,
-        origin: format!("{}: {here}", ctx.file),
+        origin: format!("{}: {here}", ctx.file).into(),
         index: 0,
     };
     if let Some(children) = raw.descriptors {

@@ -23,7 +23,7 @@ pub struct Level {
 #[derive(Debug)]
 pub(crate) struct KeyGroup {
     pub(crate) key: Box<str>,
-    pub(crate) exact: FnvHashMap<String, Node>,
+    pub(crate) exact: FnvHashMap<Box<str>, Node>,
     /// In file order: the first matching pattern wins.
     pub(crate) wildcards: Wildcards,
     pub(crate) default: Option<Box<Node>>,

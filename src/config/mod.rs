@@ -143,9 +143,9 @@ impl RateLimit {
 #[derive(Debug)]
 pub struct Node {
     pub key: String,
-    pub value: Option<String>,
+    pub value: Option<Box<str>>,
     /// Empty when the node only whitelists or only groups children.
-    pub limits: Vec<RateLimit>,
+    pub limits: Box<[RateLimit]>,
     pub children: Level,
     pub shadow_mode: bool,
     pub quota_mode: bool,
@@ -153,10 +153,11 @@ pub struct Node {
     pub value_to_metric: bool,
     pub share_threshold: bool,
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
-    /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats.
-    pub stat_key: String,
+    /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats; shared
+    /// with the tables that bind per-limit stats and heavy hitters to it.
+    pub stat_key: Arc<str>,
     /// Where the node was defined, for `check` and `/rlconfig`.
-    pub origin: String,
+    pub origin: Box<str>,
     /// Dense number of the node within its config (0..`Config::node_count`): lets per-node
     /// state kept elsewhere (per-limit stats) live in a plain array.
     pub index: usize,

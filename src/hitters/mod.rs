@@ -313,7 +313,7 @@ pub struct TopTable {
     /// refused hits always.
     sample: u64,
     now_s: Arc<AtomicU64>,
-    by_key: Mutex<FnvHashMap<String, Arc<LimitTop>>>,
+    by_key: Mutex<FnvHashMap<Arc<str>, Arc<LimitTop>>>,
 }
 
 impl Default for TopTable {
@@ -364,7 +364,7 @@ impl TopTable {
             return BoundTop::default();
         }
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        let mut kept: FnvHashMap<String, Arc<LimitTop>> = FnvHashMap::default();
+        let mut kept: FnvHashMap<Arc<str>, Arc<LimitTop>> = FnvHashMap::default();
         let mut by_node: Vec<Option<Arc<LimitTop>>> = vec![None; config.node_count()];
         let cap = 2 * self.n;
         config.for_each_node(&mut |node| {
@@ -372,9 +372,9 @@ impl TopTable {
                 return;
             }
             let top = kept
-                .entry(node.stat_key.clone())
+                .entry(Arc::clone(&node.stat_key))
                 .or_insert_with(|| {
-                    (by_key.remove(&node.stat_key)).unwrap_or_else(|| Arc::new(LimitTop::new(cap)))
+                    (by_key.remove(&*node.stat_key)).unwrap_or_else(|| Arc::new(LimitTop::new(cap)))
                 })
                 .clone();
             by_node[node.index] = Some(top);

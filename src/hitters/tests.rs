@@ -19,7 +19,7 @@ descriptors:
 fn node<'c>(c: &'c Config, stat_key: &str) -> &'c Node {
     let mut found = None;
     c.for_each_node(&mut |n| {
-        if n.stat_key == stat_key {
+        if *n.stat_key == *stat_key {
             found = Some(n);
         }
     });
