@@ -1,7 +1,6 @@
 //! Validation: parsed YAML (or xDS resources) → the typed limit tree, every rule violation
 //! reported with the file and the path inside it.
 
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,7 +196,7 @@ fn build_node(
         },
     };
     let mut node = Node {
-        key,
+        key: key.as_str().into(),
         value: value.map(String::into_boxed_str),
         limits: limits.into_boxed_slice(),
         children: Level::default(),
@@ -225,7 +224,7 @@ fn insert_node(
     ctx: &Ctx<'_>,
     level: &mut Level,
     names: &mut FnvHashSet<String>,
-    node: Node,
+    mut node: Node,
     here: &str,
 ) -> Result<(), ConfigError> {
     let name = composite(&node.key, node.value.as_deref());
@@ -240,15 +239,16 @@ fn insert_node(
         return Err(dup());
     }
     let group = level.group_to_fill(&node.key);
-    match node.value.clone() {
+    node.key = Arc::clone(&group.key);
+    let pattern = node.value.as_deref().map(|v| v.contains('*'));
+    match pattern {
         None => group.default = Some(Box::new(node)),
-        Some(v) if v.contains('*') => group.wildcards.push(node),
-        Some(v) => match group.exact.entry(v) {
-            Entry::Occupied(_) => return Err(dup()),
-            Entry::Vacant(e) => {
-                e.insert(node);
+        Some(true) => group.wildcards.push(node),
+        Some(false) => {
+            if group.exact.insert(node).is_err() {
+                return Err(dup());
             }
-        },
+        }
     }
     names.insert(name);
     Ok(())

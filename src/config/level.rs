@@ -1,9 +1,11 @@
 //! One depth of the limit tree: its nodes grouped by descriptor key, each group holding the
 //! exact values, the wildcard patterns in file order and the key-only default.
 
+use std::sync::Arc;
+
 use fnv::FnvHashMap;
 
-use super::{Node, Wildcards};
+use super::{Exact, Node, Wildcards};
 
 /// A level with more keys than this gets a map from key to group while it is built.
 const SCAN_KEYS: usize = 16;
@@ -22,8 +24,8 @@ pub struct Level {
 /// The nodes of one key at one level.
 #[derive(Debug)]
 pub(crate) struct KeyGroup {
-    pub(crate) key: Box<str>,
-    pub(crate) exact: FnvHashMap<Box<str>, Node>,
+    pub(crate) key: Arc<str>,
+    pub(crate) exact: Exact,
     /// In file order: the first matching pattern wins.
     pub(crate) wildcards: Wildcards,
     pub(crate) default: Option<Box<Node>>,
@@ -51,7 +53,7 @@ impl Level {
             None => {
                 self.groups.push(KeyGroup {
                     key: key.into(),
-                    exact: FnvHashMap::default(),
+                    exact: Exact::default(),
                     wildcards: Wildcards::default(),
                     default: None,
                 });
@@ -60,7 +62,7 @@ impl Level {
                     map.insert(key.into(), at);
                 } else if self.groups.len() > SCAN_KEYS {
                     let map = (self.groups.iter().enumerate())
-                        .map(|(i, g)| (g.key.clone(), i))
+                        .map(|(i, g)| (Box::from(&*g.key), i))
                         .collect();
                     self.building = Some(Box::new(map));
                 }

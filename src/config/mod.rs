@@ -16,6 +16,8 @@ pub use load::{list_files, Sources};
 mod raw;
 mod unit;
 pub use unit::Unit;
+mod exact;
+pub use exact::Exact;
 mod level;
 pub use level::Level;
 mod wildcards;
@@ -142,7 +144,8 @@ impl RateLimit {
 /// A descriptor node of the config tree.
 #[derive(Debug)]
 pub struct Node {
-    pub key: String,
+    /// Shared by the nodes of one key at one level.
+    pub key: Arc<str>,
     pub value: Option<Box<str>>,
     /// Empty when the node only whitelists or only groups children.
     pub limits: Box<[RateLimit]>,
