@@ -33,12 +33,9 @@ fn rss() -> usize {
     status("VmRSS")
 }
 
-/// Bytes of the strings a node owns (their capacities).
+/// Bytes of the strings a node owns (sized to fit; its key is shared with its level).
 fn node_strings(n: &Node) -> usize {
-    n.key.capacity()
-        + n.value.as_ref().map_or(0, |v| v.capacity())
-        + n.stat_key.capacity()
-        + n.origin.capacity()
+    n.value.as_ref().map_or(0, |v| v.len()) + n.stat_key.len() + n.origin.len()
 }
 
 fn main() {

@@ -146,9 +146,24 @@ fn add_level(
         .nodes()
         .map(|n| composite(&n.key, n.value.as_deref()))
         .collect();
+    // Room for each key's exact values at once: grown by doubling, the vectors would leave
+    // their outgrown copies in the allocator's pages for as long as the config lives.
+    let mut exact: FnvHashMap<&str, usize> = FnvHashMap::default();
+    for raw in &raws {
+        if let (Some(k), Some(v)) = (&raw.key, &raw.value) {
+            if !v.is_empty() && !v.contains('*') {
+                *exact.entry(k.as_str()).or_default() += 1;
+            }
+        }
+    }
+    for (k, n) in exact {
+        level.group_to_fill(k).exact.reserve(n);
+    }
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{path}[{i}]");
-        let node = build_node(ctx, raw, &here, parent_stat)?;
+        // The level's one copy of the key, shared by its nodes.
+        let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
+        let node = build_node(ctx, raw, key, &here, parent_stat)?;
         insert_node(ctx, level, &mut names, node, &here)?;
     }
     Ok(())
@@ -166,10 +181,10 @@ fn composite(key: &str, value: Option<&str>) -> String {
 fn build_node(
     ctx: &Ctx<'_>,
     raw: RawDescriptor,
+    key: Arc<str>,
     here: &str,
     parent_stat: &str,
 ) -> Result<Node, ConfigError> {
-    let key = raw.key.clone().unwrap_or_default();
     if key.is_empty() {
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
@@ -196,7 +211,7 @@ fn build_node(
         },
     };
     let mut node = Node {
-        key: key.as_str().into(),
+        key,
         value: value.map(String::into_boxed_str),
         limits: limits.into_boxed_slice(),
         children: Level::default(),
@@ -224,7 +239,7 @@ fn insert_node(
     ctx: &Ctx<'_>,
     level: &mut Level,
     names: &mut FnvHashSet<String>,
-    mut node: Node,
+    node: Node,
     here: &str,
 ) -> Result<(), ConfigError> {
     let name = composite(&node.key, node.value.as_deref());
@@ -239,7 +254,6 @@ fn insert_node(
         return Err(dup());
     }
     let group = level.group_to_fill(&node.key);
-    node.key = Arc::clone(&group.key);
     let pattern = node.value.as_deref().map(|v| v.contains('*'));
     match pattern {
         None => group.default = Some(Box::new(node)),

@@ -48,6 +48,13 @@ impl Exact {
         Ok(())
     }
 
+    /// Room for `n` more nodes.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.nodes.reserve_exact(n);
+        let nodes = &self.nodes;
+        (self.by_value).reserve(n, |&at| hash(value_of(&nodes[at as usize])));
+    }
+
     /// The nodes, in the order they were added.
     pub fn values(&self) -> std::slice::Iter<'_, Node> {
         self.nodes.iter()

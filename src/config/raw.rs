@@ -55,10 +55,8 @@ pub(crate) struct RawDescriptor {
     pub(crate) key: Option<String>,
     #[serde(default, deserialize_with = "opt_scalar")]
     pub(crate) value: Option<String>,
-    /// Boxed: most descriptors of a large config have one, and a parsed file is held whole
-    /// while it is built, so the descriptor stays small.
     #[serde(default)]
-    pub(crate) rate_limit: Option<Box<RawRateLimit>>,
+    pub(crate) rate_limit: Option<RawRateLimit>,
     /// turnstile: several limits on one descriptor (burst + sustained); each is decided on its own.
     #[serde(default)]
     pub(crate) rate_limits: Option<Vec<RawRateLimit>>,
@@ -76,7 +74,7 @@ pub(crate) struct RawDescriptor {
     pub(crate) share_threshold: bool,
     /// Free-form; returned to Envoy as dynamic metadata when the descriptor matches.
     #[serde(default)]
-    pub(crate) metadata: Option<Box<serde_yaml::Mapping>>,
+    pub(crate) metadata: Option<serde_yaml::Mapping>,
 }
 
 #[derive(Debug, Deserialize)]

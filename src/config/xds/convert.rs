@@ -82,7 +82,7 @@ fn raw_descriptor(d: pb::RateLimitDescriptor) -> RawDescriptor {
     RawDescriptor {
         key: Some(d.key),
         value: Some(d.value),
-        rate_limit: d.rate_limit.map(|l| Box::new(raw_limit(l))),
+        rate_limit: d.rate_limit.map(raw_limit),
         rate_limits: None,
         descriptors: if d.descriptors.is_empty() {
             None
@@ -94,7 +94,7 @@ fn raw_descriptor(d: pb::RateLimitDescriptor) -> RawDescriptor {
         detailed_metric: d.detailed_metric,
         value_to_metric: false,
         share_threshold: false,
-        metadata: d.metadata.map(|s| Box::new(struct_to_yaml(&s))),
+        metadata: d.metadata.map(|s| struct_to_yaml(&s)),
     }
 }
 
