@@ -176,7 +176,7 @@ def calls_per_s(out: str) -> float:
             rate = float(line.split(",")[1].split()[0])
         if line.startswith("requests:"):
             f = line.split()
-            failed, errored = int(f[7]), int(f[9])
+            failed, errored = int(f[f.index("failed,") - 1]), int(f[f.index("errored,") - 1])
             if failed or errored:
                 sys.exit(f"h2load: calls failed: {line}")
     return rate
@@ -184,6 +184,8 @@ def calls_per_s(out: str) -> float:
 
 def h2load_latency(srv: Server, body_path: str, seconds: float, during=None):
     log = body_path + ".log"
+    if os.path.exists(log):
+        os.remove(log)  # h2load appends to its log
     p = h2load(srv, body_path, seconds, 1, 1, log)
     if during:
         during()
