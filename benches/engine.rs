@@ -468,7 +468,7 @@ fn top_record(c: &mut Criterion) {
     let bound = table.bind(&config);
     let mut node = None;
     config.for_each_node(&mut |n| {
-        if n.stat_key == "bench.remote_address" {
+        if &*n.stat_key == "bench.remote_address" {
             node = Some(n);
         }
     });

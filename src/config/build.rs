@@ -259,7 +259,7 @@ fn insert_node(
         None => group.default = Some(Box::new(node)),
         Some(true) => group.wildcards.push(node),
         Some(false) => {
-            if group.exact.insert(node).is_err() {
+            if !group.exact.insert(node) {
                 return Err(dup());
             }
         }
