@@ -23,6 +23,9 @@
 //! - `config_load`: `Config::from_sources` on one domain of tenants, each with a limit and a
 //!   child, at 1 000, 10 000 and 100 000 descriptors (throughput in descriptors): the time per
 //!   descriptor stays flat when loading is linear in the config's size.
+//! - `wildcard_match`: `descriptor::find` for one entry whose value matches the first or the
+//!   last of 10 and of 2 000 wildcard patterns on one key (`value: p0000-*` ...): the last is
+//!   found as fast as the first when matching does not scan the patterns.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -40,6 +43,7 @@ use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
 use turnstile::config::{Algorithm, Config, LoadOptions};
+use turnstile::descriptor::{self, Entry as MatchEntry};
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
@@ -464,7 +468,7 @@ fn top_record(c: &mut Criterion) {
     let bound = table.bind(&config);
     let mut node = None;
     config.for_each_node(&mut |n| {
-        if n.stat_key == "bench.remote_address" {
+        if &*n.stat_key == "bench.remote_address" {
             node = Some(n);
         }
     });
@@ -522,9 +526,46 @@ fn config_load(c: &mut Criterion) {
     g.finish();
 }
 
+/// One domain with `patterns` wildcard patterns on one key, `p0000-*` to the last, in order.
+fn wildcard_yaml(patterns: usize) -> String {
+    let mut y = String::from("domain: wild\ndescriptors:\n");
+    for i in 0..patterns {
+        let _ = write!(
+            y,
+            "  - key: path\n    value: p{i:04}-*\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        );
+    }
+    y
+}
+
+fn wildcard_match(c: &mut Criterion) {
+    let mut g = c.benchmark_group("wildcard_match");
+    g.throughput(Throughput::Elements(1));
+    for patterns in [10usize, 2_000] {
+        let sources = vec![("wild.yaml".to_owned(), wildcard_yaml(patterns))];
+        let config = Config::from_sources(&sources, LoadOptions::default()).unwrap();
+        let domain = config.domain("wild").unwrap();
+        for (which, at) in [("first", 0), ("last", patterns - 1)] {
+            let value = format!("p{at:04}-x");
+            let entries = [MatchEntry {
+                key: "path",
+                value: &value,
+            }];
+            let want = format!("p{at:04}-*");
+            let m = descriptor::find(domain, &entries).unwrap();
+            assert_eq!(m.node().value.as_deref(), Some(want.as_str()));
+            g.bench_function(BenchmarkId::new(which, patterns), |b| {
+                b.iter(|| descriptor::find(black_box(domain), black_box(&entries)).is_some())
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     config_load,
+    wildcard_match,
     top_record,
     engine_decide,
     engine_concurrent,

@@ -1,7 +1,6 @@
 //! Validation: parsed YAML (or xDS resources) → the typed limit tree, every rule violation
 //! reported with the file and the path inside it.
 
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +52,7 @@ impl Builder {
     pub(super) fn finish(mut self) -> Config {
         let mut next = 0;
         for d in self.domains.values_mut() {
+            d.root.finish();
             number(&mut d.root, &mut next);
         }
         Config {
@@ -146,9 +146,24 @@ fn add_level(
         .nodes()
         .map(|n| composite(&n.key, n.value.as_deref()))
         .collect();
+    // Room for each key's exact values at once: grown by doubling, the vectors would leave
+    // their outgrown copies in the allocator's pages for as long as the config lives.
+    let mut exact: FnvHashMap<&str, usize> = FnvHashMap::default();
+    for raw in &raws {
+        if let (Some(k), Some(v)) = (&raw.key, &raw.value) {
+            if !v.is_empty() && !v.contains('*') {
+                *exact.entry(k.as_str()).or_default() += 1;
+            }
+        }
+    }
+    for (k, n) in exact {
+        level.group_to_fill(k).exact.reserve(n);
+    }
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{path}[{i}]");
-        let node = build_node(ctx, raw, &here, parent_stat)?;
+        // The level's one copy of the key, shared by its nodes.
+        let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
+        let node = build_node(ctx, raw, key, &here, parent_stat)?;
         insert_node(ctx, level, &mut names, node, &here)?;
     }
     Ok(())
@@ -166,15 +181,15 @@ fn composite(key: &str, value: Option<&str>) -> String {
 fn build_node(
     ctx: &Ctx<'_>,
     raw: RawDescriptor,
+    key: Arc<str>,
     here: &str,
     parent_stat: &str,
 ) -> Result<Node, ConfigError> {
-    let key = raw.key.clone().unwrap_or_default();
     if key.is_empty() {
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
     let value = raw.value.clone().filter(|v| !v.is_empty());
-    let stat_key = format!("{parent_stat}.{}", composite(&key, value.as_deref()));
+    let stat_key: Arc<str> = format!("{parent_stat}.{}", composite(&key, value.as_deref())).into();
     let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !is_wildcard {
         return Err(ctx.err(
@@ -197,8 +212,8 @@ fn build_node(
     };
     let mut node = Node {
         key,
-        value,
-        limits,
+        value: value.map(String::into_boxed_str),
+        limits: limits.into_boxed_slice(),
         children: Level::default(),
         shadow_mode: raw.shadow_mode,
         quota_mode: raw.quota_mode,
@@ -207,7 +222,7 @@ fn build_node(
         share_threshold: raw.share_threshold,
         metadata,
         stat_key,
-        origin: format!("{}: {here}", ctx.file),
+        origin: format!("{}: {here}", ctx.file).into(),
         index: 0,
     };
     if let Some(children) = raw.descriptors {
@@ -238,16 +253,16 @@ fn insert_node(
     if names.contains(&name) {
         return Err(dup());
     }
-    let group = level.groups.entry(node.key.clone()).or_default();
-    match node.value.clone() {
+    let group = level.group_to_fill(&node.key);
+    let pattern = node.value.as_deref().map(|v| v.contains('*'));
+    match pattern {
         None => group.default = Some(Box::new(node)),
-        Some(v) if v.contains('*') => group.wildcards.push(node),
-        Some(v) => match group.exact.entry(v) {
-            Entry::Occupied(_) => return Err(dup()),
-            Entry::Vacant(e) => {
-                e.insert(node);
+        Some(true) => group.wildcards.push(node),
+        Some(false) => {
+            if !group.exact.insert(node) {
+                return Err(dup());
             }
-        },
+        }
     }
     names.insert(name);
     Ok(())
@@ -565,7 +580,7 @@ fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, Config
 
 /// Gives every node of `level` and below its `index`, counting on from `next`.
 fn number(level: &mut Level, next: &mut usize) {
-    for g in level.groups.values_mut() {
+    for g in level.groups_mut() {
         let nodes = g
             .exact
             .values_mut()

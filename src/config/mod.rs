@@ -16,6 +16,12 @@ pub use load::{list_files, Sources};
 mod raw;
 mod unit;
 pub use unit::Unit;
+mod exact;
+pub use exact::Exact;
+mod level;
+pub use level::Level;
+mod wildcards;
+pub use wildcards::Wildcards;
 pub mod xds;
 
 use std::fmt;
@@ -138,10 +144,11 @@ impl RateLimit {
 /// A descriptor node of the config tree.
 #[derive(Debug)]
 pub struct Node {
-    pub key: String,
-    pub value: Option<String>,
+    /// Shared by the nodes of one key at one level.
+    pub key: Arc<str>,
+    pub value: Option<Box<str>>,
     /// Empty when the node only whitelists or only groups children.
-    pub limits: Vec<RateLimit>,
+    pub limits: Box<[RateLimit]>,
     pub children: Level,
     pub shadow_mode: bool,
     pub quota_mode: bool,
@@ -149,10 +156,11 @@ pub struct Node {
     pub value_to_metric: bool,
     pub share_threshold: bool,
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
-    /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats.
-    pub stat_key: String,
+    /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats; shared
+    /// with the tables that bind per-limit stats and heavy hitters to it.
+    pub stat_key: Arc<str>,
     /// Where the node was defined, for `check` and `/rlconfig`.
-    pub origin: String,
+    pub origin: Box<str>,
     /// Dense number of the node within its config (0..`Config::node_count`): lets per-node
     /// state kept elsewhere (per-limit stats) live in a plain array.
     pub index: usize,
@@ -163,49 +171,6 @@ impl Node {
     /// taking the client's (no `value:`, or a wildcard).
     pub fn fixes_value(&self) -> bool {
         self.value.as_deref().is_some_and(|v| !v.contains('*'))
-    }
-}
-
-/// The nodes of one depth, grouped by key for lookup.
-#[derive(Debug, Default)]
-pub struct Level {
-    pub(crate) groups: FnvHashMap<String, KeyGroup>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct KeyGroup {
-    pub(crate) exact: FnvHashMap<String, Node>,
-    /// In file order: the first matching pattern wins.
-    pub(crate) wildcards: Vec<Node>,
-    pub(crate) default: Option<Box<Node>>,
-}
-
-impl Level {
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
-
-    /// Every node of this level and below, parents before children, in listing order.
-    pub fn walk<'c>(&'c self, f: &mut dyn FnMut(&'c Node)) {
-        for n in self.nodes() {
-            f(n);
-            n.children.walk(f);
-        }
-    }
-
-    /// Every node of this level, exact before wildcard before key-only, for listings.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        let mut keys: Vec<&String> = self.groups.keys().collect();
-        keys.sort();
-        keys.into_iter().flat_map(move |k| {
-            let g = &self.groups[k];
-            let mut exact: Vec<&Node> = g.exact.values().collect();
-            exact.sort_by(|a, b| a.value.cmp(&b.value));
-            exact
-                .into_iter()
-                .chain(g.wildcards.iter())
-                .chain(g.default.as_deref())
-        })
     }
 }
 

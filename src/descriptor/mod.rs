@@ -56,21 +56,15 @@ pub fn find<'c>(domain: &'c Domain, entries: &[Entry<'_>]) -> Option<Matched<'c>
 
 /// One level of [`find`]: the node `key`/`value` matches at `level`, if any.
 pub fn step<'c>(level: &'c Level, key: &str, value: &str) -> Option<&'c Node> {
-    let group = level.groups.get(key)?;
+    let group = level.group(key)?;
     if let Some(n) = group.exact.get(value) {
         return Some(n);
     }
-    if let Some(n) = group
-        .wildcards
-        .iter()
-        .find(|n| glob(n.value.as_deref().unwrap_or(""), value))
-    {
+    if let Some(n) = group.wildcards.find(value) {
         return Some(n);
     }
     group.default.as_deref()
 }
-
-use crate::config::glob;
 
 /// The counter key: envoyproxy/ratelimit's layout without the window start,
 /// `domain_key1_value1_key2_value2_`, so Redis keys can be shared with it. A level matched by a
@@ -190,6 +184,7 @@ pub(crate) fn entries<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<Entry<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::glob;
     use crate::config::{Config, LoadOptions};
 
     fn config(yaml: &str) -> Config {

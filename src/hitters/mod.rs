@@ -16,7 +16,7 @@
 mod sketch;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fnv::FnvHashMap;
 use serde::Serialize;
@@ -129,28 +129,46 @@ impl Stripe {
     }
 }
 
-/// The heavy hitters of one limit.
+/// The heavy hitters of one limit. Its stripes are made on the first value counted: a config
+/// of many limits, most never hit, holds a pointer for each of those.
 #[derive(Debug)]
 pub struct LimitTop {
-    stripes: [Mutex<Stripe>; STRIPES],
+    cap: usize,
+    stripes: OnceLock<Box<[Mutex<Stripe>; STRIPES]>>,
 }
 
+/// What a limit no value was counted on yet shows: empty lists.
+static NO_VALUES: LimitTop = LimitTop::new(0);
+
 impl LimitTop {
-    fn new(cap: usize) -> LimitTop {
+    const fn new(cap: usize) -> LimitTop {
         LimitTop {
-            stripes: std::array::from_fn(|_| {
+            cap,
+            stripes: OnceLock::new(),
+        }
+    }
+
+    /// The stripes, made now if no value was counted yet.
+    fn stripes_made(&self) -> &[Mutex<Stripe>; STRIPES] {
+        self.stripes.get_or_init(|| {
+            Box::new(std::array::from_fn(|_| {
                 Mutex::new(Stripe {
                     from: 0,
-                    current: Tables::new(cap),
-                    previous: Tables::new(cap),
+                    current: Tables::new(self.cap),
+                    previous: Tables::new(self.cap),
                 })
-            }),
-        }
+            }))
+        })
+    }
+
+    /// The stripes, none before the first value counted.
+    fn stripes(&self) -> &[Mutex<Stripe>] {
+        self.stripes.get().map_or(&[], |s| &s[..])
     }
 
     fn record(&self, now_s: u64, key: &(impl Key + ?Sized), hits: u64, over: bool) {
         let h = sketch::hash(key);
-        let stripe = &self.stripes[(h >> 32) as usize % STRIPES];
+        let stripe = &self.stripes_made()[(h >> 32) as usize % STRIPES];
         let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
         s.turn(now_s);
         let t = &mut s.current;
@@ -166,7 +184,7 @@ impl LimitTop {
     /// The top `n` values by refused hits (those with any) and by hits, over both windows.
     pub fn lists(&self, now_s: u64, n: usize) -> TopLists {
         let mut merged: FnvHashMap<Vec<u8>, TopValue> = FnvHashMap::default();
-        for stripe in &self.stripes {
+        for stripe in self.stripes() {
             let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
             s.turn(now_s);
             for t in [&s.current, &s.previous] {
@@ -193,7 +211,7 @@ impl LimitTop {
 
     /// Bytes held, over every stripe, window and table.
     pub fn allocated_bytes(&self) -> usize {
-        (self.stripes.iter())
+        (self.stripes().iter())
             .map(|s| {
                 let s = s.lock().unwrap_or_else(|p| p.into_inner());
                 [&s.current, &s.previous]
@@ -298,8 +316,11 @@ pub struct TopTable {
     /// refused hits always.
     sample: u64,
     now_s: Arc<AtomicU64>,
-    by_key: Mutex<FnvHashMap<String, Arc<LimitTop>>>,
+    by_key: Arc<Mutex<ByKey>>,
 }
+
+/// The lists of the limits a value was counted on, by stat key.
+type ByKey = FnvHashMap<Arc<str>, Arc<LimitTop>>;
 
 impl Default for TopTable {
     fn default() -> TopTable {
@@ -314,7 +335,7 @@ impl TopTable {
             n,
             sample: DEFAULT_SAMPLE,
             now_s: Arc::new(AtomicU64::new(0)),
-            by_key: Mutex::new(FnvHashMap::default()),
+            by_key: Arc::new(Mutex::new(FnvHashMap::default())),
         }
     }
 
@@ -343,30 +364,34 @@ impl TopTable {
     }
 
     /// The lists of every node of `config` that has limits: a stat key seen before keeps its
-    /// lists; stat keys no longer in the config are dropped.
+    /// lists; stat keys no longer in the config are dropped. A limit's lists are made when its
+    /// first value is counted: most limits of a large config are never hit.
     pub fn bind(&self, config: &Config) -> BoundTop {
         if self.n == 0 {
             return BoundTop::default();
         }
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        let mut kept: FnvHashMap<String, Arc<LimitTop>> = FnvHashMap::default();
-        let mut by_node: Vec<Option<Arc<LimitTop>>> = vec![None; config.node_count()];
-        let cap = 2 * self.n;
+        let mut kept = ByKey::default();
+        let by_node: Box<[OnceLock<Arc<LimitTop>>]> =
+            (0..config.node_count()).map(|_| OnceLock::new()).collect();
         config.for_each_node(&mut |node| {
             if node.limits.is_empty() {
                 return;
             }
-            let top = kept
-                .entry(node.stat_key.clone())
-                .or_insert_with(|| {
-                    (by_key.remove(&node.stat_key)).unwrap_or_else(|| Arc::new(LimitTop::new(cap)))
-                })
-                .clone();
-            by_node[node.index] = Some(top);
+            let seen = match kept.get(&*node.stat_key) {
+                Some(top) => Some(Arc::clone(top)),
+                None => by_key.remove(&*node.stat_key),
+            };
+            if let Some(top) = seen {
+                kept.insert(Arc::clone(&node.stat_key), Arc::clone(&top));
+                let _ = by_node[node.index].set(top);
+            }
         });
         *by_key = kept;
         BoundTop {
-            by_node: by_node.into_boxed_slice(),
+            by_node,
+            by_key: Arc::clone(&self.by_key),
+            cap: 2 * self.n,
             now_s: self.now_s.clone(),
             sample: self.sample,
         }
@@ -400,7 +425,12 @@ fn sampled(n: u64) -> bool {
 /// The lists of one config's nodes, by [`Node::index`]: what the hot path counts into.
 #[derive(Debug, Default)]
 pub struct BoundTop {
-    by_node: Box<[Option<Arc<LimitTop>>]>,
+    /// Empty until a value is counted on the node (or its stat key had lists already).
+    by_node: Box<[OnceLock<Arc<LimitTop>>]>,
+    /// The table's lists by stat key, where a limit's first value files the lists it makes.
+    by_key: Arc<Mutex<ByKey>>,
+    /// Slots of a table made here.
+    cap: usize,
     now_s: Arc<AtomicU64>,
     sample: u64,
 }
@@ -414,7 +444,11 @@ impl BoundTop {
         if hits == 0 {
             return;
         }
-        if let Some(Some(top)) = self.by_node.get(node.index) {
+        if let Some(cell) = self
+            .by_node
+            .get(node.index)
+            .filter(|_| !node.limits.is_empty())
+        {
             // Admitted calls are many and cheap to estimate: one in `sample`, weighing
             // `sample`. Refusals, the question "who is limited" is about, all count.
             let hits = if exact || self.sample <= 1 {
@@ -425,13 +459,27 @@ impl BoundTop {
                 return;
             };
             let now_s = self.now_s.load(Ordering::Relaxed);
+            let top = cell.get_or_init(|| self.file(node));
             top.record(now_s, &Entries(entries), hits, over);
         }
     }
 
+    /// The lists of `node`'s stat key, made and filed in the table if it has none yet (a
+    /// config bound before may have filed them since this one was bound).
+    fn file(&self, node: &Node) -> Arc<LimitTop> {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let top = (by_key.entry(Arc::clone(&node.stat_key)))
+            .or_insert_with(|| Arc::new(LimitTop::new(self.cap)));
+        Arc::clone(top)
+    }
+
     /// The lists of `node`, if it has limits and tracking is on.
     pub fn of(&self, node: &Node) -> Option<&LimitTop> {
-        self.by_node.get(node.index)?.as_deref()
+        let cell = self.by_node.get(node.index)?;
+        if node.limits.is_empty() {
+            return None;
+        }
+        Some(cell.get().map_or(&NO_VALUES, |top| &**top))
     }
 }
 

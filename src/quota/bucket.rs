@@ -96,7 +96,7 @@ pub fn resolve(config: &Config, domain: &str, bucket: &BucketKey) -> Target {
 
 fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target {
     let node = matched.node();
-    let limit = match node.limits.as_slice() {
+    let limit = match &node.limits[..] {
         [] => return Target::AllowAll("the bucket's node has no limit"),
         [l] => l,
         more => {
@@ -124,7 +124,7 @@ fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target 
     Target::Limit(LimitRef {
         domain: domain.to_string(),
         key: descriptor::counter_key(domain, entries, Some(matched), 0),
-        stat_key: node.stat_key.clone(),
+        stat_key: node.stat_key.to_string(),
         spec: LimitSpec {
             requests_per_unit: limit.requests_per_unit,
             unit_secs: limit.window_secs(),

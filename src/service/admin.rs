@@ -228,7 +228,7 @@ fn targets(
         }
         let stat_key = match a.limit {
             LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())
-                .map_or_else(String::new, |m| m.node().stat_key.clone()),
+                .map_or_else(String::new, |m| m.node().stat_key.to_string()),
             LimitRef::Override { .. } => String::new(),
         };
         let applies = Applies {

@@ -116,19 +116,19 @@ impl BoundStats {
 /// the stat keys it still has and drops the others.
 #[derive(Debug, Default)]
 pub struct LimitStatsTable {
-    by_key: Mutex<FnvHashMap<String, Arc<LimitStats>>>,
+    by_key: Mutex<FnvHashMap<Arc<str>, Arc<LimitStats>>>,
 }
 
 impl LimitStatsTable {
     /// The stats of every node of `config`: a stat key seen before keeps its counters.
     pub fn bind(&self, config: &Config) -> BoundStats {
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        let mut kept: FnvHashMap<String, Arc<LimitStats>> = FnvHashMap::default();
+        let mut kept: FnvHashMap<Arc<str>, Arc<LimitStats>> = FnvHashMap::default();
         let mut by_node: Vec<Option<Arc<LimitStats>>> = vec![None; config.node_count()];
         config.for_each_node(&mut |n| {
             let stats = kept
-                .entry(n.stat_key.clone())
-                .or_insert_with(|| by_key.remove(&n.stat_key).unwrap_or_default())
+                .entry(Arc::clone(&n.stat_key))
+                .or_insert_with(|| by_key.remove(&*n.stat_key).unwrap_or_default())
                 .clone();
             by_node[n.index] = Some(stats);
         });

@@ -282,7 +282,7 @@ descriptors:
     let d = c.domain("envoy").unwrap();
     let m =
         crate::descriptor::find(d, &entries(&[("client", "mobile"), ("path", "/login")])).unwrap();
-    assert_eq!(m.node().stat_key, "envoy.client_mobile.path_/login");
+    assert_eq!(&*m.node().stat_key, "envoy.client_mobile.path_/login");
     assert!(m.node().origin.contains("conf/a.yaml"));
     assert!(m.node().origin.contains("descriptors[0].descriptors[0]"));
 }

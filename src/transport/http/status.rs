@@ -84,7 +84,7 @@ fn filters(
     }
     if let Some(l) = &limit {
         let mut found = false;
-        config.for_each_node(&mut |n| found |= n.stat_key == *l && !n.limits.is_empty());
+        config.for_each_node(&mut |n| found |= *n.stat_key == **l && !n.limits.is_empty());
         if !found {
             return Err(format!(
                 "no limit with stat key {l:?} in the loaded config (see /rlconfig)"
@@ -153,7 +153,7 @@ impl TopView<'_> {
         let mut limits = Vec::new();
         for (name, node, fixed) in nodes_with_limits(&live.config) {
             let wanted = domain.as_ref().is_none_or(|d| *d == name)
-                && limit.as_ref().is_none_or(|l| *l == node.stat_key);
+                && limit.as_ref().is_none_or(|l| **l == *node.stat_key);
             let Some(t) = live.top.of(node).filter(|_| wanted) else {
                 continue;
             };
@@ -176,7 +176,7 @@ impl TopView<'_> {
             }
             limits.push(LimitTop {
                 domain: name.to_owned(),
-                limit: node.stat_key.clone(),
+                limit: node.stat_key.to_string(),
                 windows: node.limits.iter().map(|l| l.window_text()).collect(),
                 lists,
             });
@@ -245,8 +245,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
             let st = live.stats.of(node);
             json!({
                 "domain": domain,
-                "limit": node.stat_key,
-                "rules": rules.get(node.stat_key.as_str()).cloned().unwrap_or_default(),
+                "limit": &*node.stat_key,
+                "rules": rules.get(&*node.stat_key).cloned().unwrap_or_default(),
                 "total_hits": load(&st.total_hits),
                 "over_limit": load(&st.over_limit),
                 "near_limit": load(&st.near_limit),

@@ -502,7 +502,11 @@ descriptors:
     assert_eq!(from_xds.describe(), from_yaml.describe());
     let node = |c: &Config| {
         let d = c.domain("edge").unwrap();
-        let n = d.root.nodes().find(|n| n.key == "remote_address").unwrap();
+        let n = d
+            .root
+            .nodes()
+            .find(|n| &*n.key == "remote_address")
+            .unwrap();
         (
             n.metadata.clone(),
             n.shadow_mode,

@@ -1,0 +1,73 @@
+//! A level's nodes of one key that name an exact value, found by that value.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use super::Node;
+
+/// The nodes in a vector, sized to fit once built, and a table of their positions by their
+/// value's hash: a table of nodes would hold a node's bytes in each of its spare buckets.
+#[derive(Debug, Default)]
+pub struct Exact {
+    nodes: Vec<Node>,
+    by_value: HashTable<u32>,
+}
+
+fn hash(value: &str) -> u64 {
+    fnv::FnvBuildHasher::default().hash_one(value)
+}
+
+fn value_of(n: &Node) -> &str {
+    n.value.as_deref().unwrap_or("")
+}
+
+impl Exact {
+    /// The node of `value`.
+    pub fn get(&self, value: &str) -> Option<&Node> {
+        let at = self.by_value.find(hash(value), |&at| {
+            value_of(&self.nodes[at as usize]) == value
+        })?;
+        Some(&self.nodes[*at as usize])
+    }
+
+    /// Adds `node`; false, and `node` dropped, when its value is here already.
+    pub(crate) fn insert(&mut self, node: Node) -> bool {
+        let h = hash(value_of(&node));
+        let nodes = &self.nodes;
+        if (self.by_value)
+            .find(h, |&at| value_of(&nodes[at as usize]) == value_of(&node))
+            .is_some()
+        {
+            return false;
+        }
+        let at = u32::try_from(self.nodes.len()).expect("fewer than 2^32 values on a key");
+        let nodes = &self.nodes;
+        (self.by_value).insert_unique(h, at, |&at| hash(value_of(&nodes[at as usize])));
+        self.nodes.push(node);
+        true
+    }
+
+    /// Room for `n` more nodes.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.nodes.reserve_exact(n);
+        let nodes = &self.nodes;
+        (self.by_value).reserve(n, |&at| hash(value_of(&nodes[at as usize])));
+    }
+
+    /// The nodes, in the order they were added.
+    pub fn values(&self) -> std::slice::Iter<'_, Node> {
+        self.nodes.iter()
+    }
+
+    pub(crate) fn values_mut(&mut self) -> std::slice::IterMut<'_, Node> {
+        self.nodes.iter_mut()
+    }
+
+    /// The same nodes in the least memory.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.nodes.shrink_to_fit();
+        let nodes = &self.nodes;
+        (self.by_value).shrink_to_fit(|&at| hash(value_of(&nodes[at as usize])));
+    }
+}
