@@ -10,7 +10,7 @@ use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, ShardStats, ShardTask, Store};
+use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store};
 use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
@@ -44,8 +44,8 @@ pub struct Context {
 pub struct Stats {
     /// `ShouldRateLimit`'s (the request path, the status page).
     pub requests: Arc<RequestStats>,
-    /// One per shard (the status page, the health check).
-    pub shards: Arc<[Arc<ShardStats>]>,
+    /// One per shard, with its link's (the status page, the health check).
+    pub shards: EngineStats,
     /// Config loads (`server::reload`, the status page).
     pub reloads: Arc<ReloadStats>,
     pub(crate) tls: Arc<TlsStats>,
@@ -179,7 +179,7 @@ impl Context {
         );
         let stats = Stats {
             requests: service.clone(),
-            shards: engine.stats().into(),
+            shards: engine.metrics(),
             reloads: Arc::default(),
             tls: starting.tls,
             admin: Arc::default(),
