@@ -279,7 +279,7 @@ impl Engine {
         Ok(out)
     }
 
-    /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window.
+    /// Direct API: refunds the hit admitted as `id` on `key`, if it is still in its window.
     pub async fn release(&self, key: Key, id: u64) -> Result<bool, EngineError> {
         let (tx, rx) = oneshot::channel();
         self.send(

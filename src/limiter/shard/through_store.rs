@@ -2,7 +2,7 @@
 //! the local over-limit cache, and fallback while the breaker is open.
 //!
 //! Redis counts first (INCRBY, or a script that counts only what fits); the shard then judges
-//! each message with the same rules as in memory, and gives back, in the next pipeline, whatever
+//! each message with the same rules as in memory, and refunds, in the next pipeline, whatever
 //! a message that is refused or must wait had counted. Queues stay in this shard: a waiter at the head of its
 //! queue is decided through Redis again when it may fit, so FIFO holds among the waiters of one
 //! replica, and across replicas the first to ask Redis after a rollover wins.
@@ -205,7 +205,7 @@ impl Decider<'_, Link> {
         self.answer(d.reply, Reply::admitted_uncounted(outcomes));
     }
 
-    /// Gives back, through Redis, what the ops at `done` counted there.
+    /// Refunds, through Redis, what the ops at `done` counted there.
     pub(super) fn refund_in_store(&mut self, ops: &[Op], done: &[usize]) {
         if done.is_empty() {
             return;
@@ -292,7 +292,7 @@ impl Decider<'_, Link> {
             // With what the store counted; whatever is refunded leaves the local-first keys too.
             let done = self.cx.clock.now();
             let (link, parts) = self.link_and_parts();
-            link.viewed(parts, (&d.ops, mine), &counted, (now, done));
+            link.read_local_first(parts, (&d.ops, mine), &counted, (now, done));
             match head {
                 None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
@@ -408,7 +408,7 @@ impl Decider<'_, Link> {
 
     /// A check of a limit with `reserve`, on the store's answer: judged against what is used
     /// and held there; the store's verdict stands (it judged in microseconds), and an admitted
-    /// check holds there already (given back if its request is refused after all).
+    /// check holds there already (refunded if its request is refused after all).
     fn eval_check_holding(
         &mut self,
         op: &Op,

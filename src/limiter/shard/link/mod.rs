@@ -44,7 +44,7 @@ pub(crate) struct Link {
     breaker: breaker::Breaker,
     /// New messages (and queue heads) waiting for the next round trip.
     batch: Vec<StoreBound>,
-    /// Hits to give back in the next round trip.
+    /// Hits to refund in the next round trip.
     refunds: Vec<Op>,
     /// Round trips out, and answers back before an older one's.
     pub(crate) trips: RoundTrips,
@@ -136,7 +136,7 @@ impl Link {
         !self.heads.is_empty() && self.heads.contains(key)
     }
 
-    /// Queues the hits of `ops` to give back in the store.
+    /// Queues the hits of `ops` to refund in the store.
     pub(crate) fn queue_refunds(&mut self, ops: &[Op], done: &[usize]) {
         for &i in done {
             self.refunds.push(ops[i].clone());
@@ -363,7 +363,7 @@ impl Link {
 
     /// An exact round trip read local-first keys: their state becomes its counts, with this
     /// message's hits if it was admitted (`counted`; see `Ledger::read`).
-    pub(crate) fn viewed(
+    pub(crate) fn read_local_first(
         &mut self,
         (counters, queues): (&mut Counters, &Queues),
         (ops, replies): (&[Op], &[StoreReply]),
