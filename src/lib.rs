@@ -25,8 +25,8 @@
 //! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that writes the shards' changes behind the decisions and reads them back at start | `limiter`, `telemetry` |
 //! | `backend` | the store contract over Redis (connections, key layout, scripts, reply decoding, its errors' counter); RLQS's demand exchange over Redis | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
-//! | `service` | a request's way through: validate, plan, engine, answer; the live limits; the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
-//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts, the registry the Prometheus text and statsd loop over; the request path's and per-limit counters; logs, traces; how client values leave the process | `config`, `hitters` |
+//! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits; the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
+//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; config loads' counters, the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
 //! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet); the store contract | `config`, `telemetry` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
@@ -78,8 +78,8 @@
 //!   in `limiter/shard/table.rs` (22) and counted in `limiter/shard/stats.rs` (23), asks
 //!   `limiter/shard/holds.rs` (24) what is held for a limit with `reserve`, judges each op by
 //!   (12), and the message by the request's verdict in (15) and (13).
-//! - (25) `service/answer.rs`: a status per descriptor, counted in `telemetry/requests.rs` (26)
-//!   and the limit's stats, `telemetry/limit_stats.rs` (27), offered to the heavy hitters,
+//! - (25) `service/answer.rs`: a status per descriptor, counted in `service/metrics/requests.rs` (26)
+//!   and the limit's stats, `service/metrics/limit_stats.rs` (27), offered to the heavy hitters,
 //!   `hitters/mod.rs` (28) over `hitters/sketch.rs` (29); a refusal is logged at debug by
 //!   `service/refusal.rs` (30).
 //! - back in (4): the call and its latency counted in (26), its histogram

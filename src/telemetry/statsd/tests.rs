@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::{Config, LoadOptions};
-use crate::telemetry::{LimitSeries, Metrics, RequestStats};
+use crate::service::metrics::{LimitSeries, RequestStats};
+use crate::telemetry::Metrics;
 
 /// The per-limit series of `config`, as the live limits push them.
 struct Limits(Arc<RequestStats>, Arc<Config>);

@@ -18,8 +18,9 @@ use super::DebugState;
 use crate::config::{Config, Level, Node};
 use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::{BreakerState, EngineStats};
+use crate::service::metrics::RequestStats;
 use crate::service::LiveLimits;
-use crate::telemetry::{digest, ReloadStats, RequestStats, Shown};
+use crate::telemetry::{digest, ReloadStats, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");

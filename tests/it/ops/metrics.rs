@@ -12,11 +12,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::transport::Channel;
 use turnstile::config::{Config, LoadOptions};
+use turnstile::hitters::TopTable;
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+use turnstile::service::metrics::{Counted, RequestStats};
 use turnstile::service::LiveLimits;
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Counted, Counters, Metrics, RequestStats, TopTable};
+use turnstile::telemetry::{Counters, Metrics};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
