@@ -49,9 +49,22 @@
 //! `refund_views` (hits decided here that the store has not counted yet are the link's
 //! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
 //! back is "replayed"; the count a local-first decision rests on is the key's "view").
-//! Glossed: `Ambient`, the shard's own context (the server's is `Context`); `Delivery`, how a
-//! synchronous caller gets its answer (now, or a channel); `RespReply`, a direct Redis
-//! connection's reply (a shard's answer is the `Reply`).
+//! Glossed, for words the code keeps:
+//!
+//! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a
+//!   synchronous caller); the server's context is `Context`. `Delivery`: how a synchronous
+//!   caller gets its answer (now, or a channel).
+//!   `RespReply`: a direct Redis connection's reply (a shard's answer is the `Reply`).
+//! - `Tat`: a token bucket's stored time (theoretical arrival time) and how it is kept.
+//! - `lane`: a store connection, one per shard (its index). `head_out`: a queue's head waiter
+//!   is out in the store, being decided there. `late`: a local-first key's hits of a fixed
+//!   window that ended before their sync went out, sent on their own.
+//! - `Scratch`: the states a message's ops would leave, computed once and committed if it is
+//!   admitted. `Carried`: what a descriptor counts, worked out once in the plan and carried to
+//!   the answer. `Peeking`: a look-up's answer while the store's read is still out.
+//! - `spread`: a request whose ops live on several shards. `sticky`: GoCC's `/rate` overrides,
+//!   kept for the key once a caller passed them. `book`: RLQS's pure state of streams, buckets
+//!   and shares; its `Outbox` is what it asks the caller to send.
 
 //! # The walk of one decision
 //!
