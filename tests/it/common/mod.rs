@@ -215,11 +215,21 @@ pub fn desc(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
+/// The one request builder: `descriptors` in `domain`, the request's `hits_addend` 0 (each
+/// descriptor then counts one hit, unless it carries its own).
 pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
         descriptors,
         hits_addend: 0,
+    }
+}
+
+/// `r` with the request's own `hits_addend` (every descriptor without its own counts `hits`).
+pub fn with_hits(r: RateLimitRequest, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        hits_addend: hits,
+        ..r
     }
 }
 

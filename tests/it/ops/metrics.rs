@@ -6,8 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::transport::Channel;
@@ -70,17 +68,7 @@ async fn start(s: &Settings) -> (Running, Arc<ManualClock>, RateLimitServiceClie
 }
 
 fn req(domain: &str, key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    crate::common::one(domain, &[(key, value)])
 }
 
 async fn get(url: String) -> String {
