@@ -38,8 +38,8 @@ cargo test --all-features
 # (A filter selects every test whose path contains it: each one here ends in `::`, so
 # `direct::rate_api::` leaves `direct::rate_api_gocc::` out.)
 TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
-    rls::answers:: rls::queue:: rls::algorithms:: backends:: hostile:: \
-    direct::rate_api:: direct::transport:: rlqs::stream::
+    service::answers:: service::queue:: service::algorithms:: backends:: hostile:: \
+    direct::rate_api:: direct::transport:: quota::stream::
 
 # Each fuzz target for 20 s where a nightly toolchain and cargo-fuzz are installed (docs/architecture.md,
 # "Hardening", for the long runs); with the release build of the targets, about 5 minutes on 2

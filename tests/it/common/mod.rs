@@ -1,14 +1,14 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
 //! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
 //! Redis (`redis`), an xDS management server (`ads`), a temp dir (`tempdir`), Envoys with the
-//! RLQS filter and paced load (`rlqs`).
+//! RLQS filter and paced load (`quota`).
 
 pub mod ads;
 pub mod backend;
 pub mod binary;
 pub mod envoy;
+pub mod quota;
 pub mod redis;
-pub mod rlqs;
 pub mod tempdir;
 
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use turnstile::settings::Settings;
 #[allow(unused_imports)] // by the test files that do not read them
 pub use turnstile::{limiter::BreakerState, service::WAITED_HEADER};
 
-/// The envoyproxy/ratelimit-style config of the gRPC answers (`rls::answers`) and of the counting
+/// The envoyproxy/ratelimit-style config of the gRPC answers (`service::answers`) and of the counting
 /// scenarios run on every backend (`backends::scenarios`).
 pub const EDGE: &str = include_str!("edge.yaml");
 
