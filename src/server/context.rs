@@ -10,7 +10,7 @@ use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store};
+use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::metrics::RequestStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
@@ -145,23 +145,12 @@ impl Context {
         clock: Clock,
         starting: Starting,
     ) -> Result<Built, StartError> {
-        let mut fleet = None;
         let redis = (
             starting.retries,
             Arc::new(RedisErrors::new(settings.shards)),
         );
         let wait = starting.wait;
-        let store = match &settings.backend {
-            Backend::Memory | Backend::Durable(_) => None,
-            Backend::Redis(r) => {
-                wait.set(Some(WaitingFor::Redis));
-                let store = RedisStore::connect(r, (&redis.0, &redis.1)).await;
-                let store = Arc::new(store.map_err(StartError::Redis)?);
-                fleet = Some(store.clone() as Arc<dyn DemandExchange>);
-                let store: Arc<dyn Store> = store;
-                Some((store, r.policy.clone()))
-            }
-        };
+        let (store, fleet) = connect_store(settings, &redis, &wait).await?;
         let (engine, shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
@@ -221,4 +210,28 @@ impl Context {
             journal,
         })
     }
+}
+
+/// With Redis, the store the shards count in and the place replicas exchange RLQS demand (one
+/// connection for both), connected while the start waits for it; nothing otherwise.
+async fn connect_store(
+    settings: &Settings,
+    (retries, errors): &(Arc<StartupRetries>, Arc<RedisErrors>),
+    wait: &StartWait,
+) -> Result<
+    (
+        Option<(Arc<dyn Store>, StorePolicy)>,
+        Option<Arc<dyn DemandExchange>>,
+    ),
+    StartError,
+> {
+    let Backend::Redis(r) = &settings.backend else {
+        return Ok((None, None));
+    };
+    wait.set(Some(WaitingFor::Redis));
+    let store = RedisStore::connect(r, (retries, errors)).await;
+    let store = Arc::new(store.map_err(StartError::Redis)?);
+    let fleet = store.clone() as Arc<dyn DemandExchange>;
+    let store: Arc<dyn Store> = store;
+    Ok((Some((store, r.policy.clone())), Some(fleet)))
 }
