@@ -49,6 +49,8 @@
 //! `refund_views` (hits decided here that the store has not counted yet are the link's
 //! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
 //! back is "replayed"; the count a local-first decision rests on is the key's "view").
+//! Renamed so one name means one thing: the metrics' registry is `telemetry::Registry`
+//! (`Counters` is the shard's key table alone).
 //! Glossed, for words the code keeps:
 //!
 //! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a

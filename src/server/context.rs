@@ -15,7 +15,7 @@ use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::metrics::RequestStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
-use crate::telemetry::{Counters, Metrics, ReloadStats, StatsdStats};
+use crate::telemetry::{Metrics, Registry, ReloadStats, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
@@ -34,12 +34,12 @@ pub struct Context {
     /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
     pub top: Arc<TopTable>,
     /// Every part's counters, registered for the exposition and the push.
-    pub counters: Counters,
+    pub registry: Registry,
     /// The same parts by type, each handed to the subsystem that counts in it.
     pub stats: Stats,
 }
 
-/// Each subsystem's counters, as `Context::build` made them; `Counters` holds them too, for
+/// Each subsystem's counters, as `Context::build` made them; `Registry` holds them too, for
 /// the exposition.
 #[derive(Clone)]
 pub struct Stats {
@@ -67,8 +67,8 @@ impl Stats {
         engine: &Engine,
         throttle: Arc<ThrottleStats>,
         live: &LiveLimits,
-    ) -> Counters {
-        Counters::new(vec![
+    ) -> Registry {
+        Registry::new(vec![
             self.requests.clone() as Arc<dyn Metrics>,
             self.statsd.clone(),
             self.reloads.clone(),
@@ -184,7 +184,7 @@ impl Context {
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
         let throttle = Arc::new(ThrottleStats::default());
-        let counters = stats.register(redis, state, &engine, throttle.clone(), &live);
+        let registry = stats.register(redis, state, &engine, throttle.clone(), &live);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
@@ -200,7 +200,7 @@ impl Context {
             engine,
             live,
             top,
-            counters,
+            registry,
             stats,
         };
         Ok(Built {

@@ -29,13 +29,13 @@ use crate::limiter::{Clock, EngineStats};
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::mapped::Exposition;
-use crate::telemetry::{Counters, Shown};
+use crate::telemetry::{Registry, Shown};
 
 /// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
 /// series among them), and the live limits' text.
 #[derive(Clone)]
 pub struct MetricsState {
-    pub counters: Counters,
+    pub registry: Registry,
     pub live: LiveLimits,
 }
 
@@ -196,7 +196,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
 async fn metrics(State(s): State<MetricsState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.counters.render(),
+        s.registry.render(),
     )
         .into_response()
 }

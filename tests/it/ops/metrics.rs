@@ -16,7 +16,7 @@ use turnstile::server::{self, Running};
 use turnstile::service::metrics::{Counted, RequestStats};
 use turnstile::service::LiveLimits;
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Counters, Metrics};
+use turnstile::telemetry::{Metrics, Registry};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -299,7 +299,7 @@ fn detailed_series_are_bounded() {
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
     let m = Arc::new(RequestStats::new(0.8).with_max_detailed_series(2));
     let live = LiveLimits::new(config, m.clone(), Arc::new(TopTable::new(0)));
-    let counters = Counters::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
+    let counters = Registry::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
             m.record_series("m", &format!("user_{v}"), counted(1, false, 5, 10));
