@@ -44,10 +44,11 @@ use tokio::task::LocalSet;
 
 use turnstile::config::{Algorithm, Config, LoadOptions};
 use turnstile::descriptor::{self, Entry as MatchEntry};
+use turnstile::hitters::TopTable;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
+use turnstile::service::metrics::RequestStats;
 use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
-use turnstile::telemetry::{RequestStats, TopTable};
 use turnstile::transport::codec::read_request;
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.

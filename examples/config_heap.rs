@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use turnstile::config::{Config, LoadOptions, Node};
 use turnstile::hitters::TopTable;
-use turnstile::telemetry::RequestStats;
+use turnstile::service::metrics::RequestStats;
 
 /// A field of /proc/self/status, in bytes.
 fn status(field: &str) -> usize {

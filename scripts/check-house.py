@@ -69,14 +69,6 @@ def cycles(edges):
     return comps
 
 
-# 1. The files the walks in the overview name (a path may be given from any folder of src/).
-lib = open(os.path.join(SRC, "lib.rs"), encoding="utf-8").read()
-walks = lib[lib.find("# The walk of one decision"):]
-every = [os.path.relpath(os.path.join(r, f), SRC) for r, _, fs in os.walk(SRC) for f in fs]
-for path in sorted(set(re.findall(r"`([a-z_/]+\.rs)`", walks))):
-    if not any(p == path or p.endswith("/" + path) for p in every):
-        failures.append(f"src/lib.rs's walk names {path}, which does not exist")
-
 # 2. Top-level modules.
 top = {}
 for entry in sorted(os.listdir(SRC)):
@@ -101,6 +93,25 @@ for name, files in top.items():
     edges[name] = sorted(u for u in used if u in top and u != name)
 for comp in cycles(edges):
     failures.append("a cycle between top-level modules: " + " -> ".join(comp))
+
+# 2b. The "uses" column of src/lib.rs's table is what the code imports.
+lib = open(os.path.join(SRC, "lib.rs"), encoding="utf-8").read()
+rows = re.findall(r"^//! \| (`[^|]*`) \| [^|]* \| ([^|]*) \|$", lib, re.M)
+seen = set()
+for first, uses in rows:
+    mods = [m.removesuffix(".rs") for m in re.findall(r"`([a-z_.]+)`", first)]
+    said = set(re.findall(r"`([a-z_]+)`", uses))
+    for m in mods:
+        if m == "main":
+            continue
+        seen.add(m)
+        if m not in top:
+            failures.append(f"src/lib.rs's table names a module {m}, which does not exist")
+        elif said != set(edges[m]):
+            failures.append(f"src/lib.rs's table: {m} uses {', '.join(edges[m]) or 'nothing'}, "
+                            f"not {', '.join(sorted(said)) or 'nothing'}")
+for m in sorted(set(top) - seen):
+    failures.append(f"src/lib.rs's table leaves out the module {m}")
 
 # 3. Sibling files inside each module.
 DEF = re.compile(r"^\s*pub(?:\([a-z:]+\))?\s+(?:async\s+)?(?:struct|enum|fn|trait|type|const|static)\s+(\w+)", re.M)
@@ -134,6 +145,57 @@ for root, _, fs in os.walk(SRC):
             n = sum(1 for _ in open(p, encoding="utf-8"))
             if n > MAX_LINES:
                 failures.append(f"{p} has {n} lines (at most {MAX_LINES})")
+
+# 5. The walks in src/lib.rs: every file they name exists, and each one after the first is
+# called by a file named before it: that file names its module (`mod x`, `x::`), a type it
+# defines (`pub struct`, `enum`, `trait`, `type`) or one of its free functions, the names
+# many files define left out.
+every = {os.path.relpath(os.path.join(r, f), SRC) for r, _, fs in os.walk(SRC) for f in fs
+         if f.endswith(".rs")}
+ITEM = re.compile(r"^(?:pub(?:\([a-z:]+\))?\s+(?:async\s+)?fn|\s*pub(?:\([a-z:]+\))?\s+"
+                  r"(?:struct|enum|trait|type))\s+(\w+)", re.M)
+defined, texts = {}, {}
+for p in every:
+    texts[p] = code_of(os.path.join(SRC, p))
+    for item in set(ITEM.findall(texts[p])):
+        defined.setdefault(item, set()).add(p)
+common = {n for n, ps in defined.items() if len(ps) > 6}
+
+
+def module_names(path):
+    """The names a caller may use for the module of `path` (`limiter/shard/mod.rs`: shard)."""
+    parts = path.removesuffix(".rs").split("/")
+    if parts[-1] == "mod":
+        parts = parts[:-1]
+    return {parts[-1]} if parts else set()
+
+
+def calls(caller, callee):
+    t = texts[caller]
+    for m in module_names(callee):
+        if re.search(rf"\bmod\s+{m}\b|\b{m}::", t):
+            return True
+    items = {n for n, ps in defined.items() if callee in ps} - common
+    return any(re.search(rf"\b{re.escape(n)}\b", t) for n in items)
+
+
+for title in ("# The walk of one decision", "# The walk of a sync"):
+    at = lib.find(title)
+    if at < 0:
+        failures.append(f"src/lib.rs has no walk titled {title!r}")
+        continue
+    end = lib.find("\n//! # ", at + 1)
+    text = lib[at:end if end > 0 else len(lib)]
+    text = text[:text.find("\n//!\n//! At start")] if "At start" in text else text
+    named = []
+    for path in re.findall(r"`([a-z_/]+\.rs)`", text):
+        if path not in named:
+            named.append(path)
+    for i, path in enumerate(named):
+        if path not in every:
+            failures.append(f"src/lib.rs's walk names {path}, which does not exist")
+        elif i and not any(calls(c, path) for c in named[:i] if c in every):
+            failures.append(f"src/lib.rs's walk names {path}, which no file before it calls")
 
 for f in failures:
     print(f"check-house: {f}", file=sys.stderr)

@@ -32,7 +32,7 @@ pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 pub use saved::Saved;
 use shard::{Backing, Link, Shard};
-pub use shard::{BreakerState, EngineStats, ShardCounts, ShardStats};
+pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
     DeleteFuture, FailureMode, HoldReply, Store, StoreError, StoreFuture, StoreOp, StorePolicy,
     StoreReply,
@@ -79,6 +79,8 @@ struct Inner {
     senders: Vec<mpsc::Sender<Msg>>,
     clock: Clock,
     stats: Vec<Arc<ShardStats>>,
+    /// Each shard's link's counters, kept in memory mode too (the Redis families read zeros).
+    links: Vec<Arc<LinkStats>>,
 }
 
 /// A shard actor not yet started: the server spawns it on the runtime it belongs to.
@@ -135,9 +137,11 @@ impl Engine {
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
         let mut stats = Vec::with_capacity(shards);
+        let mut links = Vec::with_capacity(shards);
         for i in 0..shards {
             let (tx, rx) = mpsc::channel(capacity.max(1));
             let st = Arc::new(ShardStats::default());
+            let link_stats = Arc::new(LinkStats::default());
             senders.push(tx);
             let backing = match &store {
                 Some((store, policy)) => Backing::Store(Box::new(Link::new(
@@ -145,7 +149,7 @@ impl Engine {
                     policy.clone(),
                     i,
                     shards,
-                    (max_keys / shards, st.clone()),
+                    (max_keys / shards, link_stats.clone()),
                 ))),
                 None => Backing::Memory,
             };
@@ -162,6 +166,7 @@ impl Engine {
                 rx,
             });
             stats.push(st);
+            links.push(link_stats);
         }
         let engine = Engine {
             inner: Arc::new(Inner {
@@ -169,6 +174,7 @@ impl Engine {
                 senders,
                 clock,
                 stats,
+                links,
             }),
         };
         (engine, tasks)
@@ -186,10 +192,16 @@ impl Engine {
         &self.inner.stats
     }
 
+    /// Each shard's link's counters (zeros in memory mode).
+    pub fn link_stats(&self) -> &[Arc<LinkStats>] {
+        &self.inner.links
+    }
+
     /// Every shard's counters, as one part of the exposition.
     pub fn metrics(&self) -> EngineStats {
         EngineStats {
             shards: self.inner.stats.clone().into(),
+            links: self.inner.links.clone().into(),
         }
     }
 
@@ -267,7 +279,7 @@ impl Engine {
         Ok(out)
     }
 
-    /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window.
+    /// Direct API: refunds the hit admitted as `id` on `key`, if it is still in its window.
     pub async fn release(&self, key: Key, id: u64) -> Result<bool, EngineError> {
         let (tx, rx) = oneshot::channel();
         self.send(

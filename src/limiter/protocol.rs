@@ -15,7 +15,7 @@ use super::store::{DeleteFuture, StoreFuture};
 #[derive(Debug)]
 pub(crate) enum Msg {
     Decide(Decide),
-    /// Gives back what a request consumed here when another shard refused it.
+    /// Refunds what a request consumed here when another shard refused it.
     Refund {
         ops: Vec<Op>,
         /// Counted in the store rather than in the shard's table.
@@ -34,7 +34,7 @@ pub(crate) enum Msg {
     Cancelled {
         key: Key,
     },
-    /// Direct API: give back the hit admitted under `id`; answers whether it was found.
+    /// Direct API: refund the hit admitted under `id`; answers whether it was found.
     Release {
         key: Key,
         id: u64,

@@ -1,5 +1,5 @@
 //! A request whose ops live on several shards: each shard decides its part, a part refused
-//! refuses the request, and whatever the other parts consumed is given back.
+//! refuses the request, and whatever the other parts consumed is refunded.
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -15,7 +15,7 @@ type Placed = SmallVec<[(usize, usize); 4]>;
 
 impl Engine {
     /// Ops spread over several shards: each decides its part; a part that is refused refuses
-    /// the request, and the parts that consumed are given back.
+    /// the request, and the parts that consumed are refunded.
     pub(super) async fn decide_spread(
         &self,
         ops: Vec<Op>,
@@ -41,7 +41,7 @@ impl Engine {
             request.refund_committed();
         }
         request.done = true;
-        // After the refund: the answers say what is left without what was given back.
+        // After the refund: the answers say what is left without what was refunded.
         let mut decision = Decision {
             refused,
             ..Decision::default()
@@ -101,7 +101,7 @@ impl Part {
 }
 
 /// The parts of a multi-shard request in flight. If it is dropped before it is done (the
-/// caller went away, or a send failed), whatever any part consumed is given back.
+/// caller went away, or a send failed), whatever any part consumed is refunded.
 struct SpreadRequest<'e> {
     engine: &'e Engine,
     parts: SmallVec<[Part; 4]>,
@@ -260,7 +260,7 @@ impl SpreadRequest<'_> {
         }
     }
 
-    /// Gives back what the parts consumed (usage counted in full stays counted); their
+    /// Refunds what the parts consumed (usage counted in full stays counted); their
     /// answers then say what is left without it.
     fn refund_committed(&mut self) {
         for p in self.parts.iter_mut() {

@@ -64,7 +64,7 @@ pub struct StoreOp<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreReply {
     /// The key's state before this op's hits (for an op that gives hits back: after they were
-    /// given back), as the shard's table would hold it.
+    /// refunded), as the shard's table would hold it.
     pub before: State,
     /// The store's own verdict, when it judged the op itself (a script that counts only what
     /// fits): `true` when it admitted and counted the hits. `None` when it counted them

@@ -20,7 +20,7 @@ use crate::limiter::{Clock, Engine};
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
-use crate::telemetry::{Counters, StatsdStats};
+use crate::telemetry::{Registry, StatsdStats};
 
 /// What the admin thread serves and watches.
 pub(super) struct Admin {
@@ -40,7 +40,7 @@ pub(super) struct Admin {
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
-    pub(super) statsd: Option<(StatsdSettings, Counters, Arc<StatsdStats>)>,
+    pub(super) statsd: Option<(StatsdSettings, Registry, Arc<StatsdStats>)>,
     /// The heavy hitters, and the clock whose seconds turn their windows.
     pub(super) top: (Arc<TopTable>, Clock),
     /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
@@ -129,7 +129,7 @@ async fn tick_top(top: Arc<TopTable>, clock: Clock, mut stop: watch::Receiver<bo
 /// Pushes the reference's stats to statsd every flush interval, and once more at the stop.
 async fn push_statsd(
     settings: StatsdSettings,
-    counters: Counters,
+    counters: Registry,
     stats: Arc<StatsdStats>,
     stop: watch::Receiver<bool>,
 ) {

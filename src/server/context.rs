@@ -10,11 +10,12 @@ use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, ShardStats, ShardTask, Store};
+use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
+use crate::service::metrics::RequestStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
-use crate::telemetry::{Counters, Metrics, ReloadStats, RequestStats, StatsdStats};
+use crate::telemetry::{Metrics, Registry, ReloadStats, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
@@ -33,19 +34,19 @@ pub struct Context {
     /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
     pub top: Arc<TopTable>,
     /// Every part's counters, registered for the exposition and the push.
-    pub counters: Counters,
+    pub registry: Registry,
     /// The same parts by type, each handed to the subsystem that counts in it.
     pub stats: Stats,
 }
 
-/// Each subsystem's counters, as `Context::build` made them; `Counters` holds them too, for
+/// Each subsystem's counters, as `Context::build` made them; `Registry` holds them too, for
 /// the exposition.
 #[derive(Clone)]
 pub struct Stats {
     /// `ShouldRateLimit`'s (the request path, the status page).
     pub requests: Arc<RequestStats>,
-    /// One per shard (the status page, the health check).
-    pub shards: Arc<[Arc<ShardStats>]>,
+    /// One per shard, with its link's (the status page, the health check).
+    pub shards: EngineStats,
     /// Config loads (`server::reload`, the status page).
     pub reloads: Arc<ReloadStats>,
     pub(crate) tls: Arc<TlsStats>,
@@ -66,8 +67,8 @@ impl Stats {
         engine: &Engine,
         throttle: Arc<ThrottleStats>,
         live: &LiveLimits,
-    ) -> Counters {
-        Counters::new(vec![
+    ) -> Registry {
+        Registry::new(vec![
             self.requests.clone() as Arc<dyn Metrics>,
             self.statsd.clone(),
             self.reloads.clone(),
@@ -144,23 +145,12 @@ impl Context {
         clock: Clock,
         starting: Starting,
     ) -> Result<Built, StartError> {
-        let mut fleet = None;
         let redis = (
             starting.retries,
             Arc::new(RedisErrors::new(settings.shards)),
         );
         let wait = starting.wait;
-        let store = match &settings.backend {
-            Backend::Memory | Backend::Durable(_) => None,
-            Backend::Redis(r) => {
-                wait.set(Some(WaitingFor::Redis));
-                let store = RedisStore::connect(r, (&redis.0, &redis.1)).await;
-                let store = Arc::new(store.map_err(StartError::Redis)?);
-                fleet = Some(store.clone() as Arc<dyn DemandExchange>);
-                let store: Arc<dyn Store> = store;
-                Some((store, r.policy.clone()))
-            }
-        };
+        let (store, fleet) = connect_store(settings, &redis, &wait).await?;
         let (engine, shard_tasks) = Engine::with_store(
             settings.shards,
             settings.shard_queue_capacity,
@@ -179,7 +169,7 @@ impl Context {
         );
         let stats = Stats {
             requests: service.clone(),
-            shards: engine.stats().into(),
+            shards: engine.metrics(),
             reloads: Arc::default(),
             tls: starting.tls,
             admin: Arc::default(),
@@ -194,7 +184,7 @@ impl Context {
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
         let throttle = Arc::new(ThrottleStats::default());
-        let counters = stats.register(redis, state, &engine, throttle.clone(), &live);
+        let registry = stats.register(redis, state, &engine, throttle.clone(), &live);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
@@ -210,7 +200,7 @@ impl Context {
             engine,
             live,
             top,
-            counters,
+            registry,
             stats,
         };
         Ok(Built {
@@ -220,4 +210,28 @@ impl Context {
             journal,
         })
     }
+}
+
+/// With Redis, the store the shards count in and the place replicas exchange RLQS demand (one
+/// connection for both), connected while the start waits for it; nothing otherwise.
+async fn connect_store(
+    settings: &Settings,
+    (retries, errors): &(Arc<StartupRetries>, Arc<RedisErrors>),
+    wait: &StartWait,
+) -> Result<
+    (
+        Option<(Arc<dyn Store>, StorePolicy)>,
+        Option<Arc<dyn DemandExchange>>,
+    ),
+    StartError,
+> {
+    let Backend::Redis(r) = &settings.backend else {
+        return Ok((None, None));
+    };
+    wait.set(Some(WaitingFor::Redis));
+    let store = RedisStore::connect(r, (retries, errors)).await;
+    let store = Arc::new(store.map_err(StartError::Redis)?);
+    let fleet = store.clone() as Arc<dyn DemandExchange>;
+    let store: Arc<dyn Store> = store;
+    Ok((Some((store, r.policy.clone())), Some(fleet)))
 }

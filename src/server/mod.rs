@@ -45,7 +45,7 @@ use crate::service::rate::RateApiService;
 use crate::settings::{Backend, Settings};
 use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::mapped::Exposition;
-use crate::telemetry::{Counters, Shown};
+use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
 use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
@@ -223,7 +223,7 @@ async fn start_telling(
     // Only Redis and the durable counters make a start wait.
     let waiting = match settings.backend {
         Backend::Redis(_) | Backend::Durable(_) => {
-            let counters = Counters::new(vec![starting.retries.clone()]);
+            let counters = Registry::new(vec![starting.retries.clone()]);
             let answers = (wait, counters);
             let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
             Some(w.map_err(StartError::Runtime)?)
@@ -273,7 +273,7 @@ async fn start_telling(
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
         statsd: (settings.statsd.clone())
-            .map(|s| (s, cx.counters.clone(), cx.stats.statsd.clone())),
+            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
         top: (cx.top.clone(), cx.engine.clock().clone()),
         grace: settings.shutdown_grace,
         journal: built.journal.map(|j| (j, cx.engine.clone())),
@@ -330,7 +330,7 @@ fn watched_config(settings: &Settings) -> Watched {
 /// What `/metrics` and `/rlconfig` read.
 fn metrics_state(cx: &Context) -> MetricsState {
     MetricsState {
-        counters: cx.counters.clone(),
+        registry: cx.registry.clone(),
         live: cx.live.clone(),
     }
 }
@@ -389,7 +389,7 @@ fn http_servers(
     }
     if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
         let now = std::time::Instant::now();
-        let exposition = Exposition::new(p.mapper.clone(), cx.counters.clone(), now);
+        let exposition = Exposition::new(p.mapper.clone(), cx.registry.clone(), now);
         out.push((
             "Prometheus",
             l,

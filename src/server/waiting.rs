@@ -18,7 +18,7 @@ use super::tls::{self, Accept, TlsState};
 use super::HEALTH_NAMES;
 use crate::settings::Settings;
 use crate::telemetry::mapped::Exposition;
-use crate::telemetry::Counters;
+use crate::telemetry::Registry;
 use crate::transport::http;
 use crate::transport::waiting::{http_router, resp_error, NotYet, StartWait};
 
@@ -33,7 +33,7 @@ impl Waiting {
     /// its mapping makes of them.
     pub(super) async fn serve(
         ls: &Listeners,
-        (wait, counters): (&StartWait, Counters),
+        (wait, counters): (&StartWait, Registry),
         settings: &Settings,
         tls: Option<Arc<TlsState>>,
     ) -> io::Result<Waiting> {

@@ -12,12 +12,13 @@ use envoy_types::pb::google::protobuf::{
 };
 use smallvec::SmallVec;
 
+use super::metrics::{BoundStats, Counted, RequestStats, Tally};
 use super::plan::{Applied, LimitRef, Plan};
 use super::refusal::{self, RefusalLog, Reported};
 use super::request::Request;
 use super::settings::{AnswerSettings, HeaderNames};
+use crate::hitters::BoundTop;
 use crate::limiter::{Counting, Decision, Outcome, Role};
-use crate::telemetry::{BoundStats, BoundTop, Counted, RequestStats, Tally};
 
 /// Header telling an admitted waiter how long it waited, in milliseconds.
 pub const WAITED_HEADER: &str = "x-ratelimit-waited-ms";

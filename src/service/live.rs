@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::metrics::{BoundStats, LimitSeries, RequestStats};
 use crate::config::Config;
+use crate::hitters::BoundTop;
 use crate::hitters::TopTable;
-use crate::telemetry::{BoundStats, BoundTop, LimitSeries, Metrics, Pushed, RequestStats};
+use crate::telemetry::{Metrics, Pushed};
 
 /// A config, its limits' stats and heavy hitters, swapped together.
 #[derive(Debug, Default)]

@@ -7,6 +7,7 @@ mod admin;
 mod answer;
 mod error;
 mod live;
+pub mod metrics;
 mod plan;
 pub mod rate;
 mod refusal;
@@ -29,7 +30,7 @@ pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
 pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};
 
 use crate::limiter::Engine;
-use crate::telemetry::RequestStats;
+use metrics::RequestStats;
 
 /// A cheap `Clone` handle: the live limits, the engine, and how to answer. `server` builds it
 /// from the parts it hands the other adapters too; it hands none of them out.

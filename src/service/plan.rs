@@ -86,7 +86,7 @@ pub(super) struct Plan<'c> {
 /// What one descriptor counts, as the ops and the answer both read it.
 pub(super) struct Carried {
     pub(super) hits: u64,
-    /// `is_negative_hits`: the hits are given back.
+    /// `is_negative_hits`: the hits are refunded.
     pub(super) refund: bool,
     pub(super) counting: Counting,
     /// The reference's series name when it is not the node's own: per-value series

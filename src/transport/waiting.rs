@@ -14,7 +14,7 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::telemetry::Counters;
+use crate::telemetry::Registry;
 
 /// What a start waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl StartWait {
 /// An HTTP port during the wait: `metrics` (the counters, at `/metrics`) or 503 naming the wait
 /// for anything else. Every answer closes its connection, so no client keeps one to the
 /// waiting port past the wait.
-pub fn http_router(wait: StartWait, metrics: Option<Counters>) -> Router {
+pub fn http_router(wait: StartWait, metrics: Option<Registry>) -> Router {
     let mut router = Router::new();
     if let Some(counters) = metrics {
         let render = move || {

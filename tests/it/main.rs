@@ -20,6 +20,6 @@ mod hostile;
 mod image;
 mod ops;
 mod promises;
+mod quota;
 mod reference;
-mod rlqs;
-mod rls;
+mod service;

@@ -54,7 +54,7 @@ impl Store for RedisStore {
             let holds = matches!(held, Some(scripts::Cmd::Hold(_))).then_some(b.op.reserve);
             let c = match (held, b.sync_at) {
                 (Some(c), _) => c,
-                // More given back than taken since the last sync: given back in that window.
+                // More refunded than taken since the last sync: refunded in that window.
                 (None, Some(at)) if b.refund => self.cmd(b.op, at, true),
                 (None, Some(at)) => self.sync_cmd(b.op, at, now),
                 (None, None) if in_full => self.sync_cmd(b.op, now, now),

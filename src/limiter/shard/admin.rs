@@ -5,7 +5,7 @@
 //! A reset forgets here, in this order of the shard's own bookkeeping: the table's state (set
 //! fresh, so the next decision starts from zero), the key's protection from eviction and its
 //! direct-API refusals, the over-limit cache entry, the local-first view with its hits not yet
-//! synced, and hits waiting to be given back to the store. Other replicas' caches and views are
+//! synced, and hits waiting to be refunded in the store. Other replicas' caches and views are
 //! not reached from here: their over-limit cache entries refuse until they expire (the window's
 //! end, as the reference's local cache), their views take the store's count at their next sync.
 
@@ -67,7 +67,7 @@ impl<B: Hooks> Decider<'_, B> {
         Deleting(deleting)
     }
 
-    /// Direct API: gives back the hit admitted as `id` on `key`, if it is still in its window;
+    /// Direct API: refunds the hit admitted as `id` on `key`, if it is still in its window;
     /// answers whether it was found.
     pub(super) fn release(&mut self, key: Key, id: u64) -> bool {
         let now = self.cx.clock.now();

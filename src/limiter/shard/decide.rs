@@ -3,7 +3,7 @@
 //! borrowed together for one message, with its backing `B`: the memory path is here, the
 //! queues' side in `wait.rs`, admin actions in `admin.rs`; the store's path in `through_store.rs`
 //! exists only for `Decider<Link>`, so store-only code cannot run in memory mode. Where the
-//! memory path must tell a backing something (hits committed or given back, a queue head to
+//! memory path must tell a backing something (hits committed or refunded, a queue head to
 //! decide, a look-up, a reset), it calls the [`Hooks`], which [`Memory`] answers with nothing.
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 use crate::limiter::store::{DeleteFuture, StoreFuture};
 
 /// What the memory path tells the shard's backing, and asks of it. Memory alone answers every
-/// hook with nothing; a link to a store keeps its views, decides queue heads in the store, reads
+/// hook with nothing; a link to a store keeps its ledger, decides queue heads in the store, reads
 /// and deletes the store's keys.
 pub(super) trait Hooks: Sized {
     /// Whether the head of `key`'s queue is being decided out in the store.
@@ -31,7 +31,7 @@ pub(super) trait Hooks: Sized {
         false
     }
 
-    /// `hits` of `op` committed here (negative: given back).
+    /// `hits` of `op` committed here (negative: refunded).
     fn record(&mut self, _op: &Op, _hits: i64, _now: u64) {}
 
     /// Takes the head waiter of `key` to decide it elsewhere; gives it back when it is decided
@@ -56,7 +56,7 @@ pub(super) trait Hooks: Sized {
         None
     }
 
-    /// Gives back what the ops at `done` of a message counted in the store.
+    /// Refunds what the ops at `done` of a message counted in the store.
     fn refund_counted(_d: &mut Decider<'_, Self>, _ops: &[Op], _done: &[usize]) {}
 }
 
@@ -110,7 +110,7 @@ pub(super) enum Action {
 pub(super) enum Commit {
     /// In the shard's table: these next states, stored when the message is admitted.
     Memory(Scratch),
-    /// Already in Redis: these ops (by index) were counted, and are given back unless admitted.
+    /// Already in Redis: these ops (by index) were counted, and are refunded unless admitted.
     InStore(SmallVec<[usize; 2]>),
 }
 
@@ -190,7 +190,7 @@ impl<B: Hooks> Decider<'_, B> {
 
     pub(super) fn decide(&mut self, d: Decide) {
         let now = self.cx.clock.now();
-        // Refunds first: capacity given back goes to the head of the queue before anyone else.
+        // Refunds first: capacity refunded goes to the head of the queue before anyone else.
         for op in d.ops.iter().filter(|o| o.refund) {
             self.refund(op, now);
         }
@@ -223,7 +223,7 @@ impl<B: Hooks> Decider<'_, B> {
     }
 
     /// Acts on what the message does: commits and answers, answers a refusal, or parks the message in a
-    /// queue. What was already counted (in Redis) is given back unless the message is admitted.
+    /// queue. What was already counted (in Redis) is refunded unless the message is admitted.
     pub(super) fn conclude(
         &mut self,
         d: Decide,
@@ -264,7 +264,7 @@ impl<B: Hooks> Decider<'_, B> {
     }
 
     /// Commits an admitted message (unless counted already in the store) and answers it; if its
-    /// caller went away meanwhile, gives back what it counted.
+    /// caller went away meanwhile, refunds what it counted.
     fn admit(
         &mut self,
         d: Decide,

@@ -8,7 +8,7 @@
 //!
 //! A shard is its parts, each a type owning its fields: [`Counters`] (the key table and what
 //! guards it), [`Queues`] (the wait queues and the waiter budget) and its [`Backing`], memory
-//! alone or a [`Link`] to a store (batch, round trips, breaker, local-first views). This file
+//! alone or a [`Link`] to a store (batch, round trips, breaker, the ledger of hits the store has not counted yet). This file
 //! only dispatches messages and timers; a message is decided by the parts borrowed together as a
 //! [`Decider`](decide::Decider) over the backing's type (`decide.rs`, `wait.rs`, `admin.rs`
 //! for both, `through_store.rs` for a link only).
@@ -26,6 +26,7 @@ use super::waiters::WaiterBudget;
 mod admin;
 mod counters;
 mod decide;
+mod engine_stats;
 mod holds;
 mod link;
 mod queues;
@@ -86,8 +87,10 @@ macro_rules! with_decider {
         }
     }};
 }
+pub use engine_stats::EngineStats;
+pub use link::{LinkCounts, LinkStats};
 use queues::Queues;
-pub use stats::{EngineStats, ShardCounts, ShardStats};
+pub use stats::{ShardCounts, ShardStats};
 
 pub(crate) struct Shard {
     counters: Counters,

@@ -2,7 +2,7 @@
 //! the local over-limit cache, and fallback while the breaker is open.
 //!
 //! Redis counts first (INCRBY, or a script that counts only what fits); the shard then judges
-//! each message with the same rules as in memory, and gives back, in the next pipeline, whatever
+//! each message with the same rules as in memory, and refunds, in the next pipeline, whatever
 //! a message that is refused or must wait had counted. Queues stay in this shard: a waiter at the head of its
 //! queue is decided through Redis again when it may fit, so FIFO holds among the waiters of one
 //! replica, and across replicas the first to ask Redis after a rollover wins.
@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use super::counters::Counters;
 use super::decide::{check_holding, judge, less_held, Action, Commit, Decider, Hooks};
-use super::link::{refund_views, with_hits, Done, InFlight, Link, StoreBound};
+use super::link::{with_hits, Done, InFlight, Link, StoreBound};
 use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
@@ -27,20 +27,20 @@ impl Hooks for Link {
     }
 
     fn record(&mut self, op: &Op, hits: i64, now: u64) {
-        self.views.record(op, hits, now);
+        Link::record(self, op, hits, now);
     }
 
-    fn take_head(&mut self, w: Waiter, key: &Key, now: u64, stats: &ShardStats) -> Option<Waiter> {
+    fn take_head(&mut self, w: Waiter, key: &Key, now: u64, _: &ShardStats) -> Option<Waiter> {
         if !self.ready() {
             return Some(w);
         }
         self.send_head(w, key);
-        self.send(now, stats);
+        self.send(now);
         None
     }
 
     fn peek(&self, op: &Op, now: u64) -> Option<(StoreFuture, i64, Params)> {
-        let unsynced = self.views.unsynced(op, now);
+        let unsynced = Link::unsynced(self, op, now);
         self.ready()
             .then(|| (Link::peek(self, op, now), unsynced, op.params))
     }
@@ -59,7 +59,7 @@ impl Decider<'_, Link> {
     /// Starts a round trip with everything waiting, if one may go now.
     pub(super) fn flush(&mut self) {
         let now = self.cx.clock.now();
-        self.backing.send(now, &self.cx.stats);
+        self.backing.send(now);
     }
 
     /// A round trip finished: judge it and any later ones already back, oldest first, then send
@@ -67,7 +67,7 @@ impl Decider<'_, Link> {
     pub(super) fn store_done(&mut self, done: Done) {
         self.backing.trips.arrive(done);
         loop {
-            let Some((flight, result)) = self.backing.next_back(&self.cx.stats) else {
+            let Some((flight, result)) = self.backing.next_back() else {
                 break;
             };
             self.round_trip_done(flight, result);
@@ -85,16 +85,16 @@ impl Decider<'_, Link> {
         // wait with the hits kept for the store (and net out against them).
         let now = self.cx.clock.now();
         let landed = flight.abandoned;
-        let views = &mut self.backing.views;
-        views.failed(flight.sync, now, landed);
+        let link = &mut *self.backing;
+        link.failed(flight.sync, now, landed);
         if !landed {
             for u in &flight.refunds {
-                views.record(u, -(u.hits as i64), flight.now);
+                link.record(u, -(u.hits as i64), flight.now);
             }
         }
-        views.away.keep(!landed);
+        link.fallback.keep(!landed);
         self.decide_failed(flight.messages, flight.now);
-        self.backing.views.away.keep(true);
+        self.backing.fallback.keep(true);
     }
 
     /// Decides the messages of a failed round trip as the failure mode says.
@@ -103,9 +103,7 @@ impl Decider<'_, Link> {
         for p in messages {
             match p {
                 // Local-first limits stay local while the store is away.
-                StoreBound::New(d) if self.backing.views.local(&d.ops, now, false) => {
-                    self.decide(d)
-                }
+                StoreBound::New(d) if self.backing.local(&d.ops, now, false) => self.decide(d),
                 StoreBound::New(d) => self.decide_without_store(d),
                 StoreBound::Head(w, key) => {
                     self.backing.head_back(&key);
@@ -121,15 +119,15 @@ impl Decider<'_, Link> {
         let now = self.cx.clock.now();
         let link = &mut *self.backing;
         let ready = link.ready();
-        if link.views.local(&d.ops, now, ready) {
-            self.cx.stats.local_decision();
+        if link.local(&d.ops, now, ready) {
+            link.stats.local_decision();
             return self.decide(d);
         }
         if !ready {
             return self.decide_without_store(d);
         }
         if let Some((i, until)) = link.known_full(&d, now) {
-            self.cx.stats.refused_from_cache(d.ops[i].hits);
+            self.backing.stats.refused_from_cache(d.ops[i].hits);
             let outcomes: Outcomes = (0..d.ops.len())
                 .map(|j| Outcome {
                     over: j == i,
@@ -167,7 +165,7 @@ impl Decider<'_, Link> {
 
     /// The breaker is open: decide as the failure mode says.
     fn decide_without_store(&mut self, d: Decide) {
-        self.cx.stats.fallback_decision();
+        self.backing.stats.fallback_decision();
         match self.backing.policy.failure_mode {
             FailureMode::Fallback => self.decide(d),
             // A request none of whose limits can refuse it (shadow mode) is not failed for
@@ -207,7 +205,7 @@ impl Decider<'_, Link> {
         self.answer(d.reply, Reply::admitted_uncounted(outcomes));
     }
 
-    /// Gives back, through Redis, what the ops at `done` counted there.
+    /// Refunds, through Redis, what the ops at `done` counted there.
     pub(super) fn refund_in_store(&mut self, ops: &[Op], done: &[usize]) {
         if done.is_empty() {
             return;
@@ -228,7 +226,7 @@ impl Decider<'_, Link> {
         self.cx.stats.holds_withdrawn(withdrawn as u64);
         link.queue_refunds(ops, &done);
         let now = self.cx.clock.now();
-        refund_views(&link.views, self.counters, (ops, &done), now);
+        link.refund_local_first(self.counters, (ops, &done), now);
         self.flush();
     }
 
@@ -249,14 +247,14 @@ impl Decider<'_, Link> {
         let refunded = refunds.len();
         let n_msgs: usize = messages.iter().map(|p| p.ops().len()).sum();
         self.judge_stored(messages, &replies, now);
-        // The sync went last in the pipeline: its counts are the latest, and make the views.
+        // The sync went last in the pipeline: its counts are the latest, and make the keys' state.
         let sync_at = (n_msgs + refunded).min(replies.len());
         let done = self.cx.clock.now();
         let (link, parts) = self.link_and_parts();
         link.synced(parts, (sync, &replies[sync_at..]), (now, done));
     }
 
-    /// The link, with the parts its views write to.
+    /// The link, with the parts its ledger writes to.
     fn link_and_parts(&mut self) -> (&mut Link, (&mut Counters, &Queues)) {
         (&mut *self.backing, (&mut *self.counters, &*self.queues))
     }
@@ -291,10 +289,10 @@ impl Decider<'_, Link> {
                 evals.push((e, self.is_blocked(op, i, head_of)));
             }
             let (outcomes, action) = judge(&d, &evals);
-            // With what the store counted; whatever is given back leaves the views too.
+            // With what the store counted; whatever is refunded leaves the local-first keys too.
             let done = self.cx.clock.now();
             let (link, parts) = self.link_and_parts();
-            link.viewed(parts, (&d.ops, mine), &counted, (now, done));
+            link.read_local_first(parts, (&d.ops, mine), &counted, (now, done));
             match head {
                 None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
@@ -362,7 +360,7 @@ impl Decider<'_, Link> {
         let hits = op.hits;
         let (before, allowed) = (reply.before, reply.allowed);
         // Local-first hits Redis has not seen yet weigh on an exact decision of the same key.
-        let unsynced = self.backing.views.unsynced(op, now);
+        let unsynced = self.backing.unsynced(op, now);
         let before = if unsynced == 0 {
             before
         } else {
@@ -410,7 +408,7 @@ impl Decider<'_, Link> {
 
     /// A check of a limit with `reserve`, on the store's answer: judged against what is used
     /// and held there; the store's verdict stands (it judged in microseconds), and an admitted
-    /// check holds there already (given back if its request is refused after all).
+    /// check holds there already (refunded if its request is refused after all).
     fn eval_check_holding(
         &mut self,
         op: &Op,

@@ -212,7 +212,7 @@ impl RateApiService {
         })
     }
 
-    /// Gives back the hit admitted as `id` on `key`, as GoCC's `DELETE` (always 200 there,
+    /// Refunds the hit admitted as `id` on `key`, as GoCC's `DELETE` (always 200 there,
     /// `endpoint_rate.go:148-183`): an id that is unknown, released already or of an ended
     /// window changes nothing. Only an empty key or id is an error.
     pub async fn release(&self, raw_key: &str, raw_id: &str) -> Result<(), RateError> {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::exposition::Timed;
 use super::histogram::BUCKETS_US;
-use super::Counters;
+use super::Registry;
 use families::{Families, Points, Value, DEFAULT_HELP};
 pub use rules::{escape_name, Mapper, Mapping, MetricType, Observer};
 
@@ -60,7 +60,7 @@ impl Mapper {
 #[derive(Clone)]
 pub struct Exposition {
     mapper: Arc<Mapper>,
-    counters: Counters,
+    counters: Registry,
     windows: Arc<Mutex<Windows>>,
 }
 
@@ -72,7 +72,7 @@ impl std::fmt::Debug for Exposition {
 
 impl Exposition {
     /// The exposition of `counters` through `mapper`, its summaries' windows starting `now`.
-    pub fn new(mapper: Mapper, counters: Counters, now: Instant) -> Exposition {
+    pub fn new(mapper: Mapper, counters: Registry, now: Instant) -> Exposition {
         Exposition {
             mapper: Arc::new(mapper),
             counters,

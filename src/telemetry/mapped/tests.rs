@@ -181,7 +181,7 @@ impl Metrics for Fake {
 
 #[test]
 fn renders_live_counters_through_the_mapping() {
-    let counters = Counters::new(vec![Arc::new(Fake)]);
+    let counters = Registry::new(vec![Arc::new(Fake)]);
     let now = Instant::now();
     let x = Exposition::new(Mapper::default_mapping(false), counters, now);
     let text = x.render(now);
@@ -209,7 +209,7 @@ fn renders_live_counters_through_the_mapping() {
 
 #[test]
 fn a_summary_covers_its_window() {
-    let counters = Counters::new(vec![Arc::new(Fake)]);
+    let counters = Registry::new(vec![Arc::new(Fake)]);
     let m = mapper("mappings:\n- match: ratelimit_server.*.response_time\n  name: rt\n  summary_options:\n    max_age: 10s\n    age_buckets: 2\n");
     let t0 = Instant::now();
     let x = Exposition::new(m, counters, t0);

@@ -16,7 +16,7 @@ use regex::Regex;
 
 use super::exposition::Pushed;
 use super::histogram::BUCKETS_US;
-use super::Counters;
+use super::Registry;
 
 pub use super::push_stats::StatsdStats;
 pub use send::{run, Sink};
@@ -126,7 +126,7 @@ pub struct Flush {
 
 impl Exporter {
     /// Every counter's change since the last committed flush, and the timers'.
-    pub fn collect(&self, format: Format<'_>, all: &Counters) -> Flush {
+    pub fn collect(&self, format: Format<'_>, all: &Registry) -> Flush {
         let Pushed { counters, timers } = all.pushed();
         let mut lines = Vec::new();
         for (name, &v) in &counters {

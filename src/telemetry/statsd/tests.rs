@@ -2,7 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::{Config, LoadOptions};
-use crate::telemetry::{LimitSeries, Metrics, RequestStats};
+use crate::service::metrics::{LimitSeries, RequestStats};
+use crate::telemetry::Metrics;
 
 /// The per-limit series of `config`, as the live limits push them.
 struct Limits(Arc<RequestStats>, Arc<Config>);
@@ -24,9 +25,9 @@ impl Metrics for Limits {
 
 /// `ShouldRateLimit`'s counters and the per-limit series of `config`, registered as the server
 /// registers them.
-fn registered(metrics: &Arc<RequestStats>, config: &Arc<Config>) -> Counters {
+fn registered(metrics: &Arc<RequestStats>, config: &Arc<Config>) -> Registry {
     let limits = Limits(metrics.clone(), config.clone());
-    Counters::new(vec![metrics.clone(), Arc::new(limits)])
+    Registry::new(vec![metrics.clone(), Arc::new(limits)])
 }
 
 fn mogrifier(pattern: &str, name: &str, tags: &[(&str, &str)]) -> Mogrifier {

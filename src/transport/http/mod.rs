@@ -25,17 +25,17 @@ pub use json::{response_json, JsonError, JsonRequest};
 pub use status::StatusCounters;
 
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, ShardStats};
+use crate::limiter::{Clock, EngineStats};
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::mapped::Exposition;
-use crate::telemetry::{Counters, Shown};
+use crate::telemetry::{Registry, Shown};
 
 /// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
 /// series among them), and the live limits' text.
 #[derive(Clone)]
 pub struct MetricsState {
-    pub counters: Counters,
+    pub registry: Registry,
     pub live: LiveLimits,
 }
 
@@ -56,7 +56,7 @@ pub struct HttpState {
     /// How the port shows client values (GoCC's `/debug`, error messages).
     pub shown: Shown,
     /// The shards' counters: the health check names breakers that are open.
-    pub shards: Arc<[Arc<ShardStats>]>,
+    pub shards: EngineStats,
 }
 
 impl FromRef<HttpState> for MetricsState {
@@ -144,7 +144,7 @@ pub fn router(state: HttpState, metrics: bool) -> Router {
 /// answers (from memory, or as the failure mode says), so it stays healthy.
 async fn healthcheck(State(s): State<HttpState>) -> Response {
     if s.serving.load(Ordering::Acquire) {
-        let states: Vec<u64> = s.shards.iter().map(|st| st.read().breaker).collect();
+        let states: Vec<u64> = s.shards.breakers().collect();
         let open = states
             .iter()
             .filter(|b| **b != crate::limiter::BreakerState::Closed.gauge())
@@ -196,7 +196,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
 async fn metrics(State(s): State<MetricsState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.counters.render(),
+        s.registry.render(),
     )
         .into_response()
 }

@@ -17,9 +17,10 @@ use serde_json::{json, Value};
 use super::DebugState;
 use crate::config::{Config, Level, Node};
 use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
-use crate::limiter::{BreakerState, ShardStats};
+use crate::limiter::{BreakerState, EngineStats};
+use crate::service::metrics::RequestStats;
 use crate::service::LiveLimits;
-use crate::telemetry::{digest, ReloadStats, RequestStats, Shown};
+use crate::telemetry::{digest, ReloadStats, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");
@@ -254,8 +255,9 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
             })
         })
         .collect();
-    let shards: Vec<Value> = (counters.shards.iter())
-        .map(|st| {
+    let shards: Vec<Value> = (counters.shards.shards.iter())
+        .zip(counters.shards.breakers())
+        .map(|(st, breaker_state)| {
             let st = st.read();
             let ended = st.holds_reported + st.holds_expired + st.holds_withdrawn;
             json!({
@@ -266,7 +268,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
                 // unseen in a store ends when its key is next decided), and those expired.
                 "holds": st.holds_made.saturating_sub(ended),
                 "holds_expired": st.holds_expired,
-                "breaker": breaker(st.breaker),
+                "breaker": breaker(breaker_state),
             })
         })
         .collect();
@@ -311,7 +313,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
 #[derive(Clone)]
 pub struct StatusCounters {
     pub requests: Arc<RequestStats>,
-    pub shards: Arc<[Arc<ShardStats>]>,
+    pub shards: EngineStats,
     pub reloads: Arc<ReloadStats>,
 }
 

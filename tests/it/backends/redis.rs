@@ -249,7 +249,7 @@ fn breaker(s: &TestServer) -> Vec<u64> {
     s.running()
         .context
         .engine
-        .stats()
+        .link_stats()
         .iter()
         .map(|x| x.read().breaker)
         .collect()
@@ -342,7 +342,7 @@ async fn redis_killed_under_load_falls_back_without_errors_and_comes_back() {
         s.running()
             .context
             .engine
-            .stats()
+            .link_stats()
             .iter()
             .map(|x| x.read().fallback_decisions)
             .sum::<u64>()

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::redis::{env, Redis};
 use crate::common::*;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 const LIMITS: &str = r#"
 domain: ai
@@ -188,10 +187,7 @@ async fn hits_given_back_while_redis_is_away_net_out() {
     redis.kill();
     // Requests of 10 hits on both limits: the first fills `tiny`, the next two are refused by
     // it and consume nothing on `user`.
-    let both = || RateLimitRequest {
-        hits_addend: 10,
-        ..req("ai", vec![dan.clone(), tiny.clone()])
-    };
+    let both = || with_hits(req("ai", vec![dan.clone(), tiny.clone()]), 10);
     assert_eq!(s.call(both()).await.overall_code, OK);
     for _ in 0..2 {
         assert_eq!(s.call(both()).await.overall_code, OVER);

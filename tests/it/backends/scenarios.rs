@@ -24,7 +24,7 @@ test_with_all_backends!(
 );
 
 // ------------------------------------------------------------------------------------------
-// Counting, on the config of `rls::answers` (envoyproxy/ratelimit's answers).
+// Counting, on the config of `service::answers` (envoyproxy/ratelimit's answers).
 
 async fn counts_to_the_limit_then_over_limit_with_full_status(backend: &Backend) {
     let s = backend.start(EDGE).await;

@@ -1,16 +1,20 @@
 //! One scenario, every backend: `test_with_all_backends!` makes each scenario function (async,
 //! taking a `&Backend`) one test per backend, each under its own name (`scenario::memory`,
-//! `scenario::redis`, `scenario::local_first`), so a failure names both the scenario and the
-//! backend.
+//! `scenario::durable`, `scenario::redis`, `scenario::local_first`), so a failure names both the
+//! scenario and the backend.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::redis::{self, Redis};
+use super::tempdir::TempDir;
 use super::TestServer;
 
 /// Where the servers a scenario starts keep their counters.
 pub enum Backend {
     Memory,
+    /// Memory with the durable counters on (`TURNSTILE_STATE_DIR`), each server in a directory
+    /// of its own under this one; removed when the backend is dropped.
+    Durable(TempDir),
     /// A redis-server of the test's own, on a free port; stopped when the backend is dropped.
     Redis(Redis),
     /// The same, with `TURNSTILE_LOCAL_FIRST=true`: one replica alone decides as in memory.
@@ -22,6 +26,10 @@ static PREFIXES: AtomicUsize = AtomicUsize::new(0);
 impl Backend {
     pub fn memory() -> Backend {
         Backend::Memory
+    }
+
+    pub fn durable() -> Backend {
+        Backend::Durable(TempDir::new("durable-backend"))
     }
 
     pub fn redis() -> Backend {
@@ -64,12 +72,17 @@ impl Backend {
         if let Backend::LocalFirst(_) = self {
             all.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
         }
+        if let Backend::Durable(dir) = self {
+            let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
+            let state = dir.path().join(format!("s{n}"));
+            all.push(("TURNSTILE_STATE_DIR".into(), state.display().to_string()));
+        }
         all
     }
 }
 
 /// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
-/// gives the tests `a::memory`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
+/// gives the tests `a::memory`, `a::durable`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
 /// may share a name: they live in different namespaces.) A scenario behaves the same on every
 /// backend; a difference is a bug to fix, not a test to skip.
 macro_rules! test_with_all_backends {
@@ -80,6 +93,11 @@ macro_rules! test_with_all_backends {
             #[tokio::test]
             async fn memory() {
                 super::$scenario(&Backend::memory()).await;
+            }
+
+            #[tokio::test]
+            async fn durable() {
+                super::$scenario(&Backend::durable()).await;
             }
 
             #[tokio::test]

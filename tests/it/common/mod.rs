@@ -1,14 +1,14 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
 //! (here), every backend for one scenario (`backend`), Envoy in front of the binary (`envoy`),
 //! Redis (`redis`), an xDS management server (`ads`), a temp dir (`tempdir`), Envoys with the
-//! RLQS filter and paced load (`rlqs`).
+//! RLQS filter and paced load (`quota`).
 
 pub mod ads;
 pub mod backend;
 pub mod binary;
 pub mod envoy;
+pub mod quota;
 pub mod redis;
-pub mod rlqs;
 pub mod tempdir;
 
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use turnstile::settings::Settings;
 #[allow(unused_imports)] // by the test files that do not read them
 pub use turnstile::{limiter::BreakerState, service::WAITED_HEADER};
 
-/// The envoyproxy/ratelimit-style config of the gRPC answers (`rls::answers`) and of the counting
+/// The envoyproxy/ratelimit-style config of the gRPC answers (`service::answers`) and of the counting
 /// scenarios run on every backend (`backends::scenarios`).
 pub const EDGE: &str = include_str!("edge.yaml");
 
@@ -215,11 +215,21 @@ pub fn desc(pairs: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
+/// The one request builder: `descriptors` in `domain`, the request's `hits_addend` 0 (each
+/// descriptor then counts one hit, unless it carries its own).
 pub fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.into(),
         descriptors,
         hits_addend: 0,
+    }
+}
+
+/// `r` with the request's own `hits_addend` (every descriptor without its own counts `hits`).
+pub fn with_hits(r: RateLimitRequest, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        hits_addend: hits,
+        ..r
     }
 }
 

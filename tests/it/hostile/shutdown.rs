@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::layout;
 use crate::common::tempdir::TempDir;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tokio::task::JoinSet;
@@ -69,17 +67,7 @@ const STUCK: Duration = Duration::from_secs(30);
 const EXIT_WITHIN: Duration = Duration::from_secs(15);
 
 fn request(key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "stop".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    crate::common::one("stop", &[(key, value)])
 }
 
 struct Server {

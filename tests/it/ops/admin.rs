@@ -155,7 +155,7 @@ async fn a_reset_counts_the_descriptor_from_zero(backend: &Backend) {
     let s = backend.start_with(CONFIG, &ADMIN).await;
     let redis = match backend {
         Backend::Redis(r) | Backend::LocalFirst(r) => Some(r),
-        Backend::Memory => None,
+        Backend::Memory | Backend::Durable(_) => None,
     };
     for key in ["api_key", "sliding", "bucket"] {
         for _ in 0..3 {

@@ -11,8 +11,6 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -64,17 +62,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
 }
 
 pub(super) fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    crate::common::one(domain, &[(key, value)])
 }
 
 /// A call with `metadata` as gRPC metadata (what Envoy sends: x-request-id, trace headers).

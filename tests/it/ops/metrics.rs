@@ -6,17 +6,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::transport::Channel;
 use turnstile::config::{Config, LoadOptions};
+use turnstile::hitters::TopTable;
 use turnstile::limiter::{Clock, ManualClock};
 use turnstile::server::{self, Running};
+use turnstile::service::metrics::{Counted, RequestStats};
 use turnstile::service::LiveLimits;
 use turnstile::settings::{PrometheusSettings, Settings};
-use turnstile::telemetry::{Counted, Counters, Metrics, RequestStats, TopTable};
+use turnstile::telemetry::{Metrics, Registry};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 /// 20 s into a minute: minute windows do not roll over while the clock moves 1 s.
@@ -68,17 +68,7 @@ async fn start(s: &Settings) -> (Running, Arc<ManualClock>, RateLimitServiceClie
 }
 
 fn req(domain: &str, key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    crate::common::one(domain, &[(key, value)])
 }
 
 async fn get(url: String) -> String {
@@ -309,7 +299,7 @@ fn detailed_series_are_bounded() {
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
     let m = Arc::new(RequestStats::new(0.8).with_max_detailed_series(2));
     let live = LiveLimits::new(config, m.clone(), Arc::new(TopTable::new(0)));
-    let counters = Counters::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
+    let counters = Registry::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
             m.record_series("m", &format!("user_{v}"), counted(1, false, 5, 10));

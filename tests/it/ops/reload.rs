@@ -9,10 +9,8 @@ use crate::common::tempdir::TempDir;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use turnstile::config::Config;
 use turnstile::limiter::Clock;
 use turnstile::server::{self, Running};
@@ -116,20 +114,10 @@ async fn call(r: &Running, domain: &str, key: &str, value: &str) -> RateLimitRes
     let mut c = RateLimitServiceClient::connect(format!("http://{}", r.grpc_addr))
         .await
         .unwrap();
-    c.should_rate_limit(RateLimitRequest {
-        domain: domain.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    })
-    .await
-    .expect("call succeeds")
-    .into_inner()
+    c.should_rate_limit(crate::common::one(domain, &[(key, value)]))
+        .await
+        .expect("call succeeds")
+        .into_inner()
 }
 
 fn limit(r: &RateLimitResponse) -> Option<u32> {

@@ -5,10 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, UdpSocket};
 use turnstile::config::Config;
@@ -54,17 +51,7 @@ async fn traffic(r: &Running, key: &str, value: &str, n: usize) -> usize {
         .unwrap();
     let mut refused = 0;
     for _ in 0..n {
-        let req = RateLimitRequest {
-            domain: "m".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: key.into(),
-                    value: value.into(),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 0,
-        };
+        let req = crate::common::one("m", &[(key, value)]);
         let resp = c.should_rate_limit(req).await.unwrap().into_inner();
         refused += usize::from(resp.overall_code == 2);
     }

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::tempdir::TempDir;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use rcgen::{
@@ -104,17 +102,7 @@ async fn start(s: &Settings) -> Running {
 }
 
 fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "tls".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "k".into(),
-                value: "v".into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    crate::common::one("tls", &[("k", "v")])
 }
 
 async fn call_on(channel: Channel) -> Result<RateLimitResponse, String> {

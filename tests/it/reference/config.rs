@@ -16,7 +16,6 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use turnstile::config::{Config, LoadOptions};
 
 use super::service::to_json;
@@ -36,11 +35,10 @@ const BASIC: (&str, &str) = data!("basic_config.yaml");
 /// What `GetLimit` returned for `entries`, and the server's metrics after the request.
 async fn get_limit(s: &TestServer, domain: &str, d: RateLimitDescriptor) -> Option<RateLimit> {
     let r = s
-        .call(RateLimitRequest {
-            domain: domain.into(),
-            descriptors: vec![d],
-            hits_addend: 1,
-        })
+        .call(crate::common::with_hits(
+            crate::common::req(domain, vec![d]),
+            1,
+        ))
         .await;
     r.statuses[0].current_limit.clone()
 }

@@ -77,11 +77,8 @@ pub fn no_limit() -> DescriptorStatus {
 
 /// `common.NewRateLimitRequest(domain, descriptors, hitsAddend)`.
 pub fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: descriptors.iter().map(|d| crate::common::desc(d)).collect(),
-        hits_addend: hits,
-    }
+    let descriptors = descriptors.iter().map(|d| crate::common::desc(d)).collect();
+    crate::common::with_hits(crate::common::req(domain, descriptors), hits)
 }
 
 /// `common.NewRateLimitRequestWithPerDescriptorHitsAddend`: request hits 1, each descriptor

@@ -177,7 +177,7 @@ fn held_name<'a>(prefix: &'a str, op: &'a Op, now: u64) -> Name<'a> {
 
 impl RedisStore {
     /// The command of an op of a limit with `reserve`, at `now` (ns): a check holds, a report
-    /// counts and releases, a check given back (`refund`) takes its hold back. `None` for
+    /// counts and releases, a check refunded (`refund`) takes its hold back. `None` for
     /// anything else (decided as any op is).
     pub(in crate::backend::redis) fn hold_cmd<'a>(
         &'a self,

@@ -297,7 +297,7 @@ impl RedisStore {
         }
     }
 
-    /// The command deciding (or, with `refund`, giving back) `op` at `now` (ns).
+    /// The command deciding (or, with `refund`, refunding) `op` at `now` (ns).
     pub(super) fn cmd<'a>(&'a self, op: &'a Op, now: u64, refund: bool) -> Cmd<'a> {
         let p = &op.params;
         let span = p.span(now);

@@ -213,7 +213,7 @@ fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
     let bucket = check(Algorithm::TokenBucket { burst: 10 });
     let a = args(&s.hold_cmd(&bucket, NOW, false).unwrap());
     assert_eq!(a[2..5], ["2", "pre_{dom_k_v_}_held", "pre_{dom_k_v_}_tat"]);
-    // Given back: the hold by its id. A report: mode 2 with its hits.
+    // Refunded: the hold by its id. A report: mode 2 with its hits.
     let a = args(&s.hold_cmd(&fixed, NOW, true).unwrap());
     assert_eq!(a, ["ZREM", "{pre_dom_k_v_1699920000}_held", "7"]);
     let report = Op {

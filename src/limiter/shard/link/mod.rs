@@ -1,9 +1,10 @@
 //! The shard's link to a store (Redis): what `Backing::Store` holds. New messages wait in a batch
 //! and go in round trips, judged in the order they were sent (`round_trip`); a breaker stands
-//! between the shard and the store (`breaker`); local-first keys are decided on views the
-//! store's counts refresh in the background (`views`); exact limits' hits decided from memory
-//! while the store is away are kept and sent once it is back (`away`); keys known to be full are
-//! remembered, so a lone op on one is refused without a round trip.
+//! between the shard and the store (`breaker`); hits decided here that the store has not
+//! counted yet wait in a ledger (`ledger`): local-first keys' hits, synced in the background,
+//! and exact limits' hits decided while the store is away, replayed once it is back; keys known
+//! to be full are remembered, so a lone op on one is refused without a round trip. Its
+//! counters are beside it (`stats`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,22 +16,22 @@ use crate::limiter::op::{Counting, Op};
 use crate::limiter::protocol::Decide;
 use crate::limiter::shard::counters::Counters;
 use crate::limiter::shard::queues::{Queues, Waiter};
-use crate::limiter::shard::stats::ShardStats;
 use crate::limiter::store::{
     DeleteFuture, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
-mod away;
 mod breaker;
+mod ledger;
 mod round_trip;
+mod stats;
 mod sync;
-mod views;
 
 pub use breaker::BreakerState;
+use ledger::Ledger;
 use round_trip::RoundTrips;
 pub(crate) use round_trip::{Done, InFlight, StoreBound};
-pub(crate) use sync::{with_hits, SyncOp};
-pub(crate) use views::{refund_views, Views};
+pub use stats::{LinkCounts, LinkStats};
+pub(crate) use sync::{with_hits, Mode, SyncOp};
 
 /// The least time an admin look-up or reset waits for the store.
 const ADMIN_DEADLINE: Duration = Duration::from_secs(1);
@@ -43,7 +44,7 @@ pub(crate) struct Link {
     breaker: breaker::Breaker,
     /// New messages (and queue heads) waiting for the next round trip.
     batch: Vec<StoreBound>,
-    /// Hits to give back in the next round trip.
+    /// Hits to refund in the next round trip.
     refunds: Vec<Op>,
     /// Round trips out, and answers back before an older one's.
     pub(crate) trips: RoundTrips,
@@ -54,8 +55,11 @@ pub(crate) struct Link {
     /// Keys whose queue head is being decided in the store: newcomers still queue behind it.
     heads: KeySet,
     last_error_log: Option<Instant>,
-    /// Local-first views and their syncs.
-    pub(crate) views: Views,
+    /// Hits decided here that the store has not counted yet: local-first keys', and exact
+    /// limits' decided while the store was away (`fallback`).
+    local_first: Ledger,
+    pub(crate) fallback: Ledger,
+    pub(crate) stats: Arc<LinkStats>,
     /// New messages wait in `batch` for the shard's task to send them.
     deferred: bool,
 }
@@ -66,18 +70,22 @@ impl Link {
         policy: StorePolicy,
         lane: usize,
         shards: usize,
-        (max_keys, stats): (usize, Arc<ShardStats>),
+        (max_keys, stats): (usize, Arc<LinkStats>),
     ) -> Link {
         // About 96 bytes a cached key (the key, until when, the limit it was full under; its
         // text besides), the budget split between shards.
         let over_cap = policy.local_cache_bytes / 96 / shards.max(1);
-        let times = (
+        let (interval, cooldown) = (
             policy.sync_interval.as_nanos() as u64,
             policy.cooldown.as_nanos() as u64,
         );
-        let views = Views::new(policy.local_first, times, max_keys, stats);
+        let local_first = Ledger::new(Mode::LocalFirst, interval, max_keys, stats.clone())
+            .on_by_default(policy.local_first);
+        let fallback = Ledger::new(Mode::Fallback, cooldown, max_keys, stats.clone());
         Link {
-            views,
+            local_first,
+            fallback,
+            stats,
             deferred: false,
             store,
             policy,
@@ -101,7 +109,7 @@ impl Link {
 
     /// Whether a round trip must start: new messages wait, or a sync is due.
     pub(crate) fn due(&self, now: u64) -> bool {
-        self.deferred || now >= self.views.next_sync()
+        self.deferred || now >= self.next_sync()
     }
 
     /// Queues a new message for the next round trip, sent when the shard's task next runs.
@@ -128,7 +136,7 @@ impl Link {
         !self.heads.is_empty() && self.heads.contains(key)
     }
 
-    /// Queues the hits of `ops` to give back in the store.
+    /// Queues the hits of `ops` to refund in the store.
     pub(crate) fn queue_refunds(&mut self, ops: &[Op], done: &[usize]) {
         for &i in done {
             self.refunds.push(ops[i].clone());
@@ -169,11 +177,12 @@ impl Link {
         }
     }
 
-    /// Admin reset: forgets the key's over-limit cache entry, its local-first view with its
-    /// hits not yet synced, and hits waiting to be given back to the store.
+    /// Admin reset: forgets the key's over-limit cache entry, its hits in the ledger, and hits
+    /// waiting to be refunded in the store.
     pub(crate) fn forget(&mut self, key: &Key) {
         self.over.remove(key);
-        self.views.forget(key);
+        self.local_first.forget(key);
+        self.fallback.forget(key);
         self.refunds.retain(|u| &u.key != key);
     }
 
@@ -197,7 +206,7 @@ impl Link {
         self.trips.none_out()
             || (self.trips.room_beside()
                 && self.breaker.is_closed()
-                && now < self.views.next_sync()
+                && now < self.next_sync()
                 && self.batch.iter().all(|m| matches!(m, StoreBound::New(_))))
     }
 
@@ -207,21 +216,23 @@ impl Link {
         if self.deferred {
             0
         } else if self.trips.none_out() {
-            self.views.next_sync()
+            self.next_sync()
         } else {
             u64::MAX
         }
     }
 
     /// Starts a round trip with everything waiting, if one may go now (`may_send`).
-    pub(crate) fn send(&mut self, now: u64, stats: &ShardStats) {
+    pub(crate) fn send(&mut self, now: u64) {
         // What cannot go now goes when the oldest round trip out is back (`next_back`).
         self.deferred = false;
         if !self.may_send(now) {
             return;
         }
         let ready = self.breaker.ready();
-        let sync = self.views.take_due(now, ready);
+        let mut sync = Vec::new();
+        self.local_first.take(now, ready, &mut sync);
+        self.fallback.take(now, ready, &mut sync);
         if self.batch.is_empty() && self.refunds.is_empty() && sync.is_empty() {
             return;
         }
@@ -249,20 +260,17 @@ impl Link {
         batch.extend(sync.iter().map(SyncOp::store_op));
         let round_trip = self.store.run(self.lane, &batch, now, self.policy.deadline);
         if !sync.is_empty() {
-            stats.synced();
+            self.stats.synced();
         }
         self.trips.start(round_trip, (messages, refunds, sync), now);
-        stats.set_breaker(self.breaker.state().gauge());
+        self.stats.set_breaker(self.breaker.state().gauge());
     }
 
     /// The oldest round trip out, if its answer is back, with that answer; the breaker takes
     /// note of how it went.
-    pub(crate) fn next_back(
-        &mut self,
-        stats: &ShardStats,
-    ) -> Option<(InFlight, Result<Vec<StoreReply>, StoreError>)> {
+    pub(crate) fn next_back(&mut self) -> Option<(InFlight, Result<Vec<StoreReply>, StoreError>)> {
         let (mut flight, result, latency) = self.trips.next_back()?;
-        self.note(&result, latency, stats);
+        self.note(&result, latency);
         // Abandoned at its deadline: the batch was written, and the store counts it if it ever
         // reads it (a stalled Redis does, on waking).
         flight.abandoned = result.is_err() && latency >= self.policy.deadline;
@@ -270,12 +278,7 @@ impl Link {
     }
 
     /// The breaker takes note of a round trip: an error or a slow answer counts as a failure.
-    fn note(
-        &mut self,
-        result: &Result<Vec<StoreReply>, StoreError>,
-        latency: Duration,
-        stats: &ShardStats,
-    ) {
+    fn note(&mut self, result: &Result<Vec<StoreReply>, StoreError>, latency: Duration) {
         let ok = result.as_ref().is_ok_and(|_| latency <= self.policy.slow);
         let b = &mut self.breaker;
         if ok {
@@ -293,37 +296,108 @@ impl Link {
                 }
             }
         }
-        stats.set_breaker(self.breaker.state().gauge());
+        self.stats.set_breaker(self.breaker.state().gauge());
     }
 
-    /// A sync came back: each key's view becomes the store's total (see `Views::synced`).
+    /// The ledger `op`'s hits go to when decided here.
+    fn ledger(&mut self, op: &Op) -> &mut Ledger {
+        if self.local_first.applies(op) {
+            &mut self.local_first
+        } else {
+            &mut self.fallback
+        }
+    }
+
+    /// Records hits decided here (negative: refunded) in the ledger, until the store counts
+    /// them.
+    pub(crate) fn record(&mut self, op: &Op, hits: i64, now: u64) {
+        self.ledger(op).record(op, hits, now);
+    }
+
+    /// Hits decided here on `op`'s key that the store has not counted yet.
+    pub(crate) fn unsynced(&self, op: &Op, now: u64) -> i64 {
+        if self.local_first.applies(op) {
+            self.local_first.unsynced(op, now)
+        } else {
+            self.fallback.unsynced(op, now)
+        }
+    }
+
+    /// Whether every op of a message may be decided from memory now (see `Ledger::local`).
+    pub(crate) fn local(&mut self, ops: &[Op], now: u64, store_ready: bool) -> bool {
+        self.local_first.local(ops, now, store_ready)
+    }
+
+    /// When the ledger's hits are next due to go.
+    fn next_sync(&self) -> u64 {
+        self.local_first.due_at().min(self.fallback.due_at())
+    }
+
+    /// A round trip carrying the ledger's hits failed (see `Ledger::failed`).
+    pub(crate) fn failed(&mut self, sent: Vec<SyncOp>, now: u64, landed: bool) {
+        for s in sent {
+            match s.mode {
+                Mode::LocalFirst => self.local_first.failed(s, landed, now),
+                Mode::Fallback => self.fallback.failed(s, landed, now),
+            }
+        }
+    }
+
+    /// A round trip carrying the ledger's hits came back: each key's state becomes the store's
+    /// total (see `Ledger::synced`).
     pub(crate) fn synced(
         &mut self,
-        parts: (&mut Counters, &Queues),
+        (counters, queues): (&mut Counters, &Queues),
         (sent, replies): (Vec<SyncOp>, &[StoreReply]),
         times: (u64, u64),
     ) {
-        let (refunds, trips) = (&self.refunds, &self.trips);
-        let queued = |k: &Key| queued_refunds(refunds, trips, k);
-        self.views.synced(parts, (sent, replies), times, queued);
+        for (s, reply) in sent.iter().zip(replies) {
+            let queued = queued_refunds(&self.refunds, &self.trips, &s.op.key);
+            let ledger = match s.mode {
+                Mode::LocalFirst => &mut self.local_first,
+                Mode::Fallback => &mut self.fallback,
+            };
+            ledger.synced((&mut *counters, queues), (s, reply), times, queued);
+        }
     }
 
-    /// An exact round trip read local-first keys: their views become its counts (see
-    /// `Views::viewed`).
-    pub(crate) fn viewed(
+    /// An exact round trip read local-first keys: their state becomes its counts, with this
+    /// message's hits if it was admitted (`counted`; see `Ledger::read`).
+    pub(crate) fn read_local_first(
         &mut self,
-        parts: (&mut Counters, &Queues),
-        answered: (&[Op], &[StoreReply]),
+        (counters, queues): (&mut Counters, &Queues),
+        (ops, replies): (&[Op], &[StoreReply]),
         counted: &[usize],
         times: (u64, u64),
     ) {
-        let (refunds, trips) = (&self.refunds, &self.trips);
-        let queued = |k: &Key| queued_refunds(refunds, trips, k);
-        self.views.viewed(parts, answered, counted, times, queued);
+        for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
+            if !self.local_first.applies(op) {
+                continue;
+            }
+            let queued = queued_refunds(&self.refunds, &self.trips, &op.key);
+            let read = (op, reply, counted.contains(&i));
+            (self.local_first).read((&mut *counters, queues), read, times, queued);
+        }
+    }
+
+    /// Hits counted in the store are being refunded there: the local-first keys whose state
+    /// holds them are refunded too (nothing to sync).
+    pub(crate) fn refund_local_first(
+        &self,
+        counters: &mut Counters,
+        (ops, done): (&[Op], &[usize]),
+        now: u64,
+    ) {
+        for &i in done {
+            let op = &ops[i];
+            if self.local_first.applies(op) && self.local_first.holds(&op.key) {
+                counters.refund(&op.key, &op.params, now, op.hits);
+            }
+        }
     }
 }
 
-/// Hits of `key` given back in the store after the round trip being judged read it: waiting in
+/// Hits of `key` refunded in the store after the round trip being judged read it: waiting in
 /// `refunds` to go, or in a round trip out (sent later).
 fn queued_refunds(refunds: &[Op], trips: &RoundTrips, key: &Key) -> i64 {
     let waiting: i64 = (refunds.iter())

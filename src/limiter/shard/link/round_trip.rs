@@ -5,8 +5,8 @@
 //! is not idle while the store answers; their answers are judged in the order they were sent,
 //! whatever order they arrive in (a later one that is back first waits in `arrived`). A pipeline
 //! that carries a queue head or a local-first sync goes only when none is out, because their
-//! bookkeeping (`heads`, a view's one sync in flight) holds one round trip at a time; nothing
-//! else goes ahead of it meanwhile. Hits given back go in the next pipeline; a count read before
+//! bookkeeping (`heads`, a ledger entry's one sync in flight) holds one round trip at a time; nothing
+//! else goes ahead of it meanwhile. Refunded hits go in the next pipeline; a count read before
 //! they went is that much too high (`RoundTrips::refunds_of`).
 
 use std::collections::VecDeque;
@@ -50,7 +50,7 @@ pub(crate) struct InFlight {
     /// Whether it carries a queue head (then nothing else goes until it is back).
     has_head: bool,
     pub(crate) messages: Vec<StoreBound>,
-    /// Hits given back in this round trip, after its messages' ops.
+    /// Hits refunded in this round trip, after its messages' ops.
     pub(crate) refunds: Vec<Op>,
     pub(crate) sync: Vec<SyncOp>,
     pub(crate) now: u64,
@@ -136,7 +136,7 @@ impl RoundTrips {
         Some((flight, result, latency))
     }
 
-    /// Hits of `key` given back in the round trips out.
+    /// Hits of `key` refunded in the round trips out.
     pub(crate) fn refunds_of(&self, key: &Key) -> i64 {
         let out = self.in_flight.iter().flat_map(|f| f.refunds.iter());
         out.filter(|u| &u.key == key).map(|u| u.hits as i64).sum()

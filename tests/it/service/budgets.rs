@@ -146,7 +146,7 @@ async fn reports_that_cross_the_budget_close_it(backend: &Backend) {
 }
 
 fn backend_has_store(backend: &Backend) -> bool {
-    !matches!(backend, Backend::Memory)
+    !matches!(backend, Backend::Memory | Backend::Durable(_))
 }
 
 async fn a_token_bucket_goes_into_debt(backend: &Backend) {

@@ -8,22 +8,22 @@ use super::exposition::{Metrics, Pushed};
 /// by its own subsystem; this is a list of handles on them, cheap to clone. Adding a counter to
 /// a part touches that part's room only.
 #[derive(Clone, Default)]
-pub struct Counters {
+pub struct Registry {
     parts: Arc<[Arc<dyn Metrics>]>,
 }
 
-impl std::fmt::Debug for Counters {
+impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Counters")
+        f.debug_struct("Registry")
             .field("parts", &self.parts.len())
             .finish()
     }
 }
 
-impl Counters {
+impl Registry {
     /// The parts, rendered in this order.
-    pub fn new(parts: Vec<Arc<dyn Metrics>>) -> Counters {
-        Counters {
+    pub fn new(parts: Vec<Arc<dyn Metrics>>) -> Registry {
+        Registry {
             parts: parts.into(),
         }
     }

@@ -6,10 +6,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::exposition::{family, single, Metrics, Pushed};
-use super::{
-    DetailedSeries, Histogram, LimitStats, LimitStatsTable, Tally, DEFAULT_MAX_DETAILED_SERIES,
-};
+use super::{DetailedSeries, LimitStats, LimitStatsTable, Tally, DEFAULT_MAX_DETAILED_SERIES};
+use crate::telemetry::exposition::{family, single, Metrics, Pushed};
+use crate::telemetry::Histogram;
 
 /// `ShouldRateLimit`'s counters (over gRPC and `/json`): calls, errors, latency, and
 /// envoyproxy/ratelimit's per-limit stats. The request path holds them.

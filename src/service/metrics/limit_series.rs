@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::exposition::{escape, family, single, Pushed};
-use super::statsd::sanitize;
 use super::{BoundStats, LimitStats, RequestStats};
 use crate::config::{Algorithm, Config, Domain, RateLimit};
+use crate::telemetry::exposition::{escape, family, single, Pushed};
+use crate::telemetry::statsd::sanitize;
 
 /// The per-limit stats of `metrics` as `config`'s limits bind them (`stats`): what the live
 /// limits render and push at each scrape and flush.

@@ -1,0 +1,17 @@
+//! The request path's counters, beside the path that counts them: `ShouldRateLimit`'s calls,
+//! errors and latency (`requests`), envoyproxy/ratelimit's per-limit stats bound by stat key
+//! (`limit_stats`) and their series at each scrape (`limit_series`), and the `detailed_metric`
+//! series (`detailed`). Each implements `telemetry::Metrics`; `server` registers them.
+
+pub mod detailed;
+mod limit_series;
+mod limit_stats;
+mod requests;
+
+pub use detailed::DetailedSeries;
+pub use limit_series::LimitSeries;
+pub use limit_stats::{BoundStats, LimitStats, LimitStatsTable, Tally};
+pub use requests::{Counted, RequestStats};
+
+/// Series `detailed_metric` may create unless `TURNSTILE_MAX_DETAILED_SERIES` says otherwise.
+pub const DEFAULT_MAX_DETAILED_SERIES: usize = 10_000;
