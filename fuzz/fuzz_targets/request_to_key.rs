@@ -215,7 +215,7 @@ fuzz_target!(|input: Input| {
             Some(m) => {
                 assert_eq!(m.path.len(), d.entries.len(), "one node per entry");
                 for (node, e) in m.path.iter().zip(&d.entries) {
-                    assert_eq!(node.key, e.key);
+                    assert_eq!(&*node.key, e.key);
                 }
                 m.node().limits.len().max(1)
             }
@@ -232,7 +232,7 @@ fuzz_target!(|input: Input| {
                     .as_ref()
                     .and_then(|m| m.path.get(i))
                     .filter(|n| n.share_threshold)
-                    .and_then(|n| n.value.clone());
+                    .and_then(|n| n.value.as_deref().map(str::to_owned));
                 parts.push(shared.unwrap_or_else(|| e.value.to_owned()));
             }
             let mut expected = parts.join("_");

@@ -34,26 +34,7 @@ impl Asked {
             return decode_hold(p, idx, r, reply);
         }
         if self.refund {
-            // REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
-            let before = match p.algorithm {
-                Algorithm::FixedWindow => State::Fixed {
-                    window: idx,
-                    count: clamp(first.max(0) as u64),
-                },
-                Algorithm::SlidingWindow => State::Sliding {
-                    window: idx,
-                    prev: 0,
-                    cur: first.max(0) as u32,
-                },
-                Algorithm::TokenBucket { .. } => State::Gcra {
-                    tat: if first < 0 { now } else { first as u64 * 1000 },
-                },
-            };
-            return StoreReply {
-                before,
-                allowed: None,
-                holds: HoldReply::default(),
-            };
+            return decode_refund(p, idx, now, first);
         }
         let hits = self.hits;
         match p.algorithm {
@@ -103,6 +84,30 @@ impl Asked {
                 }
             }
         }
+    }
+}
+
+/// A refund's reply: REFUND_COUNT and REFUND_GCRA answer the state after (-1: the key is gone).
+fn decode_refund(p: &Params, idx: u32, now: u64, first: i64) -> StoreReply {
+    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let before = match p.algorithm {
+        Algorithm::FixedWindow => State::Fixed {
+            window: idx,
+            count: clamp(first.max(0) as u64),
+        },
+        Algorithm::SlidingWindow => State::Sliding {
+            window: idx,
+            prev: 0,
+            cur: first.max(0) as u32,
+        },
+        Algorithm::TokenBucket { .. } => State::Gcra {
+            tat: if first < 0 { now } else { first as u64 * 1000 },
+        },
+    };
+    StoreReply {
+        before,
+        allowed: None,
+        holds: HoldReply::default(),
     }
 }
 

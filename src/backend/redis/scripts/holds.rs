@@ -9,7 +9,7 @@
 
 use std::sync::LazyLock;
 
-use super::{evalsha, script, sha1, Cmd, Head, Name, WindowStart};
+use super::{decimal, evalsha, script, sha1, Cmd, Encoded, Head, Name, Packed, WindowStart};
 use crate::backend::redis::RedisStore;
 use crate::config::Algorithm;
 use crate::limiter::{Op, Reservation};
@@ -72,6 +72,26 @@ return {1, held, expired, a, b}
 
 pub(super) static HOLD_SHA: LazyLock<String> = LazyLock::new(|| sha1(HOLD));
 static HOLD_HEAD: Head = LazyLock::new(|| evalsha(&HOLD_SHA));
+static ZREM: Head = LazyLock::new(|| Encoded::new(&[b"ZREM"]));
+static ZCOUNT: Head = LazyLock::new(|| Encoded::new(&[b"ZCOUNT"]));
+
+/// `ZCOUNT held (now +inf`: the holds not expired yet (a look-up).
+pub(super) fn pack_count(held: &Name<'_>, now_us: u64, p: &mut Packed) {
+    let mut d = [0u8; 20];
+    p.start(4);
+    p.encoded(&ZCOUNT);
+    held.pack(p);
+    p.parts(&[b"(", decimal(now_us, &mut d)]);
+    p.parts(&[b"+inf"]);
+}
+
+/// `ZREM held id`: a hold taken back.
+pub(super) fn pack_unhold(held: &Name<'_>, id: u64, p: &mut Packed) {
+    p.start(3);
+    p.encoded(&ZREM);
+    held.pack(p);
+    p.int(id);
+}
 
 /// One call of [`HOLD`]: what it is asked about, its keys and arguments written only when it
 /// is packed (a command stays small: a round trip's list of them is copied as it grows).
@@ -89,7 +109,7 @@ pub(in crate::backend::redis) struct HoldCmd<'a> {
 }
 
 impl HoldCmd<'_> {
-    pub(super) fn pack(&self, p: &mut super::Packed) {
+    pub(super) fn pack(&self, p: &mut Packed) {
         let (op, now) = (self.op, self.now);
         let params = &op.params;
         let span = params.span(now);

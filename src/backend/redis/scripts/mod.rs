@@ -393,8 +393,6 @@ static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
-static ZREM: Head = LazyLock::new(|| Encoded::new(&[b"ZREM"]));
-static ZCOUNT: Head = LazyLock::new(|| Encoded::new(&[b"ZCOUNT"]));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
 static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
 static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
@@ -474,20 +472,8 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
         Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
         Cmd::Hold(h) => h.pack(p),
-        Cmd::CountHeld { held, now_us } => {
-            let mut d = [0u8; 20];
-            p.start(4);
-            p.encoded(&ZCOUNT);
-            held.pack(p);
-            p.parts(&[b"(", decimal(*now_us, &mut d)]);
-            p.parts(&[b"+inf"]);
-        }
-        Cmd::Unhold { held, id } => {
-            p.start(3);
-            p.encoded(&ZREM);
-            held.pack(p);
-            p.int(*id);
-        }
+        Cmd::CountHeld { held, now_us } => holds::pack_count(held, *now_us, p),
+        Cmd::Unhold { held, id } => holds::pack_unhold(held, *id, p),
         Cmd::RefundGcra {
             key,
             now_us,
