@@ -168,13 +168,8 @@ impl Holds {
     pub(super) fn sweep(&mut self, now: u64) {
         let mut expired = 0;
         self.keys.retain(|_, h| {
-            while let Some(&(until, n)) = h.groups.front() {
-                if until > now {
-                    break;
-                }
-                expired += u64::from(n);
-                h.groups.pop_front();
-            }
+            // The window is the key's own: an ended fixed window is dropped when next read.
+            expired += h.prune(h.window, now);
             !h.groups.is_empty()
         });
         self.stats.holds_expired(expired);
