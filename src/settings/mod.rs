@@ -7,7 +7,7 @@
 
 mod env;
 mod sections;
-mod stats;
+mod statsd;
 
 use crate::durable::StateSettings;
 use std::net::SocketAddr;
@@ -282,7 +282,7 @@ impl Settings {
             debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
             prometheus: prometheus(&env)?,
             metrics: env.flag("USE_PROMETHEUS", true)?,
-            statsd: stats::statsd(&env)?,
+            statsd: statsd::statsd(&env)?,
             grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
             tls: tls(&env)?,
             log: sections::log(&env)?,
