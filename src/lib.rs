@@ -49,14 +49,20 @@
 //! `refund_views` (hits decided here that the store has not counted yet are the link's
 //! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
 //! back is "replayed"; the count a local-first decision rests on is the key's "view").
-//! Renamed so one name means one thing: the metrics' registry is `telemetry::Registry`
-//! (`Counters` is the shard's key table alone).
+//! Renamed so one name means one thing:
+//!
+//! - the metrics' registry is `telemetry::Registry` (`Counters` is the shard's key table alone).
+//! - the statsd settings are `settings/statsd.rs` ("stats" is a room's counters).
+//! - a single Redis reached without the crate's multiplexer is a "plain" connection
+//!   (`backend/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
+//!   connection"): "direct" is the direct APIs' alone (`/rate`, `THROTTLE`, RESP).
+//!
 //! Glossed, for words the code keeps:
 //!
 //! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a
 //!   synchronous caller); the server's context is `Context`. `Delivery`: how a synchronous
 //!   caller gets its answer (now, or a channel).
-//!   `RespReply`: a direct Redis connection's reply (a shard's answer is the `Reply`).
+//!   `RespReply`: a plain Redis connection's reply (a shard's answer is the `Reply`).
 //! - `Tat`: a token bucket's stored time (theoretical arrival time) and how it is kept.
 //! - `lane`: a store connection, one per shard (its index). `head_out`: a queue's head waiter
 //!   is out in the store, being decided there. `late`: a local-first key's hits of a fixed

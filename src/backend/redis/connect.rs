@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 
 use super::connect_error::{is_auth, ConnectError, Password};
 use super::decode::{ints, Ints};
-use super::direct::{Direct, RespReply, Target};
+use super::plain::{Plain, RespReply, Target};
 use super::packed::Packed;
 use super::scripts::by_text;
 use super::{RedisErrors, RedisSettings, RedisStore, RedisTarget, RedisType};
@@ -60,8 +60,8 @@ pub(super) enum Conn {
     Cluster(ClusterConnection),
     /// Sentinel: asks the sentinels for the master again after a failure.
     Sentinel(Arc<Mutex<(SentinelClient, Option<MultiplexedConnection>)>>),
-    /// A single Redis without TLS, on a shard's round trips (see `direct`).
-    Direct(Arc<Direct>),
+    /// A single Redis without TLS, on a shard's round trips (see `plain`).
+    Plain(Arc<Plain>),
 }
 
 /// The connections of one deployment.
@@ -78,8 +78,8 @@ pub(super) struct Deployment {
 pub(super) struct Home {
     client: redis::Client,
     config: ConnectionManagerConfig,
-    /// Plain TCP or a unix socket: the slots connect directly (see `direct`).
-    direct: Option<Target>,
+    /// Plain TCP or a unix socket: the slots connect without the multiplexer (see `plain`).
+    plain: Option<Target>,
     slots: Box<[OnceLock<Conn>]>,
 }
 
@@ -91,8 +91,8 @@ impl Deployment {
             Some(h) => {
                 let slot = &h.slots[lane % h.slots.len()];
                 let c = slot.get_or_init(|| {
-                    if let Some(t) = &h.direct {
-                        return Conn::Direct(Arc::new(Direct::new(t.clone())));
+                    if let Some(t) = &h.plain {
+                        return Conn::Plain(Arc::new(Plain::new(t.clone())));
                     }
                     match ConnectionManager::new_lazy_with_config(
                         h.client.clone(),
@@ -199,7 +199,7 @@ async fn single(
         })?;
     let connect_timeout = deadline.max(Duration::from_millis(500));
     let home = Home {
-        direct: Target::of(&client, connect_timeout),
+        plain: Target::of(&client, connect_timeout),
         client,
         config: cfg,
         slots: (0..t.pool_size.max(1)).map(|_| OnceLock::new()).collect(),
@@ -384,7 +384,7 @@ fn reply(v: Value) -> RespReply {
 /// back as its reply.
 async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, String> {
     match conn {
-        Conn::Direct(d) => d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
+        Conn::Plain(d) => d.round_trip(cmds.bytes().to_vec(), cmds.len()).await,
         // Boxed: the crate's futures would make every round trip's future as large as theirs.
         _ => Box::pin(through_crate(conn, cmds)).await,
     }
@@ -393,7 +393,7 @@ async fn send(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, String> {
 /// [`send`] over a connection made through the crate.
 async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, String> {
     let values: Vec<Value> = match conn {
-        Conn::Direct(_) => unreachable!("a direct connection sends by itself"),
+        Conn::Plain(_) => unreachable!("a plain connection sends by itself"),
         Conn::Single(m) => {
             let mut m = m.clone();
             (cmds.pipeline().query_async(&mut m).await).map_err(|e| e.to_string())?
@@ -449,7 +449,7 @@ async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, Str
 /// through the crate); answers the raw replies.
 pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, String> {
     match conn {
-        Conn::Direct(_) => Err("a direct connection answers integers only".into()),
+        Conn::Plain(_) => Err("a plain connection answers integers only".into()),
         Conn::Single(mut m) => pipe.query_async(&mut m).await.map_err(|e| e.to_string()),
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await.map_err(|e| e.to_string()),
         Conn::Sentinel(s) => {
@@ -493,8 +493,8 @@ async fn load_scripts(conn: &Conn, within: Duration) {
 
 async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), redis::RedisError> {
     let r: Result<Vec<Value>, redis::RedisError> = match conn {
-        Conn::Direct(_) => {
-            let why = "a direct connection is not checked with PING";
+        Conn::Plain(_) => {
+            let why = "a plain connection is not checked with PING";
             return Err((redis::ErrorKind::Client, why).into());
         }
         Conn::Single(mut m) => pipe.query_async(&mut m).await,

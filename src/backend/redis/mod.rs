@@ -4,7 +4,7 @@ mod admin;
 mod connect;
 mod connect_error;
 mod decode;
-mod direct;
+mod plain;
 mod errors;
 pub mod fleet;
 mod lane;

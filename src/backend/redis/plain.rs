@@ -78,15 +78,15 @@ struct Job {
 }
 
 /// A connection to a single Redis, made when first needed and again after it fails.
-pub(super) struct Direct {
+pub(super) struct Plain {
     target: Target,
     /// The current connection's driver; a closed one is replaced on the next round trip.
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
 }
 
-impl Direct {
-    pub(super) fn new(target: Target) -> Direct {
-        Direct {
+impl Plain {
+    pub(super) fn new(target: Target) -> Plain {
+        Plain {
             target,
             jobs: Mutex::new(None),
         }
@@ -130,7 +130,7 @@ impl Direct {
 }
 
 /// Connects, then writes the round trips handed over and answers each with its replies, until
-/// the connection fails or the `Direct` is dropped.
+/// the connection fails or the `Plain` is dropped.
 async fn drive(target: Target, mut jobs: mpsc::Receiver<Job>) {
     let err = match connect(&target).await {
         Ok(Stream::Tcp(s)) => {
