@@ -12,8 +12,8 @@ use tokio::sync::Mutex;
 
 use super::connect_error::{is_auth, ConnectError, Password};
 use super::decode::{ints, Ints};
-use super::plain::{Plain, RespReply, Target};
 use super::packed::Packed;
+use super::plain::{Plain, RespReply, Target};
 use super::scripts::by_text;
 use super::{RedisErrors, RedisSettings, RedisStore, RedisTarget, RedisType};
 
