@@ -56,6 +56,11 @@
 //! - a single Redis reached without the crate's multiplexer is a "plain" connection
 //!   (`backend/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
 //!   connection"): "direct" is the direct APIs' alone (`/rate`, `THROTTLE`, RESP).
+//! - a limit that refuses only when every such limit of the request is over is "joint"
+//!   (`Role::Joint`, `JointGroup`; retired: `Role::Quota`, `QuotaGroup`, "quota group"): "quota"
+//!   is RLQS's (`quota`). The user-facing names stay: YAML `quota_mode` and `QUOTA_MODE`, which
+//!   the fields reading them (`quota_mode`, `global_quota_mode`) keep, and "quota" as a role in
+//!   the admin look-up's answer.
 //!
 //! Glossed, for words the code keeps:
 //!

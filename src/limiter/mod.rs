@@ -26,7 +26,7 @@ pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
-pub use op::{hold_id, refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Reservation, Role};
+pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Reservation, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};

@@ -22,7 +22,7 @@ pub struct AnswerSettings {
     pub global_shadow_mode: bool,
     pub request_limits: RequestLimits,
     pub refused_hits: RefusedHits,
-    /// `QUOTA_MODE`: every limit is a quota one (refuses only when all of them are over).
+    /// `QUOTA_MODE`: every limit is joint (refuses only when all of them are over).
     pub global_quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: dynamic metadata describing the request, and the
     /// `metadata` of the descriptors that passed.

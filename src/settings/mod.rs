@@ -103,7 +103,7 @@ pub struct Settings {
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health is SERVING only while a config with at
     /// least one domain is live (files; xDS reads it in its own settings too).
     pub healthy_only_with_config: bool,
-    /// `QUOTA_MODE`: every limit is a quota limit.
+    /// `QUOTA_MODE`: every limit is joint (`limiter::Role::Joint`).
     pub global_quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: answers carry envoyproxy/ratelimit's dynamic metadata.
     pub response_dynamic_metadata: bool,

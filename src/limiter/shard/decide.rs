@@ -147,7 +147,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
         .zip(evals)
         .map(|(op, (e, blocked))| match op.role {
             Role::Binding => (e.over || *blocked) && !waits(op, e),
-            Role::Quota(_) | Role::Shadow => e.over,
+            Role::Joint(_) | Role::Shadow => e.over,
         });
     let action = if d.refuses(over) {
         Action::Refuse
