@@ -61,6 +61,10 @@
 //!   is RLQS's (`quota`). The user-facing names stay: YAML `quota_mode` and `QUOTA_MODE`, which
 //!   the fields reading them (`quota_mode`, `global_quota_mode`) keep, and "quota" as a role in
 //!   the admin look-up's answer.
+//! - which hits of a refused request count is the process's `CountingRule` (`UsageInFull`,
+//!   `IfAdmitted`, `Always`; retired: `RefusedHits`, `KeepReports`, `KeepNone`, `KeepAll`),
+//!   from which the plan draws each op's `Counting` (`Usage`, `IfAdmitted`, `Always`): one rule,
+//!   one answer per op, the same words where they agree.
 //!
 //! Glossed, for words the code keeps:
 //!

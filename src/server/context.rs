@@ -189,7 +189,7 @@ impl Context {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
             request_limits: settings.request_limits,
-            refused_hits: settings.refused_hits,
+            counting_rule: settings.counting_rule,
             global_quota_mode: settings.global_quota_mode,
             response_dynamic_metadata: settings.response_dynamic_metadata,
             refused_by_metadata: settings.refused_by_metadata,

@@ -26,7 +26,7 @@ pub use error::RlsError;
 pub use live::{Live, LiveLimits};
 use refusal::RefusalLog;
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
-pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
+pub use settings::{AnswerSettings, CountingRule, HeaderNames};
 pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};
 
 use crate::limiter::Engine;

@@ -5,7 +5,7 @@ use smallvec::SmallVec;
 
 use super::error::RlsError;
 use super::request::{Descriptor, Request};
-use super::settings::{AnswerSettings, RefusedHits};
+use super::settings::{AnswerSettings, CountingRule};
 use crate::config::{Algorithm, Calendar, Domain, RateLimit, Reserve, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
@@ -115,7 +115,7 @@ pub(super) fn plan<'c>(
         plan.carried.push(Carried {
             hits,
             refund,
-            counting: counting_of(settings.refused_hits, d),
+            counting: counting_of(settings.counting_rule, d),
             stat_path,
         });
         plan.matches.push(m);
@@ -279,11 +279,11 @@ impl<'c> Plan<'c> {
 /// fact (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
 /// `apply_on_stream_done` reports included) counts in full, other hits only when admitted,
 /// unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` says otherwise.
-fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
+fn counting_of(rule: CountingRule, d: &Descriptor<'_>) -> Counting {
     match rule {
-        RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
-        RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
-        RefusedHits::KeepAll => Counting::Always,
+        CountingRule::UsageInFull if d.hits_addend.is_some() => Counting::Usage,
+        CountingRule::UsageInFull | CountingRule::IfAdmitted => Counting::IfAdmitted,
+        CountingRule::Always => Counting::Always,
     }
 }
 

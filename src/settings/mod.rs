@@ -20,7 +20,7 @@ use crate::backend::redis::RedisSettings;
 use crate::config::{LoadOptions, Sources};
 use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::service::rate::RateDefaults;
-use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
+use crate::service::{CountingRule, HeaderNames, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::client_values::DigestKey;
 use crate::telemetry::mapped::Mapper;
@@ -99,7 +99,7 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     pub request_limits: RequestLimits,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which hits of a refused request are kept.
-    pub refused_hits: RefusedHits,
+    pub counting_rule: CountingRule,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health is SERVING only while a config with at
     /// least one domain is live (files; xDS reads it in its own settings too).
     pub healthy_only_with_config: bool,
@@ -268,7 +268,7 @@ impl Settings {
             healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
             refused_by_metadata: env.flag("TURNSTILE_REFUSED_BY_METADATA", false)?,
-            refused_hits: refused_hits(&env)?,
+            counting_rule: counting_rule(&env)?,
             shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
             admit_waiters_on_shutdown: env.choice(
@@ -393,12 +393,12 @@ fn client_values(env: &Env<'_>) -> Result<ClientValues, String> {
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: unset, true or false are three behaviours.
-fn refused_hits(env: &Env<'_>) -> Result<RefusedHits, String> {
+fn counting_rule(env: &Env<'_>) -> Result<CountingRule, String> {
     const K: &str = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
     Ok(match env.get(K) {
-        None => RefusedHits::KeepReports,
-        Some(_) if env.flag(K, true)? => RefusedHits::KeepNone,
-        Some(_) => RefusedHits::KeepAll,
+        None => CountingRule::UsageInFull,
+        Some(_) if env.flag(K, true)? => CountingRule::IfAdmitted,
+        Some(_) => CountingRule::Always,
     })
 }
 
