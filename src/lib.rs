@@ -65,6 +65,11 @@
 //!   `IfAdmitted`, `Always`; retired: `RefusedHits`, `KeepReports`, `KeepNone`, `KeepAll`),
 //!   from which the plan draws each op's `Counting` (`Usage`, `IfAdmitted`, `Always`): one rule,
 //!   one answer per op, the same words where they agree.
+//! - the FIFO of requests waiting for room is a "queue" (the YAML key `queue`): a shard's
+//!   `Queues` (`queues.rs`) hold them, `queueing.rs` decides with them; a request in one is a
+//!   "waiter" (`TURNSTILE_MAX_WAITERS`), and the process-wide cap on waiters is the
+//!   `QueueBudget` (`queue_budget.rs`). Retired: `WaiterBudget`, `mod waiters`, `mod wait`,
+//!   "wait queue".
 //!
 //! Glossed, for words the code keeps:
 //!

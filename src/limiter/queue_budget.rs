@@ -5,14 +5,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[derive(Debug)]
-pub(crate) struct WaiterBudget {
+pub(crate) struct QueueBudget {
     cap: usize,
     taken: AtomicUsize,
 }
 
-impl WaiterBudget {
-    pub(crate) fn new(cap: usize) -> WaiterBudget {
-        WaiterBudget {
+impl QueueBudget {
+    pub(crate) fn new(cap: usize) -> QueueBudget {
+        QueueBudget {
             cap,
             taken: AtomicUsize::new(0),
         }
@@ -42,7 +42,7 @@ mod tests {
 
     #[test]
     fn the_cap_holds_across_threads() {
-        let b = std::sync::Arc::new(WaiterBudget::new(1000));
+        let b = std::sync::Arc::new(QueueBudget::new(1000));
         let taken: usize = (0..8)
             .map(|_| {
                 let b = b.clone();

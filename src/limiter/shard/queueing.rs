@@ -1,4 +1,4 @@
-//! Deciding with the wait queues: FIFO per key, served as capacity comes back, timed out,
+//! Deciding with the queues: FIFO per key, served as capacity comes back, timed out,
 //! cancelled or drained.
 
 use super::decide::{Action, Decider, Evaluated, Hooks};
