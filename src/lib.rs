@@ -18,12 +18,12 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | the command line: `serve`, `check`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
-//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `backend`, `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `telemetry`, `transport` |
-//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `backend`, `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `telemetry`, `transport` |
+//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
+//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client; a stream of `Update`s | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
 //! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that writes the shards' changes behind the decisions and reads them back at start | `limiter`, `telemetry` |
-//! | `backend` | the store contract over Redis (connections, key layout, scripts, reply decoding, its errors' counter); RLQS's demand exchange over Redis | `config`, `limiter`, `quota`, `telemetry` |
+//! | `store` | the stores shared by replicas, behind `limiter`'s store contract: Redis (connections, key layout, scripts, reply decoding, its errors' counter), and RLQS's demand exchange over it | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
 //! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits; the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
 //! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; config loads' counters, the latency histogram; logs, traces; how client values leave the process | `config` |
@@ -54,7 +54,7 @@
 //! - the metrics' registry is `telemetry::Registry` (`Counters` is the shard's key table alone).
 //! - the statsd settings are `settings/statsd.rs` ("stats" is a room's counters).
 //! - a single Redis reached without the crate's multiplexer is a "plain" connection
-//!   (`backend/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
+//!   (`store/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
 //!   connection"): "direct" is the direct APIs' alone (`/rate`, `THROTTLE`, RESP).
 //! - a limit that refuses only when every such limit of the request is over is "joint"
 //!   (`Role::Joint`, `JointGroup`; retired: `Role::Quota`, `QuotaGroup`, "quota group"): "quota"
@@ -143,7 +143,6 @@
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard
 //! that owns it.
 
-pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod descriptor;
@@ -155,5 +154,6 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod source;
+pub mod store;
 pub mod telemetry;
 pub mod transport;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
@@ -15,6 +14,7 @@ use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::metrics::RequestStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::{Backend, Settings};
+use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, ReloadStats, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;

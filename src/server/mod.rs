@@ -38,12 +38,12 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::backend::redis::StartupRetries;
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::{Backend, Settings};
 use crate::source::files::{fingerprint, Watched};
+use crate::store::redis::StartupRetries;
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};

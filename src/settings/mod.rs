@@ -16,12 +16,12 @@ use std::time::Duration;
 
 pub use env::{host_port, resolve, Env};
 
-use crate::backend::redis::RedisSettings;
 use crate::config::{LoadOptions, Sources};
 use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::service::rate::RateDefaults;
 use crate::service::{CountingRule, HeaderNames, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
+use crate::store::redis::RedisSettings;
 use crate::telemetry::client_values::DigestKey;
 use crate::telemetry::mapped::Mapper;
 use crate::telemetry::statsd::StatsdSettings;

@@ -9,7 +9,6 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
 use super::Backend;
-use crate::backend::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
 use crate::durable::StateSettings;
@@ -17,6 +16,7 @@ use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
 use crate::source::xds::{XdsSettings, XdsTls};
+use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;

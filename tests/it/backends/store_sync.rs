@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use turnstile::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Counting, Op, Params, Role, State, Store, StoreOp, Tat};
 use turnstile::settings::Settings;
+use turnstile::store::redis::{RedisErrors, RedisStore, StartupRetries};
 
 use crate::common::redis::Redis;
 

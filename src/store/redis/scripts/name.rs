@@ -8,7 +8,7 @@ use super::super::packed::{decimal, Packed};
 /// window's start, if any. Written where it is needed (a command's argument, or a `String` for
 /// the admin listener), never held on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::backend::redis) struct Name<'a> {
+pub(in crate::store::redis) struct Name<'a> {
     /// The sorted set of a fixed window's holds: the whole name braced, then `_held`
     /// (`{<the window's key>}_held`), so it shares the window key's Cluster slot.
     pub(super) held: bool,
@@ -21,7 +21,7 @@ pub(in crate::backend::redis) struct Name<'a> {
 
 impl Name<'_> {
     /// The start of the window the name counts, in ms (0 for a name without one).
-    pub(in crate::backend::redis) fn start_ms(&self) -> u64 {
+    pub(in crate::store::redis) fn start_ms(&self) -> u64 {
         self.start.map_or(0, |s| s.ms)
     }
 

@@ -10,9 +10,9 @@
 use std::sync::LazyLock;
 
 use super::{decimal, evalsha, script, sha1, Cmd, Encoded, Head, Name, Packed, WindowStart};
-use crate::backend::redis::RedisStore;
 use crate::config::Algorithm;
 use crate::limiter::{Op, Reservation};
+use crate::store::redis::RedisStore;
 
 /// Checks and holds (`ARGV[3]` = 1), or counts a report and releases its key's oldest hold
 /// (`ARGV[3]` = 2).
@@ -96,7 +96,7 @@ pub(super) fn pack_unhold(held: &Name<'_>, id: u64, p: &mut Packed) {
 /// One call of [`HOLD`]: what it is asked about, its keys and arguments written only when it
 /// is packed (a command stays small: a round trip's list of them is copied as it grows).
 #[derive(Debug, Clone, Copy)]
-pub(in crate::backend::redis) struct HoldCmd<'a> {
+pub(in crate::store::redis) struct HoldCmd<'a> {
     prefix: &'a str,
     op: &'a Op,
     /// ns since the epoch.
@@ -199,7 +199,7 @@ impl RedisStore {
     /// The command of an op of a limit with `reserve`, at `now` (ns): a check holds, a report
     /// counts and releases, a check refunded (`refund`) takes its hold back. `None` for
     /// anything else (decided as any op is).
-    pub(in crate::backend::redis) fn hold_cmd<'a>(
+    pub(in crate::store::redis) fn hold_cmd<'a>(
         &'a self,
         op: &'a Op,
         now: u64,
@@ -226,7 +226,7 @@ impl RedisStore {
     }
 
     /// The sorted set of `op`'s holds at `now`.
-    pub(in crate::backend::redis) fn held_name<'a>(&'a self, op: &'a Op, now: u64) -> Name<'a> {
+    pub(in crate::store::redis) fn held_name<'a>(&'a self, op: &'a Op, now: u64) -> Name<'a> {
         held_name(&self.prefix, op, now)
     }
 }

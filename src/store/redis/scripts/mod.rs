@@ -30,7 +30,7 @@
 use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
-pub(in crate::backend::redis) use name::Name;
+pub(in crate::store::redis) use name::Name;
 use name::WindowStart;
 
 use super::RedisStore;
