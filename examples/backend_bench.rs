@@ -129,7 +129,7 @@ fn main() {
         };
         let settings = Settings::from_env(env)
             .unwrap()
-            .backend
+            .backing
             .redis()
             .cloned()
             .unwrap();

@@ -52,6 +52,12 @@
 //! Renamed so one name means one thing:
 //!
 //! - the metrics' registry is `telemetry::Registry` (`Counters` is the shard's key table alone).
+//! - where counts live: a shard's "backing" is memory alone or a link to a "store"
+//!   (`limiter`'s `Backing`); the process's backing is a setting (`settings::Backing`: memory,
+//!   memory made durable, or Redis, picked by `BACKEND_TYPE`); a "store" is a counter place shared
+//!   by replicas, behind the contract `limiter::Store` (`store::redis::RedisStore`). Retired:
+//!   "backend" in any form (`settings::Backend`, the `backend` module), but for the user-facing
+//!   `BACKEND_TYPE` and the status JSON's `backend` key, which the status page reads.
 //! - the statsd settings are `settings/statsd.rs` ("stats" is a room's counters).
 //! - a single Redis reached without the crate's multiplexer is a "plain" connection
 //!   (`store/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct

@@ -13,7 +13,7 @@ use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::metrics::RequestStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
-use crate::settings::{Backend, Settings};
+use crate::settings::{Backing, Settings};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, ReloadStats, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
@@ -122,7 +122,7 @@ async fn read_back(
     state: &Arc<StateStats>,
     wait: &StartWait,
 ) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
-    let Backend::Durable(s) = &settings.backend else {
+    let Backing::Durable(s) = &settings.backing else {
         return Ok((None, shard_tasks));
     };
     wait.set(Some(WaitingFor::State));
@@ -225,7 +225,7 @@ async fn connect_store(
     ),
     StartError,
 > {
-    let Backend::Redis(r) = &settings.backend else {
+    let Backing::Redis(r) = &settings.backing else {
         return Ok((None, None));
     };
     wait.set(Some(WaitingFor::Redis));

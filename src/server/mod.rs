@@ -41,7 +41,7 @@ pub use run::{run, serve_until_terminated, terminated};
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
-use crate::settings::{Backend, Settings};
+use crate::settings::{Backing, Settings};
 use crate::source::files::{fingerprint, Watched};
 use crate::store::redis::StartupRetries;
 use crate::telemetry::mapped::Exposition;
@@ -221,14 +221,14 @@ async fn start_telling(
     };
     let tls = tls_state(settings, &starting)?;
     // Only Redis and the durable counters make a start wait.
-    let waiting = match settings.backend {
-        Backend::Redis(_) | Backend::Durable(_) => {
+    let waiting = match settings.backing {
+        Backing::Redis(_) | Backing::Durable(_) => {
             let counters = Registry::new(vec![starting.retries.clone()]);
             let answers = (wait, counters);
             let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
             Some(w.map_err(StartError::Runtime)?)
         }
-        Backend::Memory => None,
+        Backing::Memory => None,
     };
     let built = Context::build(settings, config, clock, starting).await?;
     if let Some(w) = waiting {
@@ -382,7 +382,7 @@ fn http_servers(
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
-            backend: settings.backend.name(),
+            backing: settings.backing.name(),
             shown: shown(&l),
         };
         out.push(("debug", l, http::debug_router(state, metrics)));

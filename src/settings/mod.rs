@@ -83,7 +83,7 @@ pub struct Settings {
     /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
     pub throttle: ThrottleLimits,
     /// `BACKEND_TYPE`: where the counters live.
-    pub backend: Backend,
+    pub backing: Backing,
     pub load: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -162,9 +162,10 @@ pub struct Settings {
     pub ignored: Vec<String>,
 }
 
-/// Where the counters live (`BACKEND_TYPE`): each backend its own variant and settings.
+/// Where the counters live, the shards' backing (`BACKEND_TYPE`): each its own variant and
+/// settings.
 #[derive(Debug, Clone)]
-pub enum Backend {
+pub enum Backing {
     /// In this process's shards (the default).
     Memory,
     /// In this process's shards, written behind to a state dir and read back at the next start
@@ -174,21 +175,21 @@ pub enum Backend {
     Redis(Box<RedisSettings>),
 }
 
-impl Backend {
+impl Backing {
     /// The Redis settings, when the counters live there.
     pub fn redis(&self) -> Option<&RedisSettings> {
         match self {
-            Backend::Redis(r) => Some(r),
-            Backend::Memory | Backend::Durable(_) => None,
+            Backing::Redis(r) => Some(r),
+            Backing::Memory | Backing::Durable(_) => None,
         }
     }
 
-    /// The backend's name, as the status page shows it.
+    /// The backing's name, as the status page shows it.
     pub fn name(&self) -> &'static str {
         match self {
-            Backend::Memory => "memory",
-            Backend::Durable(_) => "memory, durable",
-            Backend::Redis(_) => "redis",
+            Backing::Memory => "memory",
+            Backing::Durable(_) => "memory, durable",
+            Backing::Redis(_) => "redis",
         }
     }
 }
@@ -248,7 +249,7 @@ impl Settings {
             resp: sections::resp(&env)?,
             admin: sections::admin(&env)?,
             throttle: sections::throttle(&env)?,
-            backend: sections::backend(&env)?,
+            backing: sections::backing(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
             config_path,
             load: LoadOptions {

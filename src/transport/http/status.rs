@@ -285,7 +285,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         .map_or(0, |d| d.as_secs());
     Json(json!({
         "now": now,
-        "backend": s.backend,
+        "backend": s.backing,
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),
