@@ -1,4 +1,4 @@
-//! Where counters live: every scenario on every backend, Redis specifics, local-first, usage
+//! Where counters live: every scenario on every backing, Redis specifics, local-first, usage
 //! while Redis is away.
 
 mod local_first;

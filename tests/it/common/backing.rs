@@ -1,7 +1,7 @@
-//! One scenario, every backend: `test_with_all_backends!` makes each scenario function (async,
-//! taking a `&Backend`) one test per backend, each under its own name (`scenario::memory`,
+//! One scenario, every backing: `test_with_every_backing!` makes each scenario function (async,
+//! taking a `&Backing`) one test per backing, each under its own name (`scenario::memory`,
 //! `scenario::durable`, `scenario::redis`, `scenario::local_first`), so a failure names both the
-//! scenario and the backend.
+//! scenario and the backing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -10,12 +10,12 @@ use super::tempdir::TempDir;
 use super::TestServer;
 
 /// Where the servers a scenario starts keep their counters.
-pub enum Backend {
+pub enum Backing {
     Memory,
     /// Memory with the durable counters on (`TURNSTILE_STATE_DIR`), each server in a directory
-    /// of its own under this one; removed when the backend is dropped.
+    /// of its own under this one; removed when the backing is dropped.
     Durable(TempDir),
-    /// A redis-server of the test's own, on a free port; stopped when the backend is dropped.
+    /// A redis-server of the test's own, on a free port; stopped when the backing is dropped.
     Redis(Redis),
     /// The same, with `TURNSTILE_LOCAL_FIRST=true`: one replica alone decides as in memory.
     LocalFirst(Redis),
@@ -23,56 +23,56 @@ pub enum Backend {
 
 static PREFIXES: AtomicUsize = AtomicUsize::new(0);
 
-impl Backend {
-    pub fn memory() -> Backend {
-        Backend::Memory
+impl Backing {
+    pub fn memory() -> Backing {
+        Backing::Memory
     }
 
-    pub fn durable() -> Backend {
-        Backend::Durable(TempDir::new("durable-backend"))
+    pub fn durable() -> Backing {
+        Backing::Durable(TempDir::new("durable-backing"))
     }
 
-    pub fn redis() -> Backend {
-        Backend::Redis(Redis::start())
+    pub fn redis() -> Backing {
+        Backing::Redis(Redis::start())
     }
 
-    pub fn local_first() -> Backend {
-        Backend::LocalFirst(Redis::start())
+    pub fn local_first() -> Backing {
+        Backing::LocalFirst(Redis::start())
     }
 
-    /// The real server on port 0 with a manual clock, counting on this backend.
+    /// The real server on port 0 with a manual clock, counting on this backing.
     pub async fn start(&self, yaml: &str) -> TestServer {
         self.start_with(yaml, &[]).await
     }
 
-    /// As [`Backend::start`], with `env` as the process environment would be. On Redis each
+    /// As [`Backing::start`], with `env` as the process environment would be. On Redis each
     /// server gets a key prefix of its own, so two servers of one scenario count apart, as two
     /// in-memory servers do.
     pub async fn start_with(&self, yaml: &str, env: &[(&str, &str)]) -> TestServer {
         TestServer::start_env(yaml, self.env(env)).await
     }
 
-    /// As [`Backend::start_with`], the limits read from where `env` says (`RUNTIME_*`) and
+    /// As [`Backing::start_with`], the limits read from where `env` says (`RUNTIME_*`) and
     /// reloaded from there (`running().reload_config()`).
     pub async fn start_from_env(&self, env: &[(&str, &str)]) -> TestServer {
         TestServer::start_from_env_owned(self.env(env)).await
     }
 
-    /// `env`, then this backend's settings. The first of two equal names wins: the scenario's
+    /// `env`, then this backing's settings. The first of two equal names wins: the scenario's
     /// own settings come first.
     fn env(&self, env: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut all: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        if let Backend::Redis(r) | Backend::LocalFirst(r) = self {
+        if let Backing::Redis(r) | Backing::LocalFirst(r) = self {
             let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
             all.extend(redis::env(r, &format!("s{n}_")));
         }
-        if let Backend::LocalFirst(_) = self {
+        if let Backing::LocalFirst(_) = self {
             all.push(("TURNSTILE_LOCAL_FIRST".into(), "true".into()));
         }
-        if let Backend::Durable(dir) = self {
+        if let Backing::Durable(dir) = self {
             let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
             let state = dir.path().join(format!("s{n}"));
             all.push(("TURNSTILE_STATE_DIR".into(), state.display().to_string()));
@@ -81,35 +81,35 @@ impl Backend {
     }
 }
 
-/// `test_with_all_backends!(a, b)` after `async fn a(backend: &Backend)` and `async fn b(..)`
+/// `test_with_every_backing!(a, b)` after `async fn a(backing: &Backing)` and `async fn b(..)`
 /// gives the tests `a::memory`, `a::durable`, `a::redis`, `a::local_first`, `b::memory` and so on. (A module and a function
 /// may share a name: they live in different namespaces.) A scenario behaves the same on every
-/// backend; a difference is a bug to fix, not a test to skip.
-macro_rules! test_with_all_backends {
+/// backing; a difference is a bug to fix, not a test to skip.
+macro_rules! test_with_every_backing {
     ($($scenario:ident),+ $(,)?) => {$(
         mod $scenario {
-            use $crate::common::backend::Backend;
+            use $crate::common::backing::Backing;
 
             #[tokio::test]
             async fn memory() {
-                super::$scenario(&Backend::memory()).await;
+                super::$scenario(&Backing::memory()).await;
             }
 
             #[tokio::test]
             async fn durable() {
-                super::$scenario(&Backend::durable()).await;
+                super::$scenario(&Backing::durable()).await;
             }
 
             #[tokio::test]
             async fn redis() {
-                super::$scenario(&Backend::redis()).await;
+                super::$scenario(&Backing::redis()).await;
             }
 
             #[tokio::test]
             async fn local_first() {
-                super::$scenario(&Backend::local_first()).await;
+                super::$scenario(&Backing::local_first()).await;
             }
         }
     )+};
 }
-pub(crate) use test_with_all_backends;
+pub(crate) use test_with_every_backing;
