@@ -20,7 +20,8 @@ use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::{BreakerState, EngineStats};
 use crate::service::metrics::RequestStats;
 use crate::service::LiveLimits;
-use crate::telemetry::{digest, ReloadStats, Shown};
+use crate::service::ReloadStats;
+use crate::telemetry::{digest, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");

@@ -1,12 +1,13 @@
 //! Counters of config loads, and the last loads, from files or xDS, as the status page shows
-//! them: which source, when, and the error when one was refused. `server::reload` holds them.
+//! them: which source, when, and the error when one was refused. A load that goes live replaces
+//! the live limits (`live`); `server::reload` records each, the status page reads them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde::Serialize;
 
-use super::exposition::{single, Metrics, Pushed};
+use crate::telemetry::exposition::{single, Metrics, Pushed};
 
 /// One config load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
