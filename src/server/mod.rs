@@ -51,7 +51,7 @@ use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
 use admin::Admin;
 use context::Starting;
-use listeners::{local_addr, Listeners};
+use listeners::{local_addr, Listeners, OptionalAddrs};
 use reload::Reloader;
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -206,34 +206,15 @@ async fn start_telling(
     clock: Clock,
     wait: &StartWait,
 ) -> Result<Running, StartError> {
-    let FirstConfig { config, baseline } = first.into();
-    // Taken before the config was read, or now, before anything else: a change made from then
-    // on is a change to reload.
-    let config_watched = watched_config(settings);
-    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
-    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
-    let listeners = Listeners::bind(settings)?;
-    let bound = listeners.optional_addrs();
-    let starting = Starting {
-        wait: wait.clone(),
-        retries: Arc::new(StartupRetries::default()),
-        tls: Arc::default(),
-    };
-    let tls = tls_state(settings, &starting)?;
-    // Only Redis and the durable counters make a start wait.
-    let waiting = match settings.backing {
-        Backing::Redis(_) | Backing::Durable(_) => {
-            let counters = Registry::new(vec![starting.retries.clone()]);
-            let answers = (wait, counters);
-            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
-            Some(w.map_err(StartError::Runtime)?)
-        }
-        Backing::Memory => None,
-    };
-    let built = Context::build(settings, config, clock, starting).await?;
-    if let Some(w) = waiting {
-        w.hand_over();
-    }
+    let Prepared {
+        listeners,
+        bound,
+        tls,
+        built,
+        config_watched,
+        config_baseline,
+        tls_watched,
+    } = prepare(settings, first.into(), clock, wait).await?;
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
     let reloader = reloader(settings, &cx, domains);
@@ -295,6 +276,65 @@ async fn start_telling(
         threads,
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
+    })
+}
+
+/// What the start has before it serves: the listeners bound, the TLS state, the context built,
+/// and the fingerprints the admin thread polls from.
+struct Prepared {
+    listeners: Listeners,
+    bound: OptionalAddrs,
+    tls: TlsShared,
+    built: context::Built,
+    config_watched: Watched,
+    config_baseline: u64,
+    tls_watched: Option<(u64, Watched)>,
+}
+
+/// Binds the listeners, reads the TLS files and builds the context, answering the wait on the
+/// ports meanwhile when the counters make a start wait.
+async fn prepare(
+    settings: &Settings,
+    first: FirstConfig,
+    clock: Clock,
+    wait: &StartWait,
+) -> Result<Prepared, StartError> {
+    let FirstConfig { config, baseline } = first;
+    // Taken before the config was read, or now, before anything else: a change made from then
+    // on is a change to reload.
+    let config_watched = watched_config(settings);
+    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
+    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
+    let listeners = Listeners::bind(settings)?;
+    let bound = listeners.optional_addrs();
+    let starting = Starting {
+        wait: wait.clone(),
+        retries: Arc::new(StartupRetries::default()),
+        tls: Arc::default(),
+    };
+    let tls = tls_state(settings, &starting)?;
+    // Only Redis and the durable counters make a start wait.
+    let waiting = match settings.backing {
+        Backing::Redis(_) | Backing::Durable(_) => {
+            let counters = Registry::new(vec![starting.retries.clone()]);
+            let answers = (wait, counters);
+            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
+            Some(w.map_err(StartError::Runtime)?)
+        }
+        Backing::Memory => None,
+    };
+    let built = Context::build(settings, config, clock, starting).await?;
+    if let Some(w) = waiting {
+        w.hand_over();
+    }
+    Ok(Prepared {
+        listeners,
+        bound,
+        tls,
+        built,
+        config_watched,
+        config_baseline,
+        tls_watched,
     })
 }
 
