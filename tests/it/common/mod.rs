@@ -9,6 +9,7 @@ pub mod binary;
 pub mod envoy;
 pub mod quota;
 pub mod redis;
+pub mod run;
 pub mod tempdir;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use turnstile::settings::Settings;
 pub use turnstile::{limiter::BreakerState, service::WAITED_HEADER};
 
 /// The envoyproxy/ratelimit-style config of the gRPC answers (`service::answers`) and of the counting
-/// scenarios run on every backing (`backends::scenarios`).
+/// scenarios run on every backing (`backing::scenarios`).
 pub const EDGE: &str = include_str!("edge.yaml");
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.

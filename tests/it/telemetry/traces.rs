@@ -1,18 +1,19 @@
-//! The binary as operators run it: started as `ratelimit` from Istio's sample manifest (a
-//! ConfigMap volume, environment only), reloading on a ConfigMap swap and on SIGHUP, JSON logs
-//! whose request lines carry the request id, and OTLP traces continuing Envoy's context
-//! (W3C `traceparent` and b3) received by a collector in this test.
+//! Logs and traces of the binary as operators run it: JSON log lines carrying the request id,
+//! OTLP traces continuing Envoy's context (W3C `traceparent` and b3) received by a collector in
+//! this test, a failed export logged, and tracing and header settings that would do nothing
+//! refused or warned about.
 
 use crate::common::tempdir::TempDir;
+
+use crate::common::binary::{block_on, call, request, wait_for, Server, BIN, V1};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+const DEADLINE: Duration = Duration::from_secs(30);
+
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -20,183 +21,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-
-pub(super) const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
-const DEADLINE: Duration = Duration::from_secs(30);
-
-pub(super) use crate::common::binary::Server;
-
-/// Where a test reaches the server's ports.
-struct Reach {
-    grpc: SocketAddr,
-    http: SocketAddr,
-    debug: SocketAddr,
-}
-
-pub(super) fn http_get(addr: SocketAddr, path: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        reqwest::get(format!("http://{addr}{path}"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    })
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
-    let end = Instant::now() + DEADLINE;
-    let mut last = String::new();
-    while Instant::now() < end {
-        match f() {
-            None => return,
-            Some(l) => last = l,
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: never happened; last:\n{last}");
-}
-
-pub(super) fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
-    crate::common::one(domain, &[(key, value)])
-}
-
-/// A call with `metadata` as gRPC metadata (what Envoy sends: x-request-id, trace headers).
-pub(super) async fn call(
-    grpc: SocketAddr,
-    req: RateLimitRequest,
-    metadata: &[(&'static str, &str)],
-) -> RateLimitResponse {
-    let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
-    let mut r = tonic::Request::new(req);
-    for (k, v) in metadata {
-        r.metadata_mut().insert(*k, v.parse().unwrap());
-    }
-    c.should_rate_limit(r)
-        .await
-        .expect("call succeeds")
-        .into_inner()
-}
-
-pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-const V1: &str = "domain: productpage-ratelimit
-descriptors:
-  - key: PATH
-    value: \"/productpage\"
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1
-  - key: PATH
-    rate_limit:
-      unit: minute
-      requests_per_unit: 100
-";
-
-/// A ConfigMap volume at `dir`: `..v1/config.yaml`, `..data -> ..v1`, `config.yaml -> ..data/...`.
-pub(super) fn configmap(dir: &Path, yaml: &str) {
-    std::fs::create_dir_all(dir.join("..v1")).unwrap();
-    std::fs::write(dir.join("..v1/config.yaml"), yaml).unwrap();
-    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
-    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
-}
-
-fn configmap_update(dir: &Path, version: &str, yaml: &str) {
-    std::fs::create_dir_all(dir.join(version)).unwrap();
-    std::fs::write(dir.join(version).join("config.yaml"), yaml).unwrap();
-    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-}
-
-/// Istio's samples/ratelimit/rate-limit-service.yaml: `/bin/ratelimit`, its environment, its
-/// ConfigMap mounted at /data/ratelimit/config (here under a temp dir), ports made loopback
-/// and OS-chosen so tests can run side by side.
-#[test]
-fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
-    let t = TempDir::new("istio");
-    let config_dir = t.path().join("data/ratelimit/config");
-    configmap(&config_dir, V1);
-    let exe = t.path().join("bin/ratelimit");
-    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(BIN, &exe).unwrap();
-    let root = t.path().join("data").display().to_string();
-    let server = Server::start(
-        &exe,
-        &[],
-        &[
-            ("LOG_LEVEL", "debug"),
-            ("USE_STATSD", "false"),
-            ("RUNTIME_ROOT", &root),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-            ("RUNTIME_WATCH_ROOT", "false"),
-            ("RUNTIME_IGNOREDOTFILES", "true"),
-            ("HOST", "::"),
-            ("GRPC_HOST", "::"),
-        ],
-    );
-    // `::` listens on IPv4 too: reach both ports over 127.0.0.1.
-    let v4 = |a: SocketAddr| {
-        assert!(a.ip().is_unspecified() && a.is_ipv6(), "{a}");
-        SocketAddr::from(([127, 0, 0, 1], a.port()))
-    };
-    let p = Reach {
-        grpc: v4(server.ports.grpc_addr()),
-        http: v4(server.ports.http),
-        debug: server.ports.debug.expect("a debug port"),
-    };
-    let rl = http_get(p.debug, "/rlconfig");
-    assert!(
-        rl.contains("productpage-ratelimit.PATH_/productpage: unit=MINUTE requests_per_unit=1"),
-        "{rl}"
-    );
-    assert_eq!(http_get(p.http, "/healthcheck"), "OK");
-    let resp = block_on(call(
-        p.grpc,
-        request("productpage-ratelimit", "PATH", "/productpage"),
-        &[],
-    ));
-    assert_eq!(resp.overall_code, 1);
-
-    // kubelet's ConfigMap update.
-    configmap_update(
-        &config_dir,
-        "..v2",
-        &V1.replace("requests_per_unit: 1\n", "requests_per_unit: 7\n"),
-    );
-    wait_for("ConfigMap reload", || {
-        let rl = http_get(p.debug, "/rlconfig");
-        (!rl.contains("PATH_/productpage: unit=MINUTE requests_per_unit=7")).then_some(rl)
-    });
-
-    // SIGHUP reloads too, changed or not: the load counter goes up.
-    let before = http_get(p.debug, "/metrics");
-    let loads = |m: &str| -> f64 {
-        m.lines()
-            .find_map(|l| l.strip_prefix("ratelimit_service_config_load_success_total "))
-            .and_then(|v| v.parse().ok())
-            .unwrap()
-    };
-    let n = loads(&before);
-    server.signal("HUP");
-    wait_for("SIGHUP reload", || {
-        let m = http_get(p.debug, "/metrics");
-        (loads(&m) <= n).then_some(m)
-    });
-    let stderr = server.stop();
-    assert!(stderr.contains("config reloaded"), "{stderr}");
-}
 
 #[test]
 fn json_log_lines_parse_and_carry_the_request_id() {

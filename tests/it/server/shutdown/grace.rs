@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 /// A raw h2c connection that says hello and then nothing: it answers no PING and never closes,

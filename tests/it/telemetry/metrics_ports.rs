@@ -2,7 +2,7 @@
 //! and debug ports' `/metrics` included (envoyproxy/ratelimit serves Prometheus only on its own
 //! listener, and only with `USE_PROMETHEUS=true`).
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 fn metrics_status(env: &[(&str, &str)]) -> (u16, u16) {

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 const CALL: &str = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;

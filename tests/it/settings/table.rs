@@ -3,7 +3,7 @@
 //! the name on stderr), whatever the backing and whether its feature is on: a typo must not
 //! wait for the day the backing changes. A setting the table gains must be added here.
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 /// A bad value for each setting that has one (families given by a `*` in the table are

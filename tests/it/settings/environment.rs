@@ -202,7 +202,7 @@ fn refusals_and_warnings() {
     // Envoy Gateway's mapping file is read and honoured: no warning; a missing one is refused.
     let eg = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/it/ops/data/eg-statsd-conf.yaml"
+        "/tests/it/telemetry/data/eg-statsd-conf.yaml"
     );
     let s = ok(&[("USE_STATSD", "true"), ("PROMETHEUS_MAPPER_YAML", eg)]);
     assert!(s.ignored.is_empty(), "{:?}", s.ignored);

@@ -3,9 +3,13 @@
 //! symlink swap are seen, dotfiles are ignored, and `reload_config` (what SIGHUP calls) works
 //! with polling off. Tests wait on `/rlconfig` or the load counters, with a deadline.
 
+use crate::common::binary::{
+    self, block_on, configmap, configmap_update, http_get, request, wait_for, Server, BIN,
+};
 use crate::common::settles;
 use crate::common::tempdir::TempDir;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -462,4 +466,89 @@ async fn health_waits_for_a_config_with_a_domain_when_asked() {
         .status;
     assert_eq!(st, 1, "unset: SERVING without a domain");
     plain.shutdown().await;
+}
+
+/// Where a test reaches the server's ports.
+struct Reach {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    debug: SocketAddr,
+}
+
+/// Istio's samples/ratelimit/rate-limit-service.yaml: `/bin/ratelimit`, its environment, its
+/// ConfigMap mounted at /data/ratelimit/config (here under a temp dir), ports made loopback
+/// and OS-chosen so tests can run side by side.
+#[test]
+fn istio_sample_as_ratelimit_reloads_on_configmap_swap_and_sighup() {
+    let t = TempDir::new("istio");
+    let config_dir = t.path().join("data/ratelimit/config");
+    configmap(&config_dir, binary::V1);
+    let exe = t.path().join("bin/ratelimit");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(BIN, &exe).unwrap();
+    let root = t.path().join("data").display().to_string();
+    let server = Server::start(
+        &exe,
+        &[],
+        &[
+            ("LOG_LEVEL", "debug"),
+            ("USE_STATSD", "false"),
+            ("RUNTIME_ROOT", &root),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("HOST", "::"),
+            ("GRPC_HOST", "::"),
+        ],
+    );
+    // `::` listens on IPv4 too: reach both ports over 127.0.0.1.
+    let v4 = |a: SocketAddr| {
+        assert!(a.ip().is_unspecified() && a.is_ipv6(), "{a}");
+        SocketAddr::from(([127, 0, 0, 1], a.port()))
+    };
+    let p = Reach {
+        grpc: v4(server.ports.grpc_addr()),
+        http: v4(server.ports.http),
+        debug: server.ports.debug.expect("a debug port"),
+    };
+    let rl = http_get(p.debug, "/rlconfig");
+    assert!(
+        rl.contains("productpage-ratelimit.PATH_/productpage: unit=MINUTE requests_per_unit=1"),
+        "{rl}"
+    );
+    assert_eq!(http_get(p.http, "/healthcheck"), "OK");
+    let resp = block_on(binary::call(
+        p.grpc,
+        request("productpage-ratelimit", "PATH", "/productpage"),
+        &[],
+    ));
+    assert_eq!(resp.overall_code, 1);
+
+    // kubelet's ConfigMap update.
+    configmap_update(
+        &config_dir,
+        "..v2",
+        &binary::V1.replace("requests_per_unit: 1\n", "requests_per_unit: 7\n"),
+    );
+    wait_for("ConfigMap reload", || {
+        let rl = http_get(p.debug, "/rlconfig");
+        (!rl.contains("PATH_/productpage: unit=MINUTE requests_per_unit=7")).then_some(rl)
+    });
+
+    // SIGHUP reloads too, changed or not: the load counter goes up.
+    let before = http_get(p.debug, "/metrics");
+    let loads = |m: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix("ratelimit_service_config_load_success_total "))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let n = loads(&before);
+    server.signal("HUP");
+    wait_for("SIGHUP reload", || {
+        let m = http_get(p.debug, "/metrics");
+        (loads(&m) <= n).then_some(m)
+    });
+    let stderr = server.stop();
+    assert!(stderr.contains("config reloaded"), "{stderr}");
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 /// The limits files of the repository's examples (the Kubernetes ConfigMaps are checked by

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::*;
+use crate::common::run::*;
 
 /// Top-level folders of this repository: a backquoted path starting with one names a file here.
 const OURS: [&str; 10] = [

@@ -6,7 +6,7 @@
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 
-use super::binary::{block_on, call, http_get};
+use crate::common::binary::{block_on, call, http_get};
 use crate::common::binary::{start_fails, Server, BIN};
 use crate::common::tempdir::TempDir;
 use crate::common::{desc, req, OK, OVER};

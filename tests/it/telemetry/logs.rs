@@ -2,7 +2,7 @@
 //! (`logrus.ParseLevel`: panic, fatal, error, warn, warning, info, debug, trace, any case), any
 //! other value refused with an error on stderr, and errors shown at every level.
 
-use super::*;
+use crate::common::run::*;
 use crate::common::tempdir::TempDir;
 
 const BAD_UNIT: &str = "domain: d

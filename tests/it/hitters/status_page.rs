@@ -34,7 +34,7 @@ const LIMITED: &str = "203.0.113.9";
 const INJECTED: &str = "<b id=\"injected\">x</b>";
 
 /// Chromium, headless, as root in a container (no sandbox), with its own profile directory.
-pub(super) fn chromium(profile: &Path, args: &[&str]) -> String {
+pub fn chromium(profile: &Path, args: &[&str]) -> String {
     let out = Command::new("chromium")
         .args([
             "--headless",

@@ -14,9 +14,9 @@ use std::process::Command;
 use ring::hmac;
 use serde_json::{json, Value};
 
-use super::binary::{block_on, call, configmap, http_get, request, Server, BIN};
-use super::status_page::chromium;
+use crate::common::binary::{block_on, call, configmap, http_get, request, Server, BIN};
 use crate::common::tempdir::TempDir;
+use crate::hitters::status_page::chromium;
 
 const CONFIG: &str = "domain: web
 descriptors:

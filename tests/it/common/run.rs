@@ -1,15 +1,6 @@
-//! What the docs promise, checked against the binary: log levels, shutdown at the grace's end,
-//! gRPC over a unix socket with common clients, every setting's refusal, `/metrics` off with
-//! Prometheus, health during the drain, `turnstile check` on every example config, Envoy's
-//! examples validated by Envoy, and the files and links the docs name.
-
-mod docs;
-mod examples;
-mod logs;
-mod metrics;
-mod settings_table;
-mod shutdown;
-mod uds;
+//! The binary as the docs describe it, run to its end or served: `serve` with one worker,
+//! `run` to exit with its output, HTTP calls without a client library, the tools the docs name
+//! (grpcurl, Envoy) found on PATH, and a config directory.
 
 use std::io::Read;
 use std::net::SocketAddr;
