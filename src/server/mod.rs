@@ -206,15 +206,8 @@ async fn start_telling(
     clock: Clock,
     wait: &StartWait,
 ) -> Result<Running, StartError> {
-    let Prepared {
-        listeners,
-        bound,
-        tls,
-        built,
-        config_watched,
-        config_baseline,
-        tls_watched,
-    } = prepare(settings, first.into(), clock, wait).await?;
+    let p = prepare(settings, first.into(), clock, wait).await?;
+    let (listeners, bound, tls, built) = (p.listeners, p.bound, p.tls, p.built);
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
     let reloader = reloader(settings, &cx, domains);
@@ -245,11 +238,11 @@ async fn start_telling(
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        config_poll: (reloader.clone()).map(|r| (p.config_watched, p.config_baseline, r)),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
             .map(|r| (r.domains(), health.clone())),
-        tls_poll: tls_watched
+        tls_poll: (p.tls_watched)
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
