@@ -93,6 +93,11 @@
 //! - `spread`: a request whose ops live on several shards. `sticky`: GoCC's `/rate` overrides,
 //!   kept for the key once a caller passed them. `book`: RLQS's pure state of streams, buckets
 //!   and shares; its `Outbox` is what it asks the caller to send.
+//! - `admin`: the admin listener (`TURNSTILE_ADMIN_ADDR`) and what it does, look-ups and resets,
+//!   each room doing its part in an `admin.rs` of its own (`transport/http`, `service`,
+//!   `limiter/shard`, `store/redis`); the shard's also releases a direct API's grant, which falls
+//!   between its decisions the same way. `server/admin.rs` is the thread that serves that
+//!   listener with the debug and Prometheus ports, and runs the background tasks.
 
 //! # The walk of one decision
 //!
