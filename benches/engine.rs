@@ -349,7 +349,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
             response_headers: None,
             global_shadow_mode: false,
             request_limits: RequestLimits::default(),
-            refused_hits: Default::default(),
+            counting_rule: Default::default(),
             global_quota_mode: false,
             response_dynamic_metadata: false,
             refused_by_metadata: false,

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
 use turnstile::settings::Settings;
+use turnstile::store::redis::{RedisErrors, RedisStore, StartupRetries};
 
 fn env_num(k: &str, d: u64) -> u64 {
     std::env::var(k)
@@ -129,7 +129,7 @@ fn main() {
         };
         let settings = Settings::from_env(env)
             .unwrap()
-            .backend
+            .backing
             .redis()
             .cloned()
             .unwrap();

@@ -9,9 +9,9 @@
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
 #   promtool               apt  prometheus (checks examples/prometheus/alerts.yaml)
-#   chromium               apt  chromium (headless: loads the debug port's status page, tests/it/ops/status_page.rs)
+#   chromium               apt  chromium (headless: loads the debug port's status page, tests/it/hitters/status_page.rs)
 #   redis-py               pip  redis (tests/clients/redis_py.py)
-#   grpcio                 pip  grpcio (Python's gRPC over GRPC_UDS, tests/it/promises/uds.rs)
+#   grpcio                 pip  grpcio (Python's gRPC over GRPC_UDS, tests/it/server/uds.rs)
 #   node, npm              apt  nodejs, npm; then `npm ci` in tests/clients (ioredis, node-redis)
 #   podman, runc           apt  podman, runc (builds and runs the image: scripts/image.sh, tests/it/image.rs)
 #   kubernetes-validate    pip  kubernetes-validate (examples/kubernetes against the API schemas, offline)
@@ -142,7 +142,7 @@ have promtool || apt_packages+=("prometheus")
 have chromium || apt_packages+=("chromium")
 # Redis client libraries the RESP transport is tested with (tests/clients/).
 python3 -c 'import redis' >/dev/null 2>&1 || pip_packages+=("redis>=5")
-# Python's gRPC, which names a unix socket in :authority (tests/it/promises/uds.rs).
+# Python's gRPC, which names a unix socket in :authority (tests/it/server/uds.rs).
 python3 -c 'import grpc' >/dev/null 2>&1 || pip_packages+=("grpcio")
 have node && have npm || apt_packages+=("nodejs" "npm")
 have podman || apt_packages+=("podman")

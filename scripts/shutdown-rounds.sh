@@ -12,7 +12,7 @@ cargo test --all-features --test it --no-run --quiet 2>/dev/null || {
     echo "shutdown-rounds: build failed" >&2; exit 1; }
 failed=0
 for i in $(seq "$ROUNDS"); do
-    if out=$(cargo test --all-features --quiet --test it -- hostile::shutdown:: 2>&1); then
+    if out=$(cargo test --all-features --quiet --test it -- server::shutdown::under_load:: 2>&1); then
         echo "round $i: ok"
     else
         failed=$((failed + 1))

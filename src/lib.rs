@@ -18,15 +18,15 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | the command line: `serve`, `check`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
-//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `backend`, `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `telemetry`, `transport` |
-//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `backend`, `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `telemetry`, `transport` |
+//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
+//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client; a stream of `Update`s | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
 //! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that writes the shards' changes behind the decisions and reads them back at start | `limiter`, `telemetry` |
-//! | `backend` | the store contract over Redis (connections, key layout, scripts, reply decoding, its errors' counter); RLQS's demand exchange over Redis | `config`, `limiter`, `quota`, `telemetry` |
+//! | `store` | the stores shared by replicas, behind `limiter`'s store contract: Redis (connections, key layout, scripts, reply decoding, its errors' counter), and RLQS's demand exchange over it | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
-//! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits; the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
-//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; config loads' counters, the latency histogram; logs, traces; how client values leave the process | `config` |
+//! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits and the config loads that replace them (`ReloadStats`); the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
+//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
 //! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet); the store contract | `config`, `telemetry` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
@@ -49,14 +49,40 @@
 //! `refund_views` (hits decided here that the store has not counted yet are the link's
 //! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
 //! back is "replayed"; the count a local-first decision rests on is the key's "view").
-//! Renamed so one name means one thing: the metrics' registry is `telemetry::Registry`
-//! (`Counters` is the shard's key table alone).
+//! Renamed so one name means one thing:
+//!
+//! - the metrics' registry is `telemetry::Registry` (`Counters` is the shard's key table alone).
+//! - where counts live: a shard's "backing" is memory alone or a link to a "store"
+//!   (`limiter`'s `Backing`); the process's backing is a setting (`settings::Backing`: memory,
+//!   memory made durable, or Redis, picked by `BACKEND_TYPE`); a "store" is a counter place shared
+//!   by replicas, behind the contract `limiter::Store` (`store::redis::RedisStore`). Retired:
+//!   "backend" in any form (`settings::Backend`, the `backend` module), but for the user-facing
+//!   `BACKEND_TYPE` and the status JSON's `backend` key, which the status page reads.
+//! - the statsd settings are `settings/statsd.rs` ("stats" is a room's counters).
+//! - a single Redis reached without the crate's multiplexer is a "plain" connection
+//!   (`store/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
+//!   connection"): "direct" is the direct APIs' alone (`/rate`, `THROTTLE`, RESP).
+//! - a limit that refuses only when every such limit of the request is over is "joint"
+//!   (`Role::Joint`, `JointGroup`; retired: `Role::Quota`, `QuotaGroup`, "quota group"): "quota"
+//!   is RLQS's (`quota`). The user-facing names stay: YAML `quota_mode` and `QUOTA_MODE`, which
+//!   the fields reading them (`quota_mode`, `global_quota_mode`) keep, and "quota" as a role in
+//!   the admin look-up's answer.
+//! - which hits of a refused request count is the process's `CountingRule` (`UsageInFull`,
+//!   `IfAdmitted`, `Always`; retired: `RefusedHits`, `KeepReports`, `KeepNone`, `KeepAll`),
+//!   from which the plan draws each op's `Counting` (`Usage`, `IfAdmitted`, `Always`): one rule,
+//!   one answer per op, the same words where they agree.
+//! - the FIFO of requests waiting for room is a "queue" (the YAML key `queue`): a shard's
+//!   `Queues` (`queues.rs`) hold them, `queueing.rs` decides with them; a request in one is a
+//!   "waiter" (`TURNSTILE_MAX_WAITERS`), and the process-wide cap on waiters is the
+//!   `QueueBudget` (`queue_budget.rs`). Retired: `WaiterBudget`, `mod waiters`, `mod wait`,
+//!   "wait queue".
+//!
 //! Glossed, for words the code keeps:
 //!
 //! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a
 //!   synchronous caller); the server's context is `Context`. `Delivery`: how a synchronous
 //!   caller gets its answer (now, or a channel).
-//!   `RespReply`: a direct Redis connection's reply (a shard's answer is the `Reply`).
+//!   `RespReply`: a plain Redis connection's reply (a shard's answer is the `Reply`).
 //! - `Tat`: a token bucket's stored time (theoretical arrival time) and how it is kept.
 //! - `lane`: a store connection, one per shard (its index). `head_out`: a queue's head waiter
 //!   is out in the store, being decided there. `late`: a local-first key's hits of a fixed
@@ -67,6 +93,11 @@
 //! - `spread`: a request whose ops live on several shards. `sticky`: GoCC's `/rate` overrides,
 //!   kept for the key once a caller passed them. `book`: RLQS's pure state of streams, buckets
 //!   and shares; its `Outbox` is what it asks the caller to send.
+//! - `admin`: the admin listener (`TURNSTILE_ADMIN_ADDR`) and what it does, look-ups and resets,
+//!   each room doing its part in an `admin.rs` of its own (`transport/http`, `service`,
+//!   `limiter/shard`, `store/redis`); the shard's also releases a direct API's grant, which falls
+//!   between its decisions the same way. `server/admin.rs` is the thread that serves that
+//!   listener with the debug and Prometheus ports, and runs the background tasks.
 
 //! # The walk of one decision
 //!
@@ -123,7 +154,6 @@
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard
 //! that owns it.
 
-pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod descriptor;
@@ -135,5 +165,6 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod source;
+pub mod store;
 pub mod telemetry;
 pub mod transport;

@@ -22,6 +22,9 @@ const DIGIT: &str = "0-9";
 const WORD: &str = "0-9A-Za-z_";
 /// Go's `\s` is `[\t\n\f\r ]` (no `\v`).
 const SPACE: &str = r"\t\n\f\r ";
+/// A repetition's braces, named so no function's body holds an unpaired brace character.
+const OPEN: char = '{';
+const CLOSE: char = '}';
 
 /// Compiles `pattern` as Go's `regexp.Compile` would read it.
 pub fn compile(pattern: &str) -> Result<Regex, String> {
@@ -72,7 +75,10 @@ pub fn translate(pattern: &str) -> String {
                 }
                 class = Some(i + 1);
             }
-            (None, '{') if !is_repeat(&cs[i..]) => out.push_str(r"\{"),
+            (None, OPEN) if !is_repeat(&cs[i..]) => {
+                out.push('\\');
+                out.push(OPEN);
+            }
             _ => out.push(c),
         }
         i += 1;
@@ -106,8 +112,8 @@ fn escape(cs: &[char], i: usize, in_class: bool, out: &mut String) -> usize {
             return (end + 2).min(cs.len());
         }
         // `\p{Greek}`, `\x{263a}`: copied through the closing brace, which is no repetition.
-        'p' | 'P' | 'x' if cs.get(i + 2) == Some(&'{') => {
-            let end = find(cs, i + 3, &['}']).map_or(cs.len(), |e| e + 1);
+        'p' | 'P' | 'x' if cs.get(i + 2) == Some(&OPEN) => {
+            let end = find(cs, i + 3, &[CLOSE]).map_or(cs.len(), |e| e + 1);
             out.extend(&cs[i..end]);
             return end;
         }
@@ -142,7 +148,7 @@ fn is_repeat(cs: &[char]) -> bool {
         j += 1;
         digits(&mut j);
     }
-    cs.get(j) == Some(&'}')
+    cs.get(j) == Some(&CLOSE)
 }
 
 #[cfg(test)]

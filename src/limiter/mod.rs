@@ -1,4 +1,4 @@
-//! Algorithms (time is a parameter), shard actors and their wait queues, and the engine handle
+//! Algorithms (time is a parameter), shard actors and their queues, and the engine handle
 //! that routes a request's ops to the shards owning their keys. The vocabulary of a decision is
 //! in `op`, the messages between callers and shards in `protocol`.
 
@@ -8,12 +8,12 @@ mod clock;
 pub mod key;
 mod op;
 mod protocol;
+mod queue_budget;
 mod same_thread;
 mod saved;
 mod shard;
 mod spread;
 mod store;
-mod waiters;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -26,7 +26,7 @@ pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
-pub use op::{hold_id, refuses, Counting, Op, Outcome, Outcomes, QuotaGroup, Reservation, Role};
+pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Reservation, Role};
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
@@ -39,7 +39,7 @@ pub use store::{
 };
 
 use key::{shard_of, Key};
-use waiters::WaiterBudget;
+use queue_budget::QueueBudget;
 
 /// What the engine says about a whole request.
 #[derive(Debug, Default)]
@@ -133,7 +133,7 @@ impl Engine {
     ) -> (Engine, Vec<ShardTask>) {
         let shards = shards.max(1);
         let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
-        let budget = Arc::new(WaiterBudget::new(max_waiters));
+        let budget = Arc::new(QueueBudget::new(max_waiters));
         let mut senders = Vec::with_capacity(shards);
         let mut tasks = Vec::with_capacity(shards);
         let mut stats = Vec::with_capacity(shards);

@@ -14,15 +14,16 @@ use crate::config::QueueSpec;
 pub enum Role {
     /// Over the limit refuses the request.
     Binding,
-    /// `quota_mode`: refuses only when every quota group of the request is over. The ops of one
-    /// group (a descriptor's limits) are over together: the group is over when one of them is.
-    Quota(QuotaGroup),
+    /// A joint limit (YAML `quota_mode`): refuses only when every joint group of the request is
+    /// over. The ops of one group (a descriptor's limits) are over together: the group is over
+    /// when one of them is.
+    Joint(JointGroup),
     /// `shadow_mode`: reported, never refuses.
     Shadow,
 }
 
-/// Which quota group an op belongs to (its descriptor's index in the request).
-pub type QuotaGroup = u32;
+/// Which joint group an op belongs to (its descriptor's index in the request).
+pub type JointGroup = u32;
 
 /// One limit to decide for one counter key.
 #[derive(Debug, Clone)]
@@ -138,7 +139,7 @@ pub struct Outcome {
 pub type Outcomes = SmallVec<[Outcome; 1]>;
 
 /// Whether a request whose ops have these (role, over) pairs is refused: when a
-/// [`Role::Binding`] op is over, or when it has [`Role::Quota`] ops and every quota group is
+/// [`Role::Binding`] op is over, or when it has [`Role::Joint`] ops and every joint group is
 /// over (a group is over when one of its ops is). [`Role::Shadow`] ops never refuse, and nothing
 /// refuses under `global_shadow`.
 #[inline]
@@ -146,12 +147,12 @@ pub fn refuses(ops: impl IntoIterator<Item = (Role, bool)>, global_shadow: bool)
     if global_shadow {
         return false;
     }
-    // (group, over) for every quota group seen.
+    // (group, over) for every joint group seen.
     let mut groups: SmallVec<[(u32, bool); 4]> = SmallVec::new();
     for (role, over) in ops {
         match role {
             Role::Binding if over => return true,
-            Role::Quota(g) => match groups.iter_mut().find(|(h, _)| *h == g) {
+            Role::Joint(g) => match groups.iter_mut().find(|(h, _)| *h == g) {
                 Some((_, o)) => *o |= over,
                 None => groups.push((g, over)),
             },
@@ -163,34 +164,34 @@ pub fn refuses(ops: impl IntoIterator<Item = (Role, bool)>, global_shadow: bool)
 
 #[cfg(test)]
 mod tests {
-    use super::Role::{Binding, Quota, Shadow};
+    use super::Role::{Binding, Joint, Shadow};
     use super::*;
 
     #[test]
     fn a_binding_op_over_refuses() {
         assert!(refuses([(Binding, false), (Binding, true)], false));
         assert!(!refuses([(Binding, false), (Binding, false)], false));
-        assert!(refuses([(Binding, true), (Quota(0), false)], false));
+        assert!(refuses([(Binding, true), (Joint(0), false)], false));
     }
 
     #[test]
-    fn quota_groups_refuse_only_when_all_are_over() {
-        assert!(!refuses([(Quota(0), true), (Quota(1), false)], false));
-        assert!(refuses([(Quota(0), true), (Quota(1), true)], false));
-        assert!(refuses([(Quota(0), true), (Binding, false)], false));
+    fn joint_groups_refuse_only_when_all_are_over() {
+        assert!(!refuses([(Joint(0), true), (Joint(1), false)], false));
+        assert!(refuses([(Joint(0), true), (Joint(1), true)], false));
+        assert!(refuses([(Joint(0), true), (Binding, false)], false));
     }
 
     #[test]
-    fn a_quota_group_is_over_when_one_of_its_ops_is() {
+    fn a_joint_group_is_over_when_one_of_its_ops_is() {
         // One descriptor with two limits, one over: its group is over.
-        assert!(refuses([(Quota(0), true), (Quota(0), false)], false));
+        assert!(refuses([(Joint(0), true), (Joint(0), false)], false));
         // Two descriptors: refused only when both groups are over.
         assert!(!refuses(
-            [(Quota(0), true), (Quota(0), false), (Quota(1), false)],
+            [(Joint(0), true), (Joint(0), false), (Joint(1), false)],
             false
         ));
         assert!(refuses(
-            [(Quota(0), false), (Quota(1), true), (Quota(0), true)],
+            [(Joint(0), false), (Joint(1), true), (Joint(0), true)],
             false
         ));
     }
@@ -198,14 +199,14 @@ mod tests {
     #[test]
     fn shadow_ops_never_refuse() {
         assert!(!refuses([(Shadow, true)], false));
-        assert!(!refuses([(Shadow, true), (Quota(0), false)], false));
-        assert!(refuses([(Shadow, false), (Quota(0), true)], false));
+        assert!(!refuses([(Shadow, true), (Joint(0), false)], false));
+        assert!(refuses([(Shadow, false), (Joint(0), true)], false));
     }
 
     #[test]
     fn global_shadow_never_refuses() {
         assert!(!refuses([(Binding, true)], true));
-        assert!(!refuses([(Quota(0), true)], true));
+        assert!(!refuses([(Joint(0), true)], true));
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Decide {
     /// The verdict this message can give, from whether each of its ops is over: every path
     /// that answers a message (the counters, the store's answers, the local over-limit cache,
     /// a store that cannot decide) asks here, so a shadow op never refuses and nothing refuses
-    /// under `global_shadow`. Quota ops are judged only when the message holds the whole
+    /// under `global_shadow`. Joint ops are judged only when the message holds the whole
     /// request; the engine judges them across the parts otherwise.
     pub(crate) fn refuses(&self, over: impl IntoIterator<Item = bool>) -> bool {
         let whole = self.whole;
@@ -85,7 +85,7 @@ impl Decide {
             .iter()
             .zip(over)
             .filter_map(|(op, over)| match op.role {
-                Role::Quota(_) if !whole => None,
+                Role::Joint(_) if !whole => None,
                 role => Some((role, over)),
             });
         refuses(ops, self.global_shadow)
@@ -132,7 +132,7 @@ pub(crate) struct Reply {
     pub(crate) hits: Hits,
     pub(crate) waited_ns: u64,
     /// The request's verdict, when the message held the whole request; a part's refusal
-    /// otherwise (the engine judges the quota groups across the parts).
+    /// otherwise (the engine judges the joint groups across the parts).
     pub(crate) refused: bool,
 }
 

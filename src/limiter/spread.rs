@@ -28,7 +28,7 @@ impl Engine {
             done: false,
         };
         let refused = request.decide(global_shadow).await?;
-        // The overall verdict also counts quota-mode ops, which no single shard can judge.
+        // The overall verdict also counts joint ops (`quota_mode`), which no one shard can judge.
         let judged = request.parts.iter().flat_map(|p| {
             let r = p.reply.as_ref().expect("collected");
             p.ops

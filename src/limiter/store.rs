@@ -3,7 +3,7 @@
 //! A store counts a batch of ops in one round trip and answers, per op, the key's state as the
 //! shard's own table would hold it, so the shard judges a stored decision with the same rules
 //! as one made in memory. The store decides its own encoding, key layout and scripts; the limiter
-//! never sees them (the Redis backend implements this contract).
+//! never sees them (`store::redis` implements it over Redis).
 
 use std::future::Future;
 use std::pin::Pin;

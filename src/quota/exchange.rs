@@ -1,6 +1,6 @@
 //! Where replicas meet to split a limit over the fleet: each publishes the demands of its own
 //! buckets of a limit and reads every other replica's. Redis is one such place
-//! (`backend::redis`); the hub only needs this contract.
+//! (`store::redis`); the hub only needs this contract.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::backend::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::metrics::RequestStats;
+use crate::service::ReloadStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
-use crate::settings::{Backend, Settings};
-use crate::telemetry::{Metrics, Registry, ReloadStats, StatsdStats};
+use crate::settings::{Backing, Settings};
+use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
+use crate::telemetry::{Metrics, Registry, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
@@ -122,7 +123,7 @@ async fn read_back(
     state: &Arc<StateStats>,
     wait: &StartWait,
 ) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
-    let Backend::Durable(s) = &settings.backend else {
+    let Backing::Durable(s) = &settings.backing else {
         return Ok((None, shard_tasks));
     };
     wait.set(Some(WaitingFor::State));
@@ -189,7 +190,7 @@ impl Context {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
             request_limits: settings.request_limits,
-            refused_hits: settings.refused_hits,
+            counting_rule: settings.counting_rule,
             global_quota_mode: settings.global_quota_mode,
             response_dynamic_metadata: settings.response_dynamic_metadata,
             refused_by_metadata: settings.refused_by_metadata,
@@ -225,7 +226,7 @@ async fn connect_store(
     ),
     StartError,
 > {
-    let Backend::Redis(r) = &settings.backend else {
+    let Backing::Redis(r) = &settings.backing else {
         return Ok((None, None));
     };
     wait.set(Some(WaitingFor::Redis));

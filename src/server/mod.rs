@@ -38,12 +38,12 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::backend::redis::StartupRetries;
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
-use crate::settings::{Backend, Settings};
+use crate::settings::{Backing, Settings};
 use crate::source::files::{fingerprint, Watched};
+use crate::store::redis::StartupRetries;
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
@@ -51,7 +51,7 @@ use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
 use admin::Admin;
 use context::Starting;
-use listeners::{local_addr, Listeners};
+use listeners::{local_addr, Listeners, OptionalAddrs};
 use reload::Reloader;
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -206,34 +206,8 @@ async fn start_telling(
     clock: Clock,
     wait: &StartWait,
 ) -> Result<Running, StartError> {
-    let FirstConfig { config, baseline } = first.into();
-    // Taken before the config was read, or now, before anything else: a change made from then
-    // on is a change to reload.
-    let config_watched = watched_config(settings);
-    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
-    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
-    let listeners = Listeners::bind(settings)?;
-    let bound = listeners.optional_addrs();
-    let starting = Starting {
-        wait: wait.clone(),
-        retries: Arc::new(StartupRetries::default()),
-        tls: Arc::default(),
-    };
-    let tls = tls_state(settings, &starting)?;
-    // Only Redis and the durable counters make a start wait.
-    let waiting = match settings.backend {
-        Backend::Redis(_) | Backend::Durable(_) => {
-            let counters = Registry::new(vec![starting.retries.clone()]);
-            let answers = (wait, counters);
-            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
-            Some(w.map_err(StartError::Runtime)?)
-        }
-        Backend::Memory => None,
-    };
-    let built = Context::build(settings, config, clock, starting).await?;
-    if let Some(w) = waiting {
-        w.hand_over();
-    }
+    let p = prepare(settings, first.into(), clock, wait).await?;
+    let (listeners, bound, tls, built) = (p.listeners, p.bound, p.tls, p.built);
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
     let reloader = reloader(settings, &cx, domains);
@@ -264,11 +238,11 @@ async fn start_telling(
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        config_poll: (reloader.clone()).map(|r| (p.config_watched, p.config_baseline, r)),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
             .map(|r| (r.domains(), health.clone())),
-        tls_poll: tls_watched
+        tls_poll: (p.tls_watched)
             .zip(tls.clone())
             .map(|((baseline, w), state)| (w, baseline, state)),
         interval: settings.reload_interval,
@@ -295,6 +269,65 @@ async fn start_telling(
         threads,
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
+    })
+}
+
+/// What the start has before it serves: the listeners bound, the TLS state, the context built,
+/// and the fingerprints the admin thread polls from.
+struct Prepared {
+    listeners: Listeners,
+    bound: OptionalAddrs,
+    tls: TlsShared,
+    built: context::Built,
+    config_watched: Watched,
+    config_baseline: u64,
+    tls_watched: Option<(u64, Watched)>,
+}
+
+/// Binds the listeners, reads the TLS files and builds the context, answering the wait on the
+/// ports meanwhile when the counters make a start wait.
+async fn prepare(
+    settings: &Settings,
+    first: FirstConfig,
+    clock: Clock,
+    wait: &StartWait,
+) -> Result<Prepared, StartError> {
+    let FirstConfig { config, baseline } = first;
+    // Taken before the config was read, or now, before anything else: a change made from then
+    // on is a change to reload.
+    let config_watched = watched_config(settings);
+    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
+    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
+    let listeners = Listeners::bind(settings)?;
+    let bound = listeners.optional_addrs();
+    let starting = Starting {
+        wait: wait.clone(),
+        retries: Arc::new(StartupRetries::default()),
+        tls: Arc::default(),
+    };
+    let tls = tls_state(settings, &starting)?;
+    // Only Redis and the durable counters make a start wait.
+    let waiting = match settings.backing {
+        Backing::Redis(_) | Backing::Durable(_) => {
+            let counters = Registry::new(vec![starting.retries.clone()]);
+            let answers = (wait, counters);
+            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
+            Some(w.map_err(StartError::Runtime)?)
+        }
+        Backing::Memory => None,
+    };
+    let built = Context::build(settings, config, clock, starting).await?;
+    if let Some(w) = waiting {
+        w.hand_over();
+    }
+    Ok(Prepared {
+        listeners,
+        bound,
+        tls,
+        built,
+        config_watched,
+        config_baseline,
+        tls_watched,
     })
 }
 
@@ -382,7 +415,7 @@ fn http_servers(
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
-            backend: settings.backend.name(),
+            backing: settings.backing.name(),
             shown: shown(&l),
         };
         out.push(("debug", l, http::debug_router(state, metrics)));

@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError, Sources};
 use crate::service::LiveLimits;
+use crate::service::ReloadStats;
 use crate::source::{Update, Updates};
-use crate::telemetry::ReloadStats;
 
 /// Records a config load: the success or error counter, the time of the last success, and the
 /// load log's entry under `source` (none for the empty config xDS starts from, which nothing

@@ -1,7 +1,8 @@
 //! A request's way through: validate → plan (descriptors → ops) → engine → answer. The gRPC
 //! adapter and the HTTP `/json` endpoint both call [`RateLimiter::decide`], which counts the
 //! call and its latency; the direct APIs' decisions (`throttle`) use the same engine, and so do
-//! the admin listener's look-ups and resets (`admin`), planned as a request is.
+//! the admin listener's look-ups and resets (`admin`), planned as a request is. The live limits
+//! (`live`) and the counters of the config loads that replace them (`reloads`) are here too.
 
 mod admin;
 mod answer;
@@ -11,6 +12,7 @@ pub mod metrics;
 mod plan;
 pub mod rate;
 mod refusal;
+mod reloads;
 mod request;
 mod settings;
 pub mod throttle;
@@ -25,8 +27,9 @@ pub use answer::WAITED_HEADER;
 pub use error::RlsError;
 pub use live::{Live, LiveLimits};
 use refusal::RefusalLog;
+pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use request::{validate, Descriptor, Override, Request, RequestLimits};
-pub use settings::{AnswerSettings, HeaderNames, RefusedHits};
+pub use settings::{AnswerSettings, CountingRule, HeaderNames};
 pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};
 
 use crate::limiter::Engine;

@@ -5,11 +5,11 @@ use smallvec::SmallVec;
 
 use super::error::RlsError;
 use super::request::{Descriptor, Request};
-use super::settings::{AnswerSettings, RefusedHits};
+use super::settings::{AnswerSettings, CountingRule};
 use crate::config::{Algorithm, Calendar, Domain, RateLimit, Reserve, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
-use crate::limiter::{Counting, Op, Params, QuotaGroup, Reservation, Role};
+use crate::limiter::{Counting, JointGroup, Op, Params, Reservation, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -115,7 +115,7 @@ pub(super) fn plan<'c>(
         plan.carried.push(Carried {
             hits,
             refund,
-            counting: counting_of(settings.refused_hits, d),
+            counting: counting_of(settings.counting_rule, d),
             stat_path,
         });
         plan.matches.push(m);
@@ -126,19 +126,19 @@ pub(super) fn plan<'c>(
 
 impl<'c> Plan<'c> {
     /// The limits that apply to descriptor `i`: Envoy's override, or its node's limits. Under
-    /// `QUOTA_MODE` every limit is a quota one, overrides included (as in the reference).
+    /// `QUOTA_MODE` every limit is joint, overrides included (as in the reference).
     fn apply(
         &mut self,
         i: usize,
         d: &Descriptor<'_>,
         m: Option<&Matched<'c>>,
-        global_quota: bool,
+        all_joint: bool,
     ) -> Result<(), RlsError> {
-        // A descriptor's limits are one quota group: it is over when one of them is.
-        let group = i as QuotaGroup;
-        let quota_or = |role| {
-            if global_quota {
-                Role::Quota(group)
+        // A descriptor's limits are one joint group: it is over when one of them is.
+        let group = i as JointGroup;
+        let joint_or = |role| {
+            if all_joint {
+                Role::Joint(group)
             } else {
                 role
             }
@@ -156,7 +156,7 @@ impl<'c> Plan<'c> {
                     requests_per_unit: limit.requests_per_unit,
                     unit,
                 },
-                role: quota_or(Role::Binding),
+                role: joint_or(Role::Binding),
             });
             return Ok(());
         }
@@ -165,9 +165,9 @@ impl<'c> Plan<'c> {
         let role = if node.shadow_mode {
             Role::Shadow
         } else if node.quota_mode {
-            Role::Quota(group)
+            Role::Joint(group)
         } else {
-            quota_or(Role::Binding)
+            joint_or(Role::Binding)
         };
         for l in &node.limits {
             self.applied.push(Applied {
@@ -279,11 +279,11 @@ impl<'c> Plan<'c> {
 /// fact (its own `hits_addend`, which Envoy sets for a rate limit with `hits_addend`, its
 /// `apply_on_stream_done` reports included) counts in full, other hits only when admitted,
 /// unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` says otherwise.
-fn counting_of(rule: RefusedHits, d: &Descriptor<'_>) -> Counting {
+fn counting_of(rule: CountingRule, d: &Descriptor<'_>) -> Counting {
     match rule {
-        RefusedHits::KeepReports if d.hits_addend.is_some() => Counting::Usage,
-        RefusedHits::KeepReports | RefusedHits::KeepNone => Counting::IfAdmitted,
-        RefusedHits::KeepAll => Counting::Always,
+        CountingRule::UsageInFull if d.hits_addend.is_some() => Counting::Usage,
+        CountingRule::UsageInFull | CountingRule::IfAdmitted => Counting::IfAdmitted,
+        CountingRule::Always => Counting::Always,
     }
 }
 

@@ -21,8 +21,8 @@ pub struct AnswerSettings {
     pub response_headers: Option<HeaderNames>,
     pub global_shadow_mode: bool,
     pub request_limits: RequestLimits,
-    pub refused_hits: RefusedHits,
-    /// `QUOTA_MODE`: every limit is a quota one (refuses only when all of them are over).
+    pub counting_rule: CountingRule,
+    /// `QUOTA_MODE`: every limit is joint (refuses only when all of them are over).
     pub global_quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: dynamic metadata describing the request, and the
     /// `metadata` of the descriptors that passed.
@@ -32,16 +32,18 @@ pub struct AnswerSettings {
     pub refused_by_metadata: bool,
 }
 
-/// Which hits of a refused request are kept (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+/// Which hits of a refused request count, for the whole process
+/// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`): the rule each op's
+/// [`Counting`](crate::limiter::Counting) is drawn from, by what its descriptor carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RefusedHits {
+pub enum CountingRule {
     /// Unset: usage reported after the fact, a descriptor with its own `hits_addend` (Envoy's
     /// `hits_addend` on a rate limit, `apply_on_stream_done` reports included), counts in full;
     /// other hits count only when the request is admitted.
     #[default]
-    KeepReports,
+    UsageInFull,
     /// `false`: every hit counts, admitted or not (envoyproxy/ratelimit's default).
-    KeepAll,
+    Always,
     /// `true`: a refused request consumes nothing, reported usage included.
-    KeepNone,
+    IfAdmitted,
 }

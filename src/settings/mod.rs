@@ -7,7 +7,7 @@
 
 mod env;
 mod sections;
-mod stats;
+mod statsd;
 
 use crate::durable::StateSettings;
 use std::net::SocketAddr;
@@ -16,12 +16,12 @@ use std::time::Duration;
 
 pub use env::{host_port, resolve, Env};
 
-use crate::backend::redis::RedisSettings;
 use crate::config::{LoadOptions, Sources};
 use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
 use crate::service::rate::RateDefaults;
-use crate::service::{HeaderNames, RefusedHits, RequestLimits, ThrottleLimits};
+use crate::service::{CountingRule, HeaderNames, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
+use crate::store::redis::RedisSettings;
 use crate::telemetry::client_values::DigestKey;
 use crate::telemetry::mapped::Mapper;
 use crate::telemetry::statsd::StatsdSettings;
@@ -83,7 +83,7 @@ pub struct Settings {
     /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
     pub throttle: ThrottleLimits,
     /// `BACKEND_TYPE`: where the counters live.
-    pub backend: Backend,
+    pub backing: Backing,
     pub load: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -99,11 +99,11 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     pub request_limits: RequestLimits,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which hits of a refused request are kept.
-    pub refused_hits: RefusedHits,
+    pub counting_rule: CountingRule,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health is SERVING only while a config with at
     /// least one domain is live (files; xDS reads it in its own settings too).
     pub healthy_only_with_config: bool,
-    /// `QUOTA_MODE`: every limit is a quota limit.
+    /// `QUOTA_MODE`: every limit is joint (`limiter::Role::Joint`).
     pub global_quota_mode: bool,
     /// `RESPONSE_DYNAMIC_METADATA`: answers carry envoyproxy/ratelimit's dynamic metadata.
     pub response_dynamic_metadata: bool,
@@ -162,9 +162,10 @@ pub struct Settings {
     pub ignored: Vec<String>,
 }
 
-/// Where the counters live (`BACKEND_TYPE`): each backend its own variant and settings.
+/// Where the counters live, the shards' backing (`BACKEND_TYPE`): each its own variant and
+/// settings.
 #[derive(Debug, Clone)]
-pub enum Backend {
+pub enum Backing {
     /// In this process's shards (the default).
     Memory,
     /// In this process's shards, written behind to a state dir and read back at the next start
@@ -174,21 +175,21 @@ pub enum Backend {
     Redis(Box<RedisSettings>),
 }
 
-impl Backend {
+impl Backing {
     /// The Redis settings, when the counters live there.
     pub fn redis(&self) -> Option<&RedisSettings> {
         match self {
-            Backend::Redis(r) => Some(r),
-            Backend::Memory | Backend::Durable(_) => None,
+            Backing::Redis(r) => Some(r),
+            Backing::Memory | Backing::Durable(_) => None,
         }
     }
 
-    /// The backend's name, as the status page shows it.
+    /// The backing's name, as the status page shows it.
     pub fn name(&self) -> &'static str {
         match self {
-            Backend::Memory => "memory",
-            Backend::Durable(_) => "memory, durable",
-            Backend::Redis(_) => "redis",
+            Backing::Memory => "memory",
+            Backing::Durable(_) => "memory, durable",
+            Backing::Redis(_) => "redis",
         }
     }
 }
@@ -248,7 +249,7 @@ impl Settings {
             resp: sections::resp(&env)?,
             admin: sections::admin(&env)?,
             throttle: sections::throttle(&env)?,
-            backend: sections::backend(&env)?,
+            backing: sections::backing(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
             config_path,
             load: LoadOptions {
@@ -268,7 +269,7 @@ impl Settings {
             healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
             refused_by_metadata: env.flag("TURNSTILE_REFUSED_BY_METADATA", false)?,
-            refused_hits: refused_hits(&env)?,
+            counting_rule: counting_rule(&env)?,
             shutdown_grace: Duration::from_secs(grace_secs),
             max_waiters: env.number("TURNSTILE_MAX_WAITERS", 10_000usize)?,
             admit_waiters_on_shutdown: env.choice(
@@ -282,7 +283,7 @@ impl Settings {
             debug_addr: Some(env.host_and_port("DEBUG_HOST", "DEBUG_PORT", 6070)?),
             prometheus: prometheus(&env)?,
             metrics: env.flag("USE_PROMETHEUS", true)?,
-            statsd: stats::statsd(&env)?,
+            statsd: statsd::statsd(&env)?,
             grpc_uds: env.get("GRPC_UDS").map(PathBuf::from),
             tls: tls(&env)?,
             log: sections::log(&env)?,
@@ -393,12 +394,12 @@ fn client_values(env: &Env<'_>) -> Result<ClientValues, String> {
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: unset, true or false are three behaviours.
-fn refused_hits(env: &Env<'_>) -> Result<RefusedHits, String> {
+fn counting_rule(env: &Env<'_>) -> Result<CountingRule, String> {
     const K: &str = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
     Ok(match env.get(K) {
-        None => RefusedHits::KeepReports,
-        Some(_) if env.flag(K, true)? => RefusedHits::KeepNone,
-        Some(_) => RefusedHits::KeepAll,
+        None => CountingRule::UsageInFull,
+        Some(_) if env.flag(K, true)? => CountingRule::IfAdmitted,
+        Some(_) => CountingRule::Always,
     })
 }
 

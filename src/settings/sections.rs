@@ -8,8 +8,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
-use super::Backend;
-use crate::backend::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
+use super::Backing;
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
 use crate::durable::StateSettings;
@@ -17,11 +16,12 @@ use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::rate::RateDefaults;
 use crate::service::ThrottleLimits;
 use crate::source::xds::{XdsSettings, XdsTls};
+use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
-/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL` (read whatever the backend).
+/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL` (read whatever the backing).
 fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
     const MAX: Duration = Duration::from_secs(60);
     let k = "TURNSTILE_STATE_SYNC_INTERVAL";
@@ -40,9 +40,9 @@ fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
 }
 
 /// `BACKEND_TYPE` (unset: Redis when `REDIS_URL` is set, memory otherwise) and the `REDIS_*`
-/// variables. Every Redis setting is read whatever the backend, so a bad value
-/// stops the start the day it is written, not the day the backend changes.
-pub(super) fn backend(env: &Env<'_>) -> Result<Backend> {
+/// variables. Every Redis setting is read whatever the backing, so a bad value
+/// stops the start the day it is written, not the day the backing changes.
+pub(super) fn backing(env: &Env<'_>) -> Result<Backing> {
     // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample) set
     // only REDIS_URL: honour them; with no Redis configured, stay in memory.
     let default = env.get("REDIS_URL").is_some();
@@ -74,8 +74,8 @@ pub(super) fn backend(env: &Env<'_>) -> Result<Backend> {
     }
     let state = state(env)?;
     match (on, state) {
-        (false, None) => return Ok(Backend::Memory),
-        (false, Some(state)) => return Ok(Backend::Durable(state)),
+        (false, None) => return Ok(Backing::Memory),
+        (false, Some(state)) => return Ok(Backing::Durable(state)),
         (true, Some(_)) => {
             return Err("TURNSTILE_STATE_DIR keeps the in-memory counters on disk; with BACKEND_TYPE=redis \
                  the counters live in Redis, which keeps them across restarts: unset one of the two"
@@ -86,7 +86,7 @@ pub(super) fn backend(env: &Env<'_>) -> Result<Backend> {
     let required = |t: Option<RedisTarget>, p: &str| {
         t.ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))
     };
-    Ok(Backend::Redis(Box::new(RedisSettings {
+    Ok(Backing::Redis(Box::new(RedisSettings {
         main: required(main, "REDIS")?,
         per_second: match per_second_on {
             true => Some(required(per_second, "REDIS_PERSECOND")?),

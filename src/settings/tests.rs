@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
-use crate::backend::redis::RedisType;
 use crate::limiter::FailureMode;
+use crate::store::redis::RedisType;
 
 fn resp_env(f: impl Fn(&str) -> Option<String>) -> Result<Option<RespSettings>, String> {
     Settings::from_env(f).map(|s| s.resp)
@@ -23,7 +23,7 @@ fn from(pairs: &[(&str, &str)]) -> Result<Option<RedisSettings>, String> {
             .find(|(n, _)| *n == k)
             .map(|(_, v)| v.to_string())
     })
-    .map(|s| s.backend.redis().cloned())
+    .map(|s| s.backing.redis().cloned())
 }
 
 #[test]

@@ -1,10 +1,9 @@
-//! The exposition and the push: every part that counts implements [`Metrics`] in its own room
-//! (the shards in `limiter`, the RESP connections in `transport::resp`, the throttle calls in
-//! `service::throttle`, ...), `server` registers them in [`Registry`] at start, and the
-//! Prometheus text and the statsd push loop over them without naming one. Also here: the
-//! config loads' counters, logs and traces, the latency histogram the parts use, how client
-//! values leave the process (`client_values`), and the Prometheus port's exposition of the
-//! statsd stats through statsd_exporter's mapping (`mapped`).
+//! The exposition and the push: every part that counts implements [`Metrics`] in its own room (the
+//! shards in `limiter`, the RESP connections in `transport::resp`, the throttle calls in
+//! `service::throttle`, ...), `server` registers them in [`Registry`] at start, and the Prometheus
+//! text and the statsd push loop over them without naming one. Also here: logs and traces, the
+//! latency histogram the parts use, how client values leave the process (`client_values`), and the
+//! Prometheus port's exposition of the statsd stats through statsd_exporter's mapping (`mapped`).
 
 pub mod client_values;
 pub mod exposition;
@@ -12,7 +11,6 @@ pub mod histogram;
 pub mod mapped;
 mod push_stats;
 mod registry;
-mod reloads;
 pub mod statsd;
 pub mod trace;
 mod trace_export;
@@ -22,7 +20,6 @@ pub use exposition::{Metrics, Pushed};
 pub use histogram::Histogram;
 pub use push_stats::StatsdStats;
 pub use registry::Registry;
-pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use trace::{
     init, init_logging, log_filter, LogSettings, OtlpProtocol, Telemetry, TracingSettings,
 };

@@ -1,10 +1,10 @@
-//! Deciding a message: each op evaluated against the counters, the message judged as a whole,
-//! then admitted (committed), refused, or parked in a queue. A [`Decider`] is the shard's parts
-//! borrowed together for one message, with its backing `B`: the memory path is here, the
-//! queues' side in `wait.rs`, admin actions in `admin.rs`; the store's path in `through_store.rs`
-//! exists only for `Decider<Link>`, so store-only code cannot run in memory mode. Where the
-//! memory path must tell a backing something (hits committed or refunded, a queue head to
-//! decide, a look-up, a reset), it calls the [`Hooks`], which [`Memory`] answers with nothing.
+//! Deciding a message: each op evaluated against the counters, the message judged as a whole, then
+//! admitted (committed), refused, or parked in a queue. A [`Decider`] is the shard's parts borrowed
+//! together for one message, with its backing `B`: the memory path is here, the queues' side in
+//! `queueing.rs`, admin actions in `admin.rs`; the store's path in `through_store.rs` exists only
+//! for `Decider<Link>`, so store-only code cannot run in memory mode. Where the memory path must
+//! tell a backing something (hits committed or refunded, a queue head to decide, a look-up, a
+//! reset), it calls the [`Hooks`], which [`Memory`] answers with nothing.
 
 use std::sync::Arc;
 
@@ -147,7 +147,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
         .zip(evals)
         .map(|(op, (e, blocked))| match op.role {
             Role::Binding => (e.over || *blocked) && !waits(op, e),
-            Role::Quota(_) | Role::Shadow => e.over,
+            Role::Joint(_) | Role::Shadow => e.over,
         });
     let action = if d.refuses(over) {
         Action::Refuse

@@ -1,4 +1,4 @@
-//! One shard: owns the counters and the wait queues of the keys that hash to it.
+//! One shard: owns the counters and the queues of the keys that hash to it.
 //!
 //! The shard lives on one thread and is used by one caller at a time (its task, or a caller on
 //! the same thread deciding synchronously), so its tables need no lock. A request reaches the
@@ -6,12 +6,12 @@
 //! so a request whose ops all live here is decided atomically. A message that must wait parks
 //! in the FIFO of the key it waits for and is answered later through its reply channel.
 //!
-//! A shard is its parts, each a type owning its fields: [`Counters`] (the key table and what
-//! guards it), [`Queues`] (the wait queues and the waiter budget) and its [`Backing`], memory
-//! alone or a [`Link`] to a store (batch, round trips, breaker, the ledger of hits the store has not counted yet). This file
-//! only dispatches messages and timers; a message is decided by the parts borrowed together as a
-//! [`Decider`](decide::Decider) over the backing's type (`decide.rs`, `wait.rs`, `admin.rs`
-//! for both, `through_store.rs` for a link only).
+//! A shard is its parts, each a type owning its fields: [`Counters`] (the key table and what guards
+//! it), [`Queues`] (the queues and the process's budget of waiters) and its [`Backing`], memory
+//! alone or a [`Link`] to a store (batch, round trips, breaker, the ledger of hits the store has
+//! not counted yet). This file only dispatches messages and timers; a message is decided by the
+//! parts borrowed together as a [`Decider`](decide::Decider) over the backing's type (`decide.rs`,
+//! `queueing.rs`, `admin.rs` for both, `through_store.rs` for a link only).
 
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use super::algorithm::State;
 use super::clock::Clock;
 use super::key::Key;
 use super::protocol::{Decide, Delivery, Msg, Reply};
-use super::waiters::WaiterBudget;
+use super::queue_budget::QueueBudget;
 
 mod admin;
 mod counters;
@@ -29,13 +29,13 @@ mod decide;
 mod engine_stats;
 mod holds;
 mod link;
+mod queueing;
 mod queues;
 mod stats;
 mod table;
 #[cfg(test)]
 mod tests;
 mod through_store;
-mod wait;
 
 use counters::Counters;
 pub(crate) use decide::refund_in_outcomes;
@@ -103,7 +103,7 @@ pub(crate) struct Shard {
 impl Shard {
     pub(crate) fn new(
         clock: Clock,
-        budget: Arc<WaiterBudget>,
+        budget: Arc<QueueBudget>,
         stats: Arc<ShardStats>,
         backing: Backing,
         max_keys: usize,

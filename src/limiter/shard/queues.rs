@@ -1,4 +1,4 @@
-//! The shard's wait queues: a FIFO per key of the messages waiting for room, the times at which
+//! The shard's queues: a FIFO per key of the messages waiting for room, the times at which
 //! a queue must be looked at again, the shard's count of waiters and the process-wide budget of
 //! them.
 
@@ -10,7 +10,7 @@ use super::stats::ShardStats;
 use crate::limiter::algorithm::Params;
 use crate::limiter::key::{Key, KeyMap, KeyRef};
 use crate::limiter::protocol::Decide;
-use crate::limiter::waiters::WaiterBudget;
+use crate::limiter::queue_budget::QueueBudget;
 
 /// A message parked in a key's queue.
 pub(crate) struct Waiter {
@@ -22,7 +22,7 @@ pub(crate) struct Waiter {
 }
 
 pub(crate) struct Queues {
-    /// FIFO wait queues, by key. A key with waiters keeps its entry in the counters: the sweep
+    /// FIFO queues, by key. A key with waiters keeps its entry in the counters: the sweep
     /// and evictions pass it by.
     map: KeyMap<VecDeque<Waiter>>,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
@@ -30,12 +30,12 @@ pub(crate) struct Queues {
     /// Waiters queued in this shard (the `waiting` gauge).
     waiters: usize,
     /// The process-wide cap on waiters, shared by every shard.
-    budget: Arc<WaiterBudget>,
+    budget: Arc<QueueBudget>,
     stats: Arc<ShardStats>,
 }
 
 impl Queues {
-    pub(super) fn new(budget: Arc<WaiterBudget>, stats: Arc<ShardStats>) -> Queues {
+    pub(super) fn new(budget: Arc<QueueBudget>, stats: Arc<ShardStats>) -> Queues {
         Queues {
             map: KeyMap::default(),
             events: BinaryHeap::new(),

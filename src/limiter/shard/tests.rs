@@ -20,7 +20,7 @@ const T0: u64 = 1_700_000_000 * 1_000_000_000;
 
 fn local(clock: Clock) -> (SameThreadShard, mpsc::Sender<Msg>) {
     let (tx, rx) = mpsc::channel(16);
-    let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+    let budget = Arc::new(crate::limiter::queue_budget::QueueBudget::new(100));
     let shard = Shard::new(
         clock,
         budget,
@@ -182,7 +182,7 @@ fn on_lane(clock: Clock, store: Arc<HeldStore>, lane: usize) -> Shard {
         local_first: false,
         sync_interval: Duration::from_millis(100),
     };
-    let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+    let budget = Arc::new(crate::limiter::queue_budget::QueueBudget::new(100));
     let stats = Arc::new(ShardStats::default());
     let r = Link::new(store, policy, lane, lane + 1, (1000, Arc::default()));
     Shard::new(clock, budget, stats, Backing::Store(Box::new(r)), 1000)
@@ -342,7 +342,7 @@ mod holds {
         ) {
             let (clock, manual) = Clock::manual(T0);
             let stats = Arc::new(ShardStats::default());
-            let budget = Arc::new(crate::limiter::waiters::WaiterBudget::new(100));
+            let budget = Arc::new(crate::limiter::queue_budget::QueueBudget::new(100));
             let mut shard = Shard::new(clock, budget, stats.clone(), Backing::Memory, 1000);
             let mut excess = 0u64;
             for (n, s) in steps.into_iter().enumerate() {

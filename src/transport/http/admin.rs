@@ -333,7 +333,7 @@ async fn reset(State(s): State<AdminState>, req: Request) -> Response {
 fn applies_json(a: &Applies) -> serde_json::Map<String, Value> {
     let role = match a.role {
         Role::Binding => "binding",
-        Role::Quota(_) => "quota",
+        Role::Joint(_) => "quota",
         Role::Shadow => "shadow",
     };
     let v = json!({

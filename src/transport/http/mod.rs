@@ -75,7 +75,7 @@ pub struct DebugState {
     pub top: Arc<TopTable>,
     pub clock: Clock,
     /// Where counters live, by name (`memory`, `redis`; the status page shows a store's breaker).
-    pub backend: &'static str,
+    pub backing: &'static str,
     /// How the port shows client values (`/debug/top`, the status page).
     pub shown: Shown,
 }

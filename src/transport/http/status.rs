@@ -20,7 +20,8 @@ use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::{BreakerState, EngineStats};
 use crate::service::metrics::RequestStats;
 use crate::service::LiveLimits;
-use crate::telemetry::{digest, ReloadStats, Shown};
+use crate::service::ReloadStats;
+use crate::telemetry::{digest, Shown};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("status.html");
@@ -285,7 +286,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         .map_or(0, |d| d.as_secs());
     Json(json!({
         "now": now,
-        "backend": s.backend,
+        "backend": s.backing,
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),

@@ -1,6 +1,6 @@
 //! An ADS management server (state of the world) for RateLimitConfig resources: serves one
 //! snapshot to every stream, records every request, and can break streams or refuse new ones to
-//! play a restart. Used by `ops::xds` (the client in-process) and `image` (the image, as Envoy
+//! play a restart. Used by `source::xds` (the client in-process) and `image` (the image, as Envoy
 //! Gateway configures it).
 
 use std::pin::Pin;

@@ -10,6 +10,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile");
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -322,4 +325,92 @@ pub fn start_fails(args: &[&str], env: &[(&str, &str)]) -> String {
     let status = child.wait().expect("wait for turnstile");
     assert!(!status.success(), "exited 0 without starting");
     stderr.join().unwrap_or_default()
+}
+
+pub fn http_get(addr: SocketAddr, path: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        reqwest::get(format!("http://{addr}{path}"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+}
+
+pub fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
+    let end = Instant::now() + DEADLINE;
+    let mut last = String::new();
+    while Instant::now() < end {
+        match f() {
+            None => return,
+            Some(l) => last = l,
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: never happened; last:\n{last}");
+}
+
+pub fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
+    crate::common::one(domain, &[(key, value)])
+}
+
+/// A call with `metadata` as gRPC metadata (what Envoy sends: x-request-id, trace headers).
+pub async fn call(
+    grpc: SocketAddr,
+    req: RateLimitRequest,
+    metadata: &[(&'static str, &str)],
+) -> RateLimitResponse {
+    let mut c = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let mut r = tonic::Request::new(req);
+    for (k, v) in metadata {
+        r.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    c.should_rate_limit(r)
+        .await
+        .expect("call succeeds")
+        .into_inner()
+}
+
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Istio's sample config (its ConfigMap's `config.yaml`): productpage limited per path.
+pub const V1: &str = "domain: productpage-ratelimit
+descriptors:
+  - key: PATH
+    value: \"/productpage\"
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: PATH
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+";
+
+/// A ConfigMap volume at `dir`: `..v1/config.yaml`, `..data -> ..v1`, `config.yaml -> ..data/...`.
+pub fn configmap(dir: &Path, yaml: &str) {
+    std::fs::create_dir_all(dir.join("..v1")).unwrap();
+    std::fs::write(dir.join("..v1/config.yaml"), yaml).unwrap();
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/config.yaml", dir.join("config.yaml")).unwrap();
+}
+
+pub fn configmap_update(dir: &Path, version: &str, yaml: &str) {
+    std::fs::create_dir_all(dir.join(version)).unwrap();
+    std::fs::write(dir.join(version).join("config.yaml"), yaml).unwrap();
+    std::os::unix::fs::symlink(version, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
 }

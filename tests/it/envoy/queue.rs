@@ -1,6 +1,6 @@
 //! Through a real Envoy: turnstile's queued waiting (held then admitted, queue full, Envoy's
 //! own timeout giving up on a waiter, FIFO, the shipped example's /batch), the X-RateLimit-*
-//! headers of the sliding window and the token bucket, and the Redis backend.
+//! headers of the sliding window and the token bucket, and Redis.
 //!
 //! The fixture (turnstile as a binary, an upstream, Envoy with a generated config) is `Stack`
 //! in tests/it/common/envoy.rs. Queues only make sense in real time, so these tests use one-second

@@ -294,7 +294,7 @@ variants! {
 }
 
 /// `TestBasicConfig_ExtraTags` (integration_test.go:125). EXTRA_TAGS tags statsd series (the
-/// statsd push, off here, is tested in tests/it/ops/statsd.rs); the Prometheus series carry no
+/// statsd push, off here, is tested in tests/it/telemetry/statsd.rs); the Prometheus series carry no
 /// tags, and the counters the test reads are there.
 #[tokio::test]
 async fn basic_config_extra_tags() {

@@ -1,0 +1,10 @@
+//! Where counters live: every scenario on every backing, Redis specifics, local-first, usage
+//! while Redis is away.
+
+mod local_first;
+mod redis;
+mod redis_start;
+mod replay;
+mod scenarios;
+mod store_sync;
+mod windows;

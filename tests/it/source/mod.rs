@@ -1,0 +1,4 @@
+//! Where configs come from besides files (those are `server::reload`'s): xDS, from an in-test
+//! ADS management server.
+
+mod xds;
