@@ -18,6 +18,11 @@ in turn:
              the peak RSS (VmHWM) the reload reached, over the empty process, per
              descriptor
 
+xDS (--xds path/to/examples/xds_serve): each size again, the config pushed by an ADS
+server as one RateLimitConfig (Envoy Gateway's way): start is the spawn to the first
+config live, reload a second push until /json answers with its limit; the "check"
+column shows the resource's size in bytes.
+
 Servers run with MIMALLOC_PURGE_DELAY=0 (freed memory goes back to the system at
 once) unless --purge-delay says otherwise, so RSS shows what is held.
 
@@ -33,7 +38,8 @@ against the same run with no reload: p50 / p99 / max.
 Usage:
   flock /work/bench.lock python3 benches/load/config_load.py \\
       [--bins /path/a/turnstile,target/release/turnstile] \\
-      [--sizes 1000,10000,100000,400000] [--wildcards 2000] [--latency]
+      [--sizes 1000,10000,100000,400000] [--wildcards 2000] [--latency] \\
+      [--xds target/release/examples/xds_serve]
 Needs: python3, h2load (nghttp2-client) for the calls.
 """
 
@@ -53,6 +59,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from make_body import encode_request, grpc_frame  # noqa: E402
 
 PURGE = {"MIMALLOC_PURGE_DELAY": "0"}
+# A RateLimitConfig of 100 000 descriptors is about 3 MB: under gRPC's 4 MB default, which the
+# reference keeps too (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES unset); bigger sizes need it raised.
+XDS_ENV = {"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": str(64 << 20)}
 
 
 def saas(tenants: int, last_rpu: int) -> str:
@@ -91,14 +100,16 @@ def check(binary: str, path: str):
 
 
 class Server:
-    def __init__(self, binary: str, config: str):
+    def __init__(self, binary: str, config: str = None, env: dict = None):
+        """Serves `config`, or with no config what `env` says (xDS)."""
         env = {
             "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "PROMETHEUS_ADDR": "127.0.0.1:0",
-            "LOG_LEVEL": "warn", **PURGE,
+            "LOG_LEVEL": "warn", **PURGE, **(env or {}),
         }
         t = time.monotonic()
+        where = ["--config", config] if config else []
         self.p = subprocess.Popen(
-            [binary, "serve", "--config", config,
+            [binary, "serve", *where,
              "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
         for line in self.p.stdout:
@@ -156,6 +167,63 @@ def reload_time(srv: Server, path: str, tenants: int, rpu: int) -> float:
             return float("inf")
         time.sleep(0.01)
     return time.monotonic() - t
+
+
+class Ads:
+    """examples/xds_serve.rs: an ADS server with `tenants` tenants; `push(rpu)` sends a new
+    version with the last tenant's limit at `rpu`."""
+
+    def __init__(self, example: str, tenants: int):
+        self.p = subprocess.Popen([example, str(tenants)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        if not line.startswith("xds_serve: listening"):
+            sys.exit(f"xds_serve did not start: {line!r}")
+        self.addr = line.split()[2]
+        self.bytes = int(line.split("bytes=")[1])
+
+    def env(self) -> dict:
+        return {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": self.addr,
+                "CONFIG_GRPC_XDS_NODE_ID": "bench", **XDS_ENV}
+
+    def push(self, rpu: int):
+        self.p.stdin.write(f"{rpu}\n")
+        self.p.stdin.flush()
+
+    def stop(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def until_limit(srv: Server, tenant: str, rpu: int) -> float:
+    t = time.monotonic()
+    while srv.limit_of(tenant) != rpu:
+        if time.monotonic() - t > 600:
+            return float("inf")
+        time.sleep(0.01)
+    return time.monotonic() - t
+
+
+def xds_row(binary: str, example: str, n: int, base: int, i: int):
+    """The same columns as the YAML rows, the config pushed over xDS: ready is the first
+    config live, the reload a second push."""
+    tenants = n // 2
+    ads = Ads(example, tenants)
+    t = time.monotonic()
+    srv = Server(binary, env=ads.env())
+    until_limit(srv, f"t{tenants - 1}", 7)
+    ready = time.monotonic() - t
+    peak = srv.peak()
+    steady = srv.settled_rss()
+    ads.push(9)
+    rl = until_limit(srv, f"t{tenants - 1}", 9)
+    reload_peak = srv.peak()
+    print(f"{n:>11} {str(i) + ' xds':>6} {ads.bytes / 1e6:>7.1f}M {'':>9} {ready:>8.2f} "
+          f"{peak / 1e6:>8.1f} {(peak - base) / n:>9.0f} {steady / 1e6:>10.1f} "
+          f"{(steady - base) / n:>11.0f} {rl:>9.2f} {(reload_peak - base) / n:>16.0f}",
+          flush=True)
+    srv.stop()
+    ads.stop()
 
 
 def h2load(srv: Server, body_path: str, seconds: float, clients: int, streams: int,
@@ -233,6 +301,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=4)
     ap.add_argument("--latency", action="store_true")
+    ap.add_argument("--xds", metavar="XDS_SERVE",
+                    help="also push each size over xDS, from this build of examples/xds_serve.rs")
     ap.add_argument("--purge-delay", help="MIMALLOC_PURGE_DELAY for the servers (default 0)")
     a = ap.parse_args()
     if a.purge_delay is not None:
@@ -271,6 +341,8 @@ def main():
                   f"{peak / 1e6:>8.1f} {(peak - base) / n:>9.0f} {steady / 1e6:>10.1f} "
                   f"{(steady - base) / n:>11.0f} {rl:>9.2f} {(reload_peak - base) / n:>16.0f}",
                   flush=True)
+            if a.xds:
+                xds_row(b, a.xds, n, base, i)
             if a.latency and n == sizes[-1] and shutil.which("h2load"):
                 body = os.path.join(work, "t0.bin")
                 with open(body, "wb") as f:

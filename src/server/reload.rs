@@ -4,13 +4,13 @@
 //! Every load, the first one at start included, is recorded here ([`record`]) and nowhere else.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError, Sources};
-use crate::service::LiveLimits;
-use crate::service::ReloadStats;
-use crate::source::{Update, Updates};
+use crate::service::{Live, LiveLimits, ReloadStats};
+use crate::source::{in_background, Update, Updates};
 
 /// Records a config load: the success or error counter, the time of the last success, and the
 /// load log's entry under `source` (none for the empty config xDS starts from, which nothing
@@ -48,9 +48,10 @@ impl Install {
         match loaded {
             Ok(config) => {
                 let domains = config.domains.len();
-                self.live.install(config);
+                let replaced = self.live.install(config);
                 record(&self.stats, Some(source), Ok(()));
                 tracing::info!(source, domains, "config reloaded");
+                free_here(replaced);
                 Ok(())
             }
             Err(e) => {
@@ -65,10 +66,12 @@ impl Install {
         }
     }
 
-    /// Applies every config `updates` yields from `source` (xDS), until the source ends.
-    pub(super) async fn follow(&self, source: &str, mut updates: Updates) {
+    /// Applies every config `updates` yields from `source` (xDS), until the source ends, each in
+    /// the background: binding a big config's stats and freeing the one it replaces take time.
+    pub(super) async fn follow(&self, source: &'static str, mut updates: Updates) {
         while let Some(Update { loaded, handled }) = updates.recv().await {
-            let _ = self.apply(source, loaded);
+            let install = self.clone();
+            let _ = in_background(move || install.apply(source, loaded)).await;
             drop(handled);
         }
     }
@@ -97,15 +100,21 @@ impl Reloader {
         self.sources.clone()
     }
 
-    /// Loads the config location now and applies it (SIGHUP).
+    /// Loads the config location now and applies it (SIGHUP), on the calling thread.
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
         self.apply(self.sources.load())
     }
 
-    /// Applies every config the files source yields, until it ends.
-    pub(super) async fn follow(&self, mut updates: Updates) {
+    /// Loads the config location and applies it in the background (SIGHUP).
+    pub(super) async fn reload_in_background(self: Arc<Self>) {
+        let _ = in_background(move || self.reload()).await;
+    }
+
+    /// Applies every config the files source yields, until it ends, each in the background.
+    pub(super) async fn follow(self: Arc<Self>, mut updates: Updates) {
         while let Some(Update { loaded, handled }) = updates.recv().await {
-            let _ = self.apply(loaded);
+            let reloader = self.clone();
+            let _ = in_background(move || reloader.apply(loaded)).await;
             drop(handled);
         }
     }
@@ -129,6 +138,21 @@ impl Reloader {
         self.domains.subscribe()
     }
 }
+
+/// Drops `replaced` once no call reads it any more, on this thread: freeing a config of a few
+/// hundred thousand descriptors takes milliseconds, which a worker dropping the last handle
+/// would spend between two calls. A call holds the live limits for its own span, so the wait
+/// is short; past [`FREE_WAIT`] (a call held by a queue) the last reader frees them.
+fn free_here(replaced: Arc<Live>) {
+    let since = std::time::Instant::now();
+    while Arc::strong_count(&replaced) > 1 && since.elapsed() < FREE_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(replaced);
+}
+
+/// How long a reload waits for the calls still reading the config it replaced.
+const FREE_WAIT: Duration = Duration::from_millis(200);
 
 /// GoCC's key file's fields GoCC would skip silently, as warnings.
 pub fn log_gocc_warnings(config: &Config) {

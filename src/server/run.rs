@@ -106,7 +106,9 @@ async fn reload_on_hangup(running: &Running) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP: reloading");
         // Errors are logged and counted by the reload itself.
-        let _ = running.reload_config();
+        if let Some(reloader) = &running.reloader {
+            reloader.clone().reload_in_background().await;
+        }
         running.reload_tls();
     }
 }

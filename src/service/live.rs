@@ -46,10 +46,11 @@ impl LiveLimits {
 
     /// Puts `config` live, from files or xDS alike: each limit keeps the stats its stat key had,
     /// and heavy hitters, so they survive without being copied. The server's reload records the
-    /// load.
-    pub fn install(&self, config: Config) {
+    /// load. Returns the limits it replaced: whoever drops the last handle on them frees them,
+    /// which for a big config is worth doing off the workers.
+    pub fn install(&self, config: Config) -> Arc<Live> {
         self.now
-            .store(Arc::new(bind(config, &self.metrics, &self.top)));
+            .swap(Arc::new(bind(config, &self.metrics, &self.top)))
     }
 }
 

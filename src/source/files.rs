@@ -15,7 +15,7 @@ use std::time::Duration;
 use fnv::FnvHasher;
 use tokio::sync::{mpsc, watch};
 
-use super::{Update, Updates};
+use super::{in_background, Update, Updates};
 use crate::config::Sources;
 
 /// What a change of is worth a reload.
@@ -139,8 +139,8 @@ pub async fn poll<F: Future<Output = ()>>(
 
 /// The config location as a source: the poller (to run until `stop`, as [`poll`]) and the
 /// updates it yields, one for each change it notices, loaded from `sources` then. The files
-/// are read and built on a blocking thread: a big config (100 000 descriptors take most of a
-/// second) does not hold up the thread that serves HTTP and RESP.
+/// are read and built in the background ([`in_background`]): a big config holds up neither the
+/// thread that serves the admin ports nor the workers.
 pub fn config_updates(
     watched: Watched,
     baseline: u64,
@@ -152,10 +152,10 @@ pub fn config_updates(
     let on_change = move || {
         let (sources, tx) = (sources.clone(), tx.clone());
         async move {
-            let loaded = match tokio::task::spawn_blocking(move || sources.load()).await {
+            let loaded = match in_background(move || sources.load()).await {
                 Ok(loaded) => loaded,
                 Err(e) => {
-                    tracing::error!(error = %e, "config load stopped before it finished");
+                    tracing::error!(error = %e, "config load did not finish");
                     return;
                 }
             };

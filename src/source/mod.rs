@@ -3,8 +3,11 @@
 //! and notices: each yields the configs it reads as a stream of [`Update`]s, which the server's
 //! one reload path consumes and decides what goes live.
 
+mod background;
 pub mod files;
 pub mod xds;
+
+pub use background::in_background;
 
 use tokio::sync::{mpsc, oneshot};
 

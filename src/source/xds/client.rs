@@ -17,7 +17,7 @@ use tonic::metadata::MetadataKey;
 use super::{XdsSettings, INVALID_ARGUMENT};
 use crate::config::xds::{config_from_resources, TYPE_URL};
 use crate::config::{Config, ConfigError};
-use crate::source::Update;
+use crate::source::{in_background, Update};
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
 /// validated and yielded on `updates` (`Ok` to apply, `Err` when it is NACKed), and answered once
@@ -67,9 +67,9 @@ struct Client {
     ready: watch::Sender<bool>,
     /// The version of the last config applied: sent on every NACK and when resubscribing.
     acked_version: String,
-    /// The resources of the config applied last; the same resources again (after a reconnect)
-    /// are ACKed without rebuilding.
-    applied: Option<Vec<Any>>,
+    /// A digest of the resources of the config applied last: the same resources again (after a
+    /// reconnect) are ACKed without rebuilding, and the resources themselves are not kept.
+    applied: Option<Digest>,
     /// Whether the current stream has delivered a response.
     received: bool,
 }
@@ -104,7 +104,7 @@ impl Client {
             .map_err(|s| format!("cannot subscribe: {}", status_text(&s)))?
             .into_inner();
         tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "subscribed to RateLimitConfig over xDS");
-        while let Some(response) = inbound.message().await.map_err(|s| status_text(&s))? {
+        while let Some(response) = inbound.message().await.map_err(|s| inbound_error(&s))? {
             self.received = true;
             let reply = self.handle(response).await;
             if tx.send(reply).await.is_err() {
@@ -129,12 +129,25 @@ impl Client {
             tracing::warn!(version = %version_info, "{message}");
             return self.request(self.acked_version.clone(), nonce, Some(message));
         }
-        if self.applied.as_ref() == Some(&resources) {
+        let digest = Digest::of(&resources);
+        if self.applied == Some(digest) {
             tracing::debug!(version = %version_info, "xDS config unchanged");
             self.acked_version = version_info.clone();
             return self.request(version_info, nonce, None);
         }
-        match config_from_resources(&resources, self.settings.load) {
+        let opts = self.settings.load;
+        // Built in the background: a big config holds up neither the admin thread (its ports,
+        // the statsd push) nor the workers.
+        let built = in_background(move || config_from_resources(&resources, opts))
+            .await
+            .unwrap_or_else(|message| {
+                Err(ConfigError {
+                    file: "xDS".into(),
+                    path: String::new(),
+                    message,
+                })
+            });
+        match built {
             Ok(config) => {
                 tracing::info!(
                     version = %version_info,
@@ -143,7 +156,7 @@ impl Client {
                 );
                 self.yield_update(Ok(config)).await;
                 self.ready.send_replace(true);
-                self.applied = Some(resources);
+                self.applied = Some(digest);
                 self.acked_version = version_info.clone();
                 self.request(version_info, nonce, None)
             }
@@ -235,6 +248,17 @@ pub(super) fn backoff(settings: &XdsSettings, failures: u32) -> Duration {
     base.mul_f64(spread).min(settings.backoff_max)
 }
 
+/// Why the stream could not deliver a response; one over the size limit says which setting
+/// raises it (a config of a few hundred thousand descriptors passes gRPC's 4 MB default).
+fn inbound_error(s: &tonic::Status) -> String {
+    let text = status_text(s);
+    if s.code() == tonic::Code::OutOfRange {
+        format!("{text} (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES raises the limit)")
+    } else {
+        text
+    }
+}
+
 fn status_text(s: &tonic::Status) -> String {
     if s.message().is_empty() {
         format!("{:?}", s.code())
@@ -264,4 +288,24 @@ pub(super) fn strip_scheme(url: &str) -> String {
         .unwrap_or(url)
         .trim_end_matches('/')
         .to_owned()
+}
+
+/// SHA-256 over a response's resources, each type URL and value length-prefixed, so two lists
+/// share a digest only if they are the same resources in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Digest([u8; 32]);
+
+impl Digest {
+    fn of(resources: &[Any]) -> Digest {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        for any in resources {
+            for part in [any.type_url.as_bytes(), &any.value] {
+                ctx.update(&(part.len() as u64).to_le_bytes());
+                ctx.update(part);
+            }
+        }
+        let mut out = [0; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        Digest(out)
+    }
 }

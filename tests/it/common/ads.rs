@@ -130,6 +130,40 @@ impl Ads {
     }
 }
 
+/// One `RateLimitConfig`, domain `saas`, of `tenants` tenants: each a `tenant` value with a
+/// limit (100 a minute; the last one `last_rpu`) and a child `path` limit (10 a second), 2 ×
+/// `tenants` descriptors, as a SaaS with a limit per customer has it.
+pub fn saas(tenants: u32, last_rpu: u32) -> pb::RateLimitConfig {
+    let limit = |unit: pb::RateLimitUnit, rpu: u32| {
+        Some(pb::RateLimitPolicy {
+            unit: unit as i32,
+            requests_per_unit: rpu,
+            ..Default::default()
+        })
+    };
+    let descriptors = (0..tenants)
+        .map(|i| pb::RateLimitDescriptor {
+            key: "tenant".into(),
+            value: format!("t{i}"),
+            rate_limit: limit(
+                pb::RateLimitUnit::Minute,
+                if i + 1 == tenants { last_rpu } else { 100 },
+            ),
+            descriptors: vec![pb::RateLimitDescriptor {
+                key: "path".into(),
+                rate_limit: limit(pb::RateLimitUnit::Second, 10),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    pb::RateLimitConfig {
+        name: "saas".into(),
+        domain: "saas".into(),
+        descriptors,
+    }
+}
+
 pub fn nonce(stream: u64, version: &str) -> String {
     format!("{stream}-{version}")
 }

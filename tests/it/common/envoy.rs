@@ -263,13 +263,23 @@ impl Turnstile {
     }
 
     pub fn start_with_config(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, Some(config), env)
+    }
+
+    /// Serves with no config location: the limits come from what `env` says (xDS).
+    pub fn start_without_config(dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, None, env)
+    }
+
+    fn spawn(dir: &Path, config: Option<&Path>, env: &[(&str, &str)]) -> Self {
         let stderr_path = dir.join("turnstile.stderr");
         let stderr = fs::File::create(&stderr_path).unwrap();
         let mut cmd = Command::new(turnstile_bin());
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(config)
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        cmd.arg("serve");
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        cmd.args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
             .env_remove("LIMIT_RESPONSE_HEADERS_ENABLED")
             // Keep off the fixed debug and Prometheus ports (6070, 9090).
             .env("DEBUG_HOST", "127.0.0.1")
@@ -330,6 +340,11 @@ impl Turnstile {
             child,
             stderr_path,
         }
+    }
+
+    /// What the server has logged so far.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
     /// Simulates a crash: SIGKILL, so the gRPC port refuses connections from now on.

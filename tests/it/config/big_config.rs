@@ -2,12 +2,14 @@
 //! through the binary: `turnstile check` lists it and still finds a duplicate, `serve` answers
 //! from it, and an edit of the file goes live. Loading is linear in the config's size; a
 //! quadratic load took 9 minutes here at this size (BENCHMARKS.md, "Config load"), far past the
-//! waits below, which are readiness waits, not timings.
+//! waits below, which are readiness waits, not timings. The same limits pushed over xDS, as
+//! Envoy Gateway pushes them, go live, serve and reload the same way.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::ads::{self, Ads};
 use crate::common::envoy::Turnstile;
 use crate::common::tempdir::TempDir;
 
@@ -70,9 +72,13 @@ fn check_lists_fifty_thousand_tenants_and_still_finds_a_duplicate() {
 
 /// The limit `/json` reports for the last tenant.
 async fn last_tenant_limit(http: std::net::SocketAddr) -> Option<u64> {
+    tenant_limit(http, TENANTS - 1).await
+}
+
+/// The limit `/json` reports for tenant `t{i}`.
+async fn tenant_limit(http: std::net::SocketAddr, i: usize) -> Option<u64> {
     let body = format!(
-        r#"{{"domain":"saas","descriptors":[{{"entries":[{{"key":"tenant","value":"t{}"}}]}}]}}"#,
-        TENANTS - 1
+        r#"{{"domain":"saas","descriptors":[{{"entries":[{{"key":"tenant","value":"t{i}"}}]}}]}}"#
     );
     let r = reqwest::Client::new()
         .post(format!("http://{http}/json"))
@@ -91,16 +97,20 @@ async fn serve_answers_from_fifty_thousand_tenants_and_reloads_an_edit() {
     assert_eq!(last_tenant_limit(s.http).await, Some(7));
 
     std::fs::write(t.path().join("limits/saas.yaml"), saas(9)).unwrap();
+    let got = wait_for_limit(s.http, TENANTS - 1, 9).await;
+    assert_eq!(got, Some(9), "the edit went live within {WAIT:?}");
+}
+
+/// Polls tenant `t{i}`'s limit until it is `rpu` or [`WAIT`] has passed; the last answer.
+async fn wait_for_limit(http: std::net::SocketAddr, i: usize, rpu: u64) -> Option<u64> {
     let end = Instant::now() + WAIT;
-    let mut got = None;
-    while Instant::now() < end {
-        got = last_tenant_limit(s.http).await;
-        if got == Some(9) {
-            break;
+    loop {
+        let got = tenant_limit(http, i).await;
+        if got == Some(rpu) || Instant::now() >= end {
+            return got;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(got, Some(9), "the edit went live within {WAIT:?}");
 }
 
 /// The resident set of process `pid`, in bytes, once the allocator has handed back what the
@@ -154,4 +164,84 @@ async fn a_served_config_of_a_hundred_thousand_descriptors_holds_under_a_kilobyt
     );
     let per = (settled_rss(s.child.id()).saturating_sub(base)) / (2 * TENANTS as u64);
     assert!(per <= 1024, "{per} bytes a descriptor held while serving");
+}
+
+/// turnstile served as Envoy Gateway runs it, the limits pushed over xDS by `ads`.
+fn start_from_xds(name: &str, ads: &Ads, extra: &[(&str, &str)]) -> (TempDir, Turnstile) {
+    let t = TempDir::new(name);
+    let addr = ads.addr.to_string();
+    let mut env = vec![
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", addr.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "big"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms"),
+        ("MIMALLOC_PURGE_DELAY", "0"),
+    ];
+    env.extend_from_slice(extra);
+    let s = Turnstile::start_without_config(t.path(), &env);
+    (t, s)
+}
+
+/// Envoy Gateway's way: the same hundred thousand descriptors pushed over xDS as one
+/// `RateLimitConfig` (under gRPC's default 4 MB message limit, which the reference keeps) go
+/// live and serve, hold under the same bound as from a file, and a second push replaces them.
+#[tokio::test]
+async fn a_pushed_config_of_a_hundred_thousand_descriptors_serves_holds_and_reloads() {
+    let tenants = TENANTS as u32;
+    let small = Ads::start().await;
+    small.push("1", vec![ads::saas(1, 7)]);
+    let (_t, empty) = start_from_xds("big-xds-empty", &small, &[]);
+    assert_eq!(wait_for_limit(empty.http, 0, 7).await, Some(7));
+    let base = settled_rss(empty.child.id());
+
+    let big = Ads::start().await;
+    big.push("1", vec![ads::saas(tenants, 7)]);
+    let (_t, s) = start_from_xds("big-xds", &big, &[]);
+    assert_eq!(
+        wait_for_limit(s.http, TENANTS - 1, 7).await,
+        Some(7),
+        "the push went live within {WAIT:?}"
+    );
+    assert_eq!(
+        tenant_limit(s.http, 0).await,
+        Some(100),
+        "and the first tenant"
+    );
+    let per = (settled_rss(s.child.id()).saturating_sub(base)) / (2 * TENANTS as u64);
+    assert!(per <= 1024, "{per} bytes a descriptor held while serving");
+
+    big.push("2", vec![ads::saas(tenants, 9)]);
+    let got = wait_for_limit(s.http, TENANTS - 1, 9).await;
+    assert_eq!(got, Some(9), "the second push went live within {WAIT:?}");
+}
+
+/// A push bigger than the client takes (`XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`, gRPC's 4 MB by
+/// default) is not served, and the log says which setting raises the limit.
+#[tokio::test]
+async fn a_push_over_the_message_limit_names_the_setting_that_raises_it() {
+    let big = Ads::start().await;
+    let config = ads::saas(TENANTS as u32, 7);
+    let size = prost::Message::encoded_len(&config);
+    big.push("1", vec![config]);
+    let limit = (size / 2).to_string();
+    let extra = [("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", limit.as_str())];
+    let (_t, s) = start_from_xds("big-xds-over", &big, &extra);
+    let end = Instant::now() + WAIT;
+    while !s
+        .stderr()
+        .contains("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES raises the limit")
+    {
+        assert!(Instant::now() < end, "no hint logged:\n{}", s.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        s.stderr().contains(&format!("the limit is: {limit} bytes")),
+        "{}",
+        s.stderr()
+    );
+    assert_eq!(
+        tenant_limit(s.http, 0).await,
+        None,
+        "nothing served from it"
+    );
 }
