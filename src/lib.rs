@@ -114,9 +114,9 @@
 //! - (7) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs` (8), which walks the
 //!   changed entries of `limiter/shard/table.rs` (9) from the page's start, clearing their bits,
 //!   into a `limiter/saved.rs` (10) page of at most 32 768 keys.
-//! - (11) `durable/format.rs` encodes each page into checksummed frames, each state by
-//!   `limiter/algorithm.rs` (12), on the blocking pool; `durable/dir.rs` (13) appends them to
-//!   the log and syncs it, or streams them into a new snapshot.
+//! - (11) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
+//!   `durable/format/state.rs` (12), on the blocking pool; `durable/dir.rs` (13) appends them
+//!   to the log and syncs it, or streams them into a new snapshot.
 //! - (14) `durable/stats.rs`: the sync is counted.
 //!
 //! At start, `server/context.rs` opens the journal before the server serves: `durable/dir.rs`
