@@ -108,20 +108,23 @@
 //!   stop.
 //! - (2) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).
-//! - (3) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (4), to each
-//!   shard in turn, a page at a time: through its mailbox to the shard's task,
-//!   `limiter/actor.rs` (5), which hands it to the shard, `limiter/same_thread.rs` (6).
-//! - (7) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs` (8), which walks the
-//!   changed entries of `limiter/shard/table.rs` (9) from the page's start, clearing their bits,
-//!   into a `limiter/saved.rs` (10) page of at most 32 768 keys.
-//! - (11) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
-//!   `durable/format/state.rs` (12), on the blocking pool; `durable/dir.rs` (13) appends them
+//! - (3) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (4), asking
+//!   for a `limiter/saved.rs` (5) page, to each shard in turn, a page at a time: through its
+//!   mailbox to the shard's task, `limiter/actor.rs` (6), which hands it to the shard,
+//!   `limiter/same_thread.rs` (7).
+//! - (8) `limiter/shard/mod.rs` hands it to `limiter/shard/saving.rs` (9), the shard's side of
+//!   a save, which takes the keys evicted since the last save from
+//!   `limiter/shard/counters.rs` (10) and walks the changed entries of
+//!   `limiter/shard/table.rs` (11) from the page's start, clearing their bits, into a page of
+//!   at most 32 768 keys.
+//! - (12) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
+//!   `durable/format/state.rs` (13), on the blocking pool; `durable/dir.rs` (14) appends them
 //!   to the log and syncs it, or streams them into a new snapshot.
-//! - (14) `durable/stats.rs`: the sync is counted.
+//! - (15) `durable/stats.rs`: the sync is counted.
 //!
 //! At start, `server/context.rs` opens the journal before the server serves: `durable/dir.rs`
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard
-//! that owns it.
+//! that owns it, through `limiter/shard/saving.rs`.
 
 pub mod backend;
 pub mod cli;
