@@ -18,7 +18,7 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | the command line: `serve`, `check`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
-//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `backend`, `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `telemetry`, `transport` |
+//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push), the durable counters' journal on a thread of its own, TLS, lingering close, the wait while the start waits, drain | `backend`, `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `telemetry`, `transport` |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `backend`, `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client; a stream of `Update`s | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
@@ -37,7 +37,7 @@
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker, each
 //! accepting connections and hosting its share of the shards, so a call whose key lives on its
 //! own worker decides synchronously. One more thread serves the debug and Prometheus ports and
-//! runs the admin tasks. A new config, from files, SIGHUP or xDS, goes live through one path
+//! runs the admin tasks; with durable counters, another runs their journal. A new config, from files, SIGHUP or xDS, goes live through one path
 //! (`server::reload`), and per-limit stats, bound by stat key, survive it.
 //!
 //! # Words
@@ -104,8 +104,8 @@
 //!
 //! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer:
 //!
-//! - (1) `server/admin.rs`: the admin thread runs the journal's task, and the last sync at the
-//!   stop.
+//! - (1) `server/journal.rs`: the journal's own thread, started and stopped by
+//!   `server/mod.rs`, runs its task, and the last sync at the stop.
 //! - (2) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).
 //! - (3) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (4), asking

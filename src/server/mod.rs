@@ -8,12 +8,14 @@
 //! nothing here uses work stealing. Every worker also accepts RESP and HTTP connections (a clone
 //! of the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle`
 //! whose key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS
-//! and the pollers run on one more small thread (`admin`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
+//! and the pollers run on one more small thread (`admin`); the durable counters' journal on
+//! another (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
 //! `run` is what the binary calls.
 
 mod admin;
 mod context;
 mod draining;
+mod journal;
 mod linger;
 mod listeners;
 mod reload;
@@ -242,7 +244,7 @@ async fn start_telling(
     let workers = settings.workers.max(1);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
-    let stopping = Stopping::new(stop_rx.clone(), workers);
+    let stopping = Stopping::new(stop_rx.clone(), workers, built.journal.is_some());
     let stopping = || stopping.clone();
     let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
     let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
@@ -276,9 +278,11 @@ async fn start_telling(
             .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
         top: (cx.top.clone(), cx.engine.clock().clone()),
         grace: settings.shutdown_grace,
-        journal: built.journal.map(|j| (j, cx.engine.clone())),
     };
     threads.push(admin::spawn(admin, stopping())?);
+    if let Some(j) = built.journal {
+        threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);
+    }
     Ok(Running {
         grpc_addr: listeners.grpc_addr,
         grpc_uds: settings.grpc_uds.clone(),
