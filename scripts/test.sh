@@ -15,7 +15,7 @@ hash -r
 
 cargo fmt --all -- --check
 # One word a concept (src/lib.rs, "Words"): a word retired for another must not come back.
-retired='\b(give_back|with_backend|into_text|remote_undo|uncount|unview|Views|Away|refund_views)\b|backend unavailable|\b([Gg]ive[sn]?|[Gg]iving|[Gg]ave) back\b'
+retired='\b(give_back|with_backend|into_text|remote_undo|uncount|unview|Views|Away|refund_views|DEFAULT_SYNC_INTERVAL|sync_errors|last_sync_ns|[Jj]ournal(::|\.)sync)\b|backend unavailable|walk of a sync|\b([Gg]ive[sn]?|[Gg]iving|[Gg]ave) back\b'
 if grep -rnE --exclude=lib.rs "$retired" src; then
   echo "test.sh: a retired word is back in src/ (src/lib.rs, \"Words\", says which replaces it)" >&2
   exit 1

@@ -37,8 +37,9 @@
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker, each
 //! accepting connections and hosting its share of the shards, so a call whose key lives on its
 //! own worker decides synchronously. One more thread serves the debug and Prometheus ports and
-//! runs the admin tasks; with durable counters, another runs their journal. A new config, from files, SIGHUP or xDS, goes live through one path
-//! (`server::reload`), and per-limit stats, bound by stat key, survive it.
+//! runs the admin tasks; with durable counters, another runs their journal. A new config, from
+//! files, SIGHUP or xDS, goes live through one path (`server::reload`), and per-limit stats,
+//! bound by stat key, survive it.
 //!
 //! # Words
 //!
@@ -50,7 +51,13 @@
 //! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
 //! back is "replayed"; the count a local-first decision rests on is the key's "view").
 //! Renamed so one name means one thing: the metrics' registry is `telemetry::Registry`
-//! (`Counters` is the shard's key table alone).
+//! (`Counters` is the shard's key table alone). The durable counters' journal writes a "save"
+//! each interval (`Journal::save`, `save_interval`, `Msg::Save`); a "sync" is local-first's
+//! exchange with the store alone. Retired with it: `DEFAULT_SYNC_INTERVAL`, `sync_errors`,
+//! `last_sync_ns`, `Journal::sync`, "walk of a sync". The setting
+//! `TURNSTILE_STATE_SYNC_INTERVAL` and the families `turnstile_state_syncs_total`,
+//! `turnstile_state_sync_errors_total` and `turnstile_state_last_sync_seconds` keep the names
+//! they were published with (the docs too): their "sync" is the journal's save.
 //! Glossed, for words the code keeps:
 //!
 //! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a
@@ -100,27 +107,30 @@
 //! - back in (4): the call and its latency counted in (26), its histogram
 //!   `telemetry/histogram.rs` (31); the answer written by (3), the span closed by (1).
 //!
-//! # The walk of a sync (durable counters)
+//! # The walk of a save (durable counters)
 //!
-//! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer:
+//! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer.
+//! It crosses from `durable` into `limiter` once, at `Engine::save`, and back once, with the
+//! page:
 //!
-//! - (1) `server/journal.rs`: the journal's own thread, started and stopped by
-//!   `server/mod.rs`, runs its task, and the last sync at the stop.
-//! - (2) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
+//! - (1) `server/mod.rs` starts the journal's own thread, `server/journal.rs` (2), beside the
+//!   workers and the admin thread, and stops it with them: it runs the journal's task, and at
+//!   the stop, once every call is answered, the last save.
+//! - (3) `durable/mod.rs`: `Journal::save` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).
-//! - (3) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (4), asking
-//!   for a `limiter/saved.rs` (5) page, to each shard in turn, a page at a time: through its
-//!   mailbox to the shard's task, `limiter/actor.rs` (6), which hands it to the shard,
-//!   `limiter/same_thread.rs` (7).
-//! - (8) `limiter/shard/mod.rs` hands it to `limiter/shard/saving.rs` (9), the shard's side of
-//!   a save, which takes the keys evicted since the last save from
-//!   `limiter/shard/counters.rs` (10) and walks the changed entries of
-//!   `limiter/shard/table.rs` (11) from the page's start, clearing their bits, into a page of
+//! - (4) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (5), asking
+//!   for a `limiter/saved.rs` (6) page, to each shard in turn, a page at a time: through its
+//!   mailbox to the shard's task, `limiter/actor.rs` (7), which hands it to the shard,
+//!   `limiter/same_thread.rs` (8).
+//! - (9) `limiter/shard/mod.rs` hands it to `limiter/shard/saving.rs` (10), the shard's side
+//!   of a save, which takes the keys evicted since the last save from
+//!   `limiter/shard/counters.rs` (11) and walks the changed entries of
+//!   `limiter/shard/table.rs` (12) from the page's start, clearing their bits, into a page of
 //!   at most 32 768 keys.
-//! - (12) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
-//!   `durable/format/state.rs` (13), on the blocking pool; `durable/dir.rs` (14) appends them
-//!   to the log and syncs it, or streams them into a new snapshot.
-//! - (15) `durable/stats.rs`: the sync is counted.
+//! - (13) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
+//!   `durable/format/state.rs` (14), on the blocking pool; `durable/dir.rs` (15) appends them
+//!   to the log and syncs it to disk, or streams them into a new snapshot.
+//! - (16) `durable/stats.rs`: the save is counted.
 //!
 //! At start, `server/context.rs` opens the journal before the server serves: `durable/dir.rs`
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard

@@ -2,7 +2,7 @@
 //! the payload][payload]`, little-endian. A payload is records back to back: `[u32 key length]
 //! [key (UTF-8)][u8 1][17-byte state (`state`)][u32 expiry, whole seconds since the Unix epoch]` for a key
 //! and its state, or `[u32 key length][key][u8 0]` for a key dropped before its expiry (evicted),
-//! which must not come back. A snapshot ends with an empty frame; a log has no end (each sync
+//! which must not come back. A snapshot ends with an empty frame; a log has no end (each save
 //! appends one frame), so a log cut at a frame boundary is only shorter.
 //!
 //! A frame is applied whole or not at all: its checksum and every record are checked before any

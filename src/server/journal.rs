@@ -24,7 +24,7 @@ pub(super) fn spawn(
                 // Past the barrier every call is answered (the workers' and the admin ports'):
                 // the last save loses nothing. The shards wait for it at `saved`.
                 stopping.barrier.wait().await;
-                journal.sync(&engine).await;
+                journal.save(&engine).await;
                 stopping.saved.wait().await;
             })
         })
