@@ -209,11 +209,7 @@ async fn start_telling(
     wait: &StartWait,
 ) -> Result<Running, StartError> {
     let FirstConfig { config, baseline } = first.into();
-    // Taken before the config was read, or now, before anything else: a change made from then
-    // on is a change to reload.
-    let config_watched = watched_config(settings);
-    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
-    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
+    let polled = Polled::now(settings, baseline);
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
     let starting = Starting {
@@ -222,16 +218,7 @@ async fn start_telling(
         tls: Arc::default(),
     };
     let tls = tls_state(settings, &starting)?;
-    // Only Redis and the durable counters make a start wait.
-    let waiting = match settings.backend {
-        Backend::Redis(_) | Backend::Durable(_) => {
-            let counters = Registry::new(vec![starting.retries.clone()]);
-            let answers = (wait, counters);
-            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
-            Some(w.map_err(StartError::Runtime)?)
-        }
-        Backend::Memory => None,
-    };
+    let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
     let built = Context::build(settings, config, clock, starting).await?;
     if let Some(w) = waiting {
         w.hand_over();
@@ -262,23 +249,8 @@ async fn start_telling(
     let served = (resp, Some((port, router, settings.shutdown_grace)));
     let mut threads =
         worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
-    let admin = Admin {
-        http,
-        xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
-        health_by_domains: (reloader.as_ref())
-            .filter(|_| settings.healthy_only_with_config)
-            .map(|r| (r.domains(), health.clone())),
-        tls_poll: tls_watched
-            .zip(tls.clone())
-            .map(|((baseline, w), state)| (w, baseline, state)),
-        interval: settings.reload_interval,
-        statsd: (settings.statsd.clone())
-            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
-        top: (cx.top.clone(), cx.engine.clock().clone()),
-        grace: settings.shutdown_grace,
-    };
+    let polls = (&reloader, polled, &tls);
+    let admin = admin_thread(settings, &cx, http, (&health, gate_health), polls);
     threads.push(admin::spawn(admin, stopping())?);
     if let Some(j) = built.journal {
         threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);
@@ -303,6 +275,73 @@ async fn start_telling(
 }
 
 type TlsShared = Option<Arc<tls::TlsState>>;
+
+/// Only Redis and the durable counters make a start wait: meanwhile the bound ports answer at
+/// once, saying what the start waits for.
+async fn answer_while_waiting(
+    settings: &Settings,
+    listeners: &Listeners,
+    starting: &Starting,
+    tls: &TlsShared,
+) -> Result<Option<Waiting>, StartError> {
+    match settings.backend {
+        Backend::Redis(_) | Backend::Durable(_) => {
+            let counters = Registry::new(vec![starting.retries.clone()]);
+            let answers = (&starting.wait, counters);
+            let w = Waiting::serve(listeners, answers, settings, tls.clone()).await;
+            Ok(Some(w.map_err(StartError::Runtime)?))
+        }
+        Backend::Memory => Ok(None),
+    }
+}
+
+/// What the pollers watch and its fingerprint when the start began: the config location, and
+/// TLS's certificate files when gRPC uses TLS.
+struct Polled {
+    config: (u64, Watched),
+    tls: Option<(u64, Watched)>,
+}
+
+impl Polled {
+    /// Taken before the config was read (`baseline`), or now, before anything else: a change
+    /// made from then on is a change to reload.
+    fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
+        let config = watched_config(settings);
+        Polled {
+            config: (baseline.unwrap_or_else(|| fingerprint(&config)), config),
+            tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
+        }
+    }
+}
+
+/// What the admin thread serves and watches: the HTTP ports but the main one, xDS or the
+/// pollers, health by domains, the statsd push, the heavy hitters' tick.
+fn admin_thread(
+    settings: &Settings,
+    cx: &Context,
+    http: Vec<(&'static str, StdListener, axum::Router)>,
+    (health, gate_health): (&Health, bool),
+    (reloader, polled, tls): (&Option<Arc<Reloader>>, Polled, &TlsShared),
+) -> Admin {
+    let (config_baseline, config_watched) = polled.config;
+    Admin {
+        http,
+        xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
+        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        health_by_domains: (reloader.as_ref())
+            .filter(|_| settings.healthy_only_with_config)
+            .map(|r| (r.domains(), health.clone())),
+        tls_poll: (polled.tls)
+            .zip(tls.clone())
+            .map(|((baseline, w), state)| (w, baseline, state)),
+        interval: settings.reload_interval,
+        statsd: (settings.statsd.clone())
+            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
+        top: (cx.top.clone(), cx.engine.clock().clone()),
+        grace: settings.shutdown_grace,
+    }
+}
 
 /// The TLS state, certificates read now (before any wait: a wrong file stops the start at once).
 fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, StartError> {
