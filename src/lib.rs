@@ -22,13 +22,13 @@
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `backend`, `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client; a stream of `Update`s | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
-//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that writes the shards' changes behind the decisions and reads them back at start | `limiter`, `telemetry` |
+//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that saves the shards' changes behind the decisions and reads them back at start; the state files' bytes, a state's included (`format`) | `limiter`, `telemetry` |
 //! | `backend` | the store contract over Redis (connections, key layout, scripts, reply decoding, its errors' counter); RLQS's demand exchange over Redis | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
 //! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits; the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
 //! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; config loads' counters, the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
-//! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet); the store contract | `config`, `telemetry` |
+//! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet), and its side of a save (`shard/saving.rs`); the store contract | `config`, `telemetry` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, calendar windows, algorithms, queues, the tree) from YAML, xDS or GoCC's JSON; no I/O besides reading the files it is given | nothing |
 //!
