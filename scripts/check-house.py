@@ -179,7 +179,7 @@ def calls(caller, callee):
     return any(re.search(rf"\b{re.escape(n)}\b", t) for n in items)
 
 
-for title in ("# The walk of one decision", "# The walk of a sync"):
+for title in ("# The walk of one decision", "# The walk of a save"):
     at = lib.find(title)
     if at < 0:
         failures.append(f"src/lib.rs has no walk titled {title!r}")

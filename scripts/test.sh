@@ -15,7 +15,7 @@ hash -r
 
 cargo fmt --all -- --check
 # One word a concept (src/lib.rs, "Words"): a word retired for another must not come back.
-retired='\b(give_back|with_backend|into_text|remote_undo|uncount|unview|Views|Away|refund_views)\b|backend unavailable|Conn::Direct|\bmod direct\b|[Dd]irect connection|\bQuotaGroup\b|Role::Quota\b|\b(RefusedHits|KeepReports|KeepNone|KeepAll)\b|[Qq]uota groups?\b|\bWaiterBudget\b|\b[Bb]ackends?\b|\bmod (wait|waiters)\b|[Ww]ait queues?\b|\b([Gg]ive[sn]?|[Gg]iving|[Gg]ave) back\b'
+retired='\b(give_back|with_backend|into_text|remote_undo|uncount|unview|Views|Away|refund_views|DEFAULT_SYNC_INTERVAL|sync_errors|last_sync_ns|[Jj]ournal(::|\.)sync)\b|backend unavailable|walk of a sync|Conn::Direct|\bmod direct\b|[Dd]irect connection|\bQuotaGroup\b|Role::Quota\b|\b(RefusedHits|KeepReports|KeepNone|KeepAll)\b|[Qq]uota groups?\b|\bWaiterBudget\b|\b[Bb]ackends?\b|\bmod (wait|waiters)\b|[Ww]ait queues?\b|\b([Gg]ive[sn]?|[Gg]iving|[Gg]ave) back\b'
 # ...but in a user-facing name: the status JSON's `backend` key and the page reading it.
 contract='"backend"|\bst\.backend\b'
 if grep -rnE --exclude=lib.rs "$retired" src | grep -vE "$contract"; then

@@ -18,17 +18,17 @@
 //! | module | room for | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | the command line: `serve`, `check`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
-//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push, the durable counters' journal), TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
+//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push), the durable counters' journal on a thread of its own, TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client; a stream of `Update`s | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
-//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that writes the shards' changes behind the decisions and reads them back at start | `limiter`, `telemetry` |
+//! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that saves the shards' changes behind the decisions and reads them back at start; the state files' bytes, a state's included (`format`) | `limiter`, `telemetry` |
 //! | `store` | the stores shared by replicas, behind `limiter`'s store contract: Redis (connections, key layout, scripts, reply decoding, its errors' counter), and RLQS's demand exchange over it | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
 //! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits and the config loads that replace them (`ReloadStats`); the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
 //! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
-//! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet); the store contract | `config`, `telemetry` |
+//! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet), and its side of a save (`shard/saving.rs`); the store contract | `config`, `telemetry` |
 //! | `descriptor` | limit-tree matching and counter keys' text | `config` |
 //! | `config` | the validated model (units, calendar windows, algorithms, queues, the tree) from YAML, xDS or GoCC's JSON; no I/O besides reading the files it is given | nothing |
 //!
@@ -37,8 +37,9 @@
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker, each
 //! accepting connections and hosting its share of the shards, so a call whose key lives on its
 //! own worker decides synchronously. One more thread serves the debug and Prometheus ports and
-//! runs the admin tasks. A new config, from files, SIGHUP or xDS, goes live through one path
-//! (`server::reload`), and per-limit stats, bound by stat key, survive it.
+//! runs the admin tasks; with durable counters, another runs their journal. A new config, from
+//! files, SIGHUP or xDS, goes live through one path (`server::reload`), and per-limit stats,
+//! bound by stat key, survive it.
 //!
 //! # Words
 //!
@@ -76,6 +77,13 @@
 //!   "waiter" (`TURNSTILE_MAX_WAITERS`), and the process-wide cap on waiters is the
 //!   `QueueBudget` (`queue_budget.rs`). Retired: `WaiterBudget`, `mod waiters`, `mod wait`,
 //!   "wait queue".
+//! - the durable counters' journal writes a "save" each interval (`Journal::save`,
+//!   `save_interval`, `Msg::Save`); a "sync" is local-first's exchange with the store alone.
+//!   Retired: `DEFAULT_SYNC_INTERVAL`, `sync_errors`, `last_sync_ns`, `Journal::sync`, "walk
+//!   of a sync". The setting `TURNSTILE_STATE_SYNC_INTERVAL` and the families
+//!   `turnstile_state_syncs_total`, `turnstile_state_sync_errors_total` and
+//!   `turnstile_state_last_sync_seconds` keep the names they were published with (the docs
+//!   too): their "sync" is the journal's save.
 //!
 //! Glossed, for words the code keeps:
 //!
@@ -131,28 +139,34 @@
 //! - back in (4): the call and its latency counted in (26), its histogram
 //!   `telemetry/histogram.rs` (31); the answer written by (3), the span closed by (1).
 //!
-//! # The walk of a sync (durable counters)
+//! # The walk of a save (durable counters)
 //!
-//! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer:
+//! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer.
+//! It crosses from `durable` into `limiter` once, at `Engine::save`, and back once, with the
+//! page:
 //!
-//! - (1) `server/admin.rs`: the admin thread runs the journal's task, and the last sync at the
-//!   stop.
-//! - (2) `durable/mod.rs`: `Journal::sync` asks the engine for what changed (every key, when the
+//! - (1) `server/mod.rs` starts the journal's own thread, `server/journal.rs` (2), beside the
+//!   workers and the admin thread, and stops it with them: it runs the journal's task, and at
+//!   the stop, once every call is answered, the last save.
+//! - (3) `durable/mod.rs`: `Journal::save` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).
-//! - (3) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (4), to each
-//!   shard in turn, a page at a time: through its mailbox to the shard's task,
-//!   `limiter/actor.rs` (5), which hands it to the shard, `limiter/same_thread.rs` (6).
-//! - (7) `limiter/shard/mod.rs` hands it to `limiter/shard/counters.rs` (8), which walks the
-//!   changed entries of `limiter/shard/table.rs` (9) from the page's start, clearing their bits,
-//!   into a `limiter/saved.rs` (10) page of at most 32 768 keys.
-//! - (11) `durable/format.rs` encodes each page into checksummed frames, each state by
-//!   `limiter/algorithm.rs` (12), on the blocking pool; `durable/dir.rs` (13) appends them to
-//!   the log and syncs it, or streams them into a new snapshot.
-//! - (14) `durable/stats.rs`: the sync is counted.
+//! - (4) `limiter/mod.rs`: `Engine::save` sends `Msg::Save`, `limiter/protocol.rs` (5), asking
+//!   for a `limiter/saved.rs` (6) page, to each shard in turn, a page at a time: through its
+//!   mailbox to the shard's task, `limiter/actor.rs` (7), which hands it to the shard,
+//!   `limiter/same_thread.rs` (8).
+//! - (9) `limiter/shard/mod.rs` hands it to `limiter/shard/saving.rs` (10), the shard's side
+//!   of a save, which takes the keys evicted since the last save from
+//!   `limiter/shard/counters.rs` (11) and walks the changed entries of
+//!   `limiter/shard/table.rs` (12) from the page's start, clearing their bits, into a page of
+//!   at most 32 768 keys.
+//! - (13) `durable/format.rs` encodes each page into checksummed frames, each state's bytes by
+//!   `durable/format/state.rs` (14), on the blocking pool; `durable/dir.rs` (15) appends them
+//!   to the log and syncs it to disk, or streams them into a new snapshot.
+//! - (16) `durable/stats.rs`: the save is counted.
 //!
 //! At start, `server/context.rs` opens the journal before the server serves: `durable/dir.rs`
 //! reads the newest snapshot and its log, and `Engine::restore` puts each key into the shard
-//! that owns it.
+//! that owns it, through `limiter/shard/saving.rs`.
 
 pub mod cli;
 pub mod config;

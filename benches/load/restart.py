@@ -41,12 +41,14 @@ def one(bin_, make_state, n, work):
     state = os.path.join(work, f"state-{n}")
     subprocess.run([make_state, state, str(n)], check=True)
     snap = os.path.getsize(os.path.join(state, "counters.1.snap"))
-    mport = 19090
-    env = dict(os.environ, TURNSTILE_STATE_DIR=state, PROMETHEUS_ADDR=f"127.0.0.1:{mport}",
+    # turnstile's own series (turnstile_state_*) are on the HTTP port's /metrics; the
+    # Prometheus port serves the reference's.
+    mport = 19092
+    env = dict(os.environ, TURNSTILE_STATE_DIR=state, PROMETHEUS_ADDR="127.0.0.1:19090",
                DEBUG_PORT="0", TURNSTILE_MAX_KEYS=str(max(4_000_000, 2 * n)))
     t0 = time.monotonic()
     p = subprocess.Popen([bin_, "serve", "--config", CONFIG, "--grpc-addr", "127.0.0.1:0",
-                          "--http-addr", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                          "--http-addr", f"127.0.0.1:{mport}"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, env=env, text=True)
     line = p.stdout.readline()
     ready = time.monotonic() - t0

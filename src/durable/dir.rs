@@ -1,6 +1,6 @@
 //! The state dir on disk: its lock, and the files of one generation. A generation `N` is a
 //! snapshot `counters.N.snap` (every live key, streamed to a temporary file, synced, renamed,
-//! the dir synced) and the log `counters.N.log` the syncs append to after it (each
+//! the dir synced) and the log `counters.N.log` the saves append to after it (each
 //! frame synced with `fdatasync` before the next interval). A new snapshot starts generation
 //! `N + 1`; the files of `N` are deleted once it is on disk. Reading takes the newest snapshot
 //! and its log; the files of older generations are leftovers of a crash between those steps.
@@ -40,7 +40,7 @@ pub(super) struct Damaged {
 pub(super) struct Loaded {
     pub(super) records: usize,
     pub(super) damaged: Vec<Damaged>,
-    /// A log whose last frame was cut short: the sync a crash interrupted, not damage.
+    /// A log whose last frame was cut short: the save a crash interrupted, not damage.
     pub(super) torn_log: Option<PathBuf>,
 }
 
@@ -238,7 +238,7 @@ impl Dir {
                 Ok(())
             }
             Err(e) => {
-                // What was written may be on disk in part; the next sync starts a new
+                // What was written may be on disk in part; the next save starts a new
                 // generation rather than append after it.
                 self.log = None;
                 Err(e)

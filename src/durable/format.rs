@@ -1,8 +1,8 @@
 //! The state files' bytes. A file is a header, then frames: `[u32 payload length][u32 CRC-32 of
 //! the payload][payload]`, little-endian. A payload is records back to back: `[u32 key length]
-//! [key (UTF-8)][u8 1][17-byte state][u32 expiry, whole seconds since the Unix epoch]` for a key
+//! [key (UTF-8)][u8 1][17-byte state (`state`)][u32 expiry, whole seconds since the Unix epoch]` for a key
 //! and its state, or `[u32 key length][key][u8 0]` for a key dropped before its expiry (evicted),
-//! which must not come back. A snapshot ends with an empty frame; a log has no end (each sync
+//! which must not come back. A snapshot ends with an empty frame; a log has no end (each save
 //! appends one frame), so a log cut at a frame boundary is only shorter.
 //!
 //! A frame is applied whole or not at all: its checksum and every record are checked before any
@@ -11,6 +11,9 @@
 use std::io::{self, Write};
 
 use crate::limiter::State;
+
+mod state;
+pub use state::{state_bytes, state_from, STATE_BYTES};
 
 /// The first bytes of every state file: [`NAME`], then the format's version as a big-endian
 /// `u16` ([`VERSION`]).
@@ -44,7 +47,7 @@ pub fn put_record(out: &mut Vec<u8>, key: &str, state: Option<State>, expires_s:
     match state {
         Some(s) => {
             out.push(1);
-            out.extend_from_slice(&s.to_bytes());
+            out.extend_from_slice(&state_bytes(&s));
             out.extend_from_slice(&expires_s.to_le_bytes());
         }
         None => out.push(0),
@@ -248,7 +251,7 @@ fn record<'a>(p: &mut &'a [u8]) -> Option<Record<'a>> {
             expires_s: 0,
         }),
         1 => {
-            let state = State::from_bytes(take(p, State::BYTES)?.try_into().ok()?)?;
+            let state = state_from(take(p, STATE_BYTES)?.try_into().ok()?)?;
             let expires_s = u32::from_le_bytes(take(p, 4)?.try_into().ok()?);
             Some(Record {
                 key,

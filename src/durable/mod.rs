@@ -2,17 +2,21 @@
 //! to a state dir and read back at the next start.
 //!
 //! Decisions never wait for the disk. Every entry of a shard's table carries a changed bit, set
-//! by whatever changes it; once per sync interval the journal asks every shard for the states
+//! by whatever changes it; once per save interval the journal asks every shard for the states
 //! changed since the last save (`limiter::Engine::save`, a message like any other, a page of at
 //! most 32 768 keys at a time, so the shard copies them between two decisions), appends them as
-//! checksummed frames to the log and syncs it (`fdatasync`) before the next interval. When the log outgrows the snapshot, the
-//! journal asks for every key instead and writes a new snapshot, which starts a new generation
-//! (`dir`). At a graceful stop the last save runs after the last answer (`server` waits for it
-//! before the shards stop), so a stop loses nothing; a crash loses at most the hits of the
-//! interval being synced. At start the newest snapshot and its log are read before any port
+//! checksummed frames (`format`) to the log and syncs it to disk (`fdatasync`) before the next
+//! interval. When the log outgrows the snapshot, the journal asks for every key instead and
+//! writes a new snapshot, which starts a new generation (`dir`). The journal runs on a thread of
+//! its own (`server` starts and stops it); at a graceful stop the last save runs after the last
+//! answer and before the shards stop, so a stop loses nothing; a crash loses at most the hits
+//! of the interval being saved. At start the newest snapshot and its log are read before any port
 //! serves, each key going to the shard that owns it in this process's layout.
 //!
-//! The walk of a sync, file by file, is in the crate's overview (`src/lib.rs`).
+//! The walk of a save, file by file, is in the crate's overview (`src/lib.rs`). The setting
+//! and the metrics name a save a "sync" (`TURNSTILE_STATE_SYNC_INTERVAL`,
+//! `turnstile_state_syncs_total`), as they were published; inside the code a "sync" is
+//! local-first's exchange with the store.
 
 mod dir;
 pub mod format;
@@ -30,16 +34,17 @@ use dir::Dir;
 use format::{Frames, FRAME_TARGET};
 pub use stats::StateStats;
 
-/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`.
+/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL` (the save interval).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSettings {
     pub dir: PathBuf,
-    /// How often what changed is written and synced: at most this much is lost at a crash.
-    pub sync_interval: Duration,
+    /// How often what changed is saved (written, and synced to disk): at most this much is
+    /// lost at a crash.
+    pub save_interval: Duration,
 }
 
 impl StateSettings {
-    pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_SAVE_INTERVAL: Duration = Duration::from_secs(1);
 }
 
 /// The state dir, opened, locked and read back into the shards: what keeps them on disk.
@@ -105,7 +110,7 @@ impl Journal {
         );
         Ok(Journal {
             dir: Some(dir),
-            interval: settings.sync_interval,
+            interval: settings.save_interval,
             stats,
             full_next: true,
             snapshot_at: Instant::now(),
@@ -118,7 +123,7 @@ impl Journal {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = every.tick() => self.sync(engine).await,
+                _ = every.tick() => self.save(engine).await,
                 _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
             }
         }
@@ -127,7 +132,7 @@ impl Journal {
     /// One save: what changed, appended to the log; or every key, as a new snapshot, when the
     /// log has outgrown the snapshot or a save asked for it. Called once more at the stop, after
     /// the last answer.
-    pub async fn sync(&mut self, engine: &Engine) {
+    pub async fn save(&mut self, engine: &Engine) {
         let Some(mut dir) = self.dir.take() else {
             return;
         };
@@ -160,7 +165,7 @@ impl Journal {
                 if all {
                     self.snapshot_at = Instant::now();
                 }
-                (self.stats).synced(keys, dir.disk_bytes(), all, started.elapsed());
+                (self.stats).saved(keys, dir.disk_bytes(), all, started.elapsed());
             }
             Err(e) => {
                 // The changed bits were cleared by the save: only a full save writes them again.

@@ -1,5 +1,6 @@
-//! Counters of the durable counters (`Journal`): syncs, failed writes, damaged files, keys read
-//! back at start, and the state's size on disk; rendered from here.
+//! Counters of the durable counters (`Journal`): saves, failed writes, damaged files, keys read
+//! back at start, and the state's size on disk; rendered from here. The families keep the
+//! names they were published with, where a save is a "sync" (`turnstile_state_syncs_total`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,14 +12,14 @@ use crate::telemetry::Metrics;
 pub struct StateStats {
     /// Whether a state dir is in use: without one nothing is rendered.
     on: std::sync::atomic::AtomicBool,
-    syncs: AtomicU64,
+    saves: AtomicU64,
     snapshots: AtomicU64,
-    sync_errors: AtomicU64,
+    save_errors: AtomicU64,
     saved_keys: AtomicU64,
     damaged_files: AtomicU64,
     restored_keys: AtomicU64,
     disk_bytes: AtomicU64,
-    last_sync_ns: AtomicU64,
+    last_save_ns: AtomicU64,
 }
 
 impl StateStats {
@@ -32,20 +33,20 @@ impl StateStats {
     }
 
     pub fn failed(&self) {
-        self.sync_errors.fetch_add(1, Ordering::Relaxed);
+        self.save_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A sync written: `keys` states, the state now `disk_bytes` on disk; `snapshot` when it
+    /// A save written: `keys` states, the state now `disk_bytes` on disk; `snapshot` when it
     /// was every key.
-    pub fn synced(&self, keys: u64, disk_bytes: u64, snapshot: bool, took: Duration) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
+    pub fn saved(&self, keys: u64, disk_bytes: u64, snapshot: bool, took: Duration) {
+        self.saves.fetch_add(1, Ordering::Relaxed);
         if snapshot {
             self.snapshots.fetch_add(1, Ordering::Relaxed);
         }
         self.saved_keys.fetch_add(keys, Ordering::Relaxed);
         self.disk_bytes.store(disk_bytes, Ordering::Relaxed);
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.last_sync_ns.store(ns, Ordering::Relaxed);
+        self.last_save_ns.store(ns, Ordering::Relaxed);
     }
 }
 
@@ -61,7 +62,7 @@ impl Metrics for StateStats {
                 "turnstile_state_syncs_total",
                 "counter",
                 "Syncs of the durable counters written to the state dir (snapshots included).",
-                load(&self.syncs).to_string(),
+                load(&self.saves).to_string(),
             ),
             (
                 "turnstile_state_snapshots_total",
@@ -73,7 +74,7 @@ impl Metrics for StateStats {
                 "turnstile_state_sync_errors_total",
                 "counter",
                 "Syncs that could not be written (the next one writes every key).",
-                load(&self.sync_errors).to_string(),
+                load(&self.save_errors).to_string(),
             ),
             (
                 "turnstile_state_saved_keys_total",
@@ -103,7 +104,7 @@ impl Metrics for StateStats {
                 "turnstile_state_last_sync_seconds",
                 "gauge",
                 "How long the last sync took to write and sync.",
-                format!("{}", load(&self.last_sync_ns) as f64 / 1e9),
+                format!("{}", load(&self.last_save_ns) as f64 / 1e9),
             ),
         ];
         for (name, kind, help, value) in series {

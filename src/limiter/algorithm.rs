@@ -110,54 +110,6 @@ pub enum State {
 
 const _: () = assert!(std::mem::size_of::<State>() == 16);
 
-impl State {
-    /// A state's bytes in the durable counters' files: a tag, then its fields little-endian.
-    pub const BYTES: usize = 17;
-
-    pub fn to_bytes(&self) -> [u8; State::BYTES] {
-        let mut b = [0u8; State::BYTES];
-        match *self {
-            State::Fixed { window, count } => {
-                b[0] = 1;
-                b[1..5].copy_from_slice(&window.to_le_bytes());
-                b[5..9].copy_from_slice(&count.to_le_bytes());
-            }
-            State::Sliding { window, prev, cur } => {
-                b[0] = 2;
-                b[1..5].copy_from_slice(&window.to_le_bytes());
-                b[5..9].copy_from_slice(&prev.to_le_bytes());
-                b[9..13].copy_from_slice(&cur.to_le_bytes());
-            }
-            State::Gcra { tat } => {
-                b[0] = 3;
-                b[1..9].copy_from_slice(&tat.to_le_bytes());
-            }
-        }
-        b
-    }
-
-    /// The state `to_bytes` wrote; `None` for bytes it cannot have written.
-    pub fn from_bytes(b: &[u8; State::BYTES]) -> Option<State> {
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let zero_from = |i: usize| b[i..].iter().all(|&x| x == 0);
-        match b[0] {
-            1 if zero_from(9) => Some(State::Fixed {
-                window: u32_at(1),
-                count: u32_at(5),
-            }),
-            2 if zero_from(13) => Some(State::Sliding {
-                window: u32_at(1),
-                prev: u32_at(5),
-                cur: u32_at(9),
-            }),
-            3 if zero_from(9) => Some(State::Gcra {
-                tat: u64::from(u32_at(1)) | (u64::from(u32_at(5)) << 32),
-            }),
-            _ => None,
-        }
-    }
-}
-
 /// The index of the window holding `now`, as stored in a state.
 fn index32(idx: u64) -> u32 {
     idx as u32

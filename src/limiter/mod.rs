@@ -30,6 +30,7 @@ pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Rese
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
+use saved::Save;
 pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
@@ -336,7 +337,7 @@ impl Engine {
     pub async fn save(&self, shard: usize, all: bool, from: usize) -> Result<Saved, EngineError> {
         let tx = &self.inner.senders[shard];
         let (reply, rx) = oneshot::channel();
-        let msg = Msg::Save { all, from, reply };
+        let msg = Msg::Save(Save { all, from, reply });
         // Handled in place when the shard lives on this thread (and is not busy).
         let msg = {
             let here = find_on_this_thread(self.inner.id, shard);

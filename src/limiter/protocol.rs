@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use super::algorithm::{Params, State};
 use super::key::Key;
 use super::op::{refuses, Op, Outcomes, Role};
-use super::saved::Saved;
+use super::saved::Save;
 use super::store::{DeleteFuture, StoreFuture};
 
 /// What callers send a shard.
@@ -45,13 +45,8 @@ pub(crate) enum Msg {
         op: Op,
         reply: oneshot::Sender<Peeking>,
     },
-    /// The durable counters: a page of the states changed since they were last saved (all of
-    /// them with `all`), from table position `from`.
-    Save {
-        all: bool,
-        from: usize,
-        reply: oneshot::Sender<Saved>,
-    },
+    /// The durable counters: a page of what changed since the last save (`saved.rs`).
+    Save(Save),
     /// Admin: forget the key's state here; with `delete` and a store, answer the deletion of
     /// its store keys to wait for.
     Reset {

@@ -1,8 +1,22 @@
-//! What a shard hands the durable counters when asked: the keys whose state changed since it
-//! was last asked (or every key), and the keys it dropped before they expired (evicted by a
-//! key flood), which must not come back at the next start.
+//! A save of the durable counters as the shards see it: what a shard is asked (`Save`, the
+//! payload of `Msg::Save`) and the page it answers (`Saved`): the keys whose state changed
+//! since it was last asked (or every key), and the keys it dropped before they expired
+//! (evicted by a key flood), which must not come back at the next start. The shard's side is
+//! `shard/saving.rs`; the bytes they become are `durable`'s.
+
+use tokio::sync::oneshot;
 
 use super::algorithm::State;
+
+/// What `Msg::Save` asks a shard: a page of the states changed since they were last saved
+/// (all of them with `all`), from table position `from` (0 to begin, then the last page's
+/// [`Saved::next`]).
+#[derive(Debug)]
+pub(crate) struct Save {
+    pub(crate) all: bool,
+    pub(crate) from: usize,
+    pub(crate) reply: oneshot::Sender<Saved>,
+}
 
 /// Keys with their states, back to back in one buffer (one allocation per save, not per key).
 #[derive(Debug, Default)]

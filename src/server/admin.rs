@@ -14,9 +14,8 @@ use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
-use crate::durable::Journal;
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine};
+use crate::limiter::Clock;
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
@@ -45,12 +44,10 @@ pub(super) struct Admin {
     pub(super) top: (Arc<TopTable>, Clock),
     /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
     pub(super) grace: Duration,
-    /// `TURNSTILE_STATE_DIR`: the durable counters' journal, syncing from here, and the engine
-    /// it saves.
-    pub(super) journal: Option<(Journal, Engine)>,
 }
 
-/// Starts the admin thread; it ends once every server on it has drained after the stop.
+/// Starts the admin thread; it ends once every server on it has drained after the stop (the
+/// durable counters' journal has a thread of its own, `journal`).
 pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, StartError> {
     let rt = runtime()?;
     std::thread::Builder::new()
@@ -90,25 +87,11 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     let p = poll(watched, baseline, admin.interval, reload, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }
-                let journal = admin.journal.map(|(mut journal, engine)| {
-                    let stop = stop.clone();
-                    tokio::spawn(async move {
-                        journal.run(&engine, stop).await;
-                        (journal, engine)
-                    })
-                });
                 for t in tasks {
                     let _ = t.await;
                 }
+                // The admin port's calls are answered too: the journal's last save may start.
                 stopping.barrier.wait().await;
-                // Every call is answered: the last save loses nothing.
-                if let Some(Ok((mut journal, engine))) = match journal {
-                    Some(t) => Some(t.await),
-                    None => None,
-                } {
-                    journal.sync(&engine).await;
-                }
-                stopping.saved.wait().await;
             })
         })
         .map_err(StartError::Runtime)

@@ -8,12 +8,14 @@
 //! nothing here uses work stealing. Every worker also accepts RESP and HTTP connections (a clone
 //! of the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle`
 //! whose key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS
-//! and the pollers run on one more small thread (`admin`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
+//! and the pollers run on one more small thread (`admin`); the durable counters' journal on
+//! another (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
 //! `run` is what the binary calls.
 
 mod admin;
 mod context;
 mod draining;
+mod journal;
 mod linger;
 mod listeners;
 mod reload;
@@ -51,7 +53,7 @@ use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
 use admin::Admin;
 use context::Starting;
-use listeners::{local_addr, Listeners, OptionalAddrs};
+use listeners::{local_addr, Listeners};
 use reload::Reloader;
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -206,8 +208,21 @@ async fn start_telling(
     clock: Clock,
     wait: &StartWait,
 ) -> Result<Running, StartError> {
-    let p = prepare(settings, first.into(), clock, wait).await?;
-    let (listeners, bound, tls, built) = (p.listeners, p.bound, p.tls, p.built);
+    let FirstConfig { config, baseline } = first.into();
+    let polled = Polled::now(settings, baseline);
+    let listeners = Listeners::bind(settings)?;
+    let bound = listeners.optional_addrs();
+    let starting = Starting {
+        wait: wait.clone(),
+        retries: Arc::new(StartupRetries::default()),
+        tls: Arc::default(),
+    };
+    let tls = tls_state(settings, &starting)?;
+    let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
+    let built = Context::build(settings, config, clock, starting).await?;
+    if let Some(w) = waiting {
+        w.hand_over();
+    }
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
     let reloader = reloader(settings, &cx, domains);
@@ -216,7 +231,7 @@ async fn start_telling(
     let workers = settings.workers.max(1);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
-    let stopping = Stopping::new(stop_rx.clone(), workers);
+    let stopping = Stopping::new(stop_rx.clone(), workers, built.journal.is_some());
     let stopping = || stopping.clone();
     let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
     let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
@@ -234,25 +249,12 @@ async fn start_telling(
     let served = (resp, Some((port, router, settings.shutdown_grace)));
     let mut threads =
         worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
-    let admin = Admin {
-        http,
-        xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-        config_poll: (reloader.clone()).map(|r| (p.config_watched, p.config_baseline, r)),
-        health_by_domains: (reloader.as_ref())
-            .filter(|_| settings.healthy_only_with_config)
-            .map(|r| (r.domains(), health.clone())),
-        tls_poll: (p.tls_watched)
-            .zip(tls.clone())
-            .map(|((baseline, w), state)| (w, baseline, state)),
-        interval: settings.reload_interval,
-        statsd: (settings.statsd.clone())
-            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
-        top: (cx.top.clone(), cx.engine.clock().clone()),
-        grace: settings.shutdown_grace,
-        journal: built.journal.map(|j| (j, cx.engine.clone())),
-    };
+    let polls = (&reloader, polled, &tls);
+    let admin = admin_thread(settings, &cx, http, (&health, gate_health), polls);
     threads.push(admin::spawn(admin, stopping())?);
+    if let Some(j) = built.journal {
+        threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);
+    }
     Ok(Running {
         grpc_addr: listeners.grpc_addr,
         grpc_uds: settings.grpc_uds.clone(),
@@ -272,66 +274,74 @@ async fn start_telling(
     })
 }
 
-/// What the start has before it serves: the listeners bound, the TLS state, the context built,
-/// and the fingerprints the admin thread polls from.
-struct Prepared {
-    listeners: Listeners,
-    bound: OptionalAddrs,
-    tls: TlsShared,
-    built: context::Built,
-    config_watched: Watched,
-    config_baseline: u64,
-    tls_watched: Option<(u64, Watched)>,
-}
+type TlsShared = Option<Arc<tls::TlsState>>;
 
-/// Binds the listeners, reads the TLS files and builds the context, answering the wait on the
-/// ports meanwhile when the counters make a start wait.
-async fn prepare(
+/// Only Redis and the durable counters make a start wait: meanwhile the bound ports answer at
+/// once, saying what the start waits for.
+async fn answer_while_waiting(
     settings: &Settings,
-    first: FirstConfig,
-    clock: Clock,
-    wait: &StartWait,
-) -> Result<Prepared, StartError> {
-    let FirstConfig { config, baseline } = first;
-    // Taken before the config was read, or now, before anything else: a change made from then
-    // on is a change to reload.
-    let config_watched = watched_config(settings);
-    let config_baseline = baseline.unwrap_or_else(|| fingerprint(&config_watched));
-    let tls_watched = (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w));
-    let listeners = Listeners::bind(settings)?;
-    let bound = listeners.optional_addrs();
-    let starting = Starting {
-        wait: wait.clone(),
-        retries: Arc::new(StartupRetries::default()),
-        tls: Arc::default(),
-    };
-    let tls = tls_state(settings, &starting)?;
-    // Only Redis and the durable counters make a start wait.
-    let waiting = match settings.backing {
+    listeners: &Listeners,
+    starting: &Starting,
+    tls: &TlsShared,
+) -> Result<Option<Waiting>, StartError> {
+    match settings.backing {
         Backing::Redis(_) | Backing::Durable(_) => {
             let counters = Registry::new(vec![starting.retries.clone()]);
-            let answers = (wait, counters);
-            let w = Waiting::serve(&listeners, answers, settings, tls.clone()).await;
-            Some(w.map_err(StartError::Runtime)?)
+            let answers = (&starting.wait, counters);
+            let w = Waiting::serve(listeners, answers, settings, tls.clone()).await;
+            Ok(Some(w.map_err(StartError::Runtime)?))
         }
-        Backing::Memory => None,
-    };
-    let built = Context::build(settings, config, clock, starting).await?;
-    if let Some(w) = waiting {
-        w.hand_over();
+        Backing::Memory => Ok(None),
     }
-    Ok(Prepared {
-        listeners,
-        bound,
-        tls,
-        built,
-        config_watched,
-        config_baseline,
-        tls_watched,
-    })
 }
 
-type TlsShared = Option<Arc<tls::TlsState>>;
+/// What the pollers watch and its fingerprint when the start began: the config location, and
+/// TLS's certificate files when gRPC uses TLS.
+struct Polled {
+    config: (u64, Watched),
+    tls: Option<(u64, Watched)>,
+}
+
+impl Polled {
+    /// Taken before the config was read (`baseline`), or now, before anything else: a change
+    /// made from then on is a change to reload.
+    fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
+        let config = watched_config(settings);
+        Polled {
+            config: (baseline.unwrap_or_else(|| fingerprint(&config)), config),
+            tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
+        }
+    }
+}
+
+/// What the admin thread serves and watches: the HTTP ports but the main one, xDS or the
+/// pollers, health by domains, the statsd push, the heavy hitters' tick.
+fn admin_thread(
+    settings: &Settings,
+    cx: &Context,
+    http: Vec<(&'static str, StdListener, axum::Router)>,
+    (health, gate_health): (&Health, bool),
+    (reloader, polled, tls): (&Option<Arc<Reloader>>, Polled, &TlsShared),
+) -> Admin {
+    let (config_baseline, config_watched) = polled.config;
+    Admin {
+        http,
+        xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
+        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        health_by_domains: (reloader.as_ref())
+            .filter(|_| settings.healthy_only_with_config)
+            .map(|r| (r.domains(), health.clone())),
+        tls_poll: (polled.tls)
+            .zip(tls.clone())
+            .map(|((baseline, w), state)| (w, baseline, state)),
+        interval: settings.reload_interval,
+        statsd: (settings.statsd.clone())
+            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
+        top: (cx.top.clone(), cx.engine.clock().clone()),
+        grace: settings.shutdown_grace,
+    }
+}
 
 /// The TLS state, certificates read now (before any wait: a wrong file stops the start at once).
 fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, StartError> {

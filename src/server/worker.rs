@@ -87,7 +87,7 @@ pub(super) struct Stopping {
     pub(super) stop: watch::Receiver<bool>,
     pub(super) barrier: Arc<Barrier>,
     /// Past `barrier` every call is answered; the shards live on until the durable counters'
-    /// last save (on the admin thread) has passed this one too.
+    /// last save (on the journal's thread, when there is one) has passed this one too.
     pub(super) saved: Arc<Barrier>,
     /// gRPC servers still draining: each worker counts itself out when its server has ended;
     /// the HTTP port keeps answering (health 500) until none is left or the grace ends.
@@ -95,12 +95,14 @@ pub(super) struct Stopping {
 }
 
 impl Stopping {
-    /// For `workers` gRPC workers and the admin thread.
-    pub(super) fn new(stop: watch::Receiver<bool>, workers: usize) -> Stopping {
+    /// For `workers` gRPC workers, the admin thread and, with `journal`, the journal's thread
+    /// (the admin thread has no shard and no save to wait for at `saved`).
+    pub(super) fn new(stop: watch::Receiver<bool>, workers: usize, journal: bool) -> Stopping {
+        let journal = usize::from(journal);
         Stopping {
             stop,
-            barrier: Arc::new(Barrier::new(workers + 1)),
-            saved: Arc::new(Barrier::new(workers + 1)),
+            barrier: Arc::new(Barrier::new(workers + 1 + journal)),
+            saved: Arc::new(Barrier::new(workers + journal)),
             grpc_draining: Arc::new(watch::Sender::new(workers)),
         }
     }

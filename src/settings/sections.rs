@@ -21,21 +21,22 @@ use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
-/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL` (read whatever the backing).
+/// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`, the journal's save interval (read
+/// whatever the backing).
 fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
     const MAX: Duration = Duration::from_secs(60);
     let k = "TURNSTILE_STATE_SYNC_INTERVAL";
-    let sync_interval = env.duration(k, StateSettings::DEFAULT_SYNC_INTERVAL)?;
-    if sync_interval.is_zero() || sync_interval > MAX {
+    let save_interval = env.duration(k, StateSettings::DEFAULT_SAVE_INTERVAL)?;
+    if save_interval.is_zero() || save_interval > MAX {
         return Err(format!(
             "{k}={}: must be more than 0 and at most {MAX:?} (what a crash may lose)",
-            env.written(k, sync_interval)
+            env.written(k, save_interval)
         ));
     }
     let dir = env.get("TURNSTILE_STATE_DIR").filter(|d| !d.is_empty());
     Ok(dir.map(|dir| StateSettings {
         dir: dir.into(),
-        sync_interval,
+        save_interval,
     }))
 }
 

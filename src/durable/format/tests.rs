@@ -165,9 +165,9 @@ fn states_round_trip_through_their_bytes() {
         },
         State::Gcra { tat: u64::MAX - 5 },
     ] {
-        assert_eq!(State::from_bytes(&s.to_bytes()), Some(s));
+        assert_eq!(state_from(&state_bytes(&s)), Some(s));
     }
-    assert_eq!(State::from_bytes(&[9; State::BYTES]), None);
+    assert_eq!(state_from(&[9; STATE_BYTES]), None);
 }
 
 /// A reader that hands over at most `step` bytes a call.
@@ -200,4 +200,51 @@ fn a_newer_versions_header_is_not_damage() {
     let mut older = NAME.to_vec();
     older.extend_from_slice(&0u16.to_be_bytes());
     assert_eq!(read_all(&older).2, Some(Fault::Header));
+}
+
+/// A state's bytes are version 1's, byte for byte: files written by an earlier build read the
+/// same, and this build's files read in it.
+#[test]
+fn states_bytes_are_version_1s() {
+    let fixed = State::Fixed {
+        window: 0x0403_0201,
+        count: 0x0807_0605,
+    };
+    let sliding = State::Sliding {
+        window: 0x0403_0201,
+        prev: 0x0807_0605,
+        cur: 0x0c0b_0a09,
+    };
+    let gcra = State::Gcra {
+        tat: 0x0807_0605_0403_0201,
+    };
+    let tail = |n: usize| vec![0u8; STATE_BYTES - n];
+    let want = |tag: u8, fields: &[u8]| {
+        let mut b = vec![tag];
+        b.extend_from_slice(fields);
+        b.extend(tail(1 + fields.len()));
+        b
+    };
+    assert_eq!(
+        state_bytes(&fixed).to_vec(),
+        want(1, &[1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    assert_eq!(
+        state_bytes(&sliding).to_vec(),
+        want(2, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])
+    );
+    assert_eq!(
+        state_bytes(&gcra).to_vec(),
+        want(3, &[1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    // A whole record: key length, key, 1, the state, the expiry.
+    let mut record = Vec::new();
+    put_record(&mut record, "k", Some(gcra), 0x0d0c_0b0a);
+    let mut expect = vec![1, 0, 0, 0, b'k', 1];
+    expect.extend(want(3, &[1, 2, 3, 4, 5, 6, 7, 8]));
+    expect.extend([0x0a, 0x0b, 0x0c, 0x0d]);
+    assert_eq!(record, expect);
+    let mut dropped = Vec::new();
+    put_record(&mut dropped, "k", None, 7);
+    assert_eq!(dropped, [1, 0, 0, 0, b'k', 0]);
 }

@@ -14,10 +14,6 @@ use crate::limiter::saved::Saved;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
-/// Keys a page of a save holds at most: the shard copies this many between two decisions, and
-/// the durable counters hold about this many per shard in memory while they write them.
-pub(super) const SAVE_PAGE: usize = 32_768;
-
 pub(crate) struct Counters {
     table: Table,
     /// Keys this shard may hold; past it, keys are evicted (see `make_room`).
@@ -30,12 +26,11 @@ pub(crate) struct Counters {
     denied: KeyMap<(u64, u64)>,
     next_sweep: u64,
     stats: Arc<ShardStats>,
-    /// Keys evicted before they expired since the last save, once the durable counters save
-    /// this shard (until then nothing needs to know).
-    dropped: Option<Saved>,
-    /// More keys were evicted between two saves than the shard may hold: the next save is a
-    /// full one instead of a list of them.
-    dropped_too_many: bool,
+    /// Keys evicted before they expired since the durable counters last asked, once they have
+    /// asked (until then nothing needs to know); `saving.rs` takes them.
+    evicted: Option<Saved>,
+    /// More keys were evicted since then than the shard may hold: the list is not whole.
+    evicted_too_many: bool,
 }
 
 /// Grants remembered per shard; past this, admitted hits cannot be released (the window
@@ -59,8 +54,8 @@ impl Counters {
             denied: Default::default(),
             next_sweep: now + NS_PER_SEC,
             stats,
-            dropped: None,
-            dropped_too_many: false,
+            evicted: None,
+            evicted_too_many: false,
         }
     }
 
@@ -167,12 +162,12 @@ impl Counters {
             if n > 0 {
                 candidates.select_nth_unstable(n - 1);
                 let victims: fnv::FnvHashSet<u64> = candidates[..n].iter().map(|c| c.1).collect();
-                let (dropped, too_many) = (&mut self.dropped, &mut self.dropped_too_many);
+                let (evicted, too_many) = (&mut self.evicted, &mut self.evicted_too_many);
                 let cap = self.max_keys;
                 self.table.retain(|text, _| {
                     let k = KeyRef::of(text);
                     let keep = !victims.contains(&k.hash) || q.has(&k);
-                    match dropped.as_mut() {
+                    match evicted.as_mut() {
                         Some(d) if !keep && d.len() < cap => d.push(text, None, 0),
                         Some(_) if !keep => *too_many = true,
                         _ => {}
@@ -223,43 +218,21 @@ impl Counters {
         Some(at)
     }
 
-    /// One page of the durable counters' save, from table position `from` (0: a new save):
-    /// the keys whose state changed since they were last saved (every key when `all`), at most
-    /// [`SAVE_PAGE`] of them; the first page also lists the keys evicted since the last save.
-    /// Expired keys are left out. The page says where the next one starts (`Saved::next`).
-    pub(super) fn save(&mut self, all: bool, from: usize, now: u64) -> Saved {
-        let now_s = now / NS_PER_SEC;
-        let mut saved = Saved::default();
-        let mut all = all;
-        if from == 0 {
-            all |= std::mem::take(&mut self.dropped_too_many);
-            if let Some(dropped) = self.dropped.replace(Saved::default()) {
-                if !all {
-                    saved = dropped;
-                }
-            }
-        }
-        saved.full = all;
-        saved.next = self.table.save((all, from, SAVE_PAGE), |key, e| {
-            if u64::from(e.expires_s) > now_s {
-                saved.push(key, Some(e.state), e.expires_s);
-            }
-        });
-        saved
+    /// The keys evicted before they expired since the last call (`None` before the first),
+    /// and whether there were more than the shard may list; from now on they are kept.
+    pub(super) fn take_evicted(&mut self) -> (Option<Saved>, bool) {
+        let too_many = std::mem::take(&mut self.evicted_too_many);
+        (self.evicted.replace(Saved::default()), too_many)
     }
 
-    /// A key's state read back from the durable counters at start, unless it has expired.
-    pub(super) fn restore(
-        &mut self,
-        key: &Key,
-        state: State,
-        expires_s: u32,
-        now: u64,
-        q: &Queues,
-    ) {
-        if u64::from(expires_s) <= now / NS_PER_SEC {
-            return;
-        }
+    /// The key table, for a save to walk (`saving.rs`).
+    pub(super) fn table_mut(&mut self) -> &mut Table {
+        &mut self.table
+    }
+
+    /// Stores `state` for `key` as it is, to expire at `expires_s`, making its entry if need be
+    /// (and if room can be made).
+    pub(super) fn place(&mut self, key: &Key, state: State, expires_s: u32, now: u64, q: &Queues) {
         if let Some(at) = self.find(key) {
             let e = self.table.get_mut(at);
             e.state = state;

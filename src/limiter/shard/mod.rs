@@ -11,7 +11,8 @@
 //! alone or a [`Link`] to a store (batch, round trips, breaker, the ledger of hits the store has
 //! not counted yet). This file only dispatches messages and timers; a message is decided by the
 //! parts borrowed together as a [`Decider`](decide::Decider) over the backing's type (`decide.rs`,
-//! `queueing.rs`, `admin.rs` for both, `through_store.rs` for a link only).
+//! `queueing.rs`, `admin.rs` for both, `through_store.rs` for a link only). The durable
+//! counters' side, a save's page and a start's restore, is `saving.rs`.
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ mod holds;
 mod link;
 mod queueing;
 mod queues;
+mod saving;
 mod stats;
 mod table;
 #[cfg(test)]
@@ -199,10 +201,12 @@ impl Shard {
     /// A key's state read back from the durable counters at start (`None`: forget the key).
     pub(crate) fn restore(&mut self, key: &Key, state: Option<State>, expires_s: u32) {
         let now = self.cx.clock.now();
-        match state {
-            Some(state) => (self.counters).restore(key, state, expires_s, now, &self.queues),
-            None => self.counters.forget(key),
-        }
+        saving::restore(
+            &mut self.counters,
+            (key, state, expires_s),
+            now,
+            &self.queues,
+        );
     }
 
     pub(crate) fn keys(&self) -> u64 {
@@ -244,10 +248,7 @@ impl Shard {
             Msg::LookUp { op, reply } => {
                 let _ = reply.send(with_decider!(self, |d| d.look_up(&op)));
             }
-            Msg::Save { all, from, reply } => {
-                let now = self.cx.clock.now();
-                let _ = reply.send(self.counters.save(all, from, now));
-            }
+            Msg::Save(save) => saving::answer(&mut self.counters, save, self.cx.clock.now()),
             Msg::Reset { op, delete, reply } => {
                 let _ = reply.send(with_decider!(self, |d| d.reset(&op, delete)));
             }
