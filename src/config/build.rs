@@ -2,17 +2,17 @@
 //! reported with the file and the path inside it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fnv::{FnvHashMap, FnvHashSet};
 
+mod rate_api;
 mod reserve;
 
 use super::grammar::parse_bounded_duration;
-use super::raw::{self, RawDescriptor, RawFile, RawRateLimit};
+use super::raw::{self, RawDescriptor, RawFile, RawRateApi, RawRateLimit};
 use super::{
     Algorithm, Calendar, Config, ConfigError, Domain, Level, LoadOptions, Node, QueueSpec, RateApi,
-    RateApiKey, RateLimit, Unit,
+    RateLimit, Unit,
 };
 
 #[derive(Default)]
@@ -39,15 +39,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Parses one YAML file; type errors and unknown keys are reported here, rules in `add_raw`.
-pub(super) fn parse_file(file: &str, text: &str) -> Result<RawFile, ConfigError> {
-    serde_yaml::from_str(text).map_err(|e| ConfigError {
-        file: file.to_owned(),
-        path: String::new(),
-        message: yaml_message(&e),
-    })
-}
-
 impl Builder {
     pub(super) fn finish(mut self) -> Config {
         let mut next = 0;
@@ -63,6 +54,7 @@ impl Builder {
         }
     }
 
+    /// One file parsed whole (xDS resources): its `rate_api`, then its domain's descriptors.
     pub(super) fn add_raw(
         &mut self,
         file: &str,
@@ -70,27 +62,53 @@ impl Builder {
         opts: LoadOptions,
     ) -> Result<(), ConfigError> {
         let domain = raw.domain.unwrap_or_default();
-        let ctx = Ctx {
-            file,
-            domain: &domain,
-        };
         if let Some(api) = raw.rate_api {
-            if let Some(first) = &self.rate_api_file {
-                return Err(ctx.err(
-                    "rate_api",
-                    format!("rate_api is already defined in {first}; define it once"),
-                ));
-            }
-            self.rate_api = Some(build_rate_api(&ctx, api)?);
-            self.rate_api_file = Some(file.to_owned());
+            self.add_rate_api(file, api)?;
             if domain.is_empty() && raw.descriptors.is_none() {
                 return Ok(());
             }
         }
+        let mut open = self.open_domain(file, domain, opts)?;
+        let ctx = Ctx {
+            file,
+            domain: &open.domain,
+        };
+        let descriptors = raw.descriptors.unwrap_or_default();
+        add_level(&ctx, &mut open.root, descriptors, "descriptors", ctx.domain)?;
+        self.close_domain(open);
+        Ok(())
+    }
+
+    /// A file's `rate_api`: one file in the config may have it.
+    pub(super) fn add_rate_api(&mut self, file: &str, api: RawRateApi) -> Result<(), ConfigError> {
+        let ctx = Ctx { file, domain: "" };
+        if let Some(first) = &self.rate_api_file {
+            return Err(ctx.err(
+                "rate_api",
+                format!("rate_api is already defined in {first}; define it once"),
+            ));
+        }
+        self.rate_api = Some(rate_api::build_rate_api(&ctx, api)?);
+        self.rate_api_file = Some(file.to_owned());
+        Ok(())
+    }
+
+    /// Starts `domain`'s descriptors from `file`: a new domain, or one another file began when
+    /// `merge_domains` allows it. [`Builder::close_domain`] puts it back.
+    pub(super) fn open_domain(
+        &mut self,
+        file: &str,
+        domain: String,
+        opts: LoadOptions,
+    ) -> Result<OpenDomain, ConfigError> {
+        let ctx = Ctx {
+            file,
+            domain: &domain,
+        };
         if domain.is_empty() {
             return Err(ctx.err("domain", "domain must not be empty"));
         }
-        let mut root = match self.domains.remove(&domain) {
+        let root = match self.domains.remove(&domain) {
             Some(existing) if opts.merge_domains => existing.root,
             Some(existing) => {
                 let first = self.domain_files[&domain].clone();
@@ -102,35 +120,63 @@ impl Builder {
             }
             None => Level::default(),
         };
-        add_level(
-            &ctx,
-            &mut root,
-            raw.descriptors.unwrap_or_default(),
-            "descriptors",
-            &domain,
-        )?;
-        self.domain_files
-            .entry(domain.clone())
-            .or_insert_with(|| file.to_owned());
-        self.domains.insert(
-            domain.clone(),
-            Domain {
-                name: domain.clone(),
-                root,
-            },
-        );
-        Ok(())
+        Ok(OpenDomain {
+            file: file.to_owned(),
+            names: level_names(&root),
+            root,
+            domain,
+            added: 0,
+        })
+    }
+
+    pub(super) fn close_domain(&mut self, open: OpenDomain) {
+        let OpenDomain {
+            file, domain, root, ..
+        } = open;
+        self.domain_files.entry(domain.clone()).or_insert(file);
+        self.domains
+            .insert(domain.clone(), Domain { name: domain, root });
     }
 }
 
-/// serde_yaml's message already carries the path and the line; keep it as it is.
-fn yaml_message(e: &serde_yaml::Error) -> String {
-    let msg = e.to_string();
-    if msg.contains("unknown field") {
-        format!("unknown key: {msg}")
-    } else {
-        msg
+/// A domain whose top-level descriptors are being added one at a time, as a file is read.
+pub(super) struct OpenDomain {
+    file: String,
+    domain: String,
+    root: Level,
+    /// The root level's `key_value` names, for the duplicate check.
+    names: FnvHashSet<String>,
+    /// Top-level descriptors this file added so far: the next one's index in its path.
+    added: usize,
+}
+
+impl OpenDomain {
+    /// The file's next top-level descriptor, built and filed, its parsed form dropped.
+    pub(super) fn add(&mut self, raw: RawDescriptor) -> Result<(), ConfigError> {
+        let here = format!("descriptors[{}]", self.added);
+        self.added += 1;
+        let ctx = Ctx {
+            file: &self.file,
+            domain: &self.domain,
+        };
+        add_descriptor(
+            &ctx,
+            &mut self.root,
+            &mut self.names,
+            raw,
+            &here,
+            &self.domain,
+        )
     }
+}
+
+/// A level's `key_value` names, for the duplicate check: one look-up a node, so a level of any
+/// size loads in linear time.
+fn level_names(level: &Level) -> FnvHashSet<String> {
+    level
+        .nodes()
+        .map(|n| composite(&n.key, n.value.as_deref()))
+        .collect()
 }
 
 fn add_level(
@@ -140,12 +186,7 @@ fn add_level(
     path: &str,
     parent_stat: &str,
 ) -> Result<(), ConfigError> {
-    // The level's `key_value` names, for the duplicate check: one look-up a node, so a level of
-    // any size loads in linear time.
-    let mut names: FnvHashSet<String> = level
-        .nodes()
-        .map(|n| composite(&n.key, n.value.as_deref()))
-        .collect();
+    let mut names = level_names(level);
     // Room for each key's exact values at once: grown by doubling, the vectors would leave
     // their outgrown copies in the allocator's pages for as long as the config lives.
     let mut exact: FnvHashMap<&str, usize> = FnvHashMap::default();
@@ -161,12 +202,24 @@ fn add_level(
     }
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{path}[{i}]");
-        // The level's one copy of the key, shared by its nodes.
-        let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
-        let node = build_node(ctx, raw, key, &here, parent_stat)?;
-        insert_node(ctx, level, &mut names, node, &here)?;
+        add_descriptor(ctx, level, &mut names, raw, &here, parent_stat)?;
     }
     Ok(())
+}
+
+/// One descriptor (and its children) built and filed into `level`.
+fn add_descriptor(
+    ctx: &Ctx<'_>,
+    level: &mut Level,
+    names: &mut FnvHashSet<String>,
+    raw: RawDescriptor,
+    here: &str,
+    parent_stat: &str,
+) -> Result<(), ConfigError> {
+    // The level's one copy of the key, shared by its nodes.
+    let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
+    let node = build_node(ctx, raw, key, here, parent_stat)?;
+    insert_node(ctx, level, names, node, here)
 }
 
 /// `key_value` (or `key`), as envoyproxy/ratelimit names a node in keys and stats.
@@ -198,18 +251,6 @@ fn build_node(
         ));
     }
     let limits = build_limits(ctx, &raw, here)?;
-    let metadata = match raw.metadata {
-        None => None,
-        Some(m) => match serde_json::to_value(&m) {
-            Ok(serde_json::Value::Object(o)) => Some(o),
-            _ => {
-                return Err(ctx.err(
-                    &format!("{here}.metadata"),
-                    "metadata must be a map with string keys",
-                ))
-            }
-        },
-    };
     let mut node = Node {
         key,
         value: value.map(String::into_boxed_str),
@@ -220,7 +261,7 @@ fn build_node(
         detailed_metric: raw.detailed_metric,
         value_to_metric: raw.value_to_metric,
         share_threshold: raw.share_threshold,
-        metadata,
+        metadata: raw.metadata,
         stat_key,
         origin: format!("{}: {here}", ctx.file).into(),
         index: 0,
@@ -511,70 +552,6 @@ fn build_queue(
     Ok(QueueSpec {
         max_waiting,
         max_wait,
-    })
-}
-
-fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, ConfigError> {
-    let mut keys = Vec::with_capacity(raw.keys.len());
-    for (i, k) in raw.keys.into_iter().enumerate() {
-        let here = format!("rate_api.keys[{i}]");
-        let pattern = k.key.unwrap_or_default();
-        if pattern.is_empty() {
-            return Err(ctx.err(
-                &format!("{here}.key"),
-                "key must not be empty (use \"*\" for any)",
-            ));
-        }
-        let window_text = k.window.ok_or_else(|| {
-            ctx.err(
-                &format!("{here}.window"),
-                "window is required (e.g. 1000ms, 1m)",
-            )
-        })?;
-        let window = parse_bounded_duration(&window_text)
-            .map_err(|m| ctx.err(&format!("{here}.window"), m))?;
-        if window < Duration::from_millis(1) || window.subsec_nanos() % 1_000_000 != 0 {
-            return Err(ctx.err(
-                &format!("{here}.window"),
-                "window must be a whole number of milliseconds, at least 1ms",
-            ));
-        }
-        let max_requests = k
-            .max_requests
-            .ok_or_else(|| ctx.err(&format!("{here}.max_requests"), "max_requests is required"))?;
-        let max_in_queue = k.max_in_queue.unwrap_or(0);
-        if max_in_queue > 0 && max_requests == 0 {
-            return Err(ctx.err(
-                &format!("{here}.max_in_queue"),
-                "a queue on max_requests: 0 would never admit anyone",
-            ));
-        }
-        let max_wait = match k.max_wait {
-            Some(t) => {
-                let d = parse_bounded_duration(&t)
-                    .map_err(|m| ctx.err(&format!("{here}.max_wait"), m))?;
-                if d.is_zero() {
-                    return Err(
-                        ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0")
-                    );
-                }
-                d
-            }
-            None => super::default_max_wait(window, max_requests, max_in_queue),
-        };
-        keys.push(RateApiKey {
-            pattern,
-            window,
-            max_requests,
-            max_in_queue,
-            max_wait,
-        });
-    }
-    Ok(RateApi {
-        allow_overrides: raw.allow_overrides,
-        max_requests_cap: raw.max_requests_cap.unwrap_or(100_000),
-        max_in_queue_cap: raw.max_in_queue_cap.unwrap_or(10_000),
-        keys,
     })
 }
 

@@ -23,6 +23,7 @@ pub use level::Level;
 mod wildcards;
 pub use wildcards::Wildcards;
 pub mod xds;
+mod yaml;
 
 use std::fmt;
 use std::sync::Arc;
