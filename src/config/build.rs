@@ -22,11 +22,20 @@ pub(super) struct Builder {
     domain_files: FnvHashMap<String, String>,
     rate_api: Option<RateApi>,
     rate_api_file: Option<String>,
+    /// The files read, in order: a node's origin starts with its file's number here.
+    files: Vec<Box<str>>,
 }
 
 struct Ctx<'a> {
     file: &'a str,
     domain: &'a str,
+}
+
+/// Where a descriptor is: its path for errors (`descriptors[3].descriptors[0]`), and for its
+/// node's origin its file's number and its index in each list down to it.
+struct Here<'a> {
+    path: &'a str,
+    at: &'a [u32],
 }
 
 impl Ctx<'_> {
@@ -51,6 +60,7 @@ impl Builder {
             rate_api: self.rate_api,
             gocc: None,
             node_count: next,
+            files: self.files.into_boxed_slice(),
         }
     }
 
@@ -74,7 +84,11 @@ impl Builder {
             domain: &open.domain,
         };
         let descriptors = raw.descriptors.unwrap_or_default();
-        add_level(&ctx, &mut open.root, descriptors, "descriptors", ctx.domain)?;
+        let top = Here {
+            path: "descriptors",
+            at: &[open.file_no],
+        };
+        add_level(&ctx, &mut open.root, descriptors, &top, ctx.domain)?;
         self.close_domain(open);
         Ok(())
     }
@@ -120,8 +134,12 @@ impl Builder {
             }
             None => Level::default(),
         };
+        if self.files.last().is_none_or(|f| **f != *file) {
+            self.files.push(file.into());
+        }
         Ok(OpenDomain {
             file: file.to_owned(),
+            file_no: u32::try_from(self.files.len() - 1).expect("fewer than 2^32 files"),
             names: level_names(&root),
             root,
             domain,
@@ -142,22 +160,29 @@ impl Builder {
 /// A domain whose top-level descriptors are being added one at a time, as a file is read.
 pub(super) struct OpenDomain {
     file: String,
+    /// The file's number in the builder's list.
+    file_no: u32,
     domain: String,
     root: Level,
     /// The root level's `key_value` names, for the duplicate check.
     names: FnvHashSet<String>,
     /// Top-level descriptors this file added so far: the next one's index in its path.
-    added: usize,
+    added: u32,
 }
 
 impl OpenDomain {
     /// The file's next top-level descriptor, built and filed, its parsed form dropped.
     pub(super) fn add(&mut self, raw: RawDescriptor) -> Result<(), ConfigError> {
-        let here = format!("descriptors[{}]", self.added);
+        let path = format!("descriptors[{}]", self.added);
+        let at = [self.file_no, self.added];
         self.added += 1;
         let ctx = Ctx {
             file: &self.file,
             domain: &self.domain,
+        };
+        let here = Here {
+            path: &path,
+            at: &at,
         };
         add_descriptor(
             &ctx,
@@ -179,11 +204,12 @@ fn level_names(level: &Level) -> FnvHashSet<String> {
         .collect()
 }
 
+/// `raws` into `level`, the list at `list` (its path, and its parent's place).
 fn add_level(
     ctx: &Ctx<'_>,
     level: &mut Level,
     raws: Vec<RawDescriptor>,
-    path: &str,
+    list: &Here<'_>,
     parent_stat: &str,
 ) -> Result<(), ConfigError> {
     let mut names = level_names(level);
@@ -200,9 +226,16 @@ fn add_level(
     for (k, n) in exact {
         level.group_to_fill(k).exact.reserve(n);
     }
-    for (i, raw) in raws.into_iter().enumerate() {
-        let here = format!("{path}[{i}]");
+    let mut at = list.at.to_vec();
+    for (i, raw) in (0u32..).zip(raws) {
+        let path = format!("{}[{i}]", list.path);
+        at.push(i);
+        let here = Here {
+            path: &path,
+            at: &at,
+        };
         add_descriptor(ctx, level, &mut names, raw, &here, parent_stat)?;
+        at.pop();
     }
     Ok(())
 }
@@ -213,13 +246,13 @@ fn add_descriptor(
     level: &mut Level,
     names: &mut FnvHashSet<String>,
     raw: RawDescriptor,
-    here: &str,
+    here: &Here<'_>,
     parent_stat: &str,
 ) -> Result<(), ConfigError> {
     // The level's one copy of the key, shared by its nodes.
     let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
     let node = build_node(ctx, raw, key, here, parent_stat)?;
-    insert_node(ctx, level, names, node, here)
+    insert_node(ctx, level, names, node, here.path)
 }
 
 /// `key_value` (or `key`), as envoyproxy/ratelimit names a node in keys and stats.
@@ -233,15 +266,16 @@ fn composite(key: &str, value: Option<&str>) -> String {
 /// One descriptor and, below it, its children.
 fn build_node(
     ctx: &Ctx<'_>,
-    raw: RawDescriptor,
+    mut raw: RawDescriptor,
     key: Arc<str>,
-    here: &str,
+    place: &Here<'_>,
     parent_stat: &str,
 ) -> Result<Node, ConfigError> {
+    let here = place.path;
     if key.is_empty() {
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
-    let value = raw.value.clone().filter(|v| !v.is_empty());
+    let value = raw.value.take().filter(|v| !v.is_empty());
     let stat_key: Arc<str> = format!("{parent_stat}.{}", composite(&key, value.as_deref())).into();
     let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !is_wildcard {
@@ -263,13 +297,17 @@ fn build_node(
         share_threshold: raw.share_threshold,
         metadata: raw.metadata,
         stat_key,
-        origin: format!("{}: {here}", ctx.file).into(),
+        origin: place.at.into(),
         index: 0,
     };
     if let Some(children) = raw.descriptors {
         let path = format!("{here}.descriptors");
         let stat = node.stat_key.clone();
-        add_level(ctx, &mut node.children, children, &path, &stat)?;
+        let list = Here {
+            path: &path,
+            at: place.at,
+        };
+        add_level(ctx, &mut node.children, children, &list, &stat)?;
     }
     Ok(node)
 }

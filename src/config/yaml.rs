@@ -52,8 +52,8 @@ pub(super) fn add_file(
 /// The YAML that files are read as: YAML 1.2's scalars (`yes` is a string, `0123` too, as
 /// serde_yaml read them), a key twice in a mapping refused by the field it names, merge keys
 /// (`<<`) expanded as envoyproxy/ratelimit's YAML library does, and no limit on the input's
-/// size (the file is the operator's) but on its nesting.
-fn options() -> serde_saphyr::Options {
+/// size (the file is the operator's) but on its nesting. The statsd mapping file is read so too.
+pub fn options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: None,
