@@ -63,15 +63,8 @@ impl Config {
     /// Loads a YAML file, or every `*.yaml`/`*.yml` of a directory (dotfiles ignored), in name order.
     pub fn load(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
         let mut builder = Builder::default();
-        // One file's text at a time: each is dropped once read into the tree.
         for f in list_files(path, opts)? {
-            let file = f.display().to_string();
-            let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
-                file: file.clone(),
-                path: String::new(),
-                message: format!("cannot read: {e}"),
-            })?;
-            super::yaml::add_file(&mut builder, &file, &text, opts)?;
+            super::yaml::add_path(&mut builder, &f.display().to_string(), &f, opts)?;
         }
         Ok(builder.finish())
     }

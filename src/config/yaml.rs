@@ -28,8 +28,7 @@ pub(super) fn add_file(
     text: &str,
     opts: LoadOptions,
 ) -> Result<(), ConfigError> {
-    let mut refused = None;
-    let mut track = serde_path_to_error::Track::new();
+    let (mut refused, mut track) = (None, serde_path_to_error::Track::new());
     let read = serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
         let seed = FileSeed {
             builder,
@@ -39,6 +38,47 @@ pub(super) fn add_file(
         };
         seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
     });
+    failed(file, read, refused, track, || Some(text.to_owned()))
+}
+
+/// As [`add_file`], reading the file at `path` as the parser goes: a load never holds a file's
+/// whole text.
+pub(super) fn add_path(
+    builder: &mut Builder,
+    file: &str,
+    path: &std::path::Path,
+    opts: LoadOptions,
+) -> Result<(), ConfigError> {
+    let reader = std::fs::File::open(path).map_err(|e| ConfigError {
+        file: file.to_owned(),
+        path: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let reader = std::io::BufReader::with_capacity(64 * 1024, reader);
+    let (mut refused, mut track) = (None, serde_path_to_error::Track::new());
+    let read = serde_saphyr::with_deserializer_from_reader_with_options(reader, options(), |de| {
+        let seed = FileSeed {
+            builder,
+            file,
+            opts,
+            refused: &mut refused,
+        };
+        seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
+    });
+    // The text is read again for an error's message only.
+    failed(file, read, refused, track, || {
+        std::fs::read_to_string(path).ok()
+    })
+}
+
+/// The error a read ended with, if any: the builder's, or the parser's with its path.
+fn failed(
+    file: &str,
+    read: Result<(), serde_saphyr::Error>,
+    refused: Option<ConfigError>,
+    track: serde_path_to_error::Track,
+    text: impl FnOnce() -> Option<String>,
+) -> Result<(), ConfigError> {
     if let Some(e) = refused {
         return Err(e);
     }
@@ -72,7 +112,7 @@ pub fn options() -> serde_saphyr::Options {
 
 /// The parser's message, after the path where it arose (`descriptors[0].rate_limit.unit: ...`),
 /// which says the line and column.
-fn message(path: &str, e: &serde_saphyr::Error, text: &str) -> String {
+fn message(path: &str, e: &serde_saphyr::Error, text: impl FnOnce() -> Option<String>) -> String {
     let at = |l: serde_saphyr::Location| format!("at line {}, column {}", l.line(), l.column());
     let msg = match e.without_snippet() {
         serde_saphyr::Error::MultipleDocuments { location, .. } => format!(
@@ -82,9 +122,11 @@ fn message(path: &str, e: &serde_saphyr::Error, text: &str) -> String {
         // A scalar that is not of the field's type: what was found, as written.
         serde_saphyr::Error::InvalidScalar { ty, location } => {
             let span = location.span();
-            let found = (span.byte_offset().zip(span.byte_len()))
-                .and_then(|(o, n)| text.get(o as usize..(o + n) as usize))
-                .filter(|t| t.len() <= 64 && !t.contains('\n'));
+            let text = text().unwrap_or_default();
+            let found: String = (text.chars().skip(span.offset() as usize))
+                .take(span.len() as usize)
+                .collect();
+            let found = Some(found).filter(|t| !t.is_empty() && t.len() <= 64 && !t.contains('\n'));
             match found {
                 Some(t) => format!("invalid {ty}: found `{t}` {}", at(*location)),
                 None => format!("invalid {ty} {}", at(*location)),
@@ -98,6 +140,7 @@ fn message(path: &str, e: &serde_saphyr::Error, text: &str) -> String {
             (MAX_DEPTH - 1) / 2,
             at(*location)
         ),
+        serde_saphyr::Error::IOError { cause } => return format!("cannot read: {cause}"),
         _ => e.to_string(),
     };
     let msg = if msg.contains("unknown field") {
