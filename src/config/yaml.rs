@@ -28,17 +28,11 @@ pub(super) fn add_file(
     text: &str,
     opts: LoadOptions,
 ) -> Result<(), ConfigError> {
-    let (mut refused, mut track) = (None, serde_path_to_error::Track::new());
+    let mut reading = Reading::new(builder, file, opts);
     let read = serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
-        let seed = FileSeed {
-            builder,
-            file,
-            opts,
-            refused: &mut refused,
-        };
-        seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
+        reading.read(de)
     });
-    failed(file, read, refused, track, || Some(text.to_owned()))
+    reading.end(read, || Some(text.to_owned()))
 }
 
 /// As [`add_file`], reading the file at `path` as the parser goes: a load never holds a file's
@@ -55,38 +49,60 @@ pub(super) fn add_path(
         message: format!("cannot read: {e}"),
     })?;
     let reader = std::io::BufReader::with_capacity(64 * 1024, reader);
-    let (mut refused, mut track) = (None, serde_path_to_error::Track::new());
+    let mut reading = Reading::new(builder, file, opts);
     let read = serde_saphyr::with_deserializer_from_reader_with_options(reader, options(), |de| {
-        let seed = FileSeed {
+        reading.read(de)
+    });
+    // The text is read again for an error's message only.
+    reading.end(read, || std::fs::read_to_string(path).ok())
+}
+
+/// One file being read into the builder, and where the parser is in it.
+struct Reading<'a> {
+    builder: &'a mut Builder,
+    file: &'a str,
+    opts: LoadOptions,
+    /// The builder's error, when it refused a descriptor.
+    refused: Option<ConfigError>,
+    track: serde_path_to_error::Track,
+}
+
+impl<'a> Reading<'a> {
+    fn new(builder: &'a mut Builder, file: &'a str, opts: LoadOptions) -> Reading<'a> {
+        Reading {
             builder,
             file,
             opts,
-            refused: &mut refused,
-        };
-        seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
-    });
-    // The text is read again for an error's message only.
-    failed(file, read, refused, track, || {
-        std::fs::read_to_string(path).ok()
-    })
-}
-
-/// The error a read ended with, if any: the builder's, or the parser's with its path.
-fn failed(
-    file: &str,
-    read: Result<(), serde_saphyr::Error>,
-    refused: Option<ConfigError>,
-    track: serde_path_to_error::Track,
-    text: impl FnOnce() -> Option<String>,
-) -> Result<(), ConfigError> {
-    if let Some(e) = refused {
-        return Err(e);
+            refused: None,
+            track: serde_path_to_error::Track::new(),
+        }
     }
-    read.map_err(|e| ConfigError {
-        file: file.to_owned(),
-        path: String::new(),
-        message: message(&track.path().to_string(), &e, text),
-    })
+
+    fn read(&mut self, de: serde_saphyr::Deserializer<'_, '_>) -> Result<(), serde_saphyr::Error> {
+        let seed = FileSeed {
+            builder: &mut *self.builder,
+            file: self.file,
+            opts: self.opts,
+            refused: &mut self.refused,
+        };
+        seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut self.track))
+    }
+
+    /// The error the read ended with, if any: the builder's, or the parser's with its path.
+    fn end(
+        self,
+        read: Result<(), serde_saphyr::Error>,
+        text: impl FnOnce() -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(e) = self.refused {
+            return Err(e);
+        }
+        read.map_err(|e| ConfigError {
+            file: self.file.to_owned(),
+            path: String::new(),
+            message: message(&self.track.path().to_string(), &e, text),
+        })
+    }
 }
 
 /// The YAML that files are read as: YAML 1.2's scalars (`yes` is a string, `0123` too, as
