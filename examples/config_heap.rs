@@ -35,7 +35,7 @@ fn rss() -> usize {
 
 /// Bytes of the strings a node owns (sized to fit; its key is shared with its level).
 fn node_strings(n: &Node) -> usize {
-    n.value.as_ref().map_or(0, |v| v.len()) + n.stat_key.len() + n.origin.len()
+    n.value.as_ref().map_or(0, |v| v.len()) + n.stat_key.len() + 4 * n.origin.len()
 }
 
 fn main() {

@@ -2,17 +2,20 @@
 //! reported with the file and the path inside it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fnv::{FnvHashMap, FnvHashSet};
 
+mod domain;
+mod rate_api;
 mod reserve;
 
+pub(super) use domain::OpenDomain;
+
 use super::grammar::parse_bounded_duration;
-use super::raw::{self, RawDescriptor, RawFile, RawRateLimit};
+use super::raw::{self, RawDescriptor, RawFile, RawRateApi, RawRateLimit};
 use super::{
     Algorithm, Calendar, Config, ConfigError, Domain, Level, LoadOptions, Node, QueueSpec, RateApi,
-    RateApiKey, RateLimit, Unit,
+    RateLimit, Unit,
 };
 
 #[derive(Default)]
@@ -22,11 +25,20 @@ pub(super) struct Builder {
     domain_files: FnvHashMap<String, String>,
     rate_api: Option<RateApi>,
     rate_api_file: Option<String>,
+    /// The files read, in order: a node's origin starts with its file's number here.
+    files: Vec<Box<str>>,
 }
 
 struct Ctx<'a> {
     file: &'a str,
     domain: &'a str,
+}
+
+/// Where a descriptor is: its path for errors (`descriptors[3].descriptors[0]`), and for its
+/// node's origin its file's number and its index in each list down to it.
+struct Here<'a> {
+    path: &'a str,
+    at: &'a [u32],
 }
 
 impl Ctx<'_> {
@@ -37,15 +49,6 @@ impl Ctx<'_> {
             message: message.into(),
         }
     }
-}
-
-/// Parses one YAML file; type errors and unknown keys are reported here, rules in `add_raw`.
-pub(super) fn parse_file(file: &str, text: &str) -> Result<RawFile, ConfigError> {
-    serde_yaml::from_str(text).map_err(|e| ConfigError {
-        file: file.to_owned(),
-        path: String::new(),
-        message: yaml_message(&e),
-    })
 }
 
 impl Builder {
@@ -60,9 +63,11 @@ impl Builder {
             rate_api: self.rate_api,
             gocc: None,
             node_count: next,
+            files: self.files.into_boxed_slice(),
         }
     }
 
+    /// One file parsed whole (xDS resources): its `rate_api`, then its domain's descriptors.
     pub(super) fn add_raw(
         &mut self,
         file: &str,
@@ -70,82 +75,60 @@ impl Builder {
         opts: LoadOptions,
     ) -> Result<(), ConfigError> {
         let domain = raw.domain.unwrap_or_default();
-        let ctx = Ctx {
-            file,
-            domain: &domain,
-        };
         if let Some(api) = raw.rate_api {
-            if let Some(first) = &self.rate_api_file {
-                return Err(ctx.err(
-                    "rate_api",
-                    format!("rate_api is already defined in {first}; define it once"),
-                ));
-            }
-            self.rate_api = Some(build_rate_api(&ctx, api)?);
-            self.rate_api_file = Some(file.to_owned());
+            self.add_rate_api(file, api)?;
             if domain.is_empty() && raw.descriptors.is_none() {
                 return Ok(());
             }
         }
-        if domain.is_empty() {
-            return Err(ctx.err("domain", "domain must not be empty"));
-        }
-        let mut root = match self.domains.remove(&domain) {
-            Some(existing) if opts.merge_domains => existing.root,
-            Some(existing) => {
-                let first = self.domain_files[&domain].clone();
-                self.domains.insert(domain.clone(), existing);
-                return Err(ctx.err(
-                    "domain",
-                    format!("duplicate domain \"{domain}\" (already defined in {first})"),
-                ));
-            }
-            None => Level::default(),
+        let mut open = self.open_domain(file, domain, opts)?;
+        let ctx = Ctx {
+            file,
+            domain: &open.domain,
         };
-        add_level(
-            &ctx,
-            &mut root,
-            raw.descriptors.unwrap_or_default(),
-            "descriptors",
-            &domain,
-        )?;
-        self.domain_files
-            .entry(domain.clone())
-            .or_insert_with(|| file.to_owned());
-        self.domains.insert(
-            domain.clone(),
-            Domain {
-                name: domain.clone(),
-                root,
-            },
-        );
+        let descriptors = raw.descriptors.unwrap_or_default();
+        let top = Here {
+            path: "descriptors",
+            at: &[open.file_no],
+        };
+        add_level(&ctx, &mut open.root, descriptors, &top, ctx.domain)?;
+        self.close_domain(open);
+        Ok(())
+    }
+
+    /// A file's `rate_api`: one file in the config may have it.
+    pub(super) fn add_rate_api(&mut self, file: &str, api: RawRateApi) -> Result<(), ConfigError> {
+        let ctx = Ctx { file, domain: "" };
+        if let Some(first) = &self.rate_api_file {
+            return Err(ctx.err(
+                "rate_api",
+                format!("rate_api is already defined in {first}; define it once"),
+            ));
+        }
+        self.rate_api = Some(rate_api::build_rate_api(&ctx, api)?);
+        self.rate_api_file = Some(file.to_owned());
         Ok(())
     }
 }
 
-/// serde_yaml's message already carries the path and the line; keep it as it is.
-fn yaml_message(e: &serde_yaml::Error) -> String {
-    let msg = e.to_string();
-    if msg.contains("unknown field") {
-        format!("unknown key: {msg}")
-    } else {
-        msg
-    }
+/// A level's `key_value` names, for the duplicate check: one look-up a node, so a level of any
+/// size loads in linear time.
+fn level_names(level: &Level) -> FnvHashSet<String> {
+    level
+        .nodes()
+        .map(|n| composite(&n.key, n.value.as_deref()))
+        .collect()
 }
 
+/// `raws` into `level`, the list at `list` (its path, and its parent's place).
 fn add_level(
     ctx: &Ctx<'_>,
     level: &mut Level,
     raws: Vec<RawDescriptor>,
-    path: &str,
+    list: &Here<'_>,
     parent_stat: &str,
 ) -> Result<(), ConfigError> {
-    // The level's `key_value` names, for the duplicate check: one look-up a node, so a level of
-    // any size loads in linear time.
-    let mut names: FnvHashSet<String> = level
-        .nodes()
-        .map(|n| composite(&n.key, n.value.as_deref()))
-        .collect();
+    let mut names = level_names(level);
     // Room for each key's exact values at once: grown by doubling, the vectors would leave
     // their outgrown copies in the allocator's pages for as long as the config lives.
     let mut exact: FnvHashMap<&str, usize> = FnvHashMap::default();
@@ -159,14 +142,33 @@ fn add_level(
     for (k, n) in exact {
         level.group_to_fill(k).exact.reserve(n);
     }
-    for (i, raw) in raws.into_iter().enumerate() {
-        let here = format!("{path}[{i}]");
-        // The level's one copy of the key, shared by its nodes.
-        let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
-        let node = build_node(ctx, raw, key, &here, parent_stat)?;
-        insert_node(ctx, level, &mut names, node, &here)?;
+    let mut at = list.at.to_vec();
+    for (i, raw) in (0u32..).zip(raws) {
+        let path = format!("{}[{i}]", list.path);
+        at.push(i);
+        let here = Here {
+            path: &path,
+            at: &at,
+        };
+        add_descriptor(ctx, level, &mut names, raw, &here, parent_stat)?;
+        at.pop();
     }
     Ok(())
+}
+
+/// One descriptor (and its children) built and filed into `level`.
+fn add_descriptor(
+    ctx: &Ctx<'_>,
+    level: &mut Level,
+    names: &mut FnvHashSet<String>,
+    raw: RawDescriptor,
+    here: &Here<'_>,
+    parent_stat: &str,
+) -> Result<(), ConfigError> {
+    // The level's one copy of the key, shared by its nodes.
+    let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
+    let node = build_node(ctx, raw, key, here, parent_stat)?;
+    insert_node(ctx, level, names, node, here.path)
 }
 
 /// `key_value` (or `key`), as envoyproxy/ratelimit names a node in keys and stats.
@@ -180,15 +182,16 @@ fn composite(key: &str, value: Option<&str>) -> String {
 /// One descriptor and, below it, its children.
 fn build_node(
     ctx: &Ctx<'_>,
-    raw: RawDescriptor,
+    mut raw: RawDescriptor,
     key: Arc<str>,
-    here: &str,
+    place: &Here<'_>,
     parent_stat: &str,
 ) -> Result<Node, ConfigError> {
+    let here = place.path;
     if key.is_empty() {
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
-    let value = raw.value.clone().filter(|v| !v.is_empty());
+    let value = raw.value.take().filter(|v| !v.is_empty());
     let stat_key: Arc<str> = format!("{parent_stat}.{}", composite(&key, value.as_deref())).into();
     let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !is_wildcard {
@@ -198,18 +201,6 @@ fn build_node(
         ));
     }
     let limits = build_limits(ctx, &raw, here)?;
-    let metadata = match raw.metadata {
-        None => None,
-        Some(m) => match serde_json::to_value(&m) {
-            Ok(serde_json::Value::Object(o)) => Some(o),
-            _ => {
-                return Err(ctx.err(
-                    &format!("{here}.metadata"),
-                    "metadata must be a map with string keys",
-                ))
-            }
-        },
-    };
     let mut node = Node {
         key,
         value: value.map(String::into_boxed_str),
@@ -220,15 +211,19 @@ fn build_node(
         detailed_metric: raw.detailed_metric,
         value_to_metric: raw.value_to_metric,
         share_threshold: raw.share_threshold,
-        metadata,
+        metadata: raw.metadata,
         stat_key,
-        origin: format!("{}: {here}", ctx.file).into(),
+        origin: place.at.into(),
         index: 0,
     };
     if let Some(children) = raw.descriptors {
         let path = format!("{here}.descriptors");
         let stat = node.stat_key.clone();
-        add_level(ctx, &mut node.children, children, &path, &stat)?;
+        let list = Here {
+            path: &path,
+            at: place.at,
+        };
+        add_level(ctx, &mut node.children, children, &list, &stat)?;
     }
     Ok(node)
 }
@@ -511,70 +506,6 @@ fn build_queue(
     Ok(QueueSpec {
         max_waiting,
         max_wait,
-    })
-}
-
-fn build_rate_api(ctx: &Ctx<'_>, raw: raw::RawRateApi) -> Result<RateApi, ConfigError> {
-    let mut keys = Vec::with_capacity(raw.keys.len());
-    for (i, k) in raw.keys.into_iter().enumerate() {
-        let here = format!("rate_api.keys[{i}]");
-        let pattern = k.key.unwrap_or_default();
-        if pattern.is_empty() {
-            return Err(ctx.err(
-                &format!("{here}.key"),
-                "key must not be empty (use \"*\" for any)",
-            ));
-        }
-        let window_text = k.window.ok_or_else(|| {
-            ctx.err(
-                &format!("{here}.window"),
-                "window is required (e.g. 1000ms, 1m)",
-            )
-        })?;
-        let window = parse_bounded_duration(&window_text)
-            .map_err(|m| ctx.err(&format!("{here}.window"), m))?;
-        if window < Duration::from_millis(1) || window.subsec_nanos() % 1_000_000 != 0 {
-            return Err(ctx.err(
-                &format!("{here}.window"),
-                "window must be a whole number of milliseconds, at least 1ms",
-            ));
-        }
-        let max_requests = k
-            .max_requests
-            .ok_or_else(|| ctx.err(&format!("{here}.max_requests"), "max_requests is required"))?;
-        let max_in_queue = k.max_in_queue.unwrap_or(0);
-        if max_in_queue > 0 && max_requests == 0 {
-            return Err(ctx.err(
-                &format!("{here}.max_in_queue"),
-                "a queue on max_requests: 0 would never admit anyone",
-            ));
-        }
-        let max_wait = match k.max_wait {
-            Some(t) => {
-                let d = parse_bounded_duration(&t)
-                    .map_err(|m| ctx.err(&format!("{here}.max_wait"), m))?;
-                if d.is_zero() {
-                    return Err(
-                        ctx.err(&format!("{here}.max_wait"), "max_wait must be more than 0")
-                    );
-                }
-                d
-            }
-            None => super::default_max_wait(window, max_requests, max_in_queue),
-        };
-        keys.push(RateApiKey {
-            pattern,
-            window,
-            max_requests,
-            max_in_queue,
-            max_wait,
-        });
-    }
-    Ok(RateApi {
-        allow_overrides: raw.allow_overrides,
-        max_requests_cap: raw.max_requests_cap.unwrap_or(100_000),
-        max_in_queue_cap: raw.max_in_queue_cap.unwrap_or(10_000),
-        keys,
     })
 }
 

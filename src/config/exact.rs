@@ -64,9 +64,15 @@ impl Exact {
         self.nodes.iter_mut()
     }
 
-    /// The same nodes in the least memory.
+    /// The same nodes in the least memory. The nodes move to a block of their size: a level
+    /// built as its file is read grows by doubling, and an allocator may shrink a block in place
+    /// and keep its tail (mimalloc does, down to half the block).
     pub(crate) fn shrink_to_fit(&mut self) {
-        self.nodes.shrink_to_fit();
+        if self.nodes.capacity() > self.nodes.len() {
+            let mut fit = Vec::with_capacity(self.nodes.len());
+            fit.append(&mut self.nodes);
+            self.nodes = fit;
+        }
         let nodes = &self.nodes;
         (self.by_value).shrink_to_fit(|&at| hash(value_of(&nodes[at as usize])));
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::build::{parse_file, Builder};
+use super::build::Builder;
 use super::raw::RawFile;
 use super::{Config, ConfigError, GoccKeys, LoadOptions};
 
@@ -62,17 +62,11 @@ impl Sources {
 impl Config {
     /// Loads a YAML file, or every `*.yaml`/`*.yml` of a directory (dotfiles ignored), in name order.
     pub fn load(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
-        let files = list_files(path, opts)?;
-        let mut sources = Vec::with_capacity(files.len());
-        for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
-                file: f.display().to_string(),
-                path: String::new(),
-                message: format!("cannot read: {e}"),
-            })?;
-            sources.push((f.display().to_string(), text));
+        let mut builder = Builder::default();
+        for f in list_files(path, opts)? {
+            super::yaml::add_path(&mut builder, &f.display().to_string(), &f, opts)?;
         }
-        Config::from_sources(&sources, opts)
+        Ok(builder.finish())
     }
 
     /// Builds a config from `(file name, YAML text)` pairs; the file names only label errors.
@@ -82,7 +76,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut builder = Builder::default();
         for (file, text) in sources {
-            builder.add_raw(file, parse_file(file, text)?, opts)?;
+            super::yaml::add_file(&mut builder, file, text, opts)?;
         }
         Ok(builder.finish())
     }

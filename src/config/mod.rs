@@ -23,6 +23,8 @@ pub use level::Level;
 mod wildcards;
 pub use wildcards::Wildcards;
 pub mod xds;
+mod yaml;
+pub use yaml::options as yaml_options;
 
 use std::fmt;
 use std::sync::Arc;
@@ -159,8 +161,9 @@ pub struct Node {
     /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats; shared
     /// with the tables that bind per-limit stats and heavy hitters to it.
     pub stat_key: Arc<str>,
-    /// Where the node was defined, for `check` and `/rlconfig`.
-    pub origin: Box<str>,
+    /// Where the node was defined (see [`Config::origin`]): its file's number, then its index
+    /// in each list of descriptors down to it.
+    pub origin: Box<[u32]>,
     /// Dense number of the node within its config (0..`Config::node_count`): lets per-node
     /// state kept elsewhere (per-limit stats) live in a plain array.
     pub index: usize,
@@ -190,6 +193,8 @@ pub struct Config {
     pub gocc: Option<GoccKeys>,
     /// Nodes in all the trees (see `Node::index`).
     node_count: usize,
+    /// The files (or xDS resources) read, that nodes' origins number.
+    files: Box<[Box<str>]>,
 }
 
 /// Limits for the direct HTTP API (`/rate/{key}`): GoCC's model, with windows aligned to the
@@ -270,6 +275,24 @@ impl Config {
         names.sort();
         for name in names {
             describe_level(&self.domains[name].root, &mut out);
+        }
+        out
+    }
+
+    /// Where `node` was defined: `conf/a.yaml: descriptors[0].descriptors[1]`.
+    pub fn origin(&self, node: &Node) -> String {
+        let Some((file, at)) = node.origin.split_first() else {
+            return String::new();
+        };
+        let mut out = (self.files.get(*file as usize)).map_or_else(String::new, |f| f.to_string());
+        out.push(':');
+        for (depth, i) in at.iter().enumerate() {
+            out.push_str(if depth == 0 {
+                " descriptors"
+            } else {
+                ".descriptors"
+            });
+            out.push_str(&format!("[{i}]"));
         }
         out
     }

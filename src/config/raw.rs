@@ -74,7 +74,7 @@ pub(crate) struct RawDescriptor {
     pub(crate) share_threshold: bool,
     /// Free-form; returned to Envoy as dynamic metadata when the descriptor matches.
     #[serde(default)]
-    pub(crate) metadata: Option<serde_yaml::Mapping>,
+    pub(crate) metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,7 +134,7 @@ pub(crate) struct RawQueue {
 
 /// A scalar where envoyproxy/ratelimit takes a string: strings, integers and booleans are read
 /// as their text (`value: 123` is common), floats are refused as the reference refuses them.
-fn opt_scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+pub(super) fn opt_scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     struct Scalar;
     impl<'de> de::Visitor<'de> for Scalar {
         type Value = Option<String>;

@@ -283,8 +283,9 @@ descriptors:
     let m =
         crate::descriptor::find(d, &entries(&[("client", "mobile"), ("path", "/login")])).unwrap();
     assert_eq!(&*m.node().stat_key, "envoy.client_mobile.path_/login");
-    assert!(m.node().origin.contains("conf/a.yaml"));
-    assert!(m.node().origin.contains("descriptors[0].descriptors[0]"));
+    let origin = c.origin(m.node());
+    assert!(origin.contains("conf/a.yaml"), "{origin}");
+    assert!(origin.contains("descriptors[0].descriptors[0]"), "{origin}");
 }
 
 #[test]

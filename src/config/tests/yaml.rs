@@ -14,7 +14,7 @@ fn yaml_syntax_error_names_the_file() {
         assert_eq!(e.file, "conf/a.yaml", "{e}");
         assert!(e.path.is_empty(), "whole-file error: {e}");
         assert!(e.to_string().starts_with("conf/a.yaml: "), "{e}");
-        // serde_yaml says where.
+        // The parser says where.
         assert!(e.message.contains("line"), "should say where: {e}");
     }
 }
@@ -123,6 +123,34 @@ descriptors:
     );
     assert_eq!(only_limit(&c, "d", &[("42", "false")]).requests_per_unit, 3);
     assert!(!matches(&c, "d", &[("code", "124")]));
+}
+
+/// envoyproxy/ratelimit's YAML library resolves aliases and merge keys (`<<`), so configs
+/// written for it use them to share a limit.
+#[test]
+fn anchors_aliases_and_merge_keys_load() {
+    let y = "domain: d
+descriptors:
+  - key: a
+    rate_limit: &per_minute {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: *per_minute
+  - &base
+    key: c
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - <<: *base
+    value: v
+    rate_limit: {unit: hour, requests_per_unit: 7}
+";
+    let c = load(y);
+    for k in ["a", "b"] {
+        let l = only_limit(&c, "d", &[(k, "x")]);
+        assert_eq!((l.unit, l.requests_per_unit), (Unit::Minute, 5), "{k}");
+    }
+    let l = only_limit(&c, "d", &[("c", "v")]);
+    assert_eq!((l.unit, l.requests_per_unit), (Unit::Hour, 7));
+    let l = only_limit(&c, "d", &[("c", "w")]);
+    assert_eq!((l.unit, l.requests_per_unit), (Unit::Second, 1));
 }
 
 #[test]

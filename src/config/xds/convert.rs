@@ -94,7 +94,7 @@ fn raw_descriptor(d: pb::RateLimitDescriptor) -> RawDescriptor {
         detailed_metric: d.detailed_metric,
         value_to_metric: false,
         share_threshold: false,
-        metadata: d.metadata.map(|s| struct_to_yaml(&s)),
+        metadata: d.metadata.map(|s| struct_to_json(&s)),
     }
 }
 
@@ -132,23 +132,24 @@ fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
     }
 }
 
-fn struct_to_yaml(s: &prost_types::Struct) -> serde_yaml::Mapping {
-    s.fields
-        .iter()
-        .map(|(k, v)| (serde_yaml::Value::String(k.clone()), value_to_yaml(v)))
+fn struct_to_json(s: &prost_types::Struct) -> serde_json::Map<String, serde_json::Value> {
+    (s.fields.iter())
+        .map(|(k, v)| (k.clone(), value_to_json(v)))
         .collect()
 }
 
-fn value_to_yaml(v: &prost_types::Value) -> serde_yaml::Value {
+fn value_to_json(v: &prost_types::Value) -> serde_json::Value {
     use prost_types::value::Kind;
+    use serde_json::Value;
     match &v.kind {
-        None | Some(Kind::NullValue(_)) => serde_yaml::Value::Null,
-        Some(Kind::NumberValue(n)) => serde_yaml::Value::Number((*n).into()),
-        Some(Kind::StringValue(s)) => serde_yaml::Value::String(s.clone()),
-        Some(Kind::BoolValue(b)) => serde_yaml::Value::Bool(*b),
-        Some(Kind::StructValue(s)) => serde_yaml::Value::Mapping(struct_to_yaml(s)),
-        Some(Kind::ListValue(l)) => {
-            serde_yaml::Value::Sequence(l.values.iter().map(value_to_yaml).collect())
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        // A number JSON cannot write (NaN, infinities) is null, as protobuf's JSON mapping has it.
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
         }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => Value::Object(struct_to_json(s)),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
     }
 }

@@ -13,8 +13,8 @@ use super::rules::{
     Mapper, Matcher, MetricType, Naming, Observer, Rule, DEFAULT_AGE_BUCKETS, DEFAULT_BUCKETS,
     DEFAULT_MAX_AGE, DEFAULT_QUANTILES,
 };
-use crate::config::go_regex;
 use crate::config::grammar::parse_duration;
+use crate::config::{go_regex, yaml_options};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -104,7 +104,8 @@ enum At {
 impl Mapper {
     /// Reads a mapping file's text; an error names `origin` and the line.
     pub fn parse(text: &str, origin: &str) -> Result<Mapper, String> {
-        let file: FileYaml = serde_yaml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
+        let file: FileYaml = serde_saphyr::from_str_with_options(text, yaml_options())
+            .map_err(|e| format!("{origin}: {e}"))?;
         file.validate().map_err(|(at, msg)| {
             let line = match at {
                 At::Defaults(key) => line_of(text, None, key),

@@ -1,5 +1,5 @@
 //! The line of a key in a mapping file, for errors found after the file parsed: the file is
-//! read again by a visitor that stops with an error where the key is, and serde_yaml's error
+//! read again by a visitor that stops with an error where the key is, and the parser's error
 //! carries that place.
 
 use std::fmt;
@@ -7,14 +7,17 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserializer;
 
+use crate::config::yaml_options;
+
 /// The 1-based line of `key` in the `index`-th mapping (in `defaults` when `None`); none when
 /// that mapping has no such key.
 pub(super) fn line_of(text: &str, index: Option<usize>, key: &str) -> Option<usize> {
     let probe = Probe { index, key };
-    let err = serde_yaml::Deserializer::from_str(text)
-        .deserialize_map(probe)
-        .err()?;
-    err.location().map(|l| l.line())
+    let err = serde_saphyr::with_deserializer_from_str_with_options(text, yaml_options(), |d| {
+        d.deserialize_map(probe)
+    })
+    .err()?;
+    err.location().map(|l| l.line() as usize)
 }
 
 /// Raised where the key (or the mapping) is.
