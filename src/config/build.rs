@@ -12,10 +12,10 @@ mod reserve;
 pub(super) use domain::OpenDomain;
 
 use super::grammar::parse_bounded_duration;
-use super::raw::{self, RawDescriptor, RawFile, RawRateApi, RawRateLimit};
+use super::raw::{self, RawDescriptor, RawRateApi, RawRateLimit};
 use super::{
-    Algorithm, Calendar, Config, ConfigError, Domain, Level, LoadOptions, Node, QueueSpec, RateApi,
-    RateLimit, Unit,
+    Algorithm, Calendar, Config, ConfigError, Domain, Level, Node, QueueSpec, RateApi, RateLimit,
+    Unit,
 };
 
 #[derive(Default)]
@@ -65,35 +65,6 @@ impl Builder {
             node_count: next,
             files: self.files.into_boxed_slice(),
         }
-    }
-
-    /// One file parsed whole (xDS resources): its `rate_api`, then its domain's descriptors.
-    pub(super) fn add_raw(
-        &mut self,
-        file: &str,
-        raw: RawFile,
-        opts: LoadOptions,
-    ) -> Result<(), ConfigError> {
-        let domain = raw.domain.unwrap_or_default();
-        if let Some(api) = raw.rate_api {
-            self.add_rate_api(file, api)?;
-            if domain.is_empty() && raw.descriptors.is_none() {
-                return Ok(());
-            }
-        }
-        let mut open = self.open_domain(file, domain, opts)?;
-        let ctx = Ctx {
-            file,
-            domain: &open.domain,
-        };
-        let descriptors = raw.descriptors.unwrap_or_default();
-        let top = Here {
-            path: "descriptors",
-            at: &[open.file_no],
-        };
-        add_level(&ctx, &mut open.root, descriptors, &top, ctx.domain)?;
-        self.close_domain(open);
-        Ok(())
     }
 
     /// A file's `rate_api`: one file in the config may have it.

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use super::build::Builder;
-use super::raw::RawFile;
 use super::{Config, ConfigError, GoccKeys, LoadOptions};
 
 /// Everything the limits are read from when they come from files: the start, every reload and
@@ -77,19 +76,6 @@ impl Config {
         let mut builder = Builder::default();
         for (file, text) in sources {
             super::yaml::add_file(&mut builder, file, text, opts)?;
-        }
-        Ok(builder.finish())
-    }
-
-    /// Builds a config from already parsed files (`(label, file)` pairs), through the same
-    /// validation as YAML; the xDS client uses it for `RateLimitConfig` resources.
-    pub(crate) fn from_raw(
-        files: Vec<(String, RawFile)>,
-        opts: LoadOptions,
-    ) -> Result<Config, ConfigError> {
-        let mut builder = Builder::default();
-        for (file, raw) in files {
-            builder.add_raw(&file, raw, opts)?;
         }
         Ok(builder.finish())
     }

@@ -2,24 +2,6 @@
 
 use serde::{de, Deserialize, Deserializer};
 
-/// One config file: one domain and its descriptor tree.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawFile {
-    /// A RateLimitConfig's name, as Envoy Gateway's generated configs (dumps of its xDS
-    /// resources) start with: accepted, as the reference's flat key list does, and unused.
-    #[serde(default, deserialize_with = "opt_scalar")]
-    #[allow(dead_code)]
-    pub(crate) name: Option<String>,
-    #[serde(default, deserialize_with = "opt_scalar")]
-    pub(crate) domain: Option<String>,
-    #[serde(default)]
-    pub(crate) descriptors: Option<Vec<RawDescriptor>>,
-    /// turnstile: limits for the direct HTTP API (`/rate/{key}`), for callers not behind Envoy.
-    #[serde(default)]
-    pub(crate) rate_api: Option<RawRateApi>,
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRateApi {

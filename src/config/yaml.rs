@@ -256,7 +256,7 @@ impl FileSeed<'_> {
         shown
     }
 
-    /// The file read: its `rate_api`, then its domain, as [`Builder::add_raw`] takes them.
+    /// The file read: its `rate_api`, then its domain.
     fn end<E: de::Error>(
         mut self,
         domain: Option<String>,

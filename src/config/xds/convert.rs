@@ -5,22 +5,25 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
-use crate::config::raw::{RawDescriptor, RawFile, RawRateLimit, RawReplaces};
+use crate::config::build::Builder;
+use crate::config::raw::{RawDescriptor, RawRateLimit, RawReplaces};
 use crate::config::{Config, ConfigError, LoadOptions};
 
 /// Builds the config that a set of `RateLimitConfig` resources describes, through the same
 /// validation as YAML files. Errors name the resource: `RateLimitConfig "name": path: message`.
+/// Each resource is decoded when its turn comes and built a top-level descriptor at a time, so
+/// a big push holds its decoded messages and the tree, never a parsed copy of every descriptor.
 pub fn config_from_resources(resources: &[Any], opts: LoadOptions) -> Result<Config, ConfigError> {
-    let mut files = Vec::with_capacity(resources.len());
+    let mut builder = Builder::default();
     for (i, any) in resources.iter().enumerate() {
         let c = decode_resource(any).map_err(|message| ConfigError {
             file: format!("resources[{i}]"),
             path: String::new(),
             message,
         })?;
-        files.push(c);
+        add_config(&mut builder, i, c, opts)?;
     }
-    config_from_protos(files, opts)
+    Ok(builder.finish())
 }
 
 /// As [`config_from_resources`], from decoded messages.
@@ -28,19 +31,32 @@ pub fn config_from_protos(
     configs: Vec<pb::RateLimitConfig>,
     opts: LoadOptions,
 ) -> Result<Config, ConfigError> {
-    let files = configs
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let label = if c.name.is_empty() {
-                format!("RateLimitConfig resources[{i}]")
-            } else {
-                format!("RateLimitConfig \"{}\"", c.name)
-            };
-            (label, raw_file(c))
-        })
-        .collect();
-    Config::from_raw(files, opts)
+    let mut builder = Builder::default();
+    for (i, c) in configs.into_iter().enumerate() {
+        add_config(&mut builder, i, c, opts)?;
+    }
+    Ok(builder.finish())
+}
+
+/// Resource `i`, its domain's descriptors built into `builder` one top-level descriptor at a
+/// time, each message dropped once it is built.
+fn add_config(
+    builder: &mut Builder,
+    i: usize,
+    c: pb::RateLimitConfig,
+    opts: LoadOptions,
+) -> Result<(), ConfigError> {
+    let label = if c.name.is_empty() {
+        format!("RateLimitConfig resources[{i}]")
+    } else {
+        format!("RateLimitConfig \"{}\"", c.name)
+    };
+    let mut open = builder.open_domain(&label, c.domain, opts)?;
+    for d in c.descriptors {
+        open.add(raw_descriptor(d))?;
+    }
+    builder.close_domain(open);
+    Ok(())
 }
 
 pub fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
@@ -67,15 +83,6 @@ pub fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
     }
     pb::RateLimitConfig::decode(any.value.as_slice())
         .map_err(|e| format!("cannot decode RateLimitConfig: {e}"))
-}
-
-fn raw_file(c: pb::RateLimitConfig) -> RawFile {
-    RawFile {
-        name: Some(c.name),
-        domain: Some(c.domain),
-        descriptors: Some(c.descriptors.into_iter().map(raw_descriptor).collect()),
-        rate_api: None,
-    }
 }
 
 fn raw_descriptor(d: pb::RateLimitDescriptor) -> RawDescriptor {

@@ -4,7 +4,7 @@
 //!
 //! One `RateLimitConfig` is one domain (one YAML file); every resource of a response together is
 //! the whole config. Resources go through the same validation as YAML files
-//! (`Config::from_raw`), so a config is accepted or refused the same way whichever way it comes.
+//! (the builder YAML files are read into), so a config is accepted or refused the same way whichever way it comes.
 //! A valid response is applied and ACKed; an invalid one is NACKed with the validation error as
 //! `error_detail`, and the last good config stays live. When the stream breaks the client
 //! reconnects with exponential backoff and resubscribes with the last version it accepted;
