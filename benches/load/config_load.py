@@ -21,7 +21,8 @@ in turn:
 xDS (--xds path/to/examples/xds_serve): each size again, the config pushed by an ADS
 server as one RateLimitConfig (Envoy Gateway's way): start is the spawn to the first
 config live, reload a second push until /json answers with its limit; the "check"
-column shows the resource's size in bytes.
+column shows the resource's size in bytes. Per descriptor, less the same binary served one
+tenant over xDS (the xDS client's own connection and buffers are not the config's).
 
 Servers run with MIMALLOC_PURGE_DELAY=0 (freed memory goes back to the system at
 once) unless --purge-delay says otherwise, so RSS shows what is held.
@@ -204,9 +205,21 @@ def until_limit(srv: Server, tenant: str, rpu: int) -> float:
     return time.monotonic() - t
 
 
+def xds_empty(binary: str, example: str) -> int:
+    """The settled RSS of `binary` served one tenant over xDS: the xDS client's own fixed cost
+    (its connection, its buffers) is not the config's."""
+    ads = Ads(example, 1)
+    srv = Server(binary, env=ads.env())
+    until_limit(srv, "t0", 7)
+    rss = srv.settled_rss()
+    srv.stop()
+    ads.stop()
+    return rss
+
+
 def xds_row(binary: str, example: str, n: int, base: int, i: int):
     """The same columns as the YAML rows, the config pushed over xDS: ready is the first
-    config live, the reload a second push."""
+    config live, the reload a second push; `base` is the binary's one-tenant xDS process."""
     tenants = n // 2
     ads = Ads(example, tenants)
     t = time.monotonic()
@@ -318,6 +331,10 @@ def main():
         base_rss[b] = srv.settled_rss()
         srv.stop()
         print(f"{b}: empty process {base_rss[b] / 1e6:.1f} MB")
+    xds_base = {}
+    for b in bins if a.xds else []:
+        xds_base[b] = xds_empty(b, a.xds)
+        print(f"{b}: empty process over xDS {xds_base[b] / 1e6:.1f} MB")
     print(f"{'descriptors':>11} {'binary':>6} {'check s':>8} {'check MB':>9} {'start s':>8} "
           f"{'peak MB':>8} {'peak B/d':>9} {'steady MB':>10} {'steady B/d':>11} "
           f"{'reload s':>9} {'reload peak B/d':>16}")
@@ -342,7 +359,7 @@ def main():
                   f"{(steady - base) / n:>11.0f} {rl:>9.2f} {(reload_peak - base) / n:>16.0f}",
                   flush=True)
             if a.xds:
-                xds_row(b, a.xds, n, base, i)
+                xds_row(b, a.xds, n, xds_base[b], i)
             if a.latency and n == sizes[-1] and shutil.which("h2load"):
                 body = os.path.join(work, "t0.bin")
                 with open(body, "wb") as f:

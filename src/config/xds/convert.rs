@@ -1,5 +1,6 @@
 //! `RateLimitConfig` resources → the same parsed form as YAML files, validated the same way.
 
+use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::Resource;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
@@ -11,19 +12,85 @@ use crate::config::{Config, ConfigError, LoadOptions};
 
 /// Builds the config that a set of `RateLimitConfig` resources describes, through the same
 /// validation as YAML files. Errors name the resource: `RateLimitConfig "name": path: message`.
-/// Each resource is decoded when its turn comes and built a top-level descriptor at a time, so
-/// a big push holds its decoded messages and the tree, never a parsed copy of every descriptor.
+/// A resource is never held decoded whole: its name and domain are read first, then each
+/// top-level descriptor is decoded from its bytes, built, and dropped, so a big push holds its
+/// bytes and the tree, not a decoded copy of every descriptor beside it.
 pub fn config_from_resources(resources: &[Any], opts: LoadOptions) -> Result<Config, ConfigError> {
     let mut builder = Builder::default();
     for (i, any) in resources.iter().enumerate() {
-        let c = decode_resource(any).map_err(|message| ConfigError {
+        let undecodable = |message| ConfigError {
             file: format!("resources[{i}]"),
             path: String::new(),
             message,
-        })?;
-        add_config(&mut builder, i, c, opts)?;
+        };
+        let bytes = config_bytes(any).map_err(undecodable)?;
+        let (head, listed) = (Head::decode(bytes.clone()), Listed::decode(bytes));
+        let (head, listed) = head
+            .and_then(|h| Ok((h, listed?)))
+            .map_err(|e| undecodable(format!("cannot decode RateLimitConfig: {e}")))?;
+        let mut open = builder.open_domain(&label(i, &head.name), head.domain, opts)?;
+        for (n, d) in listed.descriptors.into_iter().enumerate() {
+            let d = pb::RateLimitDescriptor::decode(d).map_err(|e| {
+                undecodable(format!(
+                    "cannot decode RateLimitConfig: descriptors[{n}]: {e}"
+                ))
+            })?;
+            open.add(raw_descriptor(d))?;
+        }
+        builder.close_domain(open);
     }
     Ok(builder.finish())
+}
+
+/// A `RateLimitConfig`'s name and domain, its descriptors skipped.
+#[derive(Clone, PartialEq, Message)]
+struct Head {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(string, tag = "2")]
+    domain: String,
+}
+
+/// A `RateLimitConfig`'s descriptors, each still the bytes of its message (sharing the
+/// resource's buffer).
+#[derive(Clone, PartialEq, Message)]
+struct Listed {
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    descriptors: Vec<Bytes>,
+}
+
+/// The bytes of the `RateLimitConfig` a resource carries, unwrapped if it is wrapped.
+fn config_bytes(any: &Any) -> Result<Bytes, String> {
+    if any.type_url == WRAPPED_TYPE_URL {
+        let wrapped = Resource::decode(any.value.as_slice())
+            .map_err(|e| format!("cannot decode {WRAPPED_TYPE_URL}: {e}"))?;
+        let inner = wrapped
+            .resource
+            .ok_or_else(|| format!("wrapped resource \"{}\" has no body", wrapped.name))?;
+        if inner.type_url != TYPE_URL {
+            return Err(format!(
+                "unexpected resource type {} (expected {TYPE_URL})",
+                inner.type_url
+            ));
+        }
+        return Ok(Bytes::from(inner.value));
+    }
+    if any.type_url != TYPE_URL {
+        return Err(format!(
+            "unexpected resource type {} (expected {TYPE_URL})",
+            any.type_url
+        ));
+    }
+    Ok(Bytes::copy_from_slice(&any.value))
+}
+
+/// How errors name resource `i`.
+fn label(i: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("RateLimitConfig resources[{i}]")
+    } else {
+        format!("RateLimitConfig \"{name}\"")
+    }
 }
 
 /// As [`config_from_resources`], from decoded messages.
@@ -46,12 +113,7 @@ fn add_config(
     c: pb::RateLimitConfig,
     opts: LoadOptions,
 ) -> Result<(), ConfigError> {
-    let label = if c.name.is_empty() {
-        format!("RateLimitConfig resources[{i}]")
-    } else {
-        format!("RateLimitConfig \"{}\"", c.name)
-    };
-    let mut open = builder.open_domain(&label, c.domain, opts)?;
+    let mut open = builder.open_domain(&label(i, &c.name), c.domain, opts)?;
     for d in c.descriptors {
         open.add(raw_descriptor(d))?;
     }
@@ -59,29 +121,9 @@ fn add_config(
     Ok(())
 }
 
+/// The `RateLimitConfig` a resource carries, decoded whole.
 pub fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
-    if any.type_url == WRAPPED_TYPE_URL {
-        let wrapped = Resource::decode(any.value.as_slice())
-            .map_err(|e| format!("cannot decode {WRAPPED_TYPE_URL}: {e}"))?;
-        let inner = wrapped
-            .resource
-            .ok_or_else(|| format!("wrapped resource \"{}\" has no body", wrapped.name))?;
-        if inner.type_url != TYPE_URL {
-            return Err(format!(
-                "unexpected resource type {} (expected {TYPE_URL})",
-                inner.type_url
-            ));
-        }
-        return pb::RateLimitConfig::decode(inner.value.as_slice())
-            .map_err(|e| format!("cannot decode RateLimitConfig: {e}"));
-    }
-    if any.type_url != TYPE_URL {
-        return Err(format!(
-            "unexpected resource type {} (expected {TYPE_URL})",
-            any.type_url
-        ));
-    }
-    pb::RateLimitConfig::decode(any.value.as_slice())
+    pb::RateLimitConfig::decode(config_bytes(any)?)
         .map_err(|e| format!("cannot decode RateLimitConfig: {e}"))
 }
 
