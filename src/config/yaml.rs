@@ -13,7 +13,7 @@ use super::raw::{opt_scalar, RawDescriptor, RawRateApi};
 use super::{ConfigError, LoadOptions};
 
 /// The deepest nesting of lists and mappings read: 31 levels of descriptors (a level is a list
-/// and a mapping). The parse recurses once a level, and a reload parses on a thread of 2 MiB of
+/// and a mapping). The parse recurses once a level; a reload parses on a thread of 8 MiB of
 /// stack.
 const MAX_DEPTH: usize = 64;
 

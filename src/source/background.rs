@@ -9,6 +9,10 @@ use tokio::sync::oneshot;
 /// The lowest priority a Linux thread can ask for without privileges.
 const NICEST: i32 = 19;
 
+/// The build thread's stack: the main thread's, on which the first config is built at start, so
+/// a config nested as deep as the YAML reader allows loads on either.
+const STACK: usize = 8 << 20;
+
 /// Runs `build` on a new thread at the lowest CPU priority and waits for its result; `Err`
 /// says why it did not finish (the thread could not be started, or `build` panicked).
 pub async fn in_background<T, F>(build: F) -> Result<T, String>
@@ -19,6 +23,7 @@ where
     let (tx, rx) = oneshot::channel();
     std::thread::Builder::new()
         .name("turnstile-load".into())
+        .stack_size(STACK)
         .spawn(move || {
             lower_own_priority();
             let _ = tx.send(build());

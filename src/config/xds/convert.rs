@@ -15,9 +15,13 @@ use crate::config::{Config, ConfigError, LoadOptions};
 /// A resource is never held decoded whole: its name and domain are read first, then each
 /// top-level descriptor is decoded from its bytes, built, and dropped, so a big push holds its
 /// bytes and the tree, not a decoded copy of every descriptor beside it.
-pub fn config_from_resources(resources: &[Any], opts: LoadOptions) -> Result<Config, ConfigError> {
+/// Each resource's bytes are freed once it is built.
+pub fn config_from_resources(
+    resources: Vec<Any>,
+    opts: LoadOptions,
+) -> Result<Config, ConfigError> {
     let mut builder = Builder::default();
-    for (i, any) in resources.iter().enumerate() {
+    for (i, any) in resources.into_iter().enumerate() {
         let undecodable = |message| ConfigError {
             file: format!("resources[{i}]"),
             path: String::new(),
@@ -59,8 +63,9 @@ struct Listed {
     descriptors: Vec<Bytes>,
 }
 
-/// The bytes of the `RateLimitConfig` a resource carries, unwrapped if it is wrapped.
-fn config_bytes(any: &Any) -> Result<Bytes, String> {
+/// The bytes of the `RateLimitConfig` a resource carries, unwrapped if it is wrapped, taken
+/// from the resource without a copy.
+fn config_bytes(any: Any) -> Result<Bytes, String> {
     if any.type_url == WRAPPED_TYPE_URL {
         let wrapped = Resource::decode(any.value.as_slice())
             .map_err(|e| format!("cannot decode {WRAPPED_TYPE_URL}: {e}"))?;
@@ -81,7 +86,7 @@ fn config_bytes(any: &Any) -> Result<Bytes, String> {
             any.type_url
         ));
     }
-    Ok(Bytes::copy_from_slice(&any.value))
+    Ok(Bytes::from(any.value))
 }
 
 /// How errors name resource `i`.
@@ -123,7 +128,7 @@ fn add_config(
 
 /// The `RateLimitConfig` a resource carries, decoded whole.
 pub fn decode_resource(any: &Any) -> Result<pb::RateLimitConfig, String> {
-    pb::RateLimitConfig::decode(config_bytes(any)?)
+    pb::RateLimitConfig::decode(config_bytes(any.clone())?)
         .map_err(|e| format!("cannot decode RateLimitConfig: {e}"))
 }
 

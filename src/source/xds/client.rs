@@ -138,7 +138,7 @@ impl Client {
         let opts = self.settings.load;
         // Built in the background: a big config holds up neither the admin thread (its ports,
         // the statsd push) nor the workers.
-        let built = in_background(move || config_from_resources(&resources, opts))
+        let built = in_background(move || config_from_resources(resources, opts))
             .await
             .unwrap_or_else(|message| {
                 Err(ConfigError {

@@ -494,7 +494,7 @@ descriptors:
     };
     let resources = [domain("edge", vec![per_key, vip, remote, whitelisted])];
     let from_xds = xds::config_from_resources(
-        &resources.iter().map(any).collect::<Vec<_>>(),
+        resources.iter().map(any).collect::<Vec<_>>(),
         LoadOptions::default(),
     )
     .unwrap();
