@@ -14,8 +14,8 @@ use crate::config::{Config, ConfigError, LoadOptions};
 /// validation as YAML files. Errors name the resource: `RateLimitConfig "name": path: message`.
 /// A resource is never held decoded whole: its name and domain are read first, then each
 /// top-level descriptor is decoded from its bytes, built, and dropped, so a big push holds its
-/// bytes and the tree, not a decoded copy of every descriptor beside it.
-/// Each resource's bytes are freed once it is built.
+/// bytes and the tree, not a decoded copy of every descriptor beside it; each resource's bytes
+/// are freed once it is built.
 pub fn config_from_resources(
     resources: Vec<Any>,
     opts: LoadOptions,
@@ -32,16 +32,15 @@ pub fn config_from_resources(
         let (head, listed) = head
             .and_then(|h| Ok((h, listed?)))
             .map_err(|e| undecodable(format!("cannot decode RateLimitConfig: {e}")))?;
-        let mut open = builder.open_domain(&label(i, &head.name), head.domain, opts)?;
-        for (n, d) in listed.descriptors.into_iter().enumerate() {
-            let d = pb::RateLimitDescriptor::decode(d).map_err(|e| {
+        let descriptors = listed.descriptors.into_iter().enumerate();
+        let decoded = descriptors.map(|(n, d)| {
+            pb::RateLimitDescriptor::decode(d).map_err(|e| {
                 undecodable(format!(
                     "cannot decode RateLimitConfig: descriptors[{n}]: {e}"
                 ))
-            })?;
-            open.add(raw_descriptor(d))?;
-        }
-        builder.close_domain(open);
+            })
+        });
+        add_config(&mut builder, (i, &head.name), head.domain, decoded, opts)?;
     }
     Ok(builder.finish())
 }
@@ -105,22 +104,24 @@ pub fn config_from_protos(
 ) -> Result<Config, ConfigError> {
     let mut builder = Builder::default();
     for (i, c) in configs.into_iter().enumerate() {
-        add_config(&mut builder, i, c, opts)?;
+        let descriptors = c.descriptors.into_iter().map(Ok);
+        add_config(&mut builder, (i, &c.name), c.domain, descriptors, opts)?;
     }
     Ok(builder.finish())
 }
 
-/// Resource `i`, its domain's descriptors built into `builder` one top-level descriptor at a
-/// time, each message dropped once it is built.
+/// Resource `i` (named `name`): `domain`'s descriptors built into `builder` one top-level
+/// descriptor at a time, each message dropped once it is built.
 fn add_config(
     builder: &mut Builder,
-    i: usize,
-    c: pb::RateLimitConfig,
+    (i, name): (usize, &str),
+    domain: String,
+    descriptors: impl Iterator<Item = Result<pb::RateLimitDescriptor, ConfigError>>,
     opts: LoadOptions,
 ) -> Result<(), ConfigError> {
-    let mut open = builder.open_domain(&label(i, &c.name), c.domain, opts)?;
-    for d in c.descriptors {
-        open.add(raw_descriptor(d))?;
+    let mut open = builder.open_domain(&label(i, name), domain, opts)?;
+    for d in descriptors {
+        open.add(raw_descriptor(d?))?;
     }
     builder.close_domain(open);
     Ok(())

@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use super::run::wait_for;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
@@ -340,19 +341,6 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
             .await
             .unwrap()
     })
-}
-
-pub fn wait_for(what: &str, mut f: impl FnMut() -> Option<String>) {
-    let end = Instant::now() + DEADLINE;
-    let mut last = String::new();
-    while Instant::now() < end {
-        match f() {
-            None => return,
-            Some(l) => last = l,
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: never happened; last:\n{last}");
 }
 
 pub fn request(domain: &str, key: &str, value: &str) -> RateLimitRequest {
