@@ -5,10 +5,12 @@
 //!   cargo run --release --example config_heap -- CONFIG [TOP_N=20]
 //!   valgrind --tool=massif --depth=12 target/release/examples/config_heap CONFIG
 //!
-//! Steps: `yaml` is the file's text; `tree` what the built config holds once the parse is
-//! dropped, with its `strings` (keys, values, stat keys and origins: their capacities, summed
-//! over the tree) apart; `stats` and `top` what binding the per-limit stats and the heavy
-//! hitters adds; `load peak` the most the process held while the tree was built (VmHWM).
+//! Steps: `yaml` is the file's size; `tree` what the built config holds, with its `strings`
+//! (values, stat keys and origins: their lengths, summed over the tree) apart; `stats` and
+//! `top` what binding the per-limit stats and the heavy hitters adds; `load peak` the most the
+//! process held while the tree was built (VmHWM); `reload peak` the most it held while the same
+//! file was loaded again and put live beside the first, as a reload does, and `after reload`
+//! what it holds once the first is freed.
 //!
 //! The example runs on glibc malloc, which returns large freed blocks to the kernel at once,
 //! so the growth is the data structures' (and massif, which sees glibc's allocations, can
@@ -16,9 +18,10 @@
 
 use std::sync::Arc;
 
-use turnstile::config::{Config, LoadOptions, Node};
+use turnstile::config::{Config, LoadOptions, Node, Serving};
 use turnstile::hitters::TopTable;
 use turnstile::service::metrics::RequestStats;
+use turnstile::service::LiveLimits;
 
 /// A field of /proc/self/status, in bytes.
 fn status(field: &str) -> usize {
@@ -45,11 +48,13 @@ fn main() {
         n.parse().expect("TOP_N: a number")
     });
     let empty = rss();
-    let text = std::fs::read_to_string(&path).expect("read the config");
-    let yaml = text.len();
+    let yaml = std::fs::metadata(&path).expect("read the config").len() as usize;
+    let load = |serving: &Serving| {
+        Config::load_beside(std::path::Path::new(&path), LoadOptions::default(), serving)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
     let before = rss();
-    let config = Config::from_sources(&[(path.clone(), text)], LoadOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let config = load(&Serving::default());
     let load_peak = status("VmHWM") - empty;
     let tree = rss() - before;
     let (mut nodes, mut strings) = (0usize, 0usize);
@@ -61,11 +66,23 @@ fn main() {
     let before = rss();
     let stats = metrics.limit_stats.bind(&config);
     let stats_bytes = rss() - before;
-    let top = TopTable::new(top_n);
+    drop(stats);
+    let top = Arc::new(TopTable::new(top_n));
     let before = rss();
     let bound_top = top.bind(&config);
     let top_bytes = rss() - before;
+    drop(bound_top);
+    let live = LiveLimits::new(config, Arc::clone(&metrics), Arc::clone(&top));
     let held = rss() - empty;
+    let serving = {
+        let live = live.clone();
+        Serving::new(move || live.load_full())
+    };
+    let replaced = live.install(load(&serving));
+    let reload_peak = status("VmHWM") - empty;
+    drop(replaced);
+    live.drop_unbound();
+    let after_reload = rss() - empty;
     let per = |b: usize| b as f64 / nodes as f64;
     let line =
         |what: &str, b: usize| println!("  {what:<20} {b:>12} B {:>7.0} B/descriptor", per(b));
@@ -78,5 +95,7 @@ fn main() {
     line("per-limit stats", stats_bytes);
     line("heavy hitters", top_bytes);
     line("held", held);
-    drop((bound_top, stats, config));
+    line("reload peak", reload_peak);
+    line("after reload", after_reload);
+    drop(live);
 }

@@ -8,8 +8,11 @@ use fnv::{FnvHashMap, FnvHashSet};
 mod domain;
 mod rate_api;
 mod reserve;
+mod shared;
 
 pub(super) use domain::OpenDomain;
+pub use shared::Serving;
+use shared::{counterpart, Interned};
 
 use super::grammar::parse_bounded_duration;
 use super::raw::{self, RawDescriptor, RawRateApi, RawRateLimit};
@@ -20,6 +23,10 @@ use super::{
 
 #[derive(Default)]
 pub(super) struct Builder {
+    /// The config being served, when this one is built to replace it.
+    serving: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
+    /// Keys and lists of limits, one copy each; an open domain holds them while it is built.
+    interned: Interned,
     domains: FnvHashMap<String, Domain>,
     /// Which file defined each domain, for the duplicate-domain error.
     domain_files: FnvHashMap<String, String>,
@@ -52,6 +59,14 @@ impl Ctx<'_> {
 }
 
 impl Builder {
+    /// A builder of a config that will replace the one `serving` serves.
+    pub(super) fn beside(serving: &Serving) -> Builder {
+        Builder {
+            serving: serving.now(),
+            ..Builder::default()
+        }
+    }
+
     pub(super) fn finish(mut self) -> Config {
         let mut next = 0;
         for d in self.domains.values_mut() {
@@ -83,12 +98,50 @@ impl Builder {
 }
 
 /// A level's `key_value` names, for the duplicate check: one look-up a node, so a level of any
-/// size loads in linear time.
-fn level_names(level: &Level) -> FnvHashSet<String> {
-    level
-        .nodes()
-        .map(|n| composite(&n.key, n.value.as_deref()))
-        .collect()
+/// size loads in linear time. Kept as hashes, 8 bytes a name: a hash seen before is checked
+/// against the level's nodes, which only a duplicate (or a collision) makes happen.
+#[derive(Default)]
+struct Names(FnvHashSet<u64>);
+
+impl Names {
+    fn of(level: &Level) -> Names {
+        Names(
+            level
+                .nodes()
+                .map(|n| name_hash(&n.key, n.value.as_deref()))
+                .collect(),
+        )
+    }
+
+    /// Whether a node of `level` is named `key_value` already; if not, the name is taken now.
+    fn take(&mut self, level: &Level, key: &str, value: Option<&str>) -> bool {
+        let h = name_hash(key, value);
+        if self.0.insert(h) {
+            return true;
+        }
+        let name = composite(key, value);
+        !level
+            .nodes()
+            .any(|n| composite(&n.key, n.value.as_deref()) == name)
+    }
+}
+
+fn name_hash(key: &str, value: Option<&str>) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = fnv::FnvBuildHasher::default().build_hasher();
+    h.write(key.as_bytes());
+    if let Some(v) = value {
+        h.write(b"_");
+        h.write(v.as_bytes());
+    }
+    h.finish()
+}
+
+/// What the build of one level works with besides its descriptors: the build's interned keys
+/// and limits, and the level it replaces in the config being served.
+struct Beside<'b, 's> {
+    interned: &'b mut Interned,
+    served: Option<&'s Level>,
 }
 
 /// `raws` into `level`, the list at `list` (its path, and its parent's place).
@@ -98,8 +151,9 @@ fn add_level(
     raws: Vec<RawDescriptor>,
     list: &Here<'_>,
     parent_stat: &str,
+    beside: &mut Beside<'_, '_>,
 ) -> Result<(), ConfigError> {
-    let mut names = level_names(level);
+    let mut names = Names::of(level);
     // Room for each key's exact values at once: grown by doubling, the vectors would leave
     // their outgrown copies in the allocator's pages for as long as the config lives.
     let mut exact: FnvHashMap<&str, usize> = FnvHashMap::default();
@@ -111,7 +165,8 @@ fn add_level(
         }
     }
     for (k, n) in exact {
-        level.group_to_fill(k).exact.reserve(n);
+        let k = beside.interned.key(k);
+        level.group_to_fill(&k).exact.reserve(n);
     }
     let mut at = list.at.to_vec();
     for (i, raw) in (0u32..).zip(raws) {
@@ -121,7 +176,7 @@ fn add_level(
             path: &path,
             at: &at,
         };
-        add_descriptor(ctx, level, &mut names, raw, &here, parent_stat)?;
+        add_descriptor(ctx, level, &mut names, raw, &here, parent_stat, beside)?;
         at.pop();
     }
     Ok(())
@@ -131,14 +186,23 @@ fn add_level(
 fn add_descriptor(
     ctx: &Ctx<'_>,
     level: &mut Level,
-    names: &mut FnvHashSet<String>,
+    names: &mut Names,
     raw: RawDescriptor,
     here: &Here<'_>,
     parent_stat: &str,
+    beside: &mut Beside<'_, '_>,
 ) -> Result<(), ConfigError> {
-    // The level's one copy of the key, shared by its nodes.
-    let key = Arc::clone(&level.group_to_fill(raw.key.as_deref().unwrap_or("")).key);
-    let node = build_node(ctx, raw, key, here, parent_stat)?;
+    let key = beside.interned.key(raw.key.as_deref().unwrap_or(""));
+    let group = level.group_to_fill(&key);
+    let value = raw.value.as_deref().filter(|v| !v.is_empty());
+    let served = counterpart(beside.served, &key, value, group.wildcards.len());
+    // A level read a descriptor at a time (the top one) starts as big as the one it replaces.
+    if let Some(g) = (beside.served).and_then(|l| l.group(&key)) {
+        if group.exact.capacity() == 0 {
+            group.exact.reserve(g.exact.len());
+        }
+    }
+    let node = build_node(ctx, raw, key, here, parent_stat, beside, served)?;
     insert_node(ctx, level, names, node, here.path)
 }
 
@@ -150,20 +214,24 @@ fn composite(key: &str, value: Option<&str>) -> String {
     }
 }
 
-/// One descriptor and, below it, its children.
+/// One descriptor and, below it, its children; `served` is the node it replaces in the config
+/// being served, if any.
 fn build_node(
     ctx: &Ctx<'_>,
     mut raw: RawDescriptor,
     key: Arc<str>,
     place: &Here<'_>,
     parent_stat: &str,
+    beside: &mut Beside<'_, '_>,
+    served: Option<&Node>,
 ) -> Result<Node, ConfigError> {
     let here = place.path;
     if key.is_empty() {
         return Err(ctx.err(&format!("{here}.key"), "descriptor key must not be empty"));
     }
     let value = raw.value.take().filter(|v| !v.is_empty());
-    let stat_key: Arc<str> = format!("{parent_stat}.{}", composite(&key, value.as_deref())).into();
+    let stat_key = format!("{parent_stat}.{}", composite(&key, value.as_deref()));
+    let stat_key = shared::stat_key(stat_key, served);
     let is_wildcard = value.as_deref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !is_wildcard {
         return Err(ctx.err(
@@ -175,7 +243,7 @@ fn build_node(
     let mut node = Node {
         key,
         value: value.map(String::into_boxed_str),
-        limits: limits.into_boxed_slice(),
+        limits: beside.interned.limits(limits, served),
         children: Level::default(),
         shadow_mode: raw.shadow_mode,
         quota_mode: raw.quota_mode,
@@ -194,7 +262,11 @@ fn build_node(
             path: &path,
             at: place.at,
         };
-        add_level(ctx, &mut node.children, children, &list, &stat)?;
+        let mut below = Beside {
+            interned: beside.interned,
+            served: served.map(|n| &n.children),
+        };
+        add_level(ctx, &mut node.children, children, &list, &stat, &mut below)?;
     }
     Ok(node)
 }
@@ -204,20 +276,20 @@ fn build_node(
 fn insert_node(
     ctx: &Ctx<'_>,
     level: &mut Level,
-    names: &mut FnvHashSet<String>,
+    names: &mut Names,
     node: Node,
     here: &str,
 ) -> Result<(), ConfigError> {
-    let name = composite(&node.key, node.value.as_deref());
-    let dup = || {
+    let name = || composite(&node.key, node.value.as_deref());
+    let dup = |name: String| {
         ctx.err(
             here,
             format!("duplicate composite key \"{}.{name}\"", ctx.domain),
         )
     };
     // The reference compares `key_value` strings, so "a_b"+"c" and "a"+"b_c" collide too.
-    if names.contains(&name) {
-        return Err(dup());
+    if !names.take(level, &node.key, node.value.as_deref()) {
+        return Err(dup(name()));
     }
     let group = level.group_to_fill(&node.key);
     let pattern = node.value.as_deref().map(|v| v.contains('*'));
@@ -225,12 +297,12 @@ fn insert_node(
         None => group.default = Some(Box::new(node)),
         Some(true) => group.wildcards.push(node),
         Some(false) => {
+            let name = name();
             if !group.exact.insert(node) {
-                return Err(dup());
+                return Err(dup(name));
             }
         }
     }
-    names.insert(name);
     Ok(())
 }
 

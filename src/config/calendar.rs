@@ -69,6 +69,12 @@ impl PartialEq for Calendar {
 
 impl Eq for Calendar {}
 
+impl std::hash::Hash for Calendar {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::ptr::hash(self.0, h);
+    }
+}
+
 impl fmt::Debug for Calendar {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -55,6 +55,20 @@ impl Exact {
         (self.by_value).reserve(n, |&at| hash(value_of(&nodes[at as usize])));
     }
 
+    /// How many nodes it holds.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// How many nodes it has room for.
+    pub(crate) fn capacity(&self) -> usize {
+        self.nodes.capacity()
+    }
+
     /// The nodes, in the order they were added.
     pub fn values(&self) -> std::slice::Iter<'_, Node> {
         self.nodes.iter()

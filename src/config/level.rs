@@ -18,7 +18,7 @@ const SCAN_KEYS: usize = 16;
 pub struct Level {
     groups: Vec<KeyGroup>,
     /// While building a level of many keys: each key's place in `groups`.
-    building: Option<Box<FnvHashMap<Box<str>, usize>>>,
+    building: Option<Box<FnvHashMap<Arc<str>, usize>>>,
 }
 
 /// The nodes of one key at one level.
@@ -43,26 +43,31 @@ impl Level {
     }
 
     /// The group of `key` while the level is built, made if it is new.
-    pub(crate) fn group_to_fill(&mut self, key: &str) -> &mut KeyGroup {
+    pub(crate) fn group_to_fill(&mut self, key: &Arc<str>) -> &mut KeyGroup {
         let found = match &self.building {
-            Some(map) => map.get(key).copied(),
-            None => self.groups.iter().position(|g| &*g.key == key),
+            Some(map) => map.get(&**key).copied(),
+            None => self.groups.iter().position(|g| g.key == *key),
         };
         let at = match found {
             Some(at) => at,
             None => {
+                // Most levels have one key: growing by doubling would hold room for four in
+                // each while the whole config is built, more than the nodes themselves.
+                if self.groups.len() < SCAN_KEYS {
+                    self.groups.reserve_exact(1);
+                }
                 self.groups.push(KeyGroup {
-                    key: key.into(),
+                    key: Arc::clone(key),
                     exact: Exact::default(),
                     wildcards: Wildcards::default(),
                     default: None,
                 });
                 let at = self.groups.len() - 1;
                 if let Some(map) = &mut self.building {
-                    map.insert(key.into(), at);
+                    map.insert(Arc::clone(key), at);
                 } else if self.groups.len() > SCAN_KEYS {
                     let map = (self.groups.iter().enumerate())
-                        .map(|(i, g)| (Box::from(&*g.key), i))
+                        .map(|(i, g)| (Arc::clone(&g.key), i))
                         .collect();
                     self.building = Some(Box::new(map));
                 }

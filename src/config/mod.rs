@@ -5,6 +5,7 @@
 //! path inside it, e.g. `config/a.yaml: descriptors[1].rate_limit.unit: invalid unit "fortnite"`.
 
 mod build;
+pub use build::Serving;
 pub mod calendar;
 pub mod go_regex;
 pub mod gocc;
@@ -82,7 +83,7 @@ pub struct QueueSpec {
 }
 
 /// One limit of a descriptor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RateLimit {
     pub name: Option<Arc<str>>,
     pub unit: Unit,
@@ -149,8 +150,9 @@ pub struct Node {
     /// Shared by the nodes of one key at one level.
     pub key: Arc<str>,
     pub value: Option<Box<str>>,
-    /// Empty when the node only whitelists or only groups children.
-    pub limits: Box<[RateLimit]>,
+    /// Empty when the node only whitelists or only groups children. Shared by the nodes with
+    /// the same limits.
+    pub limits: Arc<[RateLimit]>,
     pub children: Level,
     pub shadow_mode: bool,
     pub quota_mode: bool,
@@ -263,6 +265,13 @@ pub struct LoadOptions {
     pub include_dotfiles: bool,
 }
 
+/// A config is what a build beside it reads (see [`Serving`]), as the live limits are.
+impl AsRef<Config> for Config {
+    fn as_ref(&self) -> &Config {
+        self
+    }
+}
+
 impl Config {
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
@@ -312,7 +321,7 @@ impl Config {
 
 fn describe_level(level: &Level, out: &mut Vec<String>) {
     for node in level.nodes() {
-        for l in &node.limits {
+        for l in node.limits.iter() {
             let mut line = format!("{}: ", node.stat_key);
             if l.unlimited {
                 line.push_str("unlimited");

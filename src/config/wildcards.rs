@@ -64,6 +64,15 @@ impl Wildcards {
         best.map(|at| &ix.nodes[at as usize])
     }
 
+    /// How many patterns it holds.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |ix| ix.nodes.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The nodes in file order.
     pub fn iter(&self) -> std::slice::Iter<'_, Node> {
         self.0.as_deref().map_or(&[][..], |ix| &ix.nodes[..]).iter()

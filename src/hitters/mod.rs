@@ -364,30 +364,24 @@ impl TopTable {
     }
 
     /// The lists of every node of `config` that has limits: a stat key seen before keeps its
-    /// lists; stat keys no longer in the config are dropped. A limit's lists are made when its
-    /// first value is counted: most limits of a large config are never hit.
+    /// lists. A limit's lists are made when its first value is counted: most limits of a large
+    /// config are never hit. The lists of stat keys no config has any more stay until
+    /// [`TopTable::drop_unbound`].
     pub fn bind(&self, config: &Config) -> BoundTop {
         if self.n == 0 {
             return BoundTop::default();
         }
-        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        let mut kept = ByKey::default();
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         let by_node: Box<[OnceLock<Arc<LimitTop>>]> =
             (0..config.node_count()).map(|_| OnceLock::new()).collect();
         config.for_each_node(&mut |node| {
             if node.limits.is_empty() {
                 return;
             }
-            let seen = match kept.get(&*node.stat_key) {
-                Some(top) => Some(Arc::clone(top)),
-                None => by_key.remove(&*node.stat_key),
-            };
-            if let Some(top) = seen {
-                kept.insert(Arc::clone(&node.stat_key), Arc::clone(&top));
-                let _ = by_node[node.index].set(top);
+            if let Some(top) = by_key.get(&*node.stat_key) {
+                let _ = by_node[node.index].set(Arc::clone(top));
             }
         });
-        *by_key = kept;
         BoundTop {
             by_node,
             by_key: Arc::clone(&self.by_key),
@@ -420,6 +414,15 @@ fn sampled(n: u64) -> bool {
         s.set(x);
         x % n == 0
     })
+}
+
+impl TopTable {
+    /// Drops the lists of the stat keys no bound config has any more: once a reload has freed
+    /// the config it replaced, those of the limits it removed.
+    pub fn drop_unbound(&self) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        by_key.retain(|_, top| Arc::strong_count(top) > 1);
+    }
 }
 
 /// The lists of one config's nodes, by [`Node::index`]: what the hot path counts into.

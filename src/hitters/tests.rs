@@ -152,10 +152,17 @@ descriptors:
         names(&kept.lists(table.now_s(), 5).by_refused),
         vec![("remote_address=a", 3, 3)]
     );
+    table.drop_unbound();
+    assert!(
+        table.by_key.lock().unwrap().contains_key("web.path.user"),
+        "the replaced config may still be read: its limits keep their lists"
+    );
+    drop(b1);
+    table.drop_unbound();
     let by_key = table.by_key.lock().unwrap();
     assert!(
         !by_key.contains_key("web.path.user"),
-        "the dropped limit's lists are gone"
+        "once it is freed, the dropped limit's lists are gone"
     );
     assert_eq!(
         by_key.len(),

@@ -152,11 +152,12 @@ fn run_xds(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
+    let serving = install.serving();
     let mut stopped = stop.clone();
     let mut tasks = vec![
         tokio::spawn(async move {
             tokio::select! {
-                _ = crate::source::xds::run(settings, updates_tx, ready_tx) => {}
+                _ = crate::source::xds::run(settings, serving, updates_tx, ready_tx) => {}
                 _ = stopped.wait_for(|s| *s) => {}
             }
         }),

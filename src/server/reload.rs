@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, ConfigError, Sources};
+use crate::config::{Config, ConfigError, Serving, Sources};
 use crate::service::{Live, LiveLimits, ReloadStats};
 use crate::source::{in_background, Update, Updates};
 
@@ -39,6 +39,12 @@ impl Install {
         Install { live, stats }
     }
 
+    /// The config being served, for the build of the next one.
+    pub(super) fn serving(&self) -> Serving {
+        let live = self.live.clone();
+        Serving::new(move || live.load_full())
+    }
+
     /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
     pub(super) fn apply(
         &self,
@@ -52,6 +58,7 @@ impl Install {
                 record(&self.stats, Some(source), Ok(()));
                 tracing::info!(source, domains, "config reloaded");
                 free_here(replaced);
+                self.live.drop_unbound();
                 Ok(())
             }
             Err(e) => {
@@ -89,7 +96,10 @@ pub(super) struct Reloader {
 impl Reloader {
     pub(super) fn new(sources: Sources, install: Install, domains: usize) -> Reloader {
         Reloader {
-            sources,
+            sources: Sources {
+                serving: install.serving(),
+                ..sources
+            },
             install,
             domains: watch::Sender::new(domains),
         }

@@ -19,6 +19,12 @@ pub struct Live {
     pub top: BoundTop,
 }
 
+impl AsRef<Config> for Live {
+    fn as_ref(&self) -> &Config {
+        &self.config
+    }
+}
+
 /// A cheap `Clone` handle on the live limits: read them, or put a new config live. The tables
 /// it binds keep each stat key's stats and heavy hitters across configs.
 #[derive(Clone)]
@@ -51,6 +57,13 @@ impl LiveLimits {
     pub fn install(&self, config: Config) -> Arc<Live> {
         self.now
             .swap(Arc::new(bind(config, &self.metrics, &self.top)))
+    }
+
+    /// Drops the stats and heavy hitters of the stat keys no config being served has: call it
+    /// once the limits [`LiveLimits::install`] replaced are freed.
+    pub fn drop_unbound(&self) {
+        self.metrics.limit_stats.drop_unbound();
+        self.top.drop_unbound();
     }
 }
 

@@ -169,7 +169,7 @@ impl<'c> Plan<'c> {
         } else {
             joint_or(Role::Binding)
         };
-        for l in &node.limits {
+        for l in node.limits.iter() {
             self.applied.push(Applied {
                 descriptor: i,
                 limit: LimitRef::Config(l),

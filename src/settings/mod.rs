@@ -324,6 +324,7 @@ impl Settings {
             optional: self.config_optional,
             gocc_file: self.gocc_file.clone(),
             opts: self.load,
+            serving: Default::default(),
         }
     }
 

@@ -1,10 +1,10 @@
 //! A domain's descriptors added a top-level descriptor at a time, as a file is read.
 
-use fnv::FnvHashSet;
+use std::sync::Arc;
 
-use super::{add_descriptor, level_names, Builder, Ctx, Here};
+use super::{add_descriptor, Beside, Builder, Ctx, Here, Interned, Names};
 use crate::config::raw::RawDescriptor;
-use crate::config::{ConfigError, Domain, Level, LoadOptions};
+use crate::config::{Config, ConfigError, Domain, Level, LoadOptions};
 
 impl Builder {
     /// Starts `domain`'s descriptors from `file`: a new domain, or one another file began when
@@ -40,8 +40,10 @@ impl Builder {
         Ok(OpenDomain {
             file: file.to_owned(),
             file_no: u32::try_from(self.files.len() - 1).expect("fewer than 2^32 files"),
-            names: level_names(&root),
+            names: Names::of(&root),
             root,
+            serving: self.serving.clone(),
+            interned: std::mem::take(&mut self.interned),
             domain,
             added: 0,
         })
@@ -49,8 +51,13 @@ impl Builder {
 
     pub(in crate::config) fn close_domain(&mut self, open: OpenDomain) {
         let OpenDomain {
-            file, domain, root, ..
+            file,
+            domain,
+            root,
+            interned,
+            ..
         } = open;
+        self.interned = interned;
         self.domain_files.entry(domain.clone()).or_insert(file);
         self.domains
             .insert(domain.clone(), Domain { name: domain, root });
@@ -65,9 +72,13 @@ pub(in crate::config) struct OpenDomain {
     pub(super) domain: String,
     pub(super) root: Level,
     /// The root level's `key_value` names, for the duplicate check.
-    names: FnvHashSet<String>,
+    names: Names,
     /// Top-level descriptors this file added so far: the next one's index in its path.
     added: u32,
+    /// The config being served, when this one is built to replace it.
+    serving: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
+    /// The builder's, while the domain is open.
+    interned: Interned,
 }
 
 impl OpenDomain {
@@ -84,6 +95,13 @@ impl OpenDomain {
             path: &path,
             at: &at,
         };
+        let served = (self.serving.as_deref())
+            .and_then(|c| c.as_ref().domain(&self.domain))
+            .map(|d| &d.root);
+        let mut beside = Beside {
+            interned: &mut self.interned,
+            served,
+        };
         add_descriptor(
             &ctx,
             &mut self.root,
@@ -91,6 +109,7 @@ impl OpenDomain {
             raw,
             &here,
             &self.domain,
+            &mut beside,
         )
     }
 }

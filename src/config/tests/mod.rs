@@ -1,5 +1,6 @@
 //! Config layer: YAML → validated `Config` (errors name file + path) and directory loading.
 
+mod beside;
 mod files;
 mod gocc;
 mod limits;

@@ -6,7 +6,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
-use crate::config::build::Builder;
+use crate::config::build::{Builder, Serving};
 use crate::config::raw::{RawDescriptor, RawRateLimit, RawReplaces};
 use crate::config::{Config, ConfigError, LoadOptions};
 
@@ -19,8 +19,9 @@ use crate::config::{Config, ConfigError, LoadOptions};
 pub fn config_from_resources(
     resources: Vec<Any>,
     opts: LoadOptions,
+    serving: &Serving,
 ) -> Result<Config, ConfigError> {
-    let mut builder = Builder::default();
+    let mut builder = Builder::beside(serving);
     for (i, any) in resources.into_iter().enumerate() {
         let undecodable = |message| ConfigError {
             file: format!("resources[{i}]"),

@@ -4,7 +4,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::*;
-use crate::config::LoadOptions;
+use crate::config::{LoadOptions, Serving};
 
 #[test]
 fn wrapped_and_foreign_resources() {
@@ -27,13 +27,19 @@ fn wrapped_and_foreign_resources() {
         .encode_to_vec(),
     };
     assert_eq!(decode_resource(&wrapped), Ok(config.clone()));
-    let c = config_from_resources(vec![wrapped], LoadOptions::default()).unwrap();
+    let c =
+        config_from_resources(vec![wrapped], LoadOptions::default(), &Serving::default()).unwrap();
     assert!(c.domain("d").is_some());
     let foreign = Any {
         type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
         value: vec![],
     };
-    let err = config_from_resources(vec![plain, foreign], LoadOptions::default()).unwrap_err();
+    let err = config_from_resources(
+        vec![plain, foreign],
+        LoadOptions::default(),
+        &Serving::default(),
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!("resources[1]: unexpected resource type type.googleapis.com/envoy.config.cluster.v3.Cluster (expected {TYPE_URL})")

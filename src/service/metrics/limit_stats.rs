@@ -113,28 +113,99 @@ impl BoundStats {
 }
 
 /// Every stat key's counters. Bounded by the configs: binding a new config keeps the counters of
-/// the stat keys it still has and drops the others.
+/// the stat keys it still has, and once the config it replaced is freed the others are dropped
+/// ([`LimitStatsTable::drop_unbound`]).
 #[derive(Debug, Default)]
 pub struct LimitStatsTable {
     by_key: Mutex<FnvHashMap<Arc<str>, Arc<LimitStats>>>,
 }
 
 impl LimitStatsTable {
-    /// The stats of every node of `config`: a stat key seen before keeps its counters.
+    /// The stats of every node of `config`: a stat key seen before keeps its counters. The
+    /// table grows by the stat keys new to it, in place: a reload does not hold a second one.
     pub fn bind(&self, config: &Config) -> BoundStats {
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        let mut kept: FnvHashMap<Arc<str>, Arc<LimitStats>> = FnvHashMap::default();
         let mut by_node: Vec<Option<Arc<LimitStats>>> = vec![None; config.node_count()];
         config.for_each_node(&mut |n| {
-            let stats = kept
-                .entry(Arc::clone(&n.stat_key))
-                .or_insert_with(|| by_key.remove(&*n.stat_key).unwrap_or_default())
-                .clone();
-            by_node[n.index] = Some(stats);
+            let stats = by_key.entry(Arc::clone(&n.stat_key)).or_default();
+            by_node[n.index] = Some(Arc::clone(stats));
         });
-        *by_key = kept;
         BoundStats {
             by_node: by_node.into_iter().map(Option::unwrap_or_default).collect(),
         }
+    }
+
+    /// Drops the counters of the stat keys no bound config has any more: once a reload has
+    /// freed the config it replaced, those of the limits it removed.
+    pub fn drop_unbound(&self) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        by_key.retain(|_, stats| Arc::strong_count(stats) > 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LoadOptions;
+
+    fn config(keys: &[&str]) -> Config {
+        let mut yaml = String::from("domain: d\ndescriptors:\n");
+        for k in keys {
+            yaml.push_str(&format!(
+                "  - key: {k}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+            ));
+        }
+        Config::from_sources(&[("a.yaml".into(), yaml)], LoadOptions::default()).unwrap()
+    }
+
+    fn hits(c: &Config, bound: &BoundStats, key: &str) -> u64 {
+        let mut found = None;
+        c.for_each_node(&mut |n| {
+            if &*n.stat_key == key {
+                found = Some(bound.of(n).total_hits.load(Ordering::Relaxed));
+            }
+        });
+        found.unwrap()
+    }
+
+    fn count(c: &Config, bound: &BoundStats, key: &str, n: u64) {
+        c.for_each_node(&mut |node| {
+            if &*node.stat_key == key {
+                bound.of(node).add(n, false, 0, 0, false);
+            }
+        });
+    }
+
+    #[test]
+    fn a_reload_keeps_the_counters_of_kept_limits_and_drops_the_rest_once_freed() {
+        let table = LimitStatsTable::default();
+        let c1 = config(&["a", "b"]);
+        let b1 = table.bind(&c1);
+        count(&c1, &b1, "d.a", 3);
+        count(&c1, &b1, "d.b", 5);
+        let c2 = config(&["a", "c"]);
+        let b2 = table.bind(&c2);
+        assert_eq!(hits(&c2, &b2, "d.a"), 3, "a kept limit keeps its counters");
+        assert_eq!(hits(&c2, &b2, "d.c"), 0);
+        table.drop_unbound();
+        assert_eq!(
+            table.by_key.lock().unwrap().len(),
+            3,
+            "the replaced config is still held"
+        );
+        drop(b1);
+        table.drop_unbound();
+        assert_eq!(
+            table.by_key.lock().unwrap().len(),
+            2,
+            "d.b's counters are dropped"
+        );
+        let b3 = table.bind(&c1);
+        assert_eq!(
+            hits(&c1, &b3, "d.b"),
+            0,
+            "a limit added back starts from zero"
+        );
+        assert_eq!(hits(&c1, &b3, "d.a"), 3);
     }
 }

@@ -16,7 +16,7 @@ use tonic::metadata::MetadataKey;
 
 use super::{XdsSettings, INVALID_ARGUMENT};
 use crate::config::xds::{config_from_resources, TYPE_URL};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Serving};
 use crate::source::{in_background, Update};
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
@@ -25,12 +25,14 @@ use crate::source::{in_background, Update};
 /// true, since the last good config stays live across disconnects.
 pub async fn run(
     settings: XdsSettings,
+    serving: Serving,
     updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
 ) {
     let mut client = Client {
         node: node(&settings),
         settings,
+        serving,
         updates,
         ready,
         acked_version: String::new(),
@@ -61,6 +63,8 @@ pub async fn run(
 
 struct Client {
     settings: XdsSettings,
+    /// The config being served, which a pushed config's build shares what it can with.
+    serving: Serving,
     node: Node,
     /// Where the configs go: the server's reload.
     updates: mpsc::UnboundedSender<Update>,
@@ -135,10 +139,10 @@ impl Client {
             self.acked_version = version_info.clone();
             return self.request(version_info, nonce, None);
         }
-        let opts = self.settings.load;
+        let (opts, serving) = (self.settings.load, self.serving.clone());
         // Built in the background: a big config holds up neither the admin thread (its ports,
         // the statsd push) nor the workers.
-        let built = in_background(move || config_from_resources(resources, opts))
+        let built = in_background(move || config_from_resources(resources, opts, &serving))
             .await
             .unwrap_or_else(|message| {
                 Err(ConfigError {

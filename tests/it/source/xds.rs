@@ -11,7 +11,7 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use turnstile::config::xds::{self, pb, TYPE_URL};
-use turnstile::config::{Config, LoadOptions};
+use turnstile::config::{Config, LoadOptions, Serving};
 use turnstile::settings::Settings;
 use turnstile::source::xds::{run as run_xds, XdsSettings};
 use turnstile::source::Update;
@@ -52,6 +52,10 @@ fn start_client_with(
     server: &TestServer,
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>, Updates) {
     let live = server.running().context.live.clone();
+    let serving = {
+        let live = live.clone();
+        Serving::new(move || live.load_full())
+    };
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let (configs_tx, mut configs) = mpsc::unbounded_channel::<Update>();
@@ -70,7 +74,7 @@ fn start_client_with(
         }
     };
     let task = tokio::spawn(async move {
-        tokio::join!(run_xds(settings, configs_tx, ready_tx), follow);
+        tokio::join!(run_xds(settings, serving, configs_tx, ready_tx), follow);
     });
     (task, ready, updates)
 }
@@ -496,6 +500,7 @@ descriptors:
     let from_xds = xds::config_from_resources(
         resources.iter().map(any).collect::<Vec<_>>(),
         LoadOptions::default(),
+        &Serving::default(),
     )
     .unwrap();
 
