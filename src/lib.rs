@@ -39,7 +39,9 @@
 //! own worker decides synchronously. One more thread serves the debug and Prometheus ports and
 //! runs the admin tasks; with durable counters, another runs their journal. A new config, from
 //! files, SIGHUP or xDS, goes live through one path (`server::reload`), and per-limit stats,
-//! bound by stat key, survive it.
+//! bound by stat key, survive it. Each is built beside the config it replaces
+//! (`config::Serving`), whose keys, stat keys and lists of limits it shares where they are the
+//! same, so a reload holds less than two configs.
 //!
 //! # Words
 //!

@@ -4,7 +4,8 @@ reload, for one or more binaries side by side.
 
 One domain of tenants, each `key: tenant, value: tN` with a limit and one child
 (`key: path`) with a limit, as a SaaS with a limit per customer writes it: a
-tenant is two descriptors. For each size (in descriptors) and each binary given,
+tenant is two descriptors. Every tenant has the same two limits (a plan), but the
+last; with --distinct, no two tenants' limits are alike. For each size (in descriptors) and each binary given,
 in turn:
 
   check      `turnstile check`: wall time and peak RSS (getrusage of the child)
@@ -65,15 +66,20 @@ PURGE = {"MIMALLOC_PURGE_DELAY": "0"}
 XDS_ENV = {"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": str(64 << 20)}
 
 
+# --distinct: every tenant's two limits differ from every other's (no two lists alike).
+DISTINCT = False
+
+
 def saas(tenants: int, last_rpu: int) -> str:
     out = ["domain: saas\ndescriptors:\n"]
     for i in range(tenants):
-        rpu = last_rpu if i == tenants - 1 else 100
+        rpu = last_rpu if i == tenants - 1 else (1000 + i if DISTINCT else 100)
+        child = 10 + i if DISTINCT else 10
         out.append(
             f"  - key: tenant\n    value: t{i}\n"
             f"    rate_limit: {{unit: minute, requests_per_unit: {rpu}}}\n"
             "    descriptors:\n      - key: path\n"
-            "        rate_limit: {unit: second, requests_per_unit: 10}\n"
+            f"        rate_limit: {{unit: second, requests_per_unit: {child}}}\n"
         )
     return "".join(out)
 
@@ -317,7 +323,11 @@ def main():
     ap.add_argument("--xds", metavar="XDS_SERVE",
                     help="also push each size over xDS, from this build of examples/xds_serve.rs")
     ap.add_argument("--purge-delay", help="MIMALLOC_PURGE_DELAY for the servers (default 0)")
+    ap.add_argument("--distinct", action="store_true",
+                    help="YAML rows with every tenant's limits distinct (xDS rows keep the shape)")
     a = ap.parse_args()
+    global DISTINCT
+    DISTINCT = a.distinct
     if a.purge_delay is not None:
         PURGE["MIMALLOC_PURGE_DELAY"] = a.purge_delay
     bins = [a.bin] if a.bin else a.bins.split(",")
