@@ -280,8 +280,8 @@ fn insert_node(
     node: Node,
     here: &str,
 ) -> Result<(), ConfigError> {
-    let name = || composite(&node.key, node.value.as_deref());
-    let dup = |name: String| {
+    let dup = |node: &Node| {
+        let name = composite(&node.key, node.value.as_deref());
         ctx.err(
             here,
             format!("duplicate composite key \"{}.{name}\"", ctx.domain),
@@ -289,19 +289,14 @@ fn insert_node(
     };
     // The reference compares `key_value` strings, so "a_b"+"c" and "a"+"b_c" collide too.
     if !names.take(level, &node.key, node.value.as_deref()) {
-        return Err(dup(name()));
+        return Err(dup(&node));
     }
     let group = level.group_to_fill(&node.key);
     let pattern = node.value.as_deref().map(|v| v.contains('*'));
     match pattern {
         None => group.default = Some(Box::new(node)),
         Some(true) => group.wildcards.push(node),
-        Some(false) => {
-            let name = name();
-            if !group.exact.insert(node) {
-                return Err(dup(name));
-            }
-        }
+        Some(false) => group.exact.insert(node).map_err(|node| dup(&node))?,
     }
     Ok(())
 }

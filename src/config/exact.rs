@@ -31,21 +31,21 @@ impl Exact {
         Some(&self.nodes[*at as usize])
     }
 
-    /// Adds `node`; false, and `node` dropped, when its value is here already.
-    pub(crate) fn insert(&mut self, node: Node) -> bool {
+    /// Adds `node`; gives it back when its value is here already.
+    pub(crate) fn insert(&mut self, node: Node) -> Result<(), Node> {
         let h = hash(value_of(&node));
         let nodes = &self.nodes;
         if (self.by_value)
             .find(h, |&at| value_of(&nodes[at as usize]) == value_of(&node))
             .is_some()
         {
-            return false;
+            return Err(node);
         }
         let at = u32::try_from(self.nodes.len()).expect("fewer than 2^32 values on a key");
         let nodes = &self.nodes;
         (self.by_value).insert_unique(h, at, |&at| hash(value_of(&nodes[at as usize])));
         self.nodes.push(node);
-        true
+        Ok(())
     }
 
     /// Room for `n` more nodes.
