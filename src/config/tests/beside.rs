@@ -6,53 +6,34 @@ use std::sync::Arc;
 use super::*;
 use crate::config::build::Builder;
 
-const SERVED: &str = "domain: saas
-descriptors:
-  - key: tenant
-    value: a
-    rate_limit: {unit: minute, requests_per_unit: 100}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: tenant
-    value: b
-    rate_limit: {unit: minute, requests_per_unit: 100}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: route
-    value: \"api-*\"
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: route
-    value: \"web-*\"
-    rate_limit: {unit: hour, requests_per_unit: 6}
-";
+/// Tenants a and b (each a limit and a child `path` limit), a tenant c with a limit when
+/// `with_c`, then the two route patterns in the order given.
+fn saas(b_rpu: u32, with_c: bool, patterns: [(&str, u32); 2]) -> String {
+    let mut y = String::from("domain: saas\ndescriptors:\n");
+    for (tenant, rpu) in [("a", 100), ("b", b_rpu)] {
+        y.push_str(&format!(
+            "  - key: tenant\n    value: {tenant}\n    rate_limit: {{unit: minute, requests_per_unit: {rpu}}}\n    descriptors:\n      - key: path\n        rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        ));
+    }
+    if with_c {
+        y.push_str("  - key: tenant\n    value: c\n    rate_limit: {unit: minute, requests_per_unit: 100}\n");
+    }
+    for (pattern, rpu) in patterns {
+        y.push_str(&format!(
+            "  - key: route\n    value: \"{pattern}\"\n    rate_limit: {{unit: hour, requests_per_unit: {rpu}}}\n"
+        ));
+    }
+    y
+}
+
+fn served() -> String {
+    saas(100, false, [("api-*", 5), ("web-*", 6)])
+}
 
 /// Tenant b's limit raised, tenant c added, the two patterns swapped.
-const EDITED: &str = "domain: saas
-descriptors:
-  - key: tenant
-    value: a
-    rate_limit: {unit: minute, requests_per_unit: 100}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: tenant
-    value: b
-    rate_limit: {unit: minute, requests_per_unit: 500}
-    descriptors:
-      - key: path
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: tenant
-    value: c
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: route
-    value: \"web-*\"
-    rate_limit: {unit: hour, requests_per_unit: 6}
-  - key: route
-    value: \"api-*\"
-    rate_limit: {unit: hour, requests_per_unit: 5}
-";
+fn edited() -> String {
+    saas(500, true, [("web-*", 6), ("api-*", 5)])
+}
 
 fn built_beside(served: &Arc<Config>, yaml: &str) -> Config {
     let served = Arc::clone(served);
@@ -76,10 +57,10 @@ fn node<'c>(c: &'c Config, stat_key: &str) -> &'c Node {
 
 #[test]
 fn a_reload_shares_what_did_not_change_and_reads_as_a_fresh_load() {
-    let served = Arc::new(load(SERVED));
+    let served = Arc::new(load(&served()));
     let before = served.describe();
-    let new = built_beside(&served, EDITED);
-    assert_eq!(new.describe(), load(EDITED).describe());
+    let new = built_beside(&served, &edited());
+    assert_eq!(new.describe(), load(&edited()).describe());
     assert_eq!(
         served.describe(),
         before,
@@ -112,7 +93,7 @@ fn a_reload_shares_what_did_not_change_and_reads_as_a_fresh_load() {
 
 #[test]
 fn one_config_holds_each_key_and_each_list_of_limits_once() {
-    let c = load(SERVED);
+    let c = load(&served());
     let (a, b) = (
         node(&c, "saas.tenant_a.path"),
         node(&c, "saas.tenant_b.path"),
