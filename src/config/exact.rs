@@ -32,14 +32,14 @@ impl Exact {
     }
 
     /// Adds `node`; gives it back when its value is here already.
-    pub(crate) fn insert(&mut self, node: Node) -> Result<(), Node> {
+    pub(crate) fn insert(&mut self, node: Node) -> Result<(), Box<Node>> {
         let h = hash(value_of(&node));
         let nodes = &self.nodes;
         if (self.by_value)
             .find(h, |&at| value_of(&nodes[at as usize]) == value_of(&node))
             .is_some()
         {
-            return Err(node);
+            return Err(Box::new(node));
         }
         let at = u32::try_from(self.nodes.len()).expect("fewer than 2^32 values on a key");
         let nodes = &self.nodes;
