@@ -2,8 +2,10 @@
 //! limits bound to per-limit stats and to heavy-hitter lists) and reports, per descriptor, the
 //! growth of the resident set each step causes.
 //!
-//!   cargo run --release --example config_heap -- CONFIG [TOP_N=20]
+//!   cargo run --release --example config_heap -- CONFIG [TOP_N=20] [--no-reload]
 //!   valgrind --tool=massif --depth=12 target/release/examples/config_heap CONFIG
+//!
+//! `--no-reload` stops once the config is held, so massif's peak is the load's or what is held.
 //!
 //! Steps: `yaml` is the file's size; `tree` what the built config holds, with its `strings`
 //! (values, stat keys and origins: their lengths, summed over the tree) apart; `stats` and
@@ -42,8 +44,13 @@ fn node_strings(n: &Node) -> usize {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let path = args.next().expect("usage: config_heap CONFIG [TOP_N]");
+    let (flags, mut args): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a.starts_with("--"));
+    let reload = !flags.iter().any(|f| f == "--no-reload");
+    let mut args = args.drain(..);
+    let path = args
+        .next()
+        .expect("usage: config_heap CONFIG [TOP_N] [--no-reload]");
     let top_n: usize = args.next().map_or(turnstile::hitters::DEFAULT_TOP_N, |n| {
         n.parse().expect("TOP_N: a number")
     });
@@ -74,15 +81,18 @@ fn main() {
     drop(bound_top);
     let live = LiveLimits::new(config, Arc::clone(&metrics), Arc::clone(&top));
     let held = rss() - empty;
-    let serving = {
-        let live = live.clone();
-        Serving::new(move || live.load_full())
-    };
-    let replaced = live.install(load(&serving));
-    let reload_peak = status("VmHWM") - empty;
-    drop(replaced);
-    live.drop_unbound();
-    let after_reload = rss() - empty;
+    let (mut reload_peak, mut after_reload) = (0, 0);
+    if reload {
+        let serving = {
+            let live = live.clone();
+            Serving::new(move || live.load_full())
+        };
+        let replaced = live.install(load(&serving));
+        reload_peak = status("VmHWM") - empty;
+        drop(replaced);
+        live.drop_unbound();
+        after_reload = rss() - empty;
+    }
     let per = |b: usize| b as f64 / nodes as f64;
     let line =
         |what: &str, b: usize| println!("  {what:<20} {b:>12} B {:>7.0} B/descriptor", per(b));
@@ -95,7 +105,9 @@ fn main() {
     line("per-limit stats", stats_bytes);
     line("heavy hitters", top_bytes);
     line("held", held);
-    line("reload peak", reload_peak);
-    line("after reload", after_reload);
+    if reload {
+        line("reload peak", reload_peak);
+        line("after reload", after_reload);
+    }
     drop(live);
 }
