@@ -142,6 +142,9 @@ fn name_hash(key: &str, value: Option<&str>) -> u64 {
 struct Beside<'b, 's> {
     interned: &'b mut Interned,
     served: Option<&'s Level>,
+    /// The level is read a descriptor at a time (the top one), so its size is not known before
+    /// it is read: it starts as big as the one it replaces.
+    size_as_served: bool,
 }
 
 /// `raws` into `level`, the list at `list` (its path, and its parent's place).
@@ -196,9 +199,8 @@ fn add_descriptor(
     let group = level.group_to_fill(&key);
     let value = raw.value.as_deref().filter(|v| !v.is_empty());
     let served = counterpart(beside.served, &key, value, group.wildcards.len());
-    // A level read a descriptor at a time (the top one) starts as big as the one it replaces.
-    if let Some(g) = (beside.served).and_then(|l| l.group(&key)) {
-        if group.exact.capacity() == 0 {
+    if beside.size_as_served && group.exact.capacity() == 0 {
+        if let Some(g) = (beside.served).and_then(|l| l.group(&key)) {
             group.exact.reserve(g.exact.len());
         }
     }
@@ -262,9 +264,11 @@ fn build_node(
             path: &path,
             at: place.at,
         };
+        // A list of children is read whole: `add_level` sizes its level from it.
         let mut below = Beside {
             interned: beside.interned,
             served: served.map(|n| &n.children),
+            size_as_served: false,
         };
         add_level(ctx, &mut node.children, children, &list, &stat, &mut below)?;
     }

@@ -101,6 +101,7 @@ impl OpenDomain {
         let mut beside = Beside {
             interned: &mut self.interned,
             served,
+            size_as_served: true,
         };
         add_descriptor(
             &ctx,
