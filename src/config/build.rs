@@ -252,7 +252,7 @@ fn build_node(
         detailed_metric: raw.detailed_metric,
         value_to_metric: raw.value_to_metric,
         share_threshold: raw.share_threshold,
-        metadata: raw.metadata,
+        metadata: raw.metadata.map(Box::new),
         stat_key,
         origin: place.at.into(),
         index: 0,

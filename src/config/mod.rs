@@ -159,7 +159,8 @@ pub struct Node {
     pub detailed_metric: bool,
     pub value_to_metric: bool,
     pub share_threshold: bool,
-    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Boxed: most nodes have none, and a map inline would cost each node 24 bytes.
+    pub metadata: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     /// `domain.key_value.key2` as envoyproxy/ratelimit names the node in its stats; shared
     /// with the tables that bind per-limit stats and heavy hitters to it.
     pub stat_key: Arc<str>,

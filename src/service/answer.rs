@@ -189,7 +189,7 @@ fn dynamic_metadata(
         }
         if let Some(md) = plan.matches[i]
             .as_ref()
-            .and_then(|m| m.node().metadata.as_ref())
+            .and_then(|m| m.node().metadata.as_deref())
         {
             merge_first_wins(&mut passed, md);
         }
