@@ -390,6 +390,13 @@ impl TopTable {
             sample: self.sample,
         }
     }
+
+    /// Drops the lists of the stat keys no bound config has any more: once a reload has freed
+    /// the config it replaced, those of the limits it removed.
+    pub fn drop_unbound(&self) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        by_key.retain(|_, top| Arc::strong_count(top) > 1);
+    }
 }
 
 /// Admitted hits are counted one call in this many by default (`TURNSTILE_TOP_SAMPLE`).
@@ -414,15 +421,6 @@ fn sampled(n: u64) -> bool {
         s.set(x);
         x % n == 0
     })
-}
-
-impl TopTable {
-    /// Drops the lists of the stat keys no bound config has any more: once a reload has freed
-    /// the config it replaced, those of the limits it removed.
-    pub fn drop_unbound(&self) {
-        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
-        by_key.retain(|_, top| Arc::strong_count(top) > 1);
-    }
 }
 
 /// The lists of one config's nodes, by [`Node::index`]: what the hot path counts into.
