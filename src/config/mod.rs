@@ -10,6 +10,7 @@ pub mod calendar;
 pub mod go_regex;
 pub mod gocc;
 pub mod grammar;
+pub mod limitador;
 mod load;
 pub use calendar::{Calendar, CalendarError, Span};
 pub use gocc::{GoccKeys, KeyLimits};

@@ -6,6 +6,8 @@ use smallvec::SmallVec;
 
 use crate::config::{Domain, Level, Node};
 
+pub mod limitador;
+
 /// One entry of a request's descriptor, borrowed from wherever the request was read: the
 /// protobuf bytes of a gRPC call, or a decoded message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,0 +1,31 @@
+//! A limits file as written: a YAML list of limits, read with the line of every limit and of
+//! every condition and variable, so an error names where it is.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// One limit as written. Keys Limitador does not know are ignored, as it ignores them.
+#[derive(Debug, Deserialize)]
+pub(super) struct RawLimit {
+    pub(super) namespace: Option<String>,
+    pub(super) max_value: Option<u64>,
+    pub(super) seconds: Option<u64>,
+    pub(super) name: Option<String>,
+    /// Accepted and shown by `/limits`, as Limitador does; not part of a limit's identity.
+    pub(super) id: Option<String>,
+    /// `conditions:` written empty (null) reads as none, as `[]` does.
+    #[serde(default)]
+    pub(super) conditions: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub(super) variables: Option<Vec<Spanned<String>>>,
+}
+
+/// The file's top level: a list of limits (an empty file is no limits).
+pub(super) fn parse(text: &str) -> Result<Vec<Spanned<RawLimit>>, serde_saphyr::Error> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let read: Option<Vec<Spanned<RawLimit>>> =
+        serde_saphyr::from_str_with_options(text, super::super::yaml_options())?;
+    Ok(read.unwrap_or_default())
+}
