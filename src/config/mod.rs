@@ -64,6 +64,9 @@ pub enum Algorithm {
     SlidingWindow,
     /// GCRA: `requests_per_unit` per unit sustained, bursts of up to `burst`.
     TokenBucket { burst: u32 },
+    /// A fixed window that starts at its counter's first hit, not aligned to any clock:
+    /// Limitador's (`limitador-server`'s limits file).
+    FromFirstHit,
 }
 
 impl Algorithm {
@@ -72,6 +75,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::FromFirstHit => "from_first_hit",
         }
     }
 }

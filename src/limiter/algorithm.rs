@@ -106,6 +106,9 @@ pub enum State {
     Sliding { window: u32, prev: u32, cur: u32 },
     /// GCRA's theoretical arrival time: the bucket is full again at `tat`.
     Gcra { tat: u64 },
+    /// Count of a window that started at the key's first hit and ends at `end` (ns); a state
+    /// whose `end` has passed counts nothing, and the next hit starts a window.
+    FromFirstHit { count: u32, end: u64 },
 }
 
 const _: () = assert!(std::mem::size_of::<State>() == 16);
@@ -155,6 +158,7 @@ impl State {
                     tat: now.saturating_sub(p.interval_ns()),
                 },
             },
+            Algorithm::FromFirstHit => State::FromFirstHit { count: 0, end: 0 },
         }
     }
 
@@ -165,6 +169,7 @@ impl State {
             (State::Fixed { .. }, Algorithm::FixedWindow)
                 | (State::Sliding { .. }, Algorithm::SlidingWindow)
                 | (State::Gcra { .. }, Algorithm::TokenBucket { .. })
+                | (State::FromFirstHit { .. }, Algorithm::FromFirstHit)
         )
     }
 
@@ -174,6 +179,7 @@ impl State {
         match *self {
             State::Fixed { window, count } if age(window, idx) == 0 => u64::from(count),
             State::Sliding { window, cur, .. } if age(window, idx) == 0 => u64::from(cur),
+            State::FromFirstHit { count, end } if end > now => u64::from(count),
             _ => 0,
         }
     }
@@ -184,7 +190,7 @@ impl State {
     /// reported in full did.
     pub fn used(&self, p: &Params, now: u64) -> u64 {
         match *self {
-            State::Fixed { .. } => self.count_in_window(p, now),
+            State::Fixed { .. } | State::FromFirstHit { .. } => self.count_in_window(p, now),
             State::Sliding { window, prev, cur } => {
                 let s = p.span(now);
                 let w = s.len();
@@ -231,6 +237,7 @@ impl State {
                 Tat::Full => tat,
                 Tat::ThrottleCrab => tat.saturating_add(crab_tolerance(p)),
             },
+            State::FromFirstHit { end, .. } => end.max(now),
         }
     }
 
@@ -241,6 +248,7 @@ impl State {
             State::Sliding { window, prev, cur } => eval_sliding(window, prev, cur, p, now, hits),
             State::Gcra { tat } if p.tat == Tat::ThrottleCrab => eval_crab(tat, p, now, hits),
             State::Gcra { tat } => eval_gcra(tat, p, now, hits),
+            State::FromFirstHit { count, end } => eval_from_first_hit(count, end, p, now, hits),
         }
     }
 
@@ -289,6 +297,19 @@ impl State {
                 let next = tat.max(now).saturating_add(t.saturating_mul(hits));
                 Some(next.saturating_sub(capacity).saturating_sub(now))
             }
+            State::FromFirstHit { count, end } => {
+                let (used, left) = if end > now {
+                    (u64::from(count), end - now)
+                } else {
+                    (0, p.window_ns())
+                };
+                let free = limit.saturating_sub(used);
+                if hits <= free {
+                    return Some(0);
+                }
+                let windows = (hits - free).div_ceil(limit);
+                Some(left + (windows - 1) * p.window_ns())
+            }
         }
     }
 
@@ -316,6 +337,11 @@ impl State {
             State::Sliding { window, cur, .. } => {
                 if age(*window, p.span(now).idx) == 0 {
                     *cur = cur.saturating_sub(clamp32(hits));
+                }
+            }
+            State::FromFirstHit { count, end } => {
+                if *end > now {
+                    *count = count.saturating_sub(clamp32(hits));
                 }
             }
             State::Gcra { tat } => {
@@ -373,6 +399,28 @@ fn eval_fixed(window: u32, count: u32, p: &Params, now: u64, hits: u64) -> Eval 
     // The next window admits up to `limit`; more than that never fits.
     let retry_ns = if hits > limit { u64::MAX } else { s.end - now };
     counted(limit, after, s.end - now, next, retry_ns)
+}
+
+/// A window from the key's first hit: one that ended starts again at `now` with these hits;
+/// a check (no hits) of a key with no window open starts none.
+fn eval_from_first_hit(count: u32, end: u64, p: &Params, now: u64, hits: u64) -> Eval {
+    let limit = u64::from(p.requests_per_unit);
+    let (count, end) = if end > now {
+        (u64::from(count), end)
+    } else {
+        (0, now.saturating_add(p.window_ns()))
+    };
+    let after = count.saturating_add(hits);
+    let next = if after == 0 {
+        State::FromFirstHit { count: 0, end: 0 }
+    } else {
+        State::FromFirstHit {
+            count: clamp32(after),
+            end,
+        }
+    };
+    let retry_ns = if hits > limit { u64::MAX } else { end - now };
+    counted(limit, after, end - now, next, retry_ns)
 }
 
 fn eval_sliding(window: u32, prev: u32, cur: u32, p: &Params, now: u64, hits: u64) -> Eval {

@@ -114,6 +114,7 @@ fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target 
         Algorithm::FixedWindow => None,
         Algorithm::TokenBucket { burst } => Some(burst),
         Algorithm::SlidingWindow => return Target::Refused(refusal(node, "sliding_window")),
+        Algorithm::FromFirstHit => return Target::Refused(refusal(node, "from_first_hit")),
     };
     if limit.queue.is_some() {
         return Target::Refused(refusal(node, "a queue"));

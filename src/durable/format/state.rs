@@ -1,5 +1,5 @@
 //! A key's state in a record: 17 bytes, a tag (1 fixed window, 2 sliding window, 3 token
-//! bucket), then the state's fields little-endian, the bytes after them zero. The format
+//! bucket, 4 a window from the first hit), then the state's fields little-endian, the bytes after them zero. The format
 //! reads the fields `limiter::State` exposes; the limiter knows nothing of its bytes.
 
 use crate::limiter::State;
@@ -26,6 +26,11 @@ pub fn state_bytes(state: &State) -> [u8; STATE_BYTES] {
             b[0] = 3;
             b[1..9].copy_from_slice(&tat.to_le_bytes());
         }
+        State::FromFirstHit { count, end } => {
+            b[0] = 4;
+            b[1..5].copy_from_slice(&count.to_le_bytes());
+            b[5..13].copy_from_slice(&end.to_le_bytes());
+        }
     }
     b
 }
@@ -46,6 +51,10 @@ pub fn state_from(b: &[u8; STATE_BYTES]) -> Option<State> {
         }),
         3 if zero_from(9) => Some(State::Gcra {
             tat: u64::from(u32_at(1)) | (u64::from(u32_at(5)) << 32),
+        }),
+        4 if zero_from(13) => Some(State::FromFirstHit {
+            count: u32_at(1),
+            end: u64::from(u32_at(5)) | (u64::from(u32_at(9)) << 32),
         }),
         _ => None,
     }

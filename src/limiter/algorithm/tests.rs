@@ -438,3 +438,38 @@ proptest! {
         prop_assert_eq!(s.expires_at(&p, now), span.end);
     }
 }
+
+/// Limitador's window: it starts at the key's first hit, not at a multiple of its length.
+#[test]
+fn a_window_from_the_first_hit_starts_there_and_ends_a_length_later() {
+    let p = Params {
+        requests_per_unit: 2,
+        window_ms: 60_000,
+        algorithm: Algorithm::FromFirstHit,
+        calendar: None,
+        tat: Tat::Full,
+    };
+    let s = 1_000_000_000;
+    let t0 = 1_700_000_017 * s;
+    let fresh = State::fresh(&p, t0);
+    // A check starts no window.
+    assert_eq!(fresh.eval(&p, t0, 0).next, fresh);
+    let first = fresh.eval(&p, t0, 1);
+    assert!(!first.over);
+    assert_eq!((first.remaining, first.reset_ns), (1, 60 * s));
+    let second = first.next.eval(&p, t0 + 59 * s, 1);
+    assert!(!second.over);
+    assert_eq!(second.reset_ns, s);
+    let third = second.next.eval(&p, t0 + 59 * s, 1);
+    assert!(third.over);
+    assert_eq!(third.retry_ns, s);
+    // At its end a new window starts with the next hit.
+    let again = second.next.eval(&p, t0 + 60 * s, 1);
+    assert!(!again.over);
+    assert_eq!((again.remaining, again.reset_ns), (1, 60 * s));
+    assert_eq!(second.next.used(&p, t0 + 60 * s), 0);
+    assert_eq!(second.next.expires_at(&p, t0), t0 + 60 * s);
+    // More than the limit never fits.
+    assert_eq!(fresh.eval(&p, t0, 3).retry_ns, u64::MAX);
+    assert_eq!(fresh.min_wait(&p, t0, 3), Some(60 * s));
+}

@@ -31,13 +31,25 @@ impl Asked {
         let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let first = reply.first().copied().unwrap_or(0);
         if let Some(r) = self.holds {
-            return decode_hold(p, idx, r, reply);
+            return decode_hold(p, idx, now, r, reply);
         }
         if self.refund {
             return decode_refund(p, idx, now, first);
         }
         let hits = self.hits;
+        // A window from the first hit: the store keeps its end as the key's TTL, which the
+        // reply does not carry; a key its hits made ends a window from now, an older one no
+        // later (the over-limit cache leaves these keys out).
+        let from_first = |count: u64| State::FromFirstHit {
+            count: clamp(count),
+            end: now.saturating_add(w),
+        };
         match p.algorithm {
+            Algorithm::FromFirstHit => StoreReply {
+                before: from_first((first.max(0) as u64).saturating_sub(hits)),
+                allowed: None,
+                holds: HoldReply::default(),
+            },
             // INCRBY answers the count after the hits.
             Algorithm::FixedWindow => StoreReply {
                 before: State::Fixed {
@@ -95,6 +107,10 @@ fn decode_refund(p: &Params, idx: u32, now: u64, first: i64) -> StoreReply {
             window: idx,
             count: clamp(first.max(0) as u64),
         },
+        Algorithm::FromFirstHit => State::FromFirstHit {
+            count: clamp(first.max(0) as u64),
+            end: now.saturating_add(p.window_ns()),
+        },
         Algorithm::SlidingWindow => State::Sliding {
             window: idx,
             prev: 0,
@@ -113,13 +129,17 @@ fn decode_refund(p: &Params, idx: u32, now: u64, first: i64) -> StoreReply {
 
 /// `HOLD`'s reply `{done, holds before, holds expired, a, b}`: the counter before the op (fixed:
 /// a count; sliding: current and previous counts; token bucket: the TAT in µs) and its holds.
-fn decode_hold(p: &Params, idx: u32, r: Reservation, reply: &[i64]) -> StoreReply {
+fn decode_hold(p: &Params, idx: u32, now: u64, r: Reservation, reply: &[i64]) -> StoreReply {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     let before = match p.algorithm {
         Algorithm::FixedWindow => State::Fixed {
             window: idx,
             count: clamp(at(3)),
+        },
+        Algorithm::FromFirstHit => State::FromFirstHit {
+            count: clamp(at(3)),
+            end: now.saturating_add(p.window_ns()),
         },
         Algorithm::SlidingWindow => State::Sliding {
             window: idx,
@@ -154,6 +174,10 @@ pub(super) fn stored(p: &Params, now: u64, values: &[Option<i64>]) -> State {
         Algorithm::FixedWindow => State::Fixed {
             window: idx,
             count: count(0),
+        },
+        Algorithm::FromFirstHit => State::FromFirstHit {
+            count: count(0),
+            end: now.saturating_add(p.window_ns()),
         },
         Algorithm::SlidingWindow => State::Sliding {
             window: idx,

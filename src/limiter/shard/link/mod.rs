@@ -169,6 +169,10 @@ impl Link {
 
     /// Remembers that `op`'s key has no room under `op`'s limit until `until`.
     pub(crate) fn remember_full(&mut self, op: &Op, until: u64, now: u64) {
+        // The store places a window from the first hit; its end here is an estimate.
+        if op.params.algorithm == Algorithm::FromFirstHit {
+            return;
+        }
         if self.over.len() >= self.over_cap {
             self.over.retain(|_, (until, _)| *until > now);
         }

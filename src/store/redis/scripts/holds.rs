@@ -123,6 +123,16 @@ impl HoldCmd<'_> {
                 let key = name("", "", start(span.start));
                 (1, params.requests_per_unit, key, None, w)
             }
+            Algorithm::FromFirstHit => {
+                let key = name("", "_first", None);
+                (
+                    1,
+                    params.requests_per_unit,
+                    key,
+                    None,
+                    params.window_ms.max(1),
+                )
+            }
             Algorithm::SlidingWindow => {
                 let cur = name("{", "}_", start(span.start));
                 let prev = name("{", "}_", start(params.prev_start(&span)));

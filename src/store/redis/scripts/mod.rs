@@ -14,7 +14,9 @@
 //! - sliding window: `{domain_key1_value1_}_<window start>`, one key per aligned window; the
 //!   braces are a Cluster hash tag, so the current and the previous window (both read by one
 //!   script) live in one slot;
-//! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time.
+//! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time;
+//! - window from the first hit (Limitador's limits): `<counter key>_first`, counted with
+//!   `INCRBY` as a fixed window is, its TTL one window from the `INCRBY` that made it.
 //!
 //! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
 //! by the same `RedisStore::cmd`.
@@ -315,6 +317,19 @@ impl RedisStore {
                         key,
                         hits: op.hits,
                         window_ms: w,
+                    }
+                }
+            }
+            Algorithm::FromFirstHit => {
+                let key = self.key(op, "", "_first", None);
+                let window_ms = p.window_ms.max(1);
+                if refund {
+                    Cmd::RefundCount { key, hits: op.hits }
+                } else {
+                    Cmd::Fixed {
+                        key,
+                        hits: op.hits,
+                        window_ms,
                     }
                 }
             }

@@ -115,12 +115,13 @@ pub(crate) struct Ledger {
     stats: Arc<LinkStats>,
 }
 
-/// Whether `a` and `b` fall in one window of `op`'s (token buckets have none).
+/// Whether `a` and `b` fall in one window of `op`'s (token buckets have none, and a window
+/// from the first hit is the store's to place).
 fn same_window(op: &Op, a: u64, b: u64) -> bool {
     let p = &op.params;
     match p.algorithm {
         Algorithm::FixedWindow | Algorithm::SlidingWindow => p.span(a).idx == p.span(b).idx,
-        Algorithm::TokenBucket { .. } => true,
+        Algorithm::TokenBucket { .. } | Algorithm::FromFirstHit => true,
     }
 }
 
