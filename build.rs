@@ -14,6 +14,7 @@ fn main() {
     let files = [
         "envoy/service/ratelimit/v3/rls.proto",
         "envoy/service/rate_limit_quota/v3/rlqs.proto",
+        "kuadrant/service/ratelimit/v1/kuadrantrls.proto",
     ];
     let set = protox::compile(files, ["proto"]).expect("compile vendored protos in proto/");
     let bytes = prost::Message::encode_to_vec(&set);

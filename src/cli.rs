@@ -1,5 +1,6 @@
 //! The command line: `turnstile serve` (or the binary named `ratelimit`, as manifests written
-//! for envoyproxy/ratelimit run it), `turnstile check` and `turnstile digest`.
+//! for envoyproxy/ratelimit run it; `limitador-server`, as limitador-operator runs Limitador),
+//! `turnstile check` and `turnstile digest`.
 
 use std::path::PathBuf;
 
@@ -28,6 +29,10 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Invoked as `limitador-server`, with Limitador's command line (not a subcommand of
+    /// `turnstile`'s).
+    #[command(skip)]
+    Limitador(Box<crate::settings::limitador::LimitadorArgs>),
     /// Print each value's digest, as listeners without authentication show client values,
     /// under TURNSTILE_CLIENT_DIGEST_KEY (which must be set: without it each server process
     /// digests with a random key of its own; ask its admin listener, POST /admin/digest).
@@ -81,6 +86,9 @@ impl Cli {
             .unwrap_or_default();
         if argv0.file_name().is_some_and(|f| f == "ratelimit") {
             Command::Serve(AsReference::parse().serve)
+        } else if argv0.file_name().is_some_and(|f| f == "limitador-server") {
+            let args = crate::settings::limitador::LimitadorArgs::from_process();
+            Command::Limitador(Box::new(args))
         } else {
             Cli::parse().command
         }
@@ -142,5 +150,13 @@ pub fn digest(settings: &crate::settings::Settings, values: &[String]) -> Result
     for v in values {
         println!("{v}\t{}", crate::telemetry::digest(v));
     }
+    Ok(())
+}
+
+/// `limitador-server --validate`: the limits file loads (its count of limits on stderr), or the
+/// error naming the file and the line.
+pub fn validate_limits(path: &std::path::Path) -> Result<(), crate::config::ConfigError> {
+    let limits = crate::config::limitador::Limits::read(path)?;
+    eprintln!("limits file OK: {} limit(s)", limits.count);
     Ok(())
 }

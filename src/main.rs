@@ -15,12 +15,13 @@ const EXIT_SETTINGS: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    let (flags, check) = match Cli::command() {
-        Command::Check { config } => (config.map(Overrides::config).unwrap_or_default(), true),
-        Command::Serve(args) => (args.into(), false),
+    let (settings, check) = match Cli::command() {
+        Command::Check { config } => (Settings::from_process(Overrides::check(config)), true),
+        Command::Serve(args) => (Settings::from_process(args.into()), false),
+        Command::Limitador(args) => (args.settings(), false),
         Command::Digest { values } => return digest(&values),
     };
-    let settings = match Settings::from_process(flags) {
+    let settings = match settings {
         Ok(s) => s,
         Err(e) => {
             // Reported in the log format asked for (`LOG_FORMAT=json`: one JSON object).
@@ -45,8 +46,11 @@ fn main() -> ExitCode {
         .ignored
         .iter()
         .for_each(|why| tracing::warn!("{why}"));
-    let code = if check {
-        check_config(&settings)
+    let validate = settings.limitador.as_ref().filter(|l| l.validate);
+    let code = if let Some(l) = validate {
+        config_code(turnstile::cli::validate_limits(&l.limits_file))
+    } else if check {
+        config_code(turnstile::cli::check(&settings))
     } else {
         serve(&settings)
     };
@@ -68,9 +72,10 @@ fn digest(values: &[String]) -> ExitCode {
     }
 }
 
-/// `turnstile check`: exit 0 when the config loads, 2 (with the error) when not.
-fn check_config(settings: &Settings) -> ExitCode {
-    match turnstile::cli::check(settings) {
+/// `turnstile check`, `limitador-server --validate`: exit 0 when the config loads, 2 (with the
+/// error) when not.
+fn config_code(checked: Result<(), turnstile::config::ConfigError>) -> ExitCode {
+    match checked {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -87,12 +92,9 @@ fn serve(settings: &Settings) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let served = turnstile::server::serve_until_terminated(settings, first);
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start");
-            ExitCode::from(EXIT_SETTINGS)
-        }
+    if let Err(e) = turnstile::server::serve_until_terminated(settings, first) {
+        tracing::error!(error = %e, "cannot start");
+        return ExitCode::from(EXIT_SETTINGS);
     }
+    ExitCode::SUCCESS
 }

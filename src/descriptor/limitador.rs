@@ -11,7 +11,7 @@ use crate::config::limitador::{Entries, EvalError, Lazy, Limit, Namespace};
 pub struct Sent<'r, 'a>(pub &'r [&'r [Entry<'a>]]);
 
 impl Entries for Sent<'_, '_> {
-    fn len(&self) -> usize {
+    fn descriptors(&self) -> usize {
         self.0.len()
     }
 

@@ -6,18 +6,22 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
+use crate::config::limitador::{LabelsExpr, Limits};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
+use crate::service::limitador::{Limitador, LimitadorMetrics};
 use crate::service::metrics::RequestStats;
 use crate::service::ReloadStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
+use crate::settings::limitador::LimitadorSettings;
 use crate::settings::{Backing, Settings};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};
 use crate::transport::http::{AdminStats, StatusCounters};
+use crate::transport::kuadrant::LimitadorRls;
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
 
@@ -36,6 +40,8 @@ pub struct Context {
     pub top: Arc<TopTable>,
     /// Every part's counters, registered for the exposition and the push.
     pub registry: Registry,
+    /// Served as `limitador-server`: Limitador's limits and answers on the RLS and HTTP ports.
+    pub limitador: Option<LimitadorRls>,
     /// The same parts by type, each handed to the subsystem that counts in it.
     pub stats: Stats,
 }
@@ -142,7 +148,7 @@ impl Context {
     /// The first config load is recorded here, through the reload's one recorder.
     pub(super) async fn build(
         settings: &Settings,
-        config: Config,
+        (config, limitador): (Config, Option<Limits>),
         clock: Clock,
         starting: Starting,
     ) -> Result<Built, StartError> {
@@ -195,7 +201,11 @@ impl Context {
             response_dynamic_metadata: settings.response_dynamic_metadata,
             refused_by_metadata: settings.refused_by_metadata,
         };
+        let limitador = (settings.limitador.as_ref())
+            .zip(limitador)
+            .map(|(l, limits)| limitador_rls(l, limits, &engine));
         let context = Context {
+            limitador,
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
             throttle: ThrottleService::new(engine.clone(), throttle),
             engine,
@@ -210,6 +220,18 @@ impl Context {
             fleet,
             journal,
         })
+    }
+}
+
+/// Limitador's service on `limits`, counting as `settings` say.
+fn limitador_rls(settings: &LimitadorSettings, limits: Limits, engine: &Engine) -> LimitadorRls {
+    // Checked to compile when the settings were read.
+    let labels =
+        (settings.metric_labels_default.as_deref()).and_then(|t| LabelsExpr::parse(t).ok());
+    let metrics = Arc::new(LimitadorMetrics::new(settings.limit_name_in_labels, labels));
+    LimitadorRls {
+        limitador: Limitador::new(limits, engine.clone(), metrics),
+        headers: settings.draft_03_headers,
     }
 }
 

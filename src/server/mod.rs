@@ -40,6 +40,7 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
+use crate::config::limitador::Limits;
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
@@ -163,6 +164,8 @@ impl Health {
 pub struct FirstConfig {
     pub config: Config,
     pub baseline: Option<u64>,
+    /// Served as `limitador-server`: its limits file.
+    pub limitador: Option<Limits>,
 }
 
 /// A config given as it is (an embedder's, a test's): the files are fingerprinted at the start.
@@ -171,6 +174,7 @@ impl From<Config> for FirstConfig {
         FirstConfig {
             config,
             baseline: None,
+            limitador: None,
         }
     }
 }
@@ -179,6 +183,12 @@ impl From<Config> for FirstConfig {
 /// read; over xDS none (the limits arrive as its first update; the location is not read, as
 /// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty).
 pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
+    if let Some(l) = &settings.limitador {
+        return Ok(FirstConfig {
+            limitador: Some(Limits::read(&l.limits_file)?),
+            ..Config::default().into()
+        });
+    }
     if settings.xds.is_some() {
         return Ok(Config::default().into());
     }
@@ -188,6 +198,7 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
     Ok(FirstConfig {
         config,
         baseline: Some(baseline),
+        limitador: None,
     })
 }
 
@@ -208,7 +219,11 @@ async fn start_telling(
     clock: Clock,
     wait: &StartWait,
 ) -> Result<Running, StartError> {
-    let FirstConfig { config, baseline } = first.into();
+    let FirstConfig {
+        config,
+        baseline,
+        limitador,
+    } = first.into();
     let polled = Polled::now(settings, baseline);
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
@@ -219,7 +234,7 @@ async fn start_telling(
     };
     let tls = tls_state(settings, &starting)?;
     let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
-    let built = Context::build(settings, config, clock, starting).await?;
+    let built = Context::build(settings, (config, limitador), clock, starting).await?;
     if let Some(w) = waiting {
         w.hand_over();
     }
@@ -418,7 +433,18 @@ fn http_servers(
         shards: cx.stats.shards.clone(),
     };
     let metrics = settings.metrics;
-    let mut out = vec![("HTTP", port, http::router(state, metrics))];
+    let main = match &cx.limitador {
+        // Served as `limitador-server`: Limitador's API on its HTTP port.
+        Some(l) => http::limitador_router(http::LimitadorHttp {
+            limitador: l.limitador.clone(),
+            registry: cx.registry.clone(),
+            shown: state.shown,
+            started_at: std::time::SystemTime::now(),
+            status: Arc::default(),
+        }),
+        None => http::router(state, metrics),
+    };
+    let mut out = vec![("HTTP", port, main)];
     if let Some(l) = debug {
         let state = http::DebugState {
             metrics: metrics_state(cx),

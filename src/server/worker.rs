@@ -25,6 +25,7 @@ use crate::quota::{DemandExchange, QuotaHub};
 use crate::service::RateLimiter;
 use crate::settings::Settings;
 use crate::transport::grpc::{RequestLayer, RlsService, ShouldRateLimit};
+use crate::transport::kuadrant::{KuadrantService, LimitadorRls};
 use crate::transport::resp::{self, RespShared};
 use crate::transport::rlqs::RlqsService;
 
@@ -35,6 +36,8 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 /// What every worker serves, the same way.
 pub(super) struct Grpc<H> {
     pub(super) limiter: RateLimiter,
+    /// Served as `limitador-server`: `ShouldRateLimit` and Kuadrant's service on its limits.
+    pub(super) limitador: Option<LimitadorRls>,
     /// The RLQS state every worker's quota streams share.
     pub(super) quota: QuotaHub,
     /// Turns true when the server stops; RLQS streams end on it.
@@ -68,6 +71,7 @@ impl<H> Grpc<H> {
         );
         Grpc {
             limiter: cx.limiter.clone(),
+            limitador: cx.limitador.clone(),
             quota,
             stop,
             health,
@@ -130,10 +134,13 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimi
         .max_connection_age_grace(grpc.max_age_grace)
         .layer(RequestLayer {
             rls: ShouldRateLimit::new(
-                RlsService::new(grpc.limiter.clone()),
+                RlsService::new(grpc.limiter.clone(), grpc.limitador.clone()),
                 grpc.max_message_bytes,
             ),
         })
+        .add_optional_service(
+            (grpc.limitador.clone()).map(|l| KuadrantService::new(l, grpc.max_message_bytes)),
+        )
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -7,6 +7,7 @@
 mod admin;
 mod answer;
 mod error;
+pub mod limitador;
 mod live;
 pub mod metrics;
 mod plan;

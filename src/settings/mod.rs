@@ -6,6 +6,7 @@
 //! (`sections` fills the Redis, xDS, RESP, THROTTLE, admin and tracing ones).
 
 mod env;
+pub mod limitador;
 mod sections;
 mod statsd;
 
@@ -62,6 +63,8 @@ const LOCATION_VARS: [&str; 3] = [
 /// Everything the server needs besides the limits themselves.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Invoked as `limitador-server`: Limitador's limits file and APIs (`limitador`).
+    pub limitador: Option<limitador::LimitadorSettings>,
     pub config_path: PathBuf,
     /// No `RUNTIME_*` setting or `--config` named the location: a missing one is no YAML at
     /// all (a GoCC deployment has none), not an error.
@@ -209,6 +212,11 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// `turnstile check`, with `--config` when given.
+    pub fn check(config: Option<PathBuf>) -> Overrides {
+        config.map(Overrides::config).unwrap_or_default()
+    }
+
     /// Only the config location (`turnstile check --config`).
     pub fn config(path: PathBuf) -> Overrides {
         Overrides {
@@ -242,6 +250,7 @@ impl Settings {
         let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
         let grace_secs = env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?;
         Ok(Settings {
+            limitador: None,
             config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
             gocc_file,
             rate,

@@ -21,6 +21,7 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::codec::{self, RlsCodec};
+use super::kuadrant::{self, LimitadorRls};
 use crate::service::{RateLimiter, Request, RlsError};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
 
@@ -28,16 +29,22 @@ use crate::telemetry::trace::{request_span, REQUEST_TARGET};
 #[derive(Clone)]
 pub struct RlsService {
     limiter: RateLimiter,
+    /// Served as `limitador-server`: Limitador's limits and answers instead.
+    limitador: Option<LimitadorRls>,
 }
 
 impl RlsService {
-    pub fn new(limiter: RateLimiter) -> RlsService {
-        RlsService { limiter }
+    pub fn new(limiter: RateLimiter, limitador: Option<LimitadorRls>) -> RlsService {
+        RlsService { limiter, limitador }
     }
 
     /// Answers the request in `body`, read where it lies (prost decodes what the reader does
     /// not take; bytes that are not a request are refused before anything is counted).
     async fn answer(&self, body: Bytes, arrived: Instant) -> Result<RateLimitResponse, Status> {
+        if let Some(l) = &self.limitador {
+            let decoded = codec::decode_request(&body)?;
+            return kuadrant::should_rate_limit(l, &decoded).await;
+        }
         let decoded;
         let req = match codec::read_request(&body) {
             Some(req) => req,

@@ -47,7 +47,8 @@ impl EntryRef {
 /// What a call's descriptors are to the conditions: each a list of entries in the order sent
 /// (a key sent twice: the last wins, as in Limitador's map).
 pub trait Entries {
-    fn len(&self) -> usize;
+    /// How many descriptors the call sent.
+    fn descriptors(&self) -> usize;
     /// The value of `key` in descriptor `index`, the last one sent; `None` when absent.
     fn get(&self, index: usize, key: &str) -> Option<&str>;
     /// Calls `f` with every `(key, value)` of descriptor `index`, in the order sent.
@@ -236,7 +237,7 @@ fn entry_of<'d>(
     e: &EntryRef,
     text: &str,
 ) -> Result<Option<&'d str>, EvalError> {
-    if e.index >= d.len() {
+    if e.index >= d.descriptors() {
         return Err(EvalError {
             text: text.to_owned(),
             message: format!("Index out of bounds: {}", e.index),
@@ -281,7 +282,7 @@ pub struct Lazy {
 impl Lazy {
     fn get(&mut self, d: &dyn Entries) -> &Bindings {
         self.made.get_or_insert_with(|| {
-            let list: Vec<Value> = (0..d.len())
+            let list: Vec<Value> = (0..d.descriptors())
                 .map(|i| {
                     let mut map: HashMap<String, String> = HashMap::new();
                     d.each(i, &mut |k, v| {
@@ -294,5 +295,34 @@ impl Lazy {
             context.add_variable_from_value(DESCRIPTORS, Value::List(Arc::new(list)));
             Bindings { context }
         })
+    }
+}
+
+/// `--metric-labels-default`: an expression giving a map, whose string entries label a call's
+/// metrics (Kuadrant's `descriptors[1]`, the wasm-shim's metric labels).
+#[derive(Debug)]
+pub struct LabelsExpr(Compiled);
+
+impl LabelsExpr {
+    pub fn parse(text: &str) -> Result<LabelsExpr, String> {
+        Compiled::new(text).map(LabelsExpr)
+    }
+
+    /// The labels of a call sending `d`: none when the expression fails or is not a map.
+    pub fn labels(&self, d: &dyn Entries) -> Vec<(String, String)> {
+        let mut cx = Lazy::default();
+        let Ok(Value::Map(map)) = self.0.resolve(cx.get(d), LimitNames::default()) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, String)> = (map.map.iter())
+            .filter_map(|(k, v)| match (k, v) {
+                (cel::objects::Key::String(k), Value::String(v)) => {
+                    Some((k.to_string(), v.to_string()))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
     }
 }

@@ -13,7 +13,7 @@ use std::hash::Hasher;
 use fnv::{FnvHashMap, FnvHasher};
 use smallvec::SmallVec;
 
-pub use cel::{Condition, Entries, EntryRef, EvalError, Lazy, LimitNames, Variable};
+pub use cel::{Condition, Entries, EntryRef, EvalError, LabelsExpr, Lazy, LimitNames, Variable};
 
 use super::ConfigError;
 
@@ -69,6 +69,17 @@ impl Limit {
 }
 
 impl Limits {
+    /// Reads and compiles the limits file at `path`.
+    pub fn read(path: &std::path::Path) -> Result<Limits, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            path: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Limits::parse(&file, &text)
+    }
+
     /// Reads the limits file `file` whose text is `text`. An error names the file, the line and
     /// what is wrong; nothing is half loaded.
     pub fn parse(file: &str, text: &str) -> Result<Limits, ConfigError> {
@@ -125,7 +136,7 @@ impl Namespace {
     pub fn candidates(&self, d: &dyn Entries) -> SmallVec<[u32; 8]> {
         let mut out: SmallVec<[u32; 8]> = SmallVec::new();
         if !self.index.is_empty() {
-            for i in 0..d.len() {
+            for i in 0..d.descriptors() {
                 d.each(i, &mut |k, v| {
                     if let Some(at) = self.index.get(&entry_hash(i, k, v)) {
                         out.extend_from_slice(at);

@@ -4,7 +4,7 @@ use super::*;
 struct Call(Vec<Vec<(&'static str, &'static str)>>);
 
 impl Entries for Call {
-    fn len(&self) -> usize {
+    fn descriptors(&self) -> usize {
         self.0.len()
     }
     fn get(&self, index: usize, key: &str) -> Option<&str> {

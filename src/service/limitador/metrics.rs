@@ -1,0 +1,168 @@
+//! Limitador's metrics, named and labelled as Limitador names them, so Kuadrant's dashboards
+//! and PodMonitor keep working: `authorized_calls`, `authorized_hits` and `limited_calls` by
+//! `limitador_namespace` (and `limit_name` on `limited_calls` with `--limit-name-in-labels`),
+//! each with the labels `--metric-labels-default` gives a call; `limitador_up` and
+//! `datastore_partitioned`. At most [`MAX_SERIES`] label sets a family; calls past it are
+//! counted in `turnstile_limitador_series_dropped_total`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use super::{Ask, Verdict};
+use crate::config::limitador::LabelsExpr;
+use crate::descriptor::limitador::Sent;
+use crate::descriptor::Entry;
+use crate::telemetry::Shown;
+
+/// Label sets kept a family.
+pub(super) const MAX_SERIES: usize = 10_000;
+
+/// A series' labels, sorted by name.
+type Labels = Vec<(String, String)>;
+
+#[derive(Debug, Default)]
+struct Families {
+    authorized_calls: BTreeMap<Labels, u64>,
+    authorized_hits: BTreeMap<Labels, u64>,
+    limited_calls: BTreeMap<Labels, u64>,
+}
+
+/// The calls' counters, and how to label them.
+#[derive(Debug, Default)]
+pub struct LimitadorMetrics {
+    /// `--limit-name-in-labels`.
+    limit_name_in_labels: bool,
+    /// `--metric-labels-default`.
+    default_labels: Option<LabelsExpr>,
+    families: Mutex<Families>,
+    dropped: AtomicU64,
+}
+
+impl LimitadorMetrics {
+    pub fn new(limit_name_in_labels: bool, default_labels: Option<LabelsExpr>) -> LimitadorMetrics {
+        LimitadorMetrics {
+            limit_name_in_labels,
+            default_labels,
+            ..LimitadorMetrics::default()
+        }
+    }
+
+    /// Counts a call as Limitador does: a check-and-report admitted is an authorized call and
+    /// its hits, refused a limited call; checks and reports count nothing.
+    pub(super) fn counted(
+        &self,
+        namespace: &str,
+        descriptors: &[&[Entry<'_>]],
+        ask: Ask,
+        delta: u64,
+        verdict: &Verdict,
+    ) {
+        if ask != Ask::CheckAndReport {
+            return;
+        }
+        let mut labels = (self.default_labels.as_ref())
+            .map(|l| l.labels(&Sent(descriptors)))
+            .unwrap_or_default();
+        labels.push(("limitador_namespace".to_owned(), namespace.to_owned()));
+        let mut f = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        if verdict.limited {
+            if self.limit_name_in_labels {
+                let name = verdict.limited_by.clone().unwrap_or_default();
+                labels.push(("limit_name".to_owned(), name));
+            }
+            labels.sort();
+            self.add(&mut f.limited_calls, labels, 1);
+        } else {
+            labels.sort();
+            self.add(&mut f.authorized_calls, labels.clone(), 1);
+            self.add(&mut f.authorized_hits, labels, delta);
+        }
+    }
+
+    fn add(&self, family: &mut BTreeMap<Labels, u64>, labels: Labels, n: u64) {
+        if let Some(v) = family.get_mut(&labels) {
+            *v += n;
+        } else if family.len() < MAX_SERIES {
+            family.insert(labels, n);
+        } else {
+            self.dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The families in Prometheus text, label values shown as `shown` says (the port's rule
+    /// for client values).
+    pub fn render(&self, shown: Shown, out: &mut String) {
+        let f = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        let family =
+            |out: &mut String, name: &str, help: Option<&str>, series: &BTreeMap<Labels, u64>| {
+                if series.is_empty() {
+                    return;
+                }
+                if let Some(h) = help {
+                    let _ = writeln!(out, "# HELP {name} {h}");
+                }
+                let _ = writeln!(out, "# TYPE {name} counter");
+                for (labels, v) in series {
+                    out.push_str(name);
+                    write_labels(out, labels, shown);
+                    let _ = writeln!(out, " {v}");
+                }
+                out.push('\n');
+            };
+        family(
+            out,
+            "authorized_calls",
+            Some("Authorized calls"),
+            &f.authorized_calls,
+        );
+        family(out, "authorized_hits", None, &f.authorized_hits);
+        family(
+            out,
+            "limited_calls",
+            Some("Limited calls"),
+            &f.limited_calls,
+        );
+        drop(f);
+        out.push_str("# HELP limitador_up Limitador is running\n# TYPE limitador_up gauge\nlimitador_up 1\n\n");
+        out.push_str(
+            "# HELP datastore_partitioned Limitador is partitioned from backing datastore\n",
+        );
+        out.push_str("# TYPE datastore_partitioned gauge\ndatastore_partitioned 0\n\n");
+        let _ = writeln!(
+            out,
+            "# HELP turnstile_limitador_series_dropped_total Calls not counted in a Limitador series: \
+             its family had {MAX_SERIES} label sets already\n\
+             # TYPE turnstile_limitador_series_dropped_total counter\n\
+             turnstile_limitador_series_dropped_total {}\n",
+            self.dropped.load(Relaxed)
+        );
+    }
+}
+
+fn write_labels(out: &mut String, labels: &Labels, shown: Shown) {
+    if labels.is_empty() {
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // The namespace is the operator's; every other value came from a client.
+        let v = if k == "limitador_namespace" {
+            v.into()
+        } else {
+            shown.value(v)
+        };
+        let _ = write!(out, "{k}=\"{}\"", escape(&v));
+    }
+    out.push('}');
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

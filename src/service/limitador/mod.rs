@@ -1,0 +1,229 @@
+//! Limitador's API on turnstile's engine: a call names a namespace, sends descriptors and a
+//! delta; the limits of the namespace that apply (`descriptor::limitador`) become one op each,
+//! on a window from the counter's first hit, decided together by the engine, so a call is
+//! admitted by every applicable limit or counts nothing. The gRPC (`ShouldRateLimit`, Kuadrant's
+//! `CheckRateLimit` and `Report`) and HTTP (`/check`, `/report`, `/check_and_report`) adapters
+//! all come here.
+
+mod headers;
+mod metrics;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
+
+pub use headers::draft_03;
+pub use metrics::LimitadorMetrics;
+
+use crate::config::limitador::{EvalError, Limit, Limits};
+use crate::config::Algorithm;
+use crate::descriptor::limitador::{applicable, counter_key, Applicable, Sent};
+use crate::descriptor::Entry;
+use crate::limiter::key::Key;
+use crate::limiter::{Counting, Engine, EngineError, Op, Params, Reservation, Role, Tat};
+
+/// What a call asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Admit `delta` if every applicable limit has room for it, and count it (`ShouldRateLimit`,
+    /// `/check_and_report`).
+    CheckAndReport,
+    /// Whether `delta` would be admitted, counting nothing (`CheckRateLimit` with 1, `/check`).
+    Check,
+    /// Count `delta` whatever the limits say (`Report`, `/report`).
+    Report,
+}
+
+/// One applicable limit's counter after the call.
+#[derive(Debug, Clone)]
+pub struct Counted {
+    pub max_value: u64,
+    pub seconds: u64,
+    pub name: Option<String>,
+    /// Room left after the call (0 when it refused).
+    pub remaining: u64,
+    /// Until the counter's window ends, in ns.
+    pub reset_ns: u64,
+}
+
+/// A call's answer.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    pub limited: bool,
+    /// The name of the first limit that refused, when it has one.
+    pub limited_by: Option<String>,
+    /// Every applicable limit's counter, in the limits' order.
+    pub counters: Vec<Counted>,
+}
+
+/// Why a call got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitadorError {
+    /// A condition or variable failed as Limitador fails it (an index past the descriptors).
+    #[error("{0}")]
+    Eval(#[from] EvalError),
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+}
+
+/// The limits file being served, and when it went live.
+#[derive(Debug)]
+pub struct Loaded {
+    pub limits: Limits,
+    pub applied_at: SystemTime,
+}
+
+/// A cheap `Clone` handle: the limits being served, the engine, the call counters.
+#[derive(Clone)]
+pub struct Limitador {
+    live: Arc<ArcSwap<Loaded>>,
+    engine: Engine,
+    metrics: Arc<LimitadorMetrics>,
+}
+
+impl Limitador {
+    pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> Limitador {
+        let loaded = Loaded {
+            limits,
+            applied_at: SystemTime::now(),
+        };
+        Limitador {
+            live: Arc::new(ArcSwap::from_pointee(loaded)),
+            engine,
+            metrics,
+        }
+    }
+
+    /// The limits being served now.
+    pub fn loaded(&self) -> Arc<Loaded> {
+        self.live.load_full()
+    }
+
+    /// Puts `limits` live. Counters are kept: a counter is its limit's identity and values,
+    /// which a new `max_value` does not change.
+    pub fn replace(&self, limits: Limits) {
+        self.live.store(Arc::new(Loaded {
+            limits,
+            applied_at: SystemTime::now(),
+        }));
+    }
+
+    pub fn metrics(&self) -> &Arc<LimitadorMetrics> {
+        &self.metrics
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Decides `ask` for `delta` hits of a call to `namespace` sending `descriptors`, and counts
+    /// it in the metrics (`labels`: the call's metric labels, when they are asked for).
+    pub async fn call(
+        &self,
+        namespace: &str,
+        descriptors: &[&[Entry<'_>]],
+        delta: u64,
+        ask: Ask,
+    ) -> Result<Verdict, LimitadorError> {
+        let loaded = self.loaded();
+        let Some(ns) = loaded.limits.namespace(namespace) else {
+            self.metrics
+                .counted(namespace, descriptors, ask, delta, &Verdict::default());
+            return Ok(Verdict::default());
+        };
+        let sent = Sent(descriptors);
+        let found = applicable(ns, &sent)?;
+        let verdict = self.decide(&found, delta, ask).await?;
+        self.metrics
+            .counted(namespace, descriptors, ask, delta, &verdict);
+        Ok(verdict)
+    }
+
+    async fn decide(
+        &self,
+        found: &[Applicable<'_>],
+        delta: u64,
+        ask: Ask,
+    ) -> Result<Verdict, LimitadorError> {
+        if found.is_empty() {
+            return Ok(Verdict::default());
+        }
+        // A check of more than a limit's maximum never passes, whatever its counter holds.
+        if ask == Ask::Check {
+            if let Some(a) = found.iter().find(|a| a.limit.max_value < delta) {
+                return Ok(limited_by(a.limit));
+            }
+        }
+        let ops: Vec<Op> = found.iter().map(|a| op(a, delta, ask)).collect();
+        let decision = self.engine.decide(ops, false).await?;
+        let refused = decision.refused && ask != Ask::Report;
+        let mut verdict = Verdict {
+            limited: refused,
+            ..Verdict::default()
+        };
+        for (a, o) in found.iter().zip(&decision.outcomes) {
+            if refused && o.over && verdict.limited_by.is_none() {
+                verdict.limited_by = a.limit.name.clone();
+            }
+            verdict.counters.push(Counted {
+                max_value: a.limit.max_value,
+                seconds: a.limit.seconds,
+                name: a.limit.name.clone(),
+                remaining: if o.over { 0 } else { u64::from(o.remaining) },
+                reset_ns: o.reset_ns,
+            });
+        }
+        Ok(verdict)
+    }
+}
+
+/// A verdict refusing by `limit`, decided without the engine.
+fn limited_by(limit: &Limit) -> Verdict {
+    Verdict {
+        limited: true,
+        limited_by: limit.name.clone(),
+        counters: Vec::new(),
+    }
+}
+
+/// The op of one applicable limit. A check looks for room for `delta` without taking it: an op
+/// of no hits passes while the count is at most its limit, so its limit is `max_value - delta`.
+fn op(a: &Applicable<'_>, delta: u64, ask: Ask) -> Op {
+    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let (limit, hits, counting) = match ask {
+        Ask::CheckAndReport => (a.limit.max_value, delta, Counting::IfAdmitted),
+        Ask::Check => (
+            a.limit.max_value.saturating_sub(delta),
+            0,
+            Counting::IfAdmitted,
+        ),
+        Ask::Report => (a.limit.max_value, delta, Counting::Usage),
+    };
+    Op {
+        key: Key::new(counter_key(a.limit, &a.values)),
+        params: Params {
+            requests_per_unit: clamp(limit),
+            window_ms: a.limit.seconds.saturating_mul(1000),
+            algorithm: Algorithm::FromFirstHit,
+            calendar: None,
+            tat: Tat::Full,
+        },
+        hits,
+        refund: false,
+        counting,
+        role: Role::Binding,
+        queue: None,
+        grant: None,
+        local_first: None,
+        reserve: Reservation::None,
+    }
+}
+
+/// The values of a call's applicable limits, for `/counters`: each limit's variables by text.
+pub fn set_variables(limit: &Limit, values: &[&str]) -> SmallVec<[(String, String); 2]> {
+    (limit.variables.iter().zip(values))
+        .map(|(v, value)| (v.text().to_owned(), (*value).to_owned()))
+        .collect()
+}

@@ -1,0 +1,219 @@
+//! Limitador's command line, as limitador-operator starts `limitador-server`:
+//! `limitador-server [OPTIONS] <LIMITS_FILE> [STORAGE]`, each flag with the environment
+//! variable Limitador reads for it (a flag beats its variable). What it says is mapped onto
+//! turnstile's settings, which still apply beside it; a flag or storage turnstile cannot honour
+//! is refused at start, naming it, never ignored.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::{Overrides, Settings};
+use crate::config::limitador::LabelsExpr;
+
+/// What serving as Limitador needs beyond turnstile's settings.
+#[derive(Debug, Clone)]
+pub struct LimitadorSettings {
+    /// `LIMITS_FILE`.
+    pub limits_file: PathBuf,
+    /// `--rate-limit-headers DRAFT_VERSION_03`.
+    pub draft_03_headers: bool,
+    /// `--limit-name-in-labels`.
+    pub limit_name_in_labels: bool,
+    /// `--metric-labels-default`, as written (checked to compile at start).
+    pub metric_labels_default: Option<String>,
+    /// `--validate`: read the limits file, say whether it is valid, and exit.
+    pub validate: bool,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "limitador-server",
+    version,
+    about = "turnstile, invoked as Limitador's limitador-server: serves Limitador's limits file and APIs"
+)]
+pub struct LimitadorArgs {
+    /// The limits file (a YAML list of limits)
+    #[arg(value_name = "LIMITS_FILE", env = "LIMITS_FILE")]
+    limits_file: PathBuf,
+    /// Host to bind the RLS (gRPC) port to
+    #[arg(
+        short = 'b',
+        long = "rls-ip",
+        env = "ENVOY_RLS_HOST",
+        default_value = "0.0.0.0"
+    )]
+    rls_ip: String,
+    /// Port of the RLS (gRPC) server
+    #[arg(
+        short = 'p',
+        long = "rls-port",
+        env = "ENVOY_RLS_PORT",
+        default_value_t = 8081
+    )]
+    rls_port: u16,
+    /// Host to bind the HTTP port to
+    #[arg(
+        short = 'B',
+        long = "http-ip",
+        env = "HTTP_API_HOST",
+        default_value = "0.0.0.0"
+    )]
+    http_ip: String,
+    /// Port of the HTTP server
+    #[arg(
+        short = 'P',
+        long = "http-port",
+        env = "HTTP_API_PORT",
+        default_value_t = 8080
+    )]
+    http_port: u16,
+    /// Include the limit's name as a `limit_name` label of `limited_calls`
+    #[arg(
+        short = 'l',
+        long = "limit-name-in-labels",
+        env = "LIMIT_NAME_IN_PROMETHEUS_LABELS"
+    )]
+    limit_name_in_labels: bool,
+    /// A YAML file of metric labels (label: CEL expression)
+    #[arg(short = 'L', long = "custom-metric-labels", value_name = "FILE")]
+    custom_metric_labels: Option<PathBuf>,
+    /// A CEL expression giving a map of labels for every call's metrics
+    #[arg(long = "metric-labels-default", value_name = "CEL")]
+    metric_labels_default: Option<String>,
+    /// OpenTelemetry tracing endpoint
+    #[arg(
+        long = "tracing-endpoint",
+        env = "TRACING_ENDPOINT",
+        value_name = "URL"
+    )]
+    tracing_endpoint: Option<String>,
+    /// More logs: -v info, -vv debug, -vvv and -vvvv trace
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Logs as JSON, one object a line
+    #[arg(long = "structured-logs")]
+    structured_logs: bool,
+    /// Read the limits file, say whether it is valid, and exit
+    #[arg(long)]
+    validate: bool,
+    /// Rate-limit headers in answers
+    #[arg(
+        short = 'H',
+        long = "rate-limit-headers",
+        env = "RATE_LIMIT_HEADERS",
+        default_value = "NONE",
+        value_parser = ["NONE", "DRAFT_VERSION_03"]
+    )]
+    rate_limit_headers: String,
+    /// Serve gRPC reflection (turnstile always does)
+    #[arg(long = "grpc-reflection-service")]
+    grpc_reflection_service: bool,
+    #[command(subcommand)]
+    storage: Option<Storage>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Storage {
+    /// Counters in memory (the default)
+    Memory {
+        /// Qualified counters kept (turnstile: TURNSTILE_MAX_KEYS)
+        #[arg(short = 'c', long = "cache", value_name = "CACHE_SIZE")]
+        cache: Option<u64>,
+    },
+    /// Counters kept on disk in PATH (turnstile's durable counters)
+    Disk {
+        #[arg(long = "optimize", value_parser = ["throughput", "disk"])]
+        optimize: Option<String>,
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+    },
+    /// Counters in Redis, exact
+    Redis {
+        #[arg(value_name = "URL")]
+        url: String,
+    },
+    /// Counters in Redis, decided locally first
+    #[command(name = "redis_cached")]
+    RedisCached {
+        #[arg(value_name = "URL")]
+        url: String,
+        #[arg(long = "flush-period")]
+        flush_period: Option<u64>,
+        #[arg(long = "max-cached")]
+        max_cached: Option<u64>,
+        #[arg(long = "response-timeout")]
+        response_timeout: Option<u64>,
+        #[arg(long = "batch-size")]
+        batch_size: Option<u64>,
+    },
+    /// Limitador's CRDT replication between replicas
+    Distributed {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+impl LimitadorArgs {
+    /// This process's arguments, as Limitador reads them.
+    pub fn from_process() -> LimitadorArgs {
+        LimitadorArgs::parse()
+    }
+
+    /// Turnstile's settings from the environment, with what this command line says over them.
+    pub fn settings(self) -> Result<Settings, String> {
+        let refused = |what: &str| {
+            Err(format!(
+                "limitador-server: {what} is not supported by turnstile"
+            ))
+        };
+        if self.custom_metric_labels.is_some() {
+            return refused("-L/--custom-metric-labels");
+        }
+        if self.tracing_endpoint.is_some() {
+            return refused(
+                "--tracing-endpoint (set TRACING_ENABLED and OTEL_EXPORTER_OTLP_ENDPOINT)",
+            );
+        }
+        let mut state_dir = None;
+        match &self.storage {
+            None | Some(Storage::Memory { .. }) => {}
+            Some(Storage::Disk { path, .. }) => state_dir = Some(path.clone()),
+            Some(Storage::Redis { .. }) => return refused("the storage `redis` (not yet)"),
+            Some(Storage::RedisCached { .. }) => {
+                return refused("the storage `redis_cached` (not yet)")
+            }
+            Some(Storage::Distributed { .. }) => {
+                return refused("the storage `distributed` (Limitador's CRDT replication)")
+            }
+        }
+        if let Some(text) = &self.metric_labels_default {
+            LabelsExpr::parse(text).map_err(|e| format!("--metric-labels-default: {e}"))?;
+        }
+        let flags = Overrides {
+            grpc_addr: Some(format!("{}:{}", self.rls_ip, self.rls_port)),
+            http_addr: Some(format!("{}:{}", self.http_ip, self.http_port)),
+            state_dir,
+            ..Overrides::default()
+        };
+        let mut s = Settings::from_process(flags)?;
+        match self.verbose {
+            0 => {}
+            1 => s.log.level = "info".into(),
+            2 => s.log.level = "debug".into(),
+            _ => s.log.level = "trace".into(),
+        }
+        s.log.json |= self.structured_logs;
+        if let Some(Storage::Memory { cache: Some(n) }) = self.storage {
+            s.max_keys = usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        }
+        s.limitador = Some(LimitadorSettings {
+            limits_file: self.limits_file,
+            draft_03_headers: self.rate_limit_headers == "DRAFT_VERSION_03",
+            limit_name_in_labels: self.limit_name_in_labels,
+            metric_labels_default: self.metric_labels_default,
+            validate: self.validate,
+        });
+        Ok(s)
+    }
+}

@@ -1,0 +1,249 @@
+//! Limitador's HTTP API on the HTTP port, with its JSON and status codes: `/status` (the
+//! operator's probes), `/metrics` (Limitador's series, then turnstile's), `/limits/{ns}`,
+//! `/counters/{ns}`, `/check`, `/report` and `/check_and_report`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::config::limitador::Limit;
+use crate::descriptor::limitador::{namespace_prefix, parse_counter_key};
+use crate::descriptor::Entry;
+use crate::limiter::State as KeyState;
+use crate::service::limitador::{draft_03, set_variables, Ask, Limitador, LimitadorError};
+use crate::telemetry::{Registry, Shown};
+
+/// What the Limitador routes share.
+#[derive(Clone)]
+pub struct LimitadorHttp {
+    pub limitador: Limitador,
+    /// Turnstile's own series, after Limitador's on `/metrics`.
+    pub registry: Registry,
+    /// How the port shows client values (the metrics' labels from descriptors).
+    pub shown: Shown,
+    pub started_at: SystemTime,
+    /// Loads of the limits file that went live, and failed ones since the last that did.
+    pub status: Arc<LoadStatus>,
+}
+
+/// `/status`'s counts of the limits file's loads.
+#[derive(Debug)]
+pub struct LoadStatus {
+    pub version: AtomicU64,
+    pub err_since: AtomicU64,
+}
+
+impl Default for LoadStatus {
+    /// The load at start went live.
+    fn default() -> Self {
+        LoadStatus {
+            version: AtomicU64::new(1),
+            err_since: AtomicU64::new(0),
+        }
+    }
+}
+
+pub fn limitador_router(state: LimitadorHttp) -> Router {
+    Router::new()
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/limits/{namespace}", get(limits))
+        .route("/counters/{namespace}", get(counters))
+        .route("/check", post(check))
+        .route("/report", post(report))
+        .route("/check_and_report", post(check_and_report))
+        .with_state(state)
+}
+
+/// A time as Limitador's `/status` writes it (chrono's `NaiveDateTime`, UTC).
+fn naive_utc(t: SystemTime) -> String {
+    let ts = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    jiff::tz::TimeZone::UTC
+        .to_datetime(ts)
+        .strftime("%Y-%m-%dT%H:%M:%S%.f")
+        .to_string()
+}
+
+/// `/status`, its fields in Limitador's order.
+#[derive(Serialize)]
+struct StatusJson {
+    started_at: String,
+    config_applied_at: String,
+    config_version: u64,
+    config_err_since: u64,
+}
+
+async fn status(State(s): State<LimitadorHttp>) -> Response {
+    Json(StatusJson {
+        started_at: naive_utc(s.started_at),
+        config_applied_at: naive_utc(s.limitador.loaded().applied_at),
+        config_version: s.status.version.load(Relaxed),
+        config_err_since: s.status.err_since.load(Relaxed),
+    })
+    .into_response()
+}
+
+async fn metrics(State(s): State<LimitadorHttp>) -> Response {
+    let mut text = String::with_capacity(8192);
+    s.limitador.metrics().render(s.shown, &mut text);
+    text.push_str(&s.registry.render());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// A limit as `/limits` and `/counters` show it.
+#[derive(Serialize)]
+struct LimitJson<'a> {
+    id: Option<&'a str>,
+    namespace: &'a str,
+    max_value: u64,
+    seconds: u64,
+    name: Option<&'a str>,
+    conditions: Vec<&'a str>,
+    variables: Vec<&'a str>,
+}
+
+impl<'a> From<&'a Limit> for LimitJson<'a> {
+    fn from(l: &'a Limit) -> LimitJson<'a> {
+        LimitJson {
+            id: l.id.as_deref(),
+            namespace: &l.namespace,
+            max_value: l.max_value,
+            seconds: l.seconds,
+            name: l.name.as_deref(),
+            conditions: l.conditions.iter().map(|c| c.text()).collect(),
+            variables: l.variables.iter().map(|v| v.text()).collect(),
+        }
+    }
+}
+
+async fn limits(State(s): State<LimitadorHttp>, Path(ns): Path<String>) -> Response {
+    let loaded = s.limitador.loaded();
+    let limits: Vec<LimitJson<'_>> = (loaded.limits.namespace(&ns).into_iter())
+        .flat_map(|n| n.limits.iter().map(LimitJson::from))
+        .collect();
+    Json(limits).into_response()
+}
+
+#[derive(Serialize)]
+struct CounterJson<'a> {
+    limit: LimitJson<'a>,
+    set_variables: BTreeMap<String, String>,
+    remaining: Option<u64>,
+    expires_in_seconds: Option<u64>,
+}
+
+/// The namespace's live counters: those of this replica's shards (with a store, the counts
+/// they last saw).
+async fn counters(State(s): State<LimitadorHttp>, Path(ns): Path<String>) -> Response {
+    let keys = match s
+        .limitador
+        .engine()
+        .inspect(Some(namespace_prefix(&ns)))
+        .await
+    {
+        Ok(k) => k,
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, Json(())).into_response(),
+    };
+    let loaded = s.limitador.loaded();
+    let Some(namespace) = loaded.limits.namespace(&ns) else {
+        return Json(Vec::<CounterJson<'_>>::new()).into_response();
+    };
+    let mut out = Vec::new();
+    for k in &keys {
+        let KeyState::FromFirstHit { count, end } = k.state else {
+            continue;
+        };
+        let Some((identity, values)) = parse_counter_key(&k.key, &ns) else {
+            continue;
+        };
+        let Some(limit) = namespace.limits.iter().find(|l| l.identity == identity) else {
+            continue;
+        };
+        if end <= k.now || values.len() != limit.variables.len() {
+            continue;
+        }
+        out.push(CounterJson {
+            limit: LimitJson::from(limit),
+            set_variables: set_variables(limit, &values).into_iter().collect(),
+            remaining: Some(limit.max_value.saturating_sub(u64::from(count))),
+            expires_in_seconds: Some((end - k.now) / 1_000_000_000),
+        });
+    }
+    Json(out).into_response()
+}
+
+/// `/check`, `/report` and `/check_and_report`'s body.
+#[derive(Deserialize)]
+struct Asked {
+    namespace: String,
+    values: HashMap<String, String>,
+    delta: u64,
+    response_headers: Option<String>,
+}
+
+async fn check(
+    State(s): State<LimitadorHttp>,
+    body: Result<Json<Asked>, JsonRejection>,
+) -> Response {
+    decide(&s, body, Ask::Check).await
+}
+
+async fn report(
+    State(s): State<LimitadorHttp>,
+    body: Result<Json<Asked>, JsonRejection>,
+) -> Response {
+    decide(&s, body, Ask::Report).await
+}
+
+async fn check_and_report(
+    State(s): State<LimitadorHttp>,
+    body: Result<Json<Asked>, JsonRejection>,
+) -> Response {
+    decide(&s, body, Ask::CheckAndReport).await
+}
+
+/// 200 with `null` when admitted, 429 when limited, 500 when the call failed; a body that is
+/// not a request is refused with axum's answer, which names what is wrong.
+async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask: Ask) -> Response {
+    let Json(a) = match body {
+        Ok(b) => b,
+        Err(rejection) => return rejection.into_response(),
+    };
+    // The HTTP API binds its values as `descriptors[0]`.
+    let entries: Vec<Entry<'_>> = (a.values.iter())
+        .map(|(k, v)| Entry { key: k, value: v })
+        .collect();
+    let verdict = match s
+        .limitador
+        .call(&a.namespace, &[&entries], a.delta, ask)
+        .await
+    {
+        Ok(v) => v,
+        Err(LimitadorError::Eval(_) | LimitadorError::Engine(_)) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, Json(())).into_response()
+        }
+    };
+    let code = if verdict.limited && ask != Ask::Report {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    let mut resp = (code, Json(())).into_response();
+    if ask == Ask::CheckAndReport && a.response_headers.is_some() {
+        for (k, v) in draft_03(&verdict.counters) {
+            if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+                resp.headers_mut().insert(k, v);
+            }
+        }
+    }
+    resp
+}
