@@ -180,12 +180,8 @@ fn compile(r: raw::RawLimit, line: usize) -> Result<Limit, (String, String)> {
         }
         Some(s) => s,
     };
-    let written_conditions: Vec<String> = (r.conditions.unwrap_or_default().into_iter())
-        .map(|s| s.value)
-        .collect();
-    let written_variables: Vec<String> = (r.variables.unwrap_or_default().into_iter())
-        .map(|s| s.value)
-        .collect();
+    let written_conditions: Vec<String> = (r.conditions.into_iter()).map(|s| s.value).collect();
+    let written_variables: Vec<String> = (r.variables.into_iter()).map(|s| s.value).collect();
     let sorted = |v: &[String]| {
         let mut v = v.to_vec();
         v.sort();

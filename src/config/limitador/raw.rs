@@ -13,11 +13,17 @@ pub(super) struct RawLimit {
     pub(super) name: Option<String>,
     /// Accepted and shown by `/limits`, as Limitador does; not part of a limit's identity.
     pub(super) id: Option<String>,
-    /// `conditions:` written empty (null) reads as none, as `[]` does.
-    #[serde(default)]
-    pub(super) conditions: Option<Vec<Spanned<String>>>,
-    #[serde(default)]
-    pub(super) variables: Option<Vec<Spanned<String>>>,
+    /// Required, as Limitador requires them; written empty (`conditions:`), null or `[]`, none.
+    #[serde(deserialize_with = "required_list")]
+    pub(super) conditions: Vec<Spanned<String>>,
+    #[serde(deserialize_with = "required_list")]
+    pub(super) variables: Vec<Spanned<String>>,
+}
+
+/// A list that must be written but may be empty or null (a missing key is serde's error).
+fn required_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Spanned<String>>, D::Error> {
+    let v: Option<Vec<Spanned<String>>> = Option::deserialize(d)?;
+    Ok(v.unwrap_or_default())
 }
 
 /// The file's top level: a list of limits (an empty file is no limits).

@@ -108,7 +108,7 @@ fn conditions_and_variables_evaluate_as_limitador_does() {
 
 #[test]
 fn cel_values_are_written_as_limitador_writes_them() {
-    let text = "- namespace: n\n  max_value: 1\n  seconds: 1\n  name: nm\n  variables: ['1 + 2', 'true', 'limit.name', 'descriptors[0].k + \"!\"']\n";
+    let text = "- namespace: n\n  max_value: 1\n  seconds: 1\n  name: nm\n  conditions: []\n  variables: ['1 + 2', 'true', 'limit.name', 'descriptors[0].k + \"!\"']\n";
     let l = Limits::parse("f", text).unwrap();
     let limit = &l.namespace("n").unwrap().limits[0];
     let call = Call(vec![vec![("k", "v")]]);
@@ -125,10 +125,10 @@ fn cel_values_are_written_as_limitador_writes_them() {
 
 #[test]
 fn identity_leaves_out_max_value_name_and_order() {
-    let a = "- {namespace: n, max_value: 1, seconds: 60, name: a, conditions: ['x == \"1\"', 'y == \"2\"']}\n";
-    let b = "- {namespace: n, max_value: 9, seconds: 60, name: b, conditions: ['y == \"2\"', 'x == \"1\"']}\n";
+    let a = "- {namespace: n, max_value: 1, seconds: 60, name: a, variables: [], conditions: ['x == \"1\"', 'y == \"2\"']}\n";
+    let b = "- {namespace: n, max_value: 9, seconds: 60, name: b, variables: [], conditions: ['y == \"2\"', 'x == \"1\"']}\n";
     let c =
-        "- {namespace: n, max_value: 1, seconds: 61, conditions: ['x == \"1\"', 'y == \"2\"']}\n";
+        "- {namespace: n, max_value: 1, seconds: 61, variables: [], conditions: ['x == \"1\"', 'y == \"2\"']}\n";
     let id = |t: &str| {
         Limits::parse("f", t)
             .unwrap()
@@ -143,15 +143,15 @@ fn identity_leaves_out_max_value_name_and_order() {
 
 #[test]
 fn errors_name_the_line_and_the_field() {
-    let bad_cel = "- namespace: n\n  max_value: 1\n  seconds: 1\n- namespace: n\n  max_value: 1\n  seconds: 1\n  conditions: ['descriptors[0][\"a\"] == ']\n";
+    let bad_cel = "- namespace: n\n  max_value: 1\n  seconds: 1\n  conditions:\n  variables: ~\n- namespace: n\n  max_value: 1\n  seconds: 1\n  variables: []\n  conditions: ['descriptors[0][\"a\"] == ']\n";
     let e = Limits::parse("limits.yaml", bad_cel)
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("limits.yaml: line 4: limits[1].conditions[0]: couldn't parse"),
+        e.starts_with("limits.yaml: line 6: limits[1].conditions[0]: couldn't parse"),
         "{e}"
     );
-    let no_ns = "- max_value: 1\n  seconds: 1\n";
+    let no_ns = "- max_value: 1\n  seconds: 1\n  conditions: []\n  variables: []\n";
     let e = Limits::parse("limits.yaml", no_ns).unwrap_err().to_string();
     assert_eq!(
         e,

@@ -49,8 +49,8 @@ impl LimitadorMetrics {
         }
     }
 
-    /// Counts a call as Limitador does: a check-and-report admitted is an authorized call and
-    /// its hits, refused a limited call; checks and reports count nothing.
+    /// Counts a call as Limitador does: admitted, an authorized call and (but for a check) its
+    /// hits; refused, a limited call; a report, its hits alone.
     pub(super) fn counted(
         &self,
         namespace: &str,
@@ -59,9 +59,6 @@ impl LimitadorMetrics {
         delta: u64,
         verdict: &Verdict,
     ) {
-        if ask != Ask::CheckAndReport {
-            return;
-        }
         let mut labels = (self.default_labels.as_ref())
             .map(|l| l.labels(&Sent(descriptors)))
             .unwrap_or_default();
@@ -76,8 +73,12 @@ impl LimitadorMetrics {
             self.add(&mut f.limited_calls, labels, 1);
         } else {
             labels.sort();
-            self.add(&mut f.authorized_calls, labels.clone(), 1);
-            self.add(&mut f.authorized_hits, labels, delta);
+            if ask != Ask::Report {
+                self.add(&mut f.authorized_calls, labels.clone(), 1);
+            }
+            if ask != Ask::Check {
+                self.add(&mut f.authorized_hits, labels, delta);
+            }
         }
     }
 

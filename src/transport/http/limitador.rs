@@ -43,10 +43,11 @@ pub struct LoadStatus {
 }
 
 impl Default for LoadStatus {
-    /// The load at start went live.
+    /// The load at start, as Limitador counts it: version 0, every reload that goes live one
+    /// more.
     fn default() -> Self {
         LoadStatus {
-            version: AtomicU64::new(1),
+            version: AtomicU64::new(0),
             err_since: AtomicU64::new(0),
         }
     }
@@ -211,12 +212,26 @@ async fn check_and_report(
     decide(&s, body, Ask::CheckAndReport).await
 }
 
-/// 200 with `null` when admitted, 429 when limited, 500 when the call failed; a body that is
-/// not a request is refused with axum's answer, which names what is wrong.
+/// Limitador's answers: 200 with `null` when admitted; limited, 429 with `null` for
+/// `/check_and_report` and `Too many requests` for `/check`; a failed call 500 (`null` for
+/// `/check_and_report`, `Internal server error` otherwise); a body that is not a request 400
+/// naming what is wrong (`Json deserialize error: …`, or `Content type error`).
 async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask: Ask) -> Response {
+    let text = |code: StatusCode, body: String| {
+        let plain = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+        (code, plain, body).into_response()
+    };
     let Json(a) = match body {
         Ok(b) => b,
-        Err(rejection) => return rejection.into_response(),
+        Err(JsonRejection::MissingJsonContentType(_)) => {
+            return text(StatusCode::BAD_REQUEST, "Content type error".into())
+        }
+        Err(r) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("Json deserialize error: {}", r.body_text()),
+            )
+        }
     };
     // The HTTP API binds its values as `descriptors[0]`.
     let entries: Vec<Entry<'_>> = (a.values.iter())
