@@ -14,8 +14,10 @@ use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
+use crate::config::limitador::Limits;
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
+use crate::service::limitador::Limitador;
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
@@ -36,6 +38,8 @@ pub(super) struct Admin {
     /// domain count (SERVING with at least one).
     pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
     pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
+    /// As `limitador-server`: its limits file, reloaded when it changes.
+    pub(super) limits_poll: Option<(Watched, u64, Limitador)>,
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
@@ -79,6 +83,10 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     tasks.push(tokio::spawn(p));
                     tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
                 }
+                if let Some((watched, baseline, limitador)) = admin.limits_poll {
+                    let p = poll_limits(watched, baseline, admin.interval, limitador, stop.clone());
+                    tasks.push(tokio::spawn(p));
+                }
                 if let Some((watched, baseline, tls)) = admin.tls_poll {
                     let reload = move || {
                         tls.reload();
@@ -95,6 +103,31 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
             })
         })
         .map_err(StartError::Runtime)
+}
+
+/// Reloads Limitador's limits file each time it changes, on the blocking pool (a file may be
+/// large, and its CEL is compiled anew).
+async fn poll_limits(
+    watched: Watched,
+    baseline: u64,
+    interval: Duration,
+    limitador: Limitador,
+    stop: watch::Receiver<bool>,
+) {
+    let Watched::Files(files) = &watched else {
+        return;
+    };
+    let path = files[0].clone();
+    let reload = move || {
+        let (path, limitador) = (path.clone(), limitador.clone());
+        async move {
+            let read = tokio::task::spawn_blocking(move || Limits::read(&path)).await;
+            if let Ok(read) = read {
+                limitador.reload(read);
+            }
+        }
+    };
+    poll(watched.clone(), baseline, interval, reload, stop).await;
 }
 
 /// Moves the heavy hitters' coarse clock every second, so values are stamped and windows

@@ -44,6 +44,7 @@ use crate::config::limitador::Limits;
 use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
+use crate::settings::limitador::LimitadorSettings;
 use crate::settings::{Backing, Settings};
 use crate::source::files::{fingerprint, Watched};
 use crate::store::redis::StartupRetries;
@@ -184,9 +185,11 @@ impl From<Config> for FirstConfig {
 /// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty).
 pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
     if let Some(l) = &settings.limitador {
+        let baseline = fingerprint(&limits_file(l));
         return Ok(FirstConfig {
+            baseline: Some(baseline),
             limitador: Some(Limits::read(&l.limits_file)?),
-            ..Config::default().into()
+            config: Config::default(),
         });
     }
     if settings.xds.is_some() {
@@ -344,6 +347,9 @@ fn admin_thread(
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+        limits_poll: (settings.limitador.as_ref())
+            .zip(cx.limitador.as_ref())
+            .map(|(l, rls)| (limits_file(l), config_baseline, rls.limitador.clone())),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
             .map(|r| (r.domains(), health.clone())),
@@ -366,9 +372,14 @@ fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, Star
         .map_err(StartError::Tls)
 }
 
-/// The reloader of the config files (none with xDS).
+/// Limitador's limits file as the poller watches it (a ConfigMap's `..data` swap included).
+fn limits_file(l: &LimitadorSettings) -> Watched {
+    Watched::Files(vec![l.limits_file.clone()])
+}
+
+/// The reloader of the config files (none with xDS, nor as `limitador-server`).
 fn reloader(settings: &Settings, cx: &Context, domains: usize) -> Option<Arc<Reloader>> {
-    (settings.xds.is_none()).then(|| {
+    (settings.xds.is_none() && settings.limitador.is_none()).then(|| {
         let install = reload::Install::new(cx.live.clone(), cx.stats.reloads.clone());
         Arc::new(Reloader::new(settings.sources(), install, domains))
     })
@@ -439,8 +450,7 @@ fn http_servers(
             limitador: l.limitador.clone(),
             registry: cx.registry.clone(),
             shown: state.shown,
-            started_at: std::time::SystemTime::now(),
-            status: Arc::default(),
+            started_at: l.limitador.loaded().applied_at,
         }),
         None => http::router(state, metrics),
     };

@@ -50,8 +50,11 @@ impl LimitadorRls {
             Ask::Check => 1,
             _ => u64::from(req.hits_addend.max(1)),
         };
-        let verdict =
-            (self.limitador.call(&req.domain, &slices, delta, ask).await).map_err(status_of)?;
+        let verdict = (self
+            .limitador
+            .call(&req.domain, &slices, delta, ask, true)
+            .await)
+            .map_err(status_of)?;
         Ok(self.response(&verdict, ask))
     }
 

@@ -8,6 +8,7 @@
 //!   local-first), then Redis's and local-first's own behaviour.
 //! - `durable`, `quota` (RLQS), `direct` (the direct APIs), `envoy` (through a real Envoy).
 //! - `limiter`: the engine under a key flood and an overload.
+//! - `limitador`: started as `limitador-server`, as limitador-operator starts Limitador.
 //! - `server`: reload, TLS, unix sockets, shutdown. `source`: configs over xDS.
 //! - `settings`: the environment read and refused. `cli`: `check` and `serve`.
 //! - `telemetry`: metrics on every port, statsd, mapped series, dashboards, logs, traces, client
@@ -40,6 +41,7 @@ mod envoy;
 mod fuzz;
 mod hitters;
 mod image;
+mod limitador;
 mod limiter;
 mod quota;
 mod reference;

@@ -35,6 +35,10 @@ pub struct Namespace {
     index: FnvHashMap<u64, SmallVec<[u32; 1]>>,
     /// Limits without an equality condition: candidates of every call.
     scanned: Vec<u32>,
+    /// Per descriptor index, the limits indexed by an entry of that descriptor: those of an
+    /// index past the descriptors a call sent are its candidates too, so the call fails as
+    /// Limitador's evaluation of them fails it.
+    by_descriptor: Vec<Vec<u32>>,
 }
 
 /// One limit, compiled.
@@ -108,12 +112,18 @@ impl Limits {
         let at = ns.limits.len() as u32;
         let indexed = limit.conditions.iter().find_map(|c| match c {
             Condition::Equals { entry, value, .. } => {
-                Some(entry_hash(entry.index, &entry.key, value))
+                Some((entry.index, entry_hash(entry.index, &entry.key, value)))
             }
             Condition::Cel(_) => None,
         });
         match indexed {
-            Some(h) => ns.index.entry(h).or_default().push(at),
+            Some((i, h)) => {
+                ns.index.entry(h).or_default().push(at);
+                if ns.by_descriptor.len() <= i {
+                    ns.by_descriptor.resize_with(i + 1, Vec::new);
+                }
+                ns.by_descriptor[i].push(at);
+            }
             None => ns.scanned.push(at),
         }
         ns.limits.push(limit);
@@ -145,6 +155,9 @@ impl Namespace {
             }
         }
         out.extend_from_slice(&self.scanned);
+        for past in self.by_descriptor.iter().skip(d.descriptors()) {
+            out.extend_from_slice(past);
+        }
         out.sort_unstable();
         out.dedup();
         out

@@ -8,6 +8,7 @@
 mod headers;
 mod metrics;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -19,6 +20,7 @@ pub use metrics::LimitadorMetrics;
 
 use crate::config::limitador::{EvalError, Limit, Limits};
 use crate::config::Algorithm;
+use crate::config::ConfigError;
 use crate::descriptor::limitador::{applicable, counter_key, Applicable, Sent};
 use crate::descriptor::Entry;
 use crate::limiter::key::Key;
@@ -75,10 +77,20 @@ pub struct Loaded {
     pub applied_at: SystemTime,
 }
 
+/// The limits file's loads, as Limitador's `/status` counts them.
+#[derive(Debug, Default)]
+pub struct Loads {
+    /// Reloads that went live (the load at start is version 0).
+    pub version: AtomicU64,
+    /// Reloads refused since the last that went live.
+    pub err_since: AtomicU64,
+}
+
 /// A cheap `Clone` handle: the limits being served, the engine, the call counters.
 #[derive(Clone)]
 pub struct Limitador {
     live: Arc<ArcSwap<Loaded>>,
+    loads: Arc<Loads>,
     engine: Engine,
     metrics: Arc<LimitadorMetrics>,
 }
@@ -91,6 +103,7 @@ impl Limitador {
         };
         Limitador {
             live: Arc::new(ArcSwap::from_pointee(loaded)),
+            loads: Arc::default(),
             engine,
             metrics,
         }
@@ -101,13 +114,29 @@ impl Limitador {
         self.live.load_full()
     }
 
-    /// Puts `limits` live. Counters are kept: a counter is its limit's identity and values,
-    /// which a new `max_value` does not change.
-    pub fn replace(&self, limits: Limits) {
-        self.live.store(Arc::new(Loaded {
-            limits,
-            applied_at: SystemTime::now(),
-        }));
+    /// A reload of the limits file: valid, it goes live, and counters are kept (a counter is
+    /// its limit's identity and values, which a new `max_value` does not change); invalid, the
+    /// limits served stay, and the failure is counted.
+    pub fn reload(&self, read: Result<Limits, ConfigError>) {
+        match read {
+            Ok(limits) => {
+                tracing::info!(limits = limits.count, "limits file reloaded");
+                self.live.store(Arc::new(Loaded {
+                    limits,
+                    applied_at: SystemTime::now(),
+                }));
+                self.loads.version.fetch_add(1, Relaxed);
+                self.loads.err_since.store(0, Relaxed);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "limits file not reloaded: the limits served stay");
+                self.loads.err_since.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    pub fn loads(&self) -> &Loads {
+        &self.loads
     }
 
     pub fn metrics(&self) -> &Arc<LimitadorMetrics> {
@@ -118,26 +147,28 @@ impl Limitador {
         &self.engine
     }
 
-    /// Decides `ask` for `delta` hits of a call to `namespace` sending `descriptors`, and counts
-    /// it in the metrics (`labels`: the call's metric labels, when they are asked for).
+    /// Decides `ask` for `delta` hits of a call to `namespace` sending `descriptors`; with
+    /// `metered`, counts it in the metrics as Limitador's gRPC calls and `/check_and_report`
+    /// count (its HTTP `/check` and `/report` count nothing).
     pub async fn call(
         &self,
         namespace: &str,
         descriptors: &[&[Entry<'_>]],
         delta: u64,
         ask: Ask,
+        metered: bool,
     ) -> Result<Verdict, LimitadorError> {
         let loaded = self.loaded();
-        let Some(ns) = loaded.limits.namespace(namespace) else {
-            self.metrics
-                .counted(namespace, descriptors, ask, delta, &Verdict::default());
-            return Ok(Verdict::default());
+        let verdict = match loaded.limits.namespace(namespace) {
+            None => Verdict::default(),
+            Some(ns) => {
+                let found = applicable(ns, &Sent(descriptors))?;
+                self.decide(&found, delta, ask).await?
+            }
         };
-        let sent = Sent(descriptors);
-        let found = applicable(ns, &sent)?;
-        let verdict = self.decide(&found, delta, ask).await?;
-        self.metrics
-            .counted(namespace, descriptors, ask, delta, &verdict);
+        if metered {
+            (self.metrics).counted(namespace, descriptors, ask, delta, &verdict);
+        }
         Ok(verdict)
     }
 

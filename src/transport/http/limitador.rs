@@ -3,8 +3,7 @@
 //! `/counters/{ns}`, `/check`, `/report` and `/check_and_report`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::SystemTime;
 
 use axum::extract::rejection::JsonRejection;
@@ -19,7 +18,7 @@ use crate::config::limitador::Limit;
 use crate::descriptor::limitador::{namespace_prefix, parse_counter_key};
 use crate::descriptor::Entry;
 use crate::limiter::State as KeyState;
-use crate::service::limitador::{draft_03, set_variables, Ask, Limitador, LimitadorError};
+use crate::service::limitador::{draft_03, set_variables, Ask, Limitador};
 use crate::telemetry::{Registry, Shown};
 
 /// What the Limitador routes share.
@@ -31,26 +30,6 @@ pub struct LimitadorHttp {
     /// How the port shows client values (the metrics' labels from descriptors).
     pub shown: Shown,
     pub started_at: SystemTime,
-    /// Loads of the limits file that went live, and failed ones since the last that did.
-    pub status: Arc<LoadStatus>,
-}
-
-/// `/status`'s counts of the limits file's loads.
-#[derive(Debug)]
-pub struct LoadStatus {
-    pub version: AtomicU64,
-    pub err_since: AtomicU64,
-}
-
-impl Default for LoadStatus {
-    /// The load at start, as Limitador counts it: version 0, every reload that goes live one
-    /// more.
-    fn default() -> Self {
-        LoadStatus {
-            version: AtomicU64::new(0),
-            err_since: AtomicU64::new(0),
-        }
-    }
 }
 
 pub fn limitador_router(state: LimitadorHttp) -> Router {
@@ -87,8 +66,8 @@ async fn status(State(s): State<LimitadorHttp>) -> Response {
     Json(StatusJson {
         started_at: naive_utc(s.started_at),
         config_applied_at: naive_utc(s.limitador.loaded().applied_at),
-        config_version: s.status.version.load(Relaxed),
-        config_err_since: s.status.err_since.load(Relaxed),
+        config_version: s.limitador.loads().version.load(Relaxed),
+        config_err_since: s.limitador.loads().err_since.load(Relaxed),
     })
     .into_response()
 }
@@ -237,22 +216,27 @@ async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask
     let entries: Vec<Entry<'_>> = (a.values.iter())
         .map(|(k, v)| Entry { key: k, value: v })
         .collect();
-    let verdict = match s
-        .limitador
-        .call(&a.namespace, &[&entries], a.delta, ask)
-        .await
-    {
+    let metered = ask == Ask::CheckAndReport;
+    let descriptors: [&[Entry<'_>]; 1] = [&entries];
+    let called = (s.limitador).call(&a.namespace, &descriptors, a.delta, ask, metered);
+    let verdict = match called.await {
         Ok(v) => v,
-        Err(LimitadorError::Eval(_) | LimitadorError::Engine(_)) => {
-            return (StatusCode::INTERNAL_SERVER_ERROR, Json(())).into_response()
+        Err(_) if metered => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, Json(())).into_response();
+        }
+        Err(_) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal server error".into(),
+            )
         }
     };
-    let code = if verdict.limited && ask != Ask::Report {
-        StatusCode::TOO_MANY_REQUESTS
-    } else {
-        StatusCode::OK
+    let limited = verdict.limited && ask != Ask::Report;
+    let mut resp = match (limited, ask) {
+        (false, _) => (StatusCode::OK, Json(())).into_response(),
+        (true, Ask::Check) => text(StatusCode::TOO_MANY_REQUESTS, "Too many requests".into()),
+        (true, _) => (StatusCode::TOO_MANY_REQUESTS, Json(())).into_response(),
     };
-    let mut resp = (code, Json(())).into_response();
     if ask == Ask::CheckAndReport && a.response_headers.is_some() {
         for (k, v) in draft_03(&verdict.counters) {
             if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
 pub use admin_stats::AdminStats;
 pub use json::{response_json, JsonError, JsonRequest};
-pub use limitador::{limitador_router, LimitadorHttp, LoadStatus};
+pub use limitador::{limitador_router, LimitadorHttp};
 pub use status::StatusCounters;
 
 use crate::hitters::TopTable;
