@@ -84,6 +84,25 @@ async fn answer(server: &Server, name: &str, hits: u64) -> (i32, u32) {
     codes(&call(server.ports.grpc_addr(), user(name, hits), &[]).await)[0]
 }
 
+/// The admin listener's look-up of `name`'s limit on the route.
+async fn looked_up(server: &Server, name: &str) -> serde_json::Value {
+    let admin = server.ports.admin.expect("the admin listener");
+    let entries: Vec<serde_json::Value> = [(ROUTE, ROUTE), (USER, name)]
+        .iter()
+        .map(|(k, v)| serde_json::json!({"key": k, "value": v}))
+        .collect();
+    let body = serde_json::json!({"domain": DOMAIN, "descriptors": [{"entries": entries}]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{admin}/admin/look-up"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["limits"][0].clone()
+}
+
 async fn rlconfig(server: &Server) -> String {
     let debug = server.ports.debug.expect("the debug port");
     reqwest::get(format!("http://{debug}/rlconfig"))
@@ -131,6 +150,7 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
             ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
             ("CONFIG_GRPC_XDS_SERVER_URL", &url),
             ("TURNSTILE_XDS_OVERLAY", &at),
+            ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
         ],
     );
     ads.wait_ack(1, "v1").await;
@@ -172,6 +192,17 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
         alice.push(answer(&server, "alice", 0).await);
     }
     assert_eq!(alice, [(OK, 700), (OK, 400), (OK, 100), (OVER, 0)]);
+    // The admin look-up says what is held, and which fields the overlay wrote.
+    let limit = looked_up(&server, "alice").await;
+    assert_eq!(
+        (limit["held"].as_u64(), limit["reserve"].as_u64()),
+        (Some(900), Some(300))
+    );
+    assert_eq!(
+        limit["overlay"],
+        format!("reserve,reserve_for from {file}").as_str(),
+        "{limit}"
+    );
     // A report counts its usage and releases its request's hold, as with a file.
     assert_eq!(answer(&server, "bob", 0).await, (OK, 700));
     assert_eq!(answer(&server, "bob", 250).await, (OK, 750));
@@ -187,6 +218,10 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
     configmap_edit(&volume, "..v2", &overlay("reserve: 500"));
     rlconfig_with(&server, "reserve=500").await;
     assert_eq!(answer(&server, "carol", 0).await, (OK, 1500));
+    // Alice's holds outlived the edit too. A hold is a check, worth the limit's `reserve` now
+    // (as after a file's edit): her 4 checks hold 2000 of 2000, and a fifth is refused.
+    assert_eq!(answer(&server, "alice", 0).await, (OVER, 0));
+    assert_eq!(looked_up(&server, "alice").await["held"], 2000);
 
     // A bad edit is refused, naming the field; the last good overlay stays.
     let bad = overlay("reserve: 500, requests_per_unit: 5000");
