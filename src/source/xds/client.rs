@@ -31,11 +31,10 @@ use crate::source::{in_background, Update};
 pub async fn run(
     settings: XdsSettings,
     serving: Serving,
-    overlays: watch::Receiver<Option<Arc<Overlay>>>,
+    mut overlays: watch::Receiver<Option<Arc<Overlay>>>,
     updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
 ) {
-    let mut overlays = overlays;
     let overlay = overlays.borrow_and_update().clone();
     let mut client = Client {
         node: node(&settings),

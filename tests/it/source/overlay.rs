@@ -226,17 +226,39 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
     // A bad edit is refused, naming the field; the last good overlay stays.
     let bad = overlay("reserve: 500, requests_per_unit: 5000");
     configmap_edit(&volume, "..v3", &bad);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !server
-        .stderr()
-        .contains("requests_per_unit` is the pushed config's")
-    {
-        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    logged(&server, "requests_per_unit` is the pushed config's").await;
     assert!(server.stderr().contains("line 7"), "{}", server.stderr());
     assert_eq!(answer(&server, "dave", 0).await, (OK, 1500));
+    // One that reads well but the push refuses (a hold past the limit) is refused too, and the
+    // next push still takes the last good overlay.
+    configmap_edit(&volume, "..v4", &overlay("reserve: 5000"));
+    logged(&server, "reserve 5000 is more than the limit's 2000").await;
+    assert_eq!(answer(&server, "erin", 0).await, (OK, 1500));
+    let mut v3 = pushed(pb::RateLimitUnit::Hour, 2000);
+    v3.descriptors[0].descriptors[0]
+        .rate_limit
+        .as_mut()
+        .unwrap()
+        .name = "per-user".into();
+    ads.push("v3", vec![v3]);
+    ads.wait_ack(1, "v3").await;
+    rlconfig_with(&server, "name=per-user").await;
+    assert_eq!(answer(&server, "frank", 0).await, (OK, 1500));
     server.stop();
+}
+
+/// Waits until the server's log holds `what` (the overlay's poll is another thread's), or the
+/// test fails after 20 s.
+async fn logged(server: &Server, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server.stderr().contains(what) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {what:?} in the log:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// An overlay that sets a field the push owns stops the start, naming the file, the line and
