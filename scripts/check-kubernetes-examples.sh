@@ -4,7 +4,11 @@
 #     them; --strict: an unknown field is an error). Istio's EnvoyFilter has no schema there: it
 #     is reported as not validated;
 #   - each limits file inside a ConfigMap with `turnstile check` (the keys ending in .yaml/.yml,
-#     written out as the mounted directory would hold them);
+#     written out as the mounted directory would hold them); a ConfigMap labelled
+#     `app.kubernetes.io/component: xds-overlay` is an xDS overlay, checked as
+#     TURNSTILE_XDS_OVERLAY;
+#   - Envoy Gateway's own config (a ConfigMap's `envoy-gateway.yaml`): an EnvoyGateway whose
+#     rateLimitDeployment's TURNSTILE_XDS_OVERLAY is a mounted volume of an overlay ConfigMap here;
 #   - what a production team expects of each Deployment's and StatefulSet's pods: readiness and liveness probes,
 #     resource requests and a memory limit, non-root, no privilege escalation, read-only root
 #     file system, all capabilities dropped, no service-account token; a PodDisruptionBudget for
@@ -53,18 +57,25 @@ work, files = sys.argv[1], sys.argv[2:]
 problems = []
 deployments, pdbs, policies = [], [], []
 configmaps = 0
+overlays, gateways = set(), []
 for path in files:
     with open(path) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     for doc in docs:
         kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
         where = f"{path}: {kind}/{name}"
-        if kind == "ConfigMap":
+        if kind == "ConfigMap" and "envoy-gateway.yaml" in (doc.get("data") or {}):
+            gateways.append((where, yaml.safe_load(doc["data"]["envoy-gateway.yaml"])))
+        elif kind == "ConfigMap":
             out = os.path.join(work, f"{configmaps:02d}-{name}")
             os.makedirs(out)
             configmaps += 1
             with open(out + ".source", "w") as s:
                 s.write(where)
+            labels = doc.get("metadata", {}).get("labels") or {}
+            if labels.get("app.kubernetes.io/component") == "xds-overlay":
+                overlays.add(name)
+                open(out + ".overlay", "w").close()
             for key, value in (doc.get("data") or {}).items():
                 if key.endswith((".yaml", ".yml")):
                     with open(os.path.join(out, key), "w") as c:
@@ -75,6 +86,24 @@ for path in files:
             pdbs.append(doc)
         elif kind == "NetworkPolicy":
             policies.append((where, doc))
+
+
+for where, eg in gateways:
+    if eg.get("kind") != "EnvoyGateway" or eg.get("apiVersion") != "gateway.envoyproxy.io/v1alpha1":
+        problems.append(f"{where}: envoy-gateway.yaml is not a gateway.envoyproxy.io/v1alpha1 EnvoyGateway")
+        continue
+    rl = ((eg.get("provider") or {}).get("kubernetes") or {}).get("rateLimitDeployment") or {}
+    container, pod = rl.get("container") or {}, rl.get("pod") or {}
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    at = env.get("TURNSTILE_XDS_OVERLAY")
+    if not at:
+        continue
+    mounts = [m for m in container.get("volumeMounts") or []
+              if at == m["mountPath"] or at.startswith(m["mountPath"].rstrip("/") + "/")]
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    sources = [(volumes.get(m["name"]) or {}).get("configMap", {}).get("name") for m in mounts]
+    if not any(s in overlays for s in sources):
+        problems.append(f"{where}: TURNSTILE_XDS_OVERLAY={at} is no mounted volume of an xds-overlay ConfigMap")
 
 
 def selects(selector, labels):
@@ -132,7 +161,7 @@ for where, d in deployments:
                 if port.get("port") not in declared:
                     problems.append(f"{pw}: port {port.get('port')!r} is not a port of {where}")
 
-print(f"check-kubernetes-examples: {len(deployments)} Deployment(s) and StatefulSet(s), {len(pdbs)} PodDisruptionBudget(s), {len(policies)} NetworkPolicy(ies), {configmaps} ConfigMap(s)")
+print(f"check-kubernetes-examples: {len(deployments)} Deployment(s) and StatefulSet(s), {len(pdbs)} PodDisruptionBudget(s), {len(policies)} NetworkPolicy(ies), {configmaps} ConfigMap(s) of limits or overlays, {len(gateways)} EnvoyGateway config(s)")
 for p in problems:
     print(f"check-kubernetes-examples: {p}", file=sys.stderr)
 sys.exit(1 if problems else 0)
@@ -143,8 +172,14 @@ for cm in "$work"/*/; do
   if ! compgen -G "$cm/*.y*ml" >/dev/null; then
     continue
   fi
-  echo "check-kubernetes-examples: turnstile check $(cat "$cm.source")"
-  if ! out="$("$bin" check --config "$cm" 2>&1)"; then
+  if [ -e "$cm.overlay" ]; then
+    echo "check-kubernetes-examples: turnstile check, as an xDS overlay, $(cat "$cm.source")"
+    check=(env CONFIG_TYPE=GRPC_XDS_SOTW TURNSTILE_XDS_OVERLAY="$cm" "$bin" check)
+  else
+    echo "check-kubernetes-examples: turnstile check $(cat "$cm.source")"
+    check=("$bin" check --config "$cm")
+  fi
+  if ! out="$("${check[@]}" 2>&1)"; then
     echo "$out" >&2
     echo "check-kubernetes-examples: the limits in $(cat "$cm.source") fail turnstile check" >&2
     exit 1

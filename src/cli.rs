@@ -110,8 +110,20 @@ impl From<ServeArgs> for Overrides {
 }
 
 /// `turnstile check`: every loaded limit on stdout, GoCC key file warnings and RLQS refusals on
-/// stderr; the error naming file and path when the config does not load.
+/// stderr; the error naming file and path when the config does not load. Over xDS with
+/// `TURNSTILE_XDS_OVERLAY`, the overlay is checked too: each of its limits on stdout, with the
+/// fields it writes into the pushed limit at its path.
 pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::ConfigError> {
+    if let Some(path) = (settings.xds.as_ref()).and_then(|x| x.overlay.as_ref()) {
+        let overlay = crate::config::Overlay::load(path)?;
+        let lines = overlay.describe();
+        lines.iter().for_each(|line| println!("{line}"));
+        eprintln!(
+            "xDS overlay OK: {} ({} limit(s))",
+            path.display(),
+            lines.len()
+        );
+    }
     let c = settings.sources().load()?;
     c.describe().iter().for_each(|line| println!("{line}"));
     let rate_api = c

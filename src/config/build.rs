@@ -79,6 +79,8 @@ impl Builder {
             gocc: None,
             node_count: next,
             files: self.files.into_boxed_slice(),
+            from_xds: false,
+            overlay_unmatched: Vec::new(),
         }
     }
 
@@ -347,7 +349,17 @@ fn build_limits(
     Ok(out)
 }
 
+/// One limit; an error on a limit an xDS overlay wrote into says so, and which fields it wrote.
 fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit, ConfigError> {
+    build_written(ctx, r, path).map_err(|mut e| {
+        if let Some(said) = &r.overlaid {
+            e.message = format!("{} (the xDS overlay wrote {said})", e.message);
+        }
+        e
+    })
+}
+
+fn build_written(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit, ConfigError> {
     let name = r.name.clone().filter(|n| !n.is_empty());
     let replaces = build_replaces(ctx, r, name.as_deref(), path)?;
     let unit = build_unit(ctx, r, path)?;
@@ -378,6 +390,7 @@ fn build_limit(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimit,
         queue,
         local_first: r.local_first,
         reserve,
+        overlay: r.overlaid.clone(),
     })
 }
 

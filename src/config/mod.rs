@@ -12,9 +12,11 @@ pub mod gocc;
 pub mod grammar;
 pub mod limitador;
 mod load;
+pub mod overlay;
 pub use calendar::{Calendar, CalendarError, Span};
 pub use gocc::{GoccKeys, KeyLimits};
 pub use load::{list_files, Sources};
+pub use overlay::Overlay;
 mod raw;
 mod unit;
 pub use unit::Unit;
@@ -106,6 +108,9 @@ pub struct RateLimit {
     pub local_first: Option<bool>,
     /// `reserve`: what each admitted check holds until its request's usage is reported.
     pub reserve: Option<Reserve>,
+    /// The fields an xDS overlay wrote into the pushed limit, and its file
+    /// (`reserve,reserve_for from /etc/overlay/ai.yaml`); none for a limit as written.
+    pub overlay: Option<Arc<str>>,
 }
 
 /// A limit's reservations (`reserve`, `reserve_for`): each check of the limit that is admitted
@@ -203,6 +208,11 @@ pub struct Config {
     node_count: usize,
     /// The files (or xDS resources) read, that nodes' origins number.
     files: Box<[Box<str>]>,
+    /// Pushed over xDS: each limit's line in [`Config::describe`] says the overlay path to
+    /// write for it.
+    from_xds: bool,
+    /// The overlay's entries that no pushed limit took, each a line (see [`Overlay`]).
+    pub overlay_unmatched: Vec<String>,
 }
 
 /// Limits for the direct HTTP API (`/rate/{key}`): GoCC's model, with windows aligned to the
@@ -289,8 +299,10 @@ impl Config {
         let mut names: Vec<&String> = self.domains.keys().collect();
         names.sort();
         for name in names {
-            describe_level(&self.domains[name].root, &mut out);
+            let domain = self.from_xds.then_some(name.as_str());
+            describe_level(&self.domains[name].root, domain, &mut Vec::new(), &mut out);
         }
+        out.extend(self.overlay_unmatched.iter().cloned());
         out
     }
 
@@ -325,8 +337,16 @@ impl Config {
     }
 }
 
-fn describe_level(level: &Level, out: &mut Vec<String>) {
+/// The lines of `level`'s limits and below; `domain` when pushed over xDS, which the lines
+/// end with the overlay path of (`steps` are the keys and values down to `level`).
+fn describe_level<'c>(
+    level: &'c Level,
+    domain: Option<&str>,
+    steps: &mut Vec<(&'c str, Option<&'c str>)>,
+    out: &mut Vec<String>,
+) {
     for node in level.nodes() {
+        steps.push((&node.key, node.value.as_deref()));
         for l in node.limits.iter() {
             let mut line = format!("{}: ", node.stat_key);
             if l.unlimited {
@@ -382,9 +402,19 @@ fn describe_level(level: &Level, out: &mut Vec<String>) {
                     line.push_str(&format!(" {flag}"));
                 }
             }
+            if let Some(said) = &l.overlay {
+                line.push_str(&format!(" overlay={said}"));
+            }
+            if let Some(d) = domain {
+                line.push_str(&format!(
+                    " overlay_path={}",
+                    overlay::path_to_write(d, steps)
+                ));
+            }
             out.push(line);
         }
-        describe_level(&node.children, out);
+        describe_level(&node.children, domain, steps, out);
+        steps.pop();
     }
 }
 

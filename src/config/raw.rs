@@ -96,6 +96,10 @@ pub(crate) struct RawRateLimit {
     pub(crate) reserve: Option<u32>,
     #[serde(default, deserialize_with = "opt_scalar")]
     pub(crate) reserve_for: Option<String>,
+    /// Set by an xDS overlay (`TURNSTILE_XDS_OVERLAY`): which of the fields above it wrote, and
+    /// its file (`reserve,reserve_for from overlay.yaml`). A file cannot say it.
+    #[serde(skip)]
+    pub(crate) overlaid: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,7 +109,7 @@ pub(crate) struct RawReplaces {
     pub(crate) name: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawQueue {
     #[serde(default)]

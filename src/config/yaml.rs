@@ -128,7 +128,11 @@ pub fn options() -> serde_saphyr::Options {
 
 /// The parser's message, after the path where it arose (`descriptors[0].rate_limit.unit: ...`),
 /// which says the line and column.
-fn message(path: &str, e: &serde_saphyr::Error, text: impl FnOnce() -> Option<String>) -> String {
+pub(super) fn message(
+    path: &str,
+    e: &serde_saphyr::Error,
+    text: impl FnOnce() -> Option<String>,
+) -> String {
     let at = |l: serde_saphyr::Location| format!("at line {}, column {}", l.line(), l.column());
     let msg = match e.without_snippet() {
         serde_saphyr::Error::MultipleDocuments { location, .. } => format!(

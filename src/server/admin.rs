@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::draining::{drain_end, serve_http};
+use super::overlay::{self, Loaded};
 use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
@@ -30,6 +31,8 @@ pub(super) struct Admin {
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
     /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
     pub(super) xds: Option<(XdsSettings, Option<Health>)>,
+    /// With xDS and `TURNSTILE_XDS_OVERLAY`: the overlay read at start, to apply and poll.
+    pub(super) overlay: Option<Loaded>,
     /// How xDS's configs go live.
     pub(super) install: Install,
     /// The config location to poll (none over xDS), from the fingerprint taken before loading.
@@ -61,7 +64,8 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
                 if let Some((settings, gate)) = admin.xds {
-                    tasks.extend(run_xds(settings, gate, admin.install, &stop));
+                    let overlay = (admin.overlay, admin.interval);
+                    tasks.extend(run_xds(settings, gate, overlay, admin.install, &stop));
                 }
                 let (top, clock) = admin.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
@@ -175,11 +179,13 @@ async fn follow_domains(
     }
 }
 
-/// The xDS client, applying every config through the one reload path, and the health gate
-/// that turns SERVING once the first config is live.
+/// The xDS client, applying every config through the one reload path; the overlay's poller
+/// (every `interval`), which hands it each good overlay; and the health gate that turns SERVING
+/// once the first config is live.
 fn run_xds(
     settings: XdsSettings,
     gate: Option<Health>,
+    (overlay, interval): (Option<Loaded>, Duration),
     install: Install,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -187,16 +193,32 @@ fn run_xds(
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let serving = install.serving();
     let mut stopped = stop.clone();
-    let mut tasks = vec![
+    let (first, baseline) = overlay.map_or((None, 0), |(o, b)| (Some(o), b));
+    let overlays = Arc::new(watch::Sender::new(first));
+    let overlays_rx = overlays.subscribe();
+    let mut tasks = Vec::new();
+    if let Some(path) = settings.overlay.clone() {
+        let poll = overlay::follow(
+            path,
+            baseline,
+            interval,
+            (overlays, install.clone()),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(poll));
+    }
+    tasks.extend([
         tokio::spawn(async move {
+            let client =
+                crate::source::xds::run(settings, serving, overlays_rx, updates_tx, ready_tx);
             tokio::select! {
-                _ = crate::source::xds::run(settings, serving, updates_tx, ready_tx) => {}
+                _ = client => {}
                 _ = stopped.wait_for(|s| *s) => {}
             }
         }),
         // Ends with the client, which holds the sending side.
         tokio::spawn(async move { install.follow("xDS", updates).await }),
-    ];
+    ]);
     if let Some(health) = gate {
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {

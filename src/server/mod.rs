@@ -18,6 +18,7 @@ mod draining;
 mod journal;
 mod linger;
 mod listeners;
+mod overlay;
 mod reload;
 mod run;
 mod tls;
@@ -41,7 +42,7 @@ pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
 use crate::config::limitador::Limits;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Overlay};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::limitador::LimitadorSettings;
@@ -111,6 +112,9 @@ pub enum StartError {
     /// The state dir (`TURNSTILE_STATE_DIR`) cannot be used.
     #[error("{0}")]
     State(String),
+    /// The xDS overlay (`TURNSTILE_XDS_OVERLAY`) does not load.
+    #[error("xDS overlay: {0}")]
+    Overlay(ConfigError),
 }
 
 /// What health reports, over gRPC (both names) and `/healthcheck` alike.
@@ -167,6 +171,9 @@ pub struct FirstConfig {
     pub baseline: Option<u64>,
     /// Served as `limitador-server`: its limits file.
     pub limitador: Option<Limits>,
+    /// Over xDS, the overlay (`TURNSTILE_XDS_OVERLAY`) read with its fingerprint; read at the
+    /// start when none is given.
+    pub overlay: Option<(Arc<Overlay>, u64)>,
 }
 
 /// A config given as it is (an embedder's, a test's): the files are fingerprinted at the start.
@@ -176,24 +183,30 @@ impl From<Config> for FirstConfig {
             config,
             baseline: None,
             limitador: None,
+            overlay: None,
         }
     }
 }
 
 /// The first config from where `settings` say: the config location, fingerprinted before it is
 /// read; over xDS none (the limits arrive as its first update; the location is not read, as
-/// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty).
+/// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty), but the overlay
+/// their limits take, which must load.
 pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
     if let Some(l) = &settings.limitador {
         let baseline = fingerprint(&limits_file(l));
         return Ok(FirstConfig {
             baseline: Some(baseline),
             limitador: Some(Limits::read(&l.limits_file)?),
-            config: Config::default(),
+            ..Config::default().into()
         });
     }
-    if settings.xds.is_some() {
-        return Ok(Config::default().into());
+    if let Some(x) = &settings.xds {
+        let overlay = x.overlay.as_deref().map(overlay::load).transpose()?;
+        return Ok(FirstConfig {
+            overlay,
+            ..Config::default().into()
+        });
     }
     let baseline = fingerprint(&watched_config(settings));
     let config = settings.sources().load()?;
@@ -202,6 +215,7 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
         config,
         baseline: Some(baseline),
         limitador: None,
+        overlay: None,
     })
 }
 
@@ -226,7 +240,15 @@ async fn start_telling(
         config,
         baseline,
         limitador,
+        overlay,
     } = first.into();
+    let overlay = match (
+        overlay,
+        settings.xds.as_ref().and_then(|x| x.overlay.as_ref()),
+    ) {
+        (None, Some(path)) => Some(overlay::load(path).map_err(StartError::Overlay)?),
+        (given, _) => given,
+    };
     let polled = Polled::now(settings, baseline);
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
@@ -268,7 +290,8 @@ async fn start_telling(
     let mut threads =
         worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
     let polls = (&reloader, polled, &tls);
-    let admin = admin_thread(settings, &cx, http, (&health, gate_health), polls);
+    let mut admin = admin_thread(settings, &cx, http, (&health, gate_health), polls);
+    admin.overlay = overlay.filter(|_| settings.xds.is_some());
     threads.push(admin::spawn(admin, stopping())?);
     if let Some(j) = built.journal {
         threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);
@@ -345,6 +368,7 @@ fn admin_thread(
     Admin {
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+        overlay: None,
         install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
         config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
         limits_poll: (settings.limitador.as_ref())

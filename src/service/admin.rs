@@ -47,6 +47,8 @@ pub struct Applies {
     pub unlimited: bool,
     /// The hits each check holds (`reserve`), if the limit takes reservations.
     pub reserve: Option<u32>,
+    /// The fields an xDS overlay wrote into the pushed limit, and its file.
+    pub overlay: Option<String>,
 }
 
 /// What a look-up found of one limit.
@@ -218,6 +220,10 @@ fn targets(
             LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
             LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
         };
+        let overlay = match a.limit {
+            LimitRef::Config(l) => l.overlay.as_deref().map(str::to_owned),
+            LimitRef::Override { .. } => None,
+        };
         // A look-up reads the holds of a limit with `reserve` beside its count.
         if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
             op.reserve = Reservation::Hold {
@@ -246,6 +252,7 @@ fn targets(
             role: a.role,
             unlimited,
             reserve: reserve.map(|r| r.hits),
+            overlay,
         };
         out.push((applies, op));
     }

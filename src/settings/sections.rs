@@ -243,8 +243,16 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
     let node_metadata = env.pairs("CONFIG_GRPC_XDS_NODE_METADATA")?;
     let force_start = env.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?;
     let use_tls = env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?;
+    let overlay = env.get("TURNSTILE_XDS_OVERLAY").filter(|p| !p.is_empty());
     if !on {
-        return Ok(None);
+        return match overlay {
+            Some(p) => Err(format!(
+                "TURNSTILE_XDS_OVERLAY={p} adds turnstile's fields to limits pushed over xDS, and \
+                 CONFIG_TYPE is FILE (the files can say them themselves): set \
+                 CONFIG_TYPE=GRPC_XDS_SOTW, or unset TURNSTILE_XDS_OVERLAY"
+            )),
+            None => Ok(None),
+        };
     }
     Ok(Some(XdsSettings {
         server: XdsSettings::dial_target(
@@ -258,6 +266,7 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
         backoff_max,
         backoff_jitter,
         max_message_bytes,
+        overlay: overlay.map(PathBuf::from),
         force_start_without_initial_config: force_start,
         healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
         load: LoadOptions {

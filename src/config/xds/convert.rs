@@ -7,21 +7,28 @@ use prost::Message;
 
 use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
 use crate::config::build::{Builder, Serving};
+use crate::config::overlay::Matched;
 use crate::config::raw::{RawDescriptor, RawRateLimit, RawReplaces};
-use crate::config::{Config, ConfigError, LoadOptions};
+use crate::config::{Config, ConfigError, LoadOptions, Overlay};
 
 /// Builds the config that a set of `RateLimitConfig` resources describes, through the same
 /// validation as YAML files. Errors name the resource: `RateLimitConfig "name": path: message`.
 /// A resource is never held decoded whole: its name and domain are read first, then each
 /// top-level descriptor is decoded from its bytes, built, and dropped, so a big push holds its
 /// bytes and the tree, not a decoded copy of every descriptor beside it; each resource's bytes
-/// are freed once it is built.
+/// are freed once it is built. `overlay` (`TURNSTILE_XDS_OVERLAY`) writes turnstile's own
+/// fields into the limits it names; the ones it names that the push lacks are listed in the
+/// config's `overlay_unmatched`.
 pub fn config_from_resources(
     resources: Vec<Any>,
     opts: LoadOptions,
     serving: &Serving,
+    overlay: Option<&Overlay>,
 ) -> Result<Config, ConfigError> {
     let mut builder = Builder::beside(serving);
+    let empty = Overlay::default();
+    let overlay = overlay.unwrap_or(&empty);
+    let mut matched = overlay.matched();
     for (i, any) in resources.into_iter().enumerate() {
         let undecodable = |message| ConfigError {
             file: format!("resources[{i}]"),
@@ -41,9 +48,20 @@ pub fn config_from_resources(
                 ))
             })
         });
-        add_config(&mut builder, (i, &head.name), head.domain, decoded, opts)?;
+        let laid = (overlay, &mut matched);
+        add_config(
+            &mut builder,
+            (i, &head.name),
+            head.domain,
+            decoded,
+            opts,
+            laid,
+        )?;
     }
-    Ok(builder.finish())
+    let mut config = builder.finish();
+    config.from_xds = true;
+    config.overlay_unmatched = overlay.unmatched(&matched);
+    Ok(config)
 }
 
 /// A `RateLimitConfig`'s name and domain, its descriptors skipped.
@@ -104,25 +122,41 @@ pub fn config_from_protos(
     opts: LoadOptions,
 ) -> Result<Config, ConfigError> {
     let mut builder = Builder::default();
+    let none = Overlay::default();
+    let mut matched = none.matched();
     for (i, c) in configs.into_iter().enumerate() {
         let descriptors = c.descriptors.into_iter().map(Ok);
-        add_config(&mut builder, (i, &c.name), c.domain, descriptors, opts)?;
+        let laid = (&none, &mut matched);
+        add_config(
+            &mut builder,
+            (i, &c.name),
+            c.domain,
+            descriptors,
+            opts,
+            laid,
+        )?;
     }
-    Ok(builder.finish())
+    let mut config = builder.finish();
+    config.from_xds = true;
+    Ok(config)
 }
 
 /// Resource `i` (named `name`): `domain`'s descriptors built into `builder` one top-level
-/// descriptor at a time, each message dropped once it is built.
+/// descriptor at a time, each message dropped once it is built, each with the overlay's fields
+/// for it written in first.
 fn add_config(
     builder: &mut Builder,
     (i, name): (usize, &str),
     domain: String,
     descriptors: impl Iterator<Item = Result<pb::RateLimitDescriptor, ConfigError>>,
     opts: LoadOptions,
+    (overlay, matched): (&Overlay, &mut Matched),
 ) -> Result<(), ConfigError> {
-    let mut open = builder.open_domain(&label(i, name), domain, opts)?;
+    let mut open = builder.open_domain(&label(i, name), domain.clone(), opts)?;
     for d in descriptors {
-        open.add(raw_descriptor(d?))?;
+        let mut raw = raw_descriptor(d?);
+        overlay.apply(&domain, &mut raw, matched);
+        open.add(raw)?;
     }
     builder.close_domain(open);
     Ok(())
@@ -185,6 +219,7 @@ fn raw_limit(p: pb::RateLimitPolicy) -> RawRateLimit {
         burst: None,
         queue: None,
         local_first: None,
+        overlaid: None,
     }
 }
 

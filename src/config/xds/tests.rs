@@ -27,8 +27,13 @@ fn wrapped_and_foreign_resources() {
         .encode_to_vec(),
     };
     assert_eq!(decode_resource(&wrapped), Ok(config.clone()));
-    let c =
-        config_from_resources(vec![wrapped], LoadOptions::default(), &Serving::default()).unwrap();
+    let c = config_from_resources(
+        vec![wrapped],
+        LoadOptions::default(),
+        &Serving::default(),
+        None,
+    )
+    .unwrap();
     assert!(c.domain("d").is_some());
     let foreign = Any {
         type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
@@ -38,6 +43,7 @@ fn wrapped_and_foreign_resources() {
         vec![plain, foreign],
         LoadOptions::default(),
         &Serving::default(),
+        None,
     )
     .unwrap_err();
     assert_eq!(

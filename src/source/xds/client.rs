@@ -2,6 +2,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -16,19 +17,24 @@ use tonic::metadata::MetadataKey;
 
 use super::{XdsSettings, INVALID_ARGUMENT};
 use crate::config::xds::{config_from_resources, TYPE_URL};
-use crate::config::{Config, ConfigError, Serving};
+use crate::config::{Config, ConfigError, Overlay, Serving};
 use crate::source::{in_background, Update};
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
 /// validated and yielded on `updates` (`Ok` to apply, `Err` when it is NACKed), and answered once
 /// the consumer has dealt with it; `ready` turns true once a config has been applied and stays
-/// true, since the last good config stays live across disconnects.
+/// true, since the last good config stays live across disconnects. `overlays` holds the
+/// overlay (`TURNSTILE_XDS_OVERLAY`) to apply to every push, and changes to each new one
+/// read good from its files: the last push is built again with it, and it is kept only if that
+/// build is.
 pub async fn run(
     settings: XdsSettings,
     serving: Serving,
+    mut overlays: watch::Receiver<Option<Arc<Overlay>>>,
     updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
 ) {
+    let overlay = overlays.borrow_and_update().clone();
     let mut client = Client {
         node: node(&settings),
         settings,
@@ -38,6 +44,9 @@ pub async fn run(
         acked_version: String::new(),
         applied: None,
         received: false,
+        overlay,
+        overlays,
+        kept: None,
     };
     let mut failures: u32 = 0;
     loop {
@@ -57,8 +66,26 @@ pub async fn run(
         let delay = backoff(&client.settings, failures);
         failures = failures.saturating_add(1);
         tracing::info!(delay = ?delay, "reconnecting to the xDS server");
-        tokio::time::sleep(delay).await;
+        // An overlay edited while the server is away applies to the last push meanwhile.
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => break,
+                Some(o) = next_overlay(&mut client.overlays) => client.reapply(o).await,
+            }
+        }
     }
+}
+
+/// The next overlay read good from its files; never, without an overlay.
+async fn next_overlay(
+    overlays: &mut watch::Receiver<Option<Arc<Overlay>>>,
+) -> Option<Arc<Overlay>> {
+    if overlays.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    overlays.borrow_and_update().clone()
 }
 
 struct Client {
@@ -76,6 +103,12 @@ struct Client {
     applied: Option<Digest>,
     /// Whether the current stream has delivered a response.
     received: bool,
+    /// The overlay every push is built with, the last one that built.
+    overlay: Option<Arc<Overlay>>,
+    overlays: watch::Receiver<Option<Arc<Overlay>>>,
+    /// With an overlay: the resources of the config applied last, to build again when the
+    /// overlay changes (at most one response, which `max_message_bytes` bounds).
+    kept: Option<Vec<Any>>,
 }
 
 impl Client {
@@ -108,14 +141,65 @@ impl Client {
             .map_err(|s| format!("cannot subscribe: {}", status_text(&s)))?
             .into_inner();
         tracing::info!(server = %self.settings.server, node = %self.settings.node_id, "subscribed to RateLimitConfig over xDS");
-        while let Some(response) = inbound.message().await.map_err(|s| inbound_error(&s))? {
-            self.received = true;
-            let reply = self.handle(response).await;
-            if tx.send(reply).await.is_err() {
-                break;
+        loop {
+            tokio::select! {
+                message = inbound.message() => {
+                    let Some(response) = message.map_err(|s| inbound_error(&s))? else {
+                        break;
+                    };
+                    self.received = true;
+                    let reply = self.handle(response).await;
+                    if tx.send(reply).await.is_err() {
+                        break;
+                    }
+                }
+                Some(o) = next_overlay(&mut self.overlays) => self.reapply(o).await,
             }
         }
         Ok(())
+    }
+
+    /// Builds the last push again with `overlay`, newly read from its files: built, it goes
+    /// live and is the overlay from now on; refused, the last good config and overlay stay.
+    async fn reapply(&mut self, overlay: Arc<Overlay>) {
+        let Some(resources) = self.kept.clone() else {
+            tracing::info!("xDS overlay read; it applies from the first push");
+            self.overlay = Some(overlay);
+            return;
+        };
+        match self.build(resources, Some(overlay.clone())).await {
+            Ok(config) => {
+                tracing::info!(version = %self.acked_version, "xDS overlay applied to the last push");
+                warn_unmatched(&config);
+                self.yield_update(Ok(config)).await;
+                self.overlay = Some(overlay);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "xDS overlay refused on the last push; the last good overlay stays"
+                );
+                self.yield_update(Err(e)).await;
+            }
+        }
+    }
+
+    /// `resources` built with `overlay`, in the background: a big config holds up neither the
+    /// admin thread (its ports, the statsd push) nor the workers.
+    async fn build(
+        &self,
+        resources: Vec<Any>,
+        overlay: Option<Arc<Overlay>>,
+    ) -> Result<Config, ConfigError> {
+        let (opts, serving) = (self.settings.load, self.serving.clone());
+        let build = move || config_from_resources(resources, opts, &serving, overlay.as_deref());
+        in_background(build).await.unwrap_or_else(|message| {
+            Err(ConfigError {
+                file: "xDS".into(),
+                path: String::new(),
+                message,
+            })
+        })
     }
 
     /// Applies a response if it is valid; returns its ACK or NACK.
@@ -139,28 +223,19 @@ impl Client {
             self.acked_version = version_info.clone();
             return self.request(version_info, nonce, None);
         }
-        let (opts, serving) = (self.settings.load, self.serving.clone());
-        // Built in the background: a big config holds up neither the admin thread (its ports,
-        // the statsd push) nor the workers.
-        let built = in_background(move || config_from_resources(resources, opts, &serving))
-            .await
-            .unwrap_or_else(|message| {
-                Err(ConfigError {
-                    file: "xDS".into(),
-                    path: String::new(),
-                    message,
-                })
-            });
-        match built {
+        let kept = self.settings.overlay.is_some().then(|| resources.clone());
+        match self.build(resources, self.overlay.clone()).await {
             Ok(config) => {
                 tracing::info!(
                     version = %version_info,
                     domains = config.domains.len(),
                     "xDS config applied"
                 );
+                warn_unmatched(&config);
                 self.yield_update(Ok(config)).await;
                 self.ready.send_replace(true);
                 self.applied = Some(digest);
+                self.kept = kept;
                 self.acked_version = version_info.clone();
                 self.request(version_info, nonce, None)
             }
@@ -209,6 +284,14 @@ impl Client {
             }),
             ..Default::default()
         }
+    }
+}
+
+/// The overlay's entries the push has no limit for: a warning each (Envoy Gateway may push
+/// them later; `/rlconfig` lists them too).
+fn warn_unmatched(config: &Config) {
+    for line in &config.overlay_unmatched {
+        tracing::warn!("{line}");
     }
 }
 

@@ -63,6 +63,9 @@ pub struct XdsSettings {
     pub backoff_jitter: f64,
     /// `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`: largest response accepted (tonic's 4 MiB when unset).
     pub max_message_bytes: Option<usize>,
+    /// `TURNSTILE_XDS_OVERLAY`: a YAML file, or a directory of them, of turnstile's own fields
+    /// for pushed limits (`config::Overlay`), read at start and whenever it changes.
+    pub overlay: Option<PathBuf>,
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: serve (with no limits) before the first config.
     pub force_start_without_initial_config: bool,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: even when forced to start, report unhealthy

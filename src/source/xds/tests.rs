@@ -27,6 +27,18 @@ fn file_config_is_not_xds() {
 }
 
 #[test]
+fn the_overlay_is_for_pushed_limits_only() {
+    assert_eq!(xds(&[]).overlay, None);
+    let s = xds(&[("TURNSTILE_XDS_OVERLAY", "/etc/turnstile/overlay")]);
+    assert_eq!(s.overlay, Some(PathBuf::from("/etc/turnstile/overlay")));
+    let e = settings(&[("TURNSTILE_XDS_OVERLAY", "/etc/turnstile/overlay")]).unwrap_err();
+    assert!(
+        e.starts_with("TURNSTILE_XDS_OVERLAY=/etc/turnstile/overlay adds turnstile's fields"),
+        "{e}"
+    );
+}
+
+#[test]
 fn defaults_are_the_reference_defaults() {
     let s = xds(&[("CONFIG_TYPE", "grpc_xds_sotw")]);
     assert_eq!(s.server, "localhost:18000");

@@ -348,6 +348,7 @@ fn applies_json(a: &Applies) -> serde_json::Map<String, Value> {
         "role": role,
         "unlimited": a.unlimited,
         "reserve": a.reserve,
+        "overlay": a.overlay,
     });
     match v {
         Value::Object(o) => o,

@@ -701,15 +701,35 @@ impl Stack {
         edits: &[(&str, &str)],
         env: &[(&str, &str)],
     ) -> Stack {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let config = root.join("examples/envoy").join(turnstile_yaml);
+        let turnstile = |dir: &Path| Turnstile::start_with_config(dir, &config, env);
+        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile).await
+    }
+
+    /// examples/envoy/`envoy_yaml` with `edits`, as [`Stack::shipped_pair`], in front of a
+    /// turnstile that reads no files: its limits come as `env` says (over xDS).
+    pub async fn shipped_envoy_over_xds(
+        test: &str,
+        envoy_yaml: &str,
+        edits: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> Stack {
+        let turnstile = |dir: &Path| Turnstile::start_without_config(dir, env);
+        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile).await
+    }
+
+    async fn shipped_envoy_with(
+        test: &str,
+        envoy_yaml: &str,
+        edits: &[(&str, &str)],
+        turnstile: impl FnOnce(&Path) -> Turnstile,
+    ) -> Stack {
         let slot = take_slot();
         let dir = TempDir::new(&format!("envoy-{test}"));
         let upstream = Upstream::start();
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let turnstile = Turnstile::start_with_config(
-            dir.path(),
-            &root.join("examples/envoy").join(turnstile_yaml),
-            env,
-        );
+        let turnstile = turnstile(dir.path());
         let example = fs::read_to_string(root.join("examples/envoy").join(envoy_yaml)).unwrap();
         let mut replacements = vec![
             ("port_value: 10000", "port_value: 0".to_string()),

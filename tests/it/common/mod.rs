@@ -100,6 +100,17 @@ impl TestServer {
             .expect("server starts")
     }
 
+    /// Starts as the binary does over xDS (`CONFIG_TYPE=GRPC_XDS_SOTW` in `env`): no limits
+    /// until the management server pushes them, the overlay (`TURNSTILE_XDS_OVERLAY`) read at
+    /// the start; the clock manual, as every test server's.
+    pub async fn start_xds(env: &[(&str, &str)]) -> Result<TestServer, String> {
+        let env: Vec<(String, String)> = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let settings = Self::settings(&env);
+        Self::try_start_config(settings, Config::default()).await
+    }
+
     fn settings(env: &[(String, String)]) -> Settings {
         let mut settings =
             Settings::from_env(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))

@@ -180,3 +180,25 @@ fn the_compose_example_counts_in_memory_as_it_says() {
         );
     }
 }
+
+/// docs/xds.md's worked AI Gateway budget is an overlay `turnstile check` takes, and lists.
+#[test]
+fn check_takes_the_overlay_of_xds_md() {
+    let dir = TempDir::new("xds-md-overlay");
+    let overlay = dir.write(
+        "overlay.yaml",
+        &yaml_block("docs/xds.md", "domain: default/eg/http"),
+    );
+    let at = overlay.to_str().unwrap();
+    let env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("TURNSTILE_XDS_OVERLAY", at),
+    ];
+    let out = run(&["check"], &env);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("reserve=300 reserve_for=10m"),
+        "{}",
+        out.stdout
+    );
+}

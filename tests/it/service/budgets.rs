@@ -427,10 +427,13 @@ async fn usage_shows_in_the_series_and_in_the_heavy_hitters() {
 // Through a real Envoy: examples/envoy/envoy-budgets.yaml and turnstile-budgets.yaml as shipped.
 
 mod through_envoy {
+    use crate::common::ads::Ads;
     use crate::common::envoy::{assert_status, clear_of_window_edge, client, get, Stack};
     use crate::common::redis::Redis;
+    use crate::common::tempdir::TempDir;
     use crate::common::{family_sum, settles};
     use serde_json::{json, Value};
+    use turnstile::config::xds::pb;
 
     const DAY: u64 = 86_400;
 
@@ -585,8 +588,14 @@ mod through_envoy {
             env,
         )
         .await;
+        held_by_ten_concurrent_calls(&stack).await;
+    }
+
+    /// The ten concurrent calls on `stack`: at most the budget plus one call's overshoot spent,
+    /// every report in.
+    async fn held_by_ten_concurrent_calls(stack: &Stack) {
         clear_of_window_edge(DAY, 120).await;
-        let (statuses, reached) = ten_concurrent_calls(&stack).await;
+        let (statuses, reached) = ten_concurrent_calls(stack).await;
         let passed = statuses.iter().filter(|&&s| s == 200).count();
         assert!(passed <= 4, "{statuses:?}");
         assert!(passed >= 1, "{statuses:?}");
@@ -596,7 +605,75 @@ mod through_envoy {
         // Each call that passed reported its input and its output usage, which released its
         // two holds.
         let want = 2 * passed as u64;
-        assert_eq!(reported(&stack, want).await, want);
+        assert_eq!(reported(stack, want).await, want);
+    }
+
+    /// turnstile-budgets.yaml's limits as a management server pushes them: a RateLimitConfig
+    /// has no field for `reserve`.
+    fn budgets_pushed() -> pb::RateLimitConfig {
+        let limit = |unit: pb::RateLimitUnit, rpu: u32| {
+            Some(pb::RateLimitPolicy {
+                unit: unit as i32,
+                requests_per_unit: rpu,
+                ..Default::default()
+            })
+        };
+        let tokens = |value: &str, rpu: u32| pb::RateLimitDescriptor {
+            key: "tokens".into(),
+            value: value.into(),
+            rate_limit: limit(pb::RateLimitUnit::Day, rpu),
+            ..Default::default()
+        };
+        pb::RateLimitConfig {
+            name: "ai".into(),
+            domain: "ai".into(),
+            descriptors: vec![
+                pb::RateLimitDescriptor {
+                    key: "user".into(),
+                    descriptors: vec![tokens("input", 1000), tokens("output", 4000)],
+                    ..Default::default()
+                },
+                pb::RateLimitDescriptor {
+                    key: "team".into(),
+                    rate_limit: limit(pb::RateLimitUnit::Month, 1_000_000),
+                    ..Default::default()
+                },
+            ],
+        }
+    }
+
+    /// turnstile-budgets-reserve.yaml's holds, as an overlay of the pushed limits.
+    const RESERVE_OVERLAY: &str = "domain: ai
+descriptors:
+  - key: user
+    descriptors:
+      - key: tokens
+        value: input
+        rate_limit: {reserve: 300, reserve_for: 10m}
+      - key: tokens
+        value: output
+        rate_limit: {reserve: 500, reserve_for: 10m}
+";
+
+    /// The same budgets pushed over xDS, `reserve` from `TURNSTILE_XDS_OVERLAY`: held as the
+    /// file holds them.
+    #[tokio::test]
+    async fn concurrent_calls_hold_a_pushed_budget_with_the_overlays_reserve() {
+        let mut ads = Ads::start().await;
+        ads.push("v1", vec![budgets_pushed()]);
+        let dir = TempDir::new("budget-overlay");
+        let overlay = dir.write("overlay.yaml", RESERVE_OVERLAY);
+        let (url, overlay) = (ads.addr.to_string(), overlay.display().to_string());
+        let env = [
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", url.as_str()),
+            ("TURNSTILE_XDS_OVERLAY", overlay.as_str()),
+        ];
+        let stack =
+            Stack::shipped_envoy_over_xds("budget-reserve-xds", "envoy-budgets.yaml", &EDITS, &env)
+                .await;
+        ads.wait_ack(1, "v1").await;
+        held_by_ten_concurrent_calls(&stack).await;
     }
 
     #[tokio::test]

@@ -90,6 +90,8 @@ const BAD: &[(&str, &str)] = &[
     ("XDS_CLIENT_BACKOFF_JITTER", "maybe"),
     ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
     ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "abc"),
+    // Without CONFIG_TYPE=GRPC_XDS_SOTW: nothing is pushed for it to apply to.
+    ("TURNSTILE_XDS_OVERLAY", "/etc/turnstile/overlay"),
     ("TURNSTILE_RESP_ADDR", "nowhere"),
     ("TURNSTILE_RESP_ALLOW_REMOTE", "maybe"),
     ("TURNSTILE_RESP_MAX_CONNECTIONS", "0"),

@@ -1,4 +1,5 @@
 //! Where configs come from besides files (those are `server::reload`'s): xDS, from an in-test
 //! ADS management server.
 
+mod overlay;
 mod xds;

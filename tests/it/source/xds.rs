@@ -73,8 +73,11 @@ fn start_client_with(
             let _ = updates_tx.send(seen);
         }
     };
+    // No overlay: its sender is dropped at once.
+    let overlays = watch::channel(None).1;
     let task = tokio::spawn(async move {
-        tokio::join!(run_xds(settings, serving, configs_tx, ready_tx), follow);
+        let client = run_xds(settings, serving, overlays, configs_tx, ready_tx);
+        tokio::join!(client, follow);
     });
     (task, ready, updates)
 }
@@ -501,10 +504,20 @@ descriptors:
         resources.iter().map(any).collect::<Vec<_>>(),
         LoadOptions::default(),
         &Serving::default(),
+        None,
     )
     .unwrap();
 
-    assert_eq!(from_xds.describe(), from_yaml.describe());
+    // The same lines, but that a pushed limit's also says the overlay path to write for it.
+    let pushed: Vec<String> = (from_xds.describe().iter())
+        .map(|l| {
+            l.split(" overlay_path=")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(pushed, from_yaml.describe());
     let node = |c: &Config| {
         let d = c.domain("edge").unwrap();
         let n = d
