@@ -7,6 +7,9 @@
 #     written out as the mounted directory would hold them); a ConfigMap labelled
 #     `app.kubernetes.io/component: xds-overlay` is an xDS overlay, checked as
 #     TURNSTILE_XDS_OVERLAY;
+#   - each Kuadrant `Limitador` resource: its `spec.image` set, and its `spec.limits` (the file
+#     limitador-operator writes for the image) with the binary invoked as `limitador-server
+#     --validate`;
 #   - Envoy Gateway's own config (a ConfigMap's `envoy-gateway.yaml`): an EnvoyGateway whose
 #     rateLimitDeployment's TURNSTILE_XDS_OVERLAY is a mounted volume of an overlay ConfigMap here;
 #   - what a production team expects of each Deployment's and StatefulSet's pods: readiness and liveness probes,
@@ -80,6 +83,19 @@ for path in files:
                 if key.endswith((".yaml", ".yml")):
                     with open(os.path.join(out, key), "w") as c:
                         c.write(value)
+        elif kind == "Limitador":
+            if doc.get("apiVersion") != "limitador.kuadrant.io/v1alpha1":
+                problems.append(f"{where}: not a limitador.kuadrant.io/v1alpha1 Limitador")
+            if not (doc.get("spec") or {}).get("image"):
+                problems.append(f"{where}: no spec.image, so the operator runs its own image")
+            out = os.path.join(work, f"{configmaps:02d}-{name}")
+            os.makedirs(out)
+            configmaps += 1
+            with open(out + ".source", "w") as s:
+                s.write(where)
+            open(out + ".limitador", "w").close()
+            with open(os.path.join(out, "limitador-config.yaml"), "w") as c:
+                yaml.safe_dump((doc.get("spec") or {}).get("limits") or [], c)
         elif kind in ("Deployment", "StatefulSet"):
             deployments.append((where, doc))
         elif kind == "PodDisruptionBudget":
@@ -172,7 +188,11 @@ for cm in "$work"/*/; do
   if ! compgen -G "$cm/*.y*ml" >/dev/null; then
     continue
   fi
-  if [ -e "$cm.overlay" ]; then
+  if [ -e "$cm.limitador" ]; then
+    echo "check-kubernetes-examples: limitador-server --validate, $(cat "$cm.source")"
+    ln -sf "$(realpath "$bin")" "$work/limitador-server"
+    check=("$work/limitador-server" --validate "$cm/limitador-config.yaml")
+  elif [ -e "$cm.overlay" ]; then
     echo "check-kubernetes-examples: turnstile check, as an xDS overlay, $(cat "$cm.source")"
     check=(env CONFIG_TYPE=GRPC_XDS_SOTW TURNSTILE_XDS_OVERLAY="$cm" "$bin" check)
   else

@@ -10,7 +10,7 @@
 #      (crate names and versions) embedded, which trivy, grype/syft and osv-scanner read from
 #      the binary itself. cargo-auditable is installed from crates.io when missing (~20 s).
 #   2. target/image/context/rootfs/: the binary (debug info stripped, symbols kept) as
-#      /bin/turnstile and /bin/ratelimit; the shared libraries `ldd` lists; glibc's name service
+#      /bin/turnstile, /bin/ratelimit and /bin/limitador-server; the shared libraries `ldd` lists; glibc's name service
 #      pieces (nsswitch.conf, /etc/hosts, libnss_files/libnss_dns/libresolv where the build
 #      machine's glibc still has them as separate libraries, i.e. before 2.34); the CA bundle;
 #      /etc/passwd and /etc/group naming the non-root user 65532; the Debian package records of
@@ -92,6 +92,7 @@ cp Containerfile "$ctx/Containerfile"
 # Debug info out (a third of the size); symbol names stay, for backtraces.
 objcopy --strip-debug "$bin" "$rootfs/bin/turnstile"
 ln -s turnstile "$rootfs/bin/ratelimit"
+ln -s turnstile "$rootfs/bin/limitador-server"
 
 # A file, copied under its own path with symlinks resolved.
 copy_file() {

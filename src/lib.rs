@@ -17,20 +17,20 @@
 //!
 //! | module | room for | uses |
 //! |---|---|---|
-//! | `main.rs`, `cli` | the command line: `serve`, `check`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
+//! | `main.rs`, `cli` | the command line: `serve`, `check`, the binary named `ratelimit` or `limitador-server`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
 //! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push), the durable counters' journal on a thread of its own, TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
-//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
+//! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem; Limitador's command line mapped onto them | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client (which builds its last push again when the overlay changes); a stream of `Update`s; the thread of the lowest priority every config is built on | `config` |
-//! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
+//! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS, Kuadrant's `CheckRateLimit` and `Report`), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener, Limitador's API), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
 //! | `durable` | the durable counters (`TURNSTILE_STATE_DIR`): the journal that saves the shards' changes behind the decisions and reads them back at start; the state files' bytes, a state's included (`format`) | `limiter`, `telemetry` |
 //! | `store` | the stores shared by replicas, behind `limiter`'s store contract: Redis (connections, key layout, scripts, reply decoding, its errors' counter), and RLQS's demand exchange over it | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
-//! | `service` | a request's way through: validate, plan, engine, answer, and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits and the config loads that replace them (`ReloadStats`); the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
+//! | `service` | a request's way through: validate, plan, engine, answer (Limitador's calls too, `limitador`), and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits and the config loads that replace them (`ReloadStats`); the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
 //! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
 //! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet), and its side of a save (`shard/saving.rs`); the store contract | `config`, `telemetry` |
-//! | `descriptor` | limit-tree matching and counter keys' text | `config` |
-//! | `config` | the validated model (units, calendar windows, algorithms, queues, the tree) from YAML, xDS (with the overlay of turnstile's own fields, `overlay`) or GoCC's JSON; no I/O besides reading the files it is given | nothing |
+//! | `descriptor` | limit-tree matching and counter keys' text; Limitador's limits matched by their index and CEL | `config` |
+//! | `config` | the validated model (units, calendar windows, algorithms, queues, the tree) from YAML, xDS (with the overlay of turnstile's own fields, `overlay`), GoCC's JSON or Limitador's limits file (CEL compiled, `limitador`); no I/O besides reading the files it is given | nothing |
 //!
 //! `settings` sits above the subsystems because it fills each one's settings struct, so a
 //! subsystem never learns where its values came from (linkerd2-proxy's `app/src/env.rs`).

@@ -103,6 +103,37 @@ impl Pod {
         }
     }
 
+    /// `limitador-server` with limitador-operator's arguments, in its order (kuadrant/
+    /// limitador-operator `pkg/limitador/k8s_objects.go`), the limits file mounted at
+    /// `/home/limitador/etc`; every port on loopback, chosen by the kernel.
+    fn limitador(limits_dir: &Path) -> Pod {
+        let mut env: Vec<(String, String)> = (crate::common::binary::LOOPBACK.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.extend([
+            ("ENVOY_RLS_HOST".into(), "127.0.0.1".into()),
+            ("HTTP_API_HOST".into(), "127.0.0.1".into()),
+        ]);
+        let args = [
+            "limitador-server",
+            "--http-port",
+            "0",
+            "--rls-port",
+            "0",
+            "--metric-labels-default",
+            "descriptors[1]",
+            "/home/limitador/etc/limitador-config.yaml",
+            "memory",
+        ];
+        Pod {
+            command: args.iter().map(|a| a.to_string()).collect(),
+            env,
+            mounts: vec![(limits_dir.to_owned(), "/home/limitador/etc".into())],
+            user: "65532:65532".into(),
+            hosts: Vec::new(),
+        }
+    }
+
     fn mount(mut self, host: &Path, at: &str) -> Pod {
         self.mounts.push((host.to_owned(), at.to_owned()));
         self
@@ -852,4 +883,31 @@ fn a_bad_config_exits_non_zero_with_the_error_in_the_log() {
         logs.contains("config.yaml") && logs.contains("fortnight"),
         "the log names the file and the bad value:\n{logs}"
     );
+}
+
+/// limitador-operator's container as it writes it, with only the image changed: Kuadrant's
+/// limits decided over gRPC, the probes' `/status` answered.
+#[tokio::test]
+async fn limitador_operator_runs_the_image_as_limitador_server() {
+    let Some(image) = image() else { return };
+    let dir = TempDir::new("limitador-image");
+    dir.write(
+        "limitador-config.yaml",
+        "- name: per-user\n  namespace: ns/route\n  max_value: 2\n  seconds: 60\n  \
+         conditions: ['descriptors[0][\"limit.per_user__3f2a1b9c\"] == \"1\"']\n  \
+         variables: ['descriptors[0][\"auth.identity.userid\"]']\n",
+    );
+    let c = Pod::limitador(dir.path()).run(&image);
+    let at = c.ready();
+    let entries = [
+        ("limit.per_user__3f2a1b9c", "1"),
+        ("auth.identity.userid", "alice"),
+    ];
+    let codes: Vec<String> = (0..3)
+        .map(|_| grpcurl_decide(&at.grpc, "ns/route", &entries))
+        .collect();
+    assert_eq!(codes, ["OK", "OK", "OVER_LIMIT"]);
+    let (code, status) = get(&format!("http://{}/status", at.http)).await;
+    assert_eq!(code, 200);
+    assert!(status.contains(r#""config_version":0"#), "{status}");
 }
