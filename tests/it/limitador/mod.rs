@@ -4,6 +4,7 @@
 //! run here with the same `limits.yaml`), unless a comment says turnstile differs on purpose
 //! (docs/limitador.md lists each difference).
 
+mod envoy;
 mod grpc;
 mod http;
 mod reload;
