@@ -103,8 +103,21 @@ impl From<ServeArgs> for Overrides {
 
 /// `turnstile check`: every loaded limit on stdout, GoCC key file warnings and RLQS refusals on
 /// stderr; the error naming file and path when the config does not load.
+/// With nothing to read at all (`Sources::found_nothing`), that is the error: a check of no
+/// limits passes nothing.
 pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::ConfigError> {
-    let c = settings.sources().load()?;
+    let sources = settings.sources();
+    if sources.found_nothing() {
+        return Err(crate::config::ConfigError {
+            file: sources.path.display().to_string(),
+            path: String::new(),
+            message: format!(
+                "nothing to check: {} (name the config with --config)",
+                sources.nothing_found_message()
+            ),
+        });
+    }
+    let c = sources.load()?;
     c.describe().iter().for_each(|line| println!("{line}"));
     let rate_api = c
         .rate_api

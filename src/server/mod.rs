@@ -90,9 +90,11 @@ pub struct Running {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen on {addr}: {source}")]
+    /// `port` names the port and the settings that chose it.
+    #[error("cannot listen on {addr}, {port}: {source}")]
     Bind {
         addr: SocketAddr,
+        port: &'static str,
         source: std::io::Error,
     },
     #[error("cannot listen on unix socket {path}: {source}")]
@@ -183,7 +185,16 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
         return Ok(Config::default().into());
     }
     let baseline = fingerprint(&watched_config(settings));
-    let config = settings.sources().load()?;
+    let sources = settings.sources();
+    if sources.found_nothing() {
+        tracing::warn!(
+            looked = %sources.path.display(),
+            "{}: serving NO limits, every request is answered OK (name the config with \
+             --config or RUNTIME_ROOT)",
+            sources.nothing_found_message()
+        );
+    }
+    let config = sources.load()?;
     log_gocc_warnings(&config);
     Ok(FirstConfig {
         config,
@@ -236,7 +247,7 @@ async fn start_telling(
     let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
     let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
     let resp = resp_shared(listeners.resp, settings, &cx);
-    let http_addr = local_addr(&listeners.http, settings.http_addr)?;
+    let http_addr = local_addr(&listeners.http, settings.http_addr, listeners::HTTP)?;
     let ports = (
         listeners.http,
         listeners.debug,
