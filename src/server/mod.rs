@@ -381,11 +381,12 @@ fn watched_config(settings: &Settings) -> Watched {
     }
 }
 
-/// What `/metrics` and `/rlconfig` read.
-fn metrics_state(cx: &Context) -> MetricsState {
+/// What `/metrics` and `/rlconfig` read on a port showing client values as `shown`.
+fn metrics_state(cx: &Context, shown: Shown) -> MetricsState {
     MetricsState {
         registry: cx.registry.clone(),
         live: cx.live.clone(),
+        shown,
     }
 }
 
@@ -425,14 +426,14 @@ fn http_servers(
         throttle: cx.throttle.clone(),
         throttle_limits: settings.throttle,
         rate: RateApiService::new(cx.limiter.clone(), settings.rate),
-        metrics: metrics_state(cx),
+        metrics: metrics_state(cx, shown(&port)),
         shards: cx.stats.shards.clone(),
     };
     let metrics = settings.metrics;
     let mut out = vec![("HTTP", port, http::router(state, metrics))];
     if let Some(l) = debug {
         let state = http::DebugState {
-            metrics: metrics_state(cx),
+            metrics: metrics_state(cx, shown(&l)),
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
