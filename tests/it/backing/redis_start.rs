@@ -417,6 +417,38 @@ fn waiting_for_redis(env: &[(&str, &str)]) -> (crate::common::binary::Starting, 
     (s, redis, ports)
 }
 
+/// The README's grpcurl health command, run as written (its port swapped) while the start
+/// waits for Redis: reflection is served then too, so it answers NOT_SERVING, and SERVING once
+/// Redis is up.
+#[test]
+fn the_readmes_grpcurl_health_check_answers_during_the_wait() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let readme = readme.unwrap();
+    let line = (readme.lines())
+        .find(|l| l.starts_with("Health: `grpcurl "))
+        .expect("the README's health command");
+    let cmd = line.split('`').nth(1).unwrap();
+    let (mut s, mut redis, [_, grpc, _, _]) = waiting_for_redis(&[]);
+    let cmd = cmd.replace("127.0.0.1:8081", &format!("127.0.0.1:{grpc}"));
+    let health = || {
+        let out = Command::new("bash").args(["-c", &cmd]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{cmd}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["status"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(health(), "NOT_SERVING");
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while health() != "SERVING" {
+        assert!(Instant::now() < deadline, "not SERVING once Redis is up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.signal("TERM");
+    s.exit_within(Duration::from_secs(30)).expect("stops");
+}
+
 /// SIGTERM and SIGINT each end a start that waits for Redis: the process exits 0 (a bound of
 /// seconds only, not a speed), saying what it was waiting for.
 #[test]
