@@ -701,9 +701,22 @@ impl Stack {
         edits: &[(&str, &str)],
         env: &[(&str, &str)],
     ) -> Stack {
+        Self::shipped_pair_to(test, (envoy_yaml, turnstile_yaml), edits, env, None).await
+    }
+
+    /// As [`Stack::shipped_pair`], Envoy's upstream at `model` when given (a shipped one)
+    /// instead of the test's echoing upstream, which still runs.
+    pub async fn shipped_pair_to(
+        test: &str,
+        (envoy_yaml, turnstile_yaml): (&str, &str),
+        edits: &[(&str, &str)],
+        env: &[(&str, &str)],
+        model: Option<SocketAddr>,
+    ) -> Stack {
         let slot = take_slot();
         let dir = TempDir::new(&format!("envoy-{test}"));
         let upstream = Upstream::start();
+        let model = model.unwrap_or(upstream.addr);
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let turnstile = Turnstile::start_with_config(
             dir.path(),
@@ -714,10 +727,7 @@ impl Stack {
         let mut replacements = vec![
             ("port_value: 10000", "port_value: 0".to_string()),
             ("port_value: 9901", "port_value: 0".to_string()),
-            (
-                "port_value: 5678",
-                format!("port_value: {}", upstream.addr.port()),
-            ),
+            ("port_value: 5678", format!("port_value: {}", model.port())),
             (
                 "port_value: 8081",
                 format!("port_value: {}", turnstile.grpc.port()),
