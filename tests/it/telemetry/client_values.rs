@@ -553,6 +553,15 @@ fn show_client_values_true_shows_them_on_open_ports_and_says_so() {
         debug_all["Instances"][RATE_KEY]["Key"], RATE_KEY,
         "{debug_all}"
     );
+    // The RLQS series name the limit by its counter key, as sent.
+    let rlqs = RlqsStream::open(grpc);
+    wait_for_series(debug, "ratelimit_service_rlqs_limit_share");
+    let m = http_get(debug, "/metrics");
+    let want = format!(
+        "ratelimit_service_rlqs_limit_capacity{{domain=\"web\",key=\"web_tenant_{RLQS_TENANT}_\"}} 20"
+    );
+    assert!(m.contains(&want), "{want}\nnot in:\n{m}");
+    drop(rlqs);
     server.stop();
 }
 
