@@ -112,9 +112,12 @@ impl From<ServeArgs> for Overrides {
 /// `turnstile check`: every loaded limit on stdout, GoCC key file warnings and RLQS refusals on
 /// stderr; the error naming file and path when the config does not load. Over xDS with
 /// `TURNSTILE_XDS_OVERLAY`, the overlay is checked too: each of its limits on stdout, with the
-/// fields it writes into the pushed limit at its path.
+/// fields it writes into the pushed limit at its path. With nothing to read at all
+/// (`Sources::found_nothing`) and no overlay, that is the error: a check of no limits passes
+/// nothing.
 pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::ConfigError> {
-    if let Some(path) = (settings.xds.as_ref()).and_then(|x| x.overlay.as_ref()) {
+    let overlay = (settings.xds.as_ref()).and_then(|x| x.overlay.as_ref());
+    if let Some(path) = overlay {
         let overlay = crate::config::Overlay::load(path)?;
         let lines = overlay.describe();
         lines.iter().for_each(|line| println!("{line}"));
@@ -124,7 +127,18 @@ pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::
             lines.len()
         );
     }
-    let c = settings.sources().load()?;
+    let sources = settings.sources();
+    if sources.found_nothing() && overlay.is_none() {
+        return Err(crate::config::ConfigError {
+            file: sources.path.display().to_string(),
+            path: String::new(),
+            message: format!(
+                "nothing to check: {} (name the config with --config)",
+                sources.nothing_found_message()
+            ),
+        });
+    }
+    let c = sources.load()?;
     c.describe().iter().for_each(|line| println!("{line}"));
     let rate_api = c
         .rate_api

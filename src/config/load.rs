@@ -54,6 +54,23 @@ impl Sources {
         Ok(config)
     }
 
+    /// Nothing to read at all: no setting named a location, the default one does not exist,
+    /// and there is no GoCC key file. Loading gives no limits, which nobody means (a forgotten
+    /// `--config`): `check` refuses it, `serve` warns.
+    pub fn found_nothing(&self) -> bool {
+        self.optional && self.gocc_file.is_none() && std::fs::symlink_metadata(&self.path).is_err()
+    }
+
+    /// What [`Sources::found_nothing`] found, for `check`'s error and `serve`'s warning.
+    pub fn nothing_found_message(&self) -> String {
+        format!(
+            "no config found: neither --config nor RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, \
+             RUNTIME_APPDIRECTORY or CONFIG_FILE is set, and the default location {} does not \
+             exist",
+            self.path.display()
+        )
+    }
+
     /// The plain files to watch besides the YAML location.
     pub fn extra_files(&self) -> Vec<PathBuf> {
         self.gocc_file.iter().cloned().collect()

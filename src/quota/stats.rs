@@ -1,11 +1,14 @@
 //! The RLQS metrics, which the quota hub keeps: streams, buckets, bucket actions sent, and each shared limit's demand and
-//! split, as the quota hub last saw them.
+//! split, as the quota hub last saw them. A limit's `key` label is its counter key, which holds
+//! the values of the bucket id Envoy sent: it leaves as a port shows client values (a digest of
+//! the whole key on a port bound beyond loopback, `telemetry::client_values`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::telemetry::exposition::{escape, Metrics};
+use crate::telemetry::Shown;
 
 /// Share series rendered at most, so a flood of buckets cannot flood `/metrics`.
 pub const MAX_SHARE_SERIES: usize = 10_000;
@@ -40,8 +43,12 @@ pub struct QuotaStats {
 
 impl Metrics for QuotaStats {
     fn render(&self, out: &mut String) {
+        self.render_for(out, Shown::Digest);
+    }
+
+    fn render_for(&self, out: &mut String, shown: Shown) {
         self.render_counters(out);
-        self.render_limits(out);
+        self.render_limits(out, shown);
     }
 }
 
@@ -99,8 +106,15 @@ impl QuotaStats {
         }
     }
 
-    fn render_limits(&self, out: &mut String) {
+    fn render_limits(&self, out: &mut String, shown: Shown) {
         let limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        // Each limit's labels once: a digest is an HMAC, and a limit has a series per share.
+        let labels: Vec<String> = (limits.iter())
+            .map(|l| {
+                let key = shown.value(&l.key);
+                format!("domain=\"{}\",key=\"{}\"", escape(&l.domain), escape(&key))
+            })
+            .collect();
         let families = [
             (
                 "ratelimit_service_rlqs_limit_capacity",
@@ -113,32 +127,21 @@ impl QuotaStats {
         ];
         for (i, (name, help)) in families.into_iter().enumerate() {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for l in limits.iter() {
+            for (l, labels) in limits.iter().zip(&labels) {
                 let v = if i == 0 {
                     f64::from(l.requests_per_unit)
                 } else {
                     l.demand
                 };
-                let _ = writeln!(
-                    out,
-                    "{name}{{domain=\"{}\",key=\"{}\"}} {v}",
-                    escape(&l.domain),
-                    escape(&l.key)
-                );
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
             }
         }
         let name = "ratelimit_service_rlqs_limit_share";
         let _ = writeln!(out, "# HELP {name} Requests per unit of a limit assigned to one Envoy's bucket.\n# TYPE {name} gauge");
-        let series = limits
-            .iter()
-            .flat_map(|l| l.shares.iter().map(move |s| (l, s)));
-        for (l, (stream, share)) in series.take(MAX_SHARE_SERIES) {
-            let _ = writeln!(
-                out,
-                "{name}{{domain=\"{}\",key=\"{}\",stream=\"{stream}\"}} {share}",
-                escape(&l.domain),
-                escape(&l.key)
-            );
+        let series = (limits.iter().zip(&labels))
+            .flat_map(|(l, labels)| l.shares.iter().map(move |s| (labels, s)));
+        for (labels, (stream, share)) in series.take(MAX_SHARE_SERIES) {
+            let _ = writeln!(out, "{name}{{{labels},stream=\"{stream}\"}} {share}");
         }
     }
 }

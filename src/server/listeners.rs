@@ -1,6 +1,7 @@
 //! Every socket the server serves, bound before anything starts, so a taken port fails the start
-//! (except the debug and Prometheus ports, which are optional as in envoyproxy/ratelimit).
-//! The admin listener is not: it is off unless asked for, and then a taken port fails the start.
+//! naming the port and the settings that chose it: the debug and Prometheus ports too (a
+//! liveness probe may be on either, and a port missing reads as switched off on purpose), and
+//! the admin listener, which is off unless asked for.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::unix::fs::FileTypeExt;
@@ -44,30 +45,30 @@ impl Listeners {
                 SocketAddr::from(([0, 0, 0, 0], 0)),
             ),
             None => {
-                let l = bind_shared(settings.grpc_addr, workers)?;
-                let addr = local_addr(&l[0], settings.grpc_addr)?;
+                let l = bind_shared(settings.grpc_addr, workers, GRPC)?;
+                let addr = local_addr(&l[0], settings.grpc_addr, GRPC)?;
                 (l.into_iter().map(GrpcListener::Tcp).collect(), addr)
             }
         };
         let resp = match &settings.resp {
             Some(r) => Some(r.bind().map_err(|source| StartError::Bind {
                 addr: r.addr,
+                port: "the RESP port (TURNSTILE_RESP_ADDR)",
                 source,
             })?),
             None => None,
         };
-        let http = bind_shared(settings.http_addr, 1)?.remove(0);
-        let admin = match &settings.admin {
-            Some(a) => Some(bind_shared(a.addr, 1)?.remove(0)),
-            None => None,
-        };
-        // The debug and Prometheus ports are not needed to answer Envoy: a port already taken is
-        // logged and the service runs without it, as envoyproxy/ratelimit does with its debug port.
-        let debug = settings.debug_addr.and_then(|a| bind_optional(a, "debug"));
-        let prometheus = settings
-            .prometheus
-            .as_ref()
-            .and_then(|p| bind_optional(p.addr, "Prometheus"));
+        let one = |addr, port| bind_shared(addr, 1, port).map(|mut l| l.remove(0));
+        let http = one(settings.http_addr, HTTP)?;
+        let admin = (settings.admin.as_ref())
+            .map(|a| one(a.addr, "the admin listener (TURNSTILE_ADMIN_ADDR)"))
+            .transpose()?;
+        let debug = (settings.debug_addr)
+            .map(|a| one(a, "the debug port (DEBUG_HOST, DEBUG_PORT)"))
+            .transpose()?;
+        let prometheus = (settings.prometheus.as_ref())
+            .map(|p| one(p.addr, "the Prometheus port (PROMETHEUS_ADDR)"))
+            .transpose()?;
         Ok(Listeners {
             grpc,
             grpc_addr,
@@ -100,22 +101,21 @@ impl Listeners {
     }
 }
 
+/// The gRPC and HTTP ports, as a bind error names them.
+const GRPC: &str = "the gRPC port (GRPC_HOST, GRPC_PORT)";
+pub(super) const HTTP: &str = "the HTTP port (HOST, PORT)";
+
 /// The address a listener got (the port the OS chose for port 0).
-pub(super) fn local_addr(l: &StdListener, asked: SocketAddr) -> Result<SocketAddr, StartError> {
+pub(super) fn local_addr(
+    l: &StdListener,
+    asked: SocketAddr,
+    port: &'static str,
+) -> Result<SocketAddr, StartError> {
     l.local_addr().map_err(|source| StartError::Bind {
         addr: asked,
+        port,
         source,
     })
-}
-
-fn bind_optional(addr: SocketAddr, what: &str) -> Option<StdListener> {
-    match bind_shared(addr, 1) {
-        Ok(mut l) => Some(l.remove(0)),
-        Err(e) => {
-            tracing::error!(port = what, error = %e, "port not served");
-            None
-        }
-    }
 }
 
 /// `GRPC_UDS`: one unix socket, `n` handles to it. A socket left behind by a previous run is
@@ -141,8 +141,12 @@ fn bind_uds(path: &Path, n: usize) -> Result<Vec<StdUnixListener>, StartError> {
 /// One listening socket, and `n` handles to it: each worker's runtime polls its own handle and
 /// whichever worker is free accepts the next connection. (Unlike `SO_REUSEPORT`, a second process
 /// cannot silently bind the same port.)
-fn bind_shared(addr: SocketAddr, n: usize) -> Result<Vec<StdListener>, StartError> {
-    let err = |source| StartError::Bind { addr, source };
+fn bind_shared(
+    addr: SocketAddr,
+    n: usize,
+    port: &'static str,
+) -> Result<Vec<StdListener>, StartError> {
+    let err = |source| StartError::Bind { addr, port, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
     socket.set_reuse_address(true).map_err(err)?;

@@ -93,9 +93,11 @@ pub struct Running {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen on {addr}: {source}")]
+    /// `port` names the port and the settings that chose it.
+    #[error("cannot listen on {addr}, {port}: {source}")]
     Bind {
         addr: SocketAddr,
+        port: &'static str,
         source: std::io::Error,
     },
     #[error("cannot listen on unix socket {path}: {source}")]
@@ -209,7 +211,16 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
         });
     }
     let baseline = fingerprint(&watched_config(settings));
-    let config = settings.sources().load()?;
+    let sources = settings.sources();
+    if sources.found_nothing() {
+        tracing::warn!(
+            looked = %sources.path.display(),
+            "{}: serving NO limits, every request is answered OK (name the config with \
+             --config or RUNTIME_ROOT)",
+            sources.nothing_found_message()
+        );
+    }
+    let config = sources.load()?;
     log_gocc_warnings(&config);
     Ok(FirstConfig {
         config,
@@ -276,7 +287,7 @@ async fn start_telling(
     let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
     let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
     let resp = resp_shared(listeners.resp, settings, &cx);
-    let http_addr = local_addr(&listeners.http, settings.http_addr)?;
+    let http_addr = local_addr(&listeners.http, settings.http_addr, listeners::HTTP)?;
     let ports = (
         listeners.http,
         listeners.debug,
@@ -420,11 +431,12 @@ fn watched_config(settings: &Settings) -> Watched {
     }
 }
 
-/// What `/metrics` and `/rlconfig` read.
-fn metrics_state(cx: &Context) -> MetricsState {
+/// What `/metrics` and `/rlconfig` read on a port showing client values as `shown`.
+fn metrics_state(cx: &Context, shown: Shown) -> MetricsState {
     MetricsState {
         registry: cx.registry.clone(),
         live: cx.live.clone(),
+        shown,
     }
 }
 
@@ -464,7 +476,7 @@ fn http_servers(
         throttle: cx.throttle.clone(),
         throttle_limits: settings.throttle,
         rate: RateApiService::new(cx.limiter.clone(), settings.rate),
-        metrics: metrics_state(cx),
+        metrics: metrics_state(cx, shown(&port)),
         shards: cx.stats.shards.clone(),
     };
     let metrics = settings.metrics;
@@ -481,7 +493,7 @@ fn http_servers(
     let mut out = vec![("HTTP", port, main)];
     if let Some(l) = debug {
         let state = http::DebugState {
-            metrics: metrics_state(cx),
+            metrics: metrics_state(cx, shown(&l)),
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),

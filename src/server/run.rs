@@ -49,6 +49,11 @@ fn announce(settings: &Settings, running: &Running) {
         None => running.grpc_addr.to_string(),
     };
     let optional = |a: Option<SocketAddr>| a.map_or("off".into(), |a| a.to_string());
+    // Where the limits come from: the files read, or the management server (no file is read).
+    let config = match &settings.xds {
+        Some(x) => format!("xds:{}", x.server),
+        None => settings.config_path.display().to_string(),
+    };
     let (debug_port, metrics_port) = (
         optional(running.debug_addr),
         optional(running.prometheus_addr),
@@ -62,7 +67,7 @@ fn announce(settings: &Settings, running: &Running) {
         tracing = settings.tracing.is_some(),
         workers = settings.workers,
         shards = settings.shards,
-        config = %settings.config_path.display(),
+        config = %config,
         xds = settings.xds.is_some(),
         "serving"
     );

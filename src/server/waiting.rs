@@ -80,8 +80,8 @@ impl Waiting {
     }
 }
 
-/// gRPC health NOT_SERVING (both names) and `ShouldRateLimit` UNAVAILABLE, over TLS when the
-/// port speaks it.
+/// gRPC health NOT_SERVING (both names), `ShouldRateLimit` UNAVAILABLE, and reflection (so
+/// grpcurl's health check works as it does once serving), over TLS when the port speaks it.
 async fn serve_grpc(
     l: &GrpcListener,
     wait: &StartWait,
@@ -92,8 +92,11 @@ async fn serve_grpc(
     for name in HEALTH_NAMES {
         (reporter.set_service_status(name, ServingStatus::NotServing)).await;
     }
+    let (reflection_v1, reflection_v1alpha) = super::worker::reflection_services();
     let router = tonic::transport::Server::builder()
         .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(RateLimitServiceServer::new(NotYet(wait.clone())));
     let end = stopped(rx.clone());
     let stop = rx.clone();

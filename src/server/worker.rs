@@ -12,6 +12,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_reflection::server as reflection;
 use tower_layer::{Identity, Stack};
 
 use super::draining::{drain_end, serve_http};
@@ -119,16 +120,7 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimi
     let rlqs =
         RateLimitQuotaServiceServer::new(RlqsService::new(grpc.quota.clone(), grpc.stop.clone()))
             .max_decoding_message_size(grpc.max_message_bytes);
-    let reflection = |b: tonic_reflection::server::Builder<'static>| {
-        b.register_encoded_file_descriptor_set(RLS_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
-        .build_v1()
-        .expect("descriptor sets built at compile time are valid");
-    let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
-        .build_v1alpha()
-        .expect("descriptor sets built at compile time are valid");
+    let (reflection_v1, reflection_v1alpha) = reflection_services();
     tonic::transport::Server::builder()
         .max_connection_age(grpc.max_age)
         .max_connection_age_grace(grpc.max_age_grace)
@@ -145,6 +137,25 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimi
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(rlqs)
+}
+
+/// gRPC reflection, v1 and v1alpha, for grpcurl: the rate-limit services' descriptors and
+/// health's. Served by the workers, and by the gRPC port while the start waits.
+pub(super) fn reflection_services() -> (
+    reflection::v1::ServerReflectionServer<impl reflection::v1::ServerReflection>,
+    reflection::v1alpha::ServerReflectionServer<impl reflection::v1alpha::ServerReflection>,
+) {
+    let with_sets = |b: reflection::Builder<'static>| {
+        b.register_encoded_file_descriptor_set(RLS_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let valid = "descriptor sets built at compile time are valid";
+    (
+        with_sets(reflection::Builder::configure())
+            .build_v1()
+            .expect(valid),
+        (with_sets(reflection::Builder::configure()).build_v1alpha()).expect(valid),
+    )
 }
 
 /// Starts every worker on its own thread, one per listener: shard `i` goes to worker

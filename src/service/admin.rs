@@ -266,16 +266,42 @@ fn targets(
         )));
     }
     if let Some(name) = only {
-        let names: Vec<String> = out.iter().map(|(a, _)| format!("{:?}", a.name)).collect();
-        out.retain(|(a, _)| a.name == name);
+        let names: Vec<String> = (out.iter())
+            .filter(|(a, _)| !a.name.is_empty())
+            .map(|(a, _)| format!("{:?}", a.name))
+            .collect();
+        let unnamed = out.len() - names.len();
+        out.retain(|(a, _)| !a.name.is_empty() && a.name == name);
         if out.is_empty() {
-            return Err(AdminError::NotFound(format!(
-                "no limit named {name:?} applies to these descriptors (limits: {})",
-                names.join(", ")
-            )));
+            return Err(AdminError::NotFound(no_such_limit(name, &names, unnamed)));
         }
     }
     Ok(out)
+}
+
+/// Why `?limit=<name>` matched none of the limits that apply: the names they have, and how
+/// many have none (a limit without `name:` is acted on with the others, without `?limit=`).
+fn no_such_limit(name: &str, names: &[String], unnamed: usize) -> String {
+    let why = if names.is_empty() {
+        let these = if unnamed == 1 {
+            "the limit that applies has".to_owned()
+        } else {
+            format!("the {unnamed} limits that apply have")
+        };
+        format!(
+            "{these} no name: leave ?limit= out to act on every limit that applies, or give \
+             one a name: in the config"
+        )
+    } else {
+        let mut why = format!("the limits that apply: {}", names.join(", "));
+        match unnamed {
+            0 => {}
+            1 => why.push_str(", and 1 without a name"),
+            n => why.push_str(&format!(", and {n} without a name")),
+        }
+        why
+    };
+    format!("no limit named {name:?} applies to these descriptors ({why})")
 }
 
 /// A look-up and a reset count nothing: hits in the request would be ignored, so they are

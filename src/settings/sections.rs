@@ -183,6 +183,9 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
     )?;
     let tls = env.flag(&var("TLS"), false)?;
     let pool_size = env.number(&var("POOL_SIZE"), 10usize)?.max(1);
+    if let Some(url) = env.get(&var("URL")).filter(|_| !socket_unix) {
+        refuse_url_scheme(&var("URL"), &url, p)?;
+    }
     Ok(env.get(&var("URL")).map(|url| RedisTarget {
         url,
         socket_unix,
@@ -194,6 +197,20 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
         tls_client,
         pool_size,
     }))
+}
+
+/// `REDIS_URL` (and `REDIS_PERSECOND_URL`) take `host:port`, as the reference's do, several
+/// comma-separated for a Cluster or Sentinels: a URL (`redis://…`) is refused saying so, naming
+/// only its scheme (the rest may hold a password), and where its parts go.
+fn refuse_url_scheme(var: &str, url: &str, p: &str) -> Result<()> {
+    let Some((scheme, _)) = url.split(',').find_map(|a| a.trim().split_once("://")) else {
+        return Ok(());
+    };
+    Err(format!(
+        "{var}={scheme}://…: a host:port is expected (e.g. redis:6379, several separated by \
+         commas for a Cluster or Sentinels), not a URL: the password goes in {p}_AUTH, TLS is \
+         {p}_TLS=true"
+    ))
 }
 
 /// `None` when `CONFIG_TYPE` is `FILE` (the default), the xDS settings when it is

@@ -45,6 +45,20 @@ fn backend_choice_follows_envoyproxy_ratelimit_manifests() {
     assert!(from(&[("BACKEND_TYPE", "memcache")])
         .unwrap_err()
         .contains("memcache"));
+    // A URL where a host:port goes: said so, its password never printed.
+    for url in ["redis://:s3cret@redis:6379/0", "r:1,rediss://r2:6379"] {
+        let e = from(&[("REDIS_URL", url)]).unwrap_err();
+        assert!(e.contains("a host:port is expected"), "{e}");
+        assert!(e.contains("REDIS_AUTH") && !e.contains("s3cret"), "{e}");
+    }
+    let e = from(&[
+        ("REDIS_URL", "a:1"),
+        ("REDIS_PERSECOND", "true"),
+        ("REDIS_PERSECOND_URL", "redis://b:2"),
+    ])
+    .unwrap_err();
+    assert!(e.starts_with("REDIS_PERSECOND_URL=redis://…"), "{e}");
+    assert!(e.contains("REDIS_PERSECOND_AUTH"), "{e}");
     assert!(from(&[("REDIS_URL", "x"), ("REDIS_TYPE", "ring")])
         .unwrap_err()
         .contains("REDIS_TYPE"));

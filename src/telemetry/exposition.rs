@@ -6,13 +6,20 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::Histogram;
+use super::{Histogram, Shown};
 
 /// A part's counters as the exporters read them. Reading is a relaxed load per counter: the
 /// parts count with atomics of their own, so nothing here is on the request path.
 pub trait Metrics: Send + Sync {
     /// Appends the part's families (HELP, TYPE, series) in Prometheus text.
     fn render(&self, out: &mut String);
+
+    /// As [`Metrics::render`], for a port that shows client values as `shown`. A part whose
+    /// series carry a value a client sent (RLQS's bucket values) renders them through `shown`
+    /// here, and as digests in `render`; the others render the same on every port.
+    fn render_for(&self, out: &mut String, _shown: Shown) {
+        self.render(out);
+    }
 
     /// Adds the part's counters and timers as envoyproxy/ratelimit pushes them to statsd; most
     /// parts push nothing.

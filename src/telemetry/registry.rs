@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::exposition::{Metrics, Pushed};
+use super::Shown;
 
 /// The parts the Prometheus text and the statsd push read, each a [`Metrics`] held and updated
 /// by its own subsystem; this is a list of handles on them, cheap to clone. Adding a counter to
@@ -28,11 +29,12 @@ impl Registry {
         }
     }
 
-    /// Prometheus text exposition: every part's families, in the order they were registered.
-    pub fn render(&self) -> String {
+    /// Prometheus text exposition: every part's families, in the order they were registered,
+    /// client values in them as a port that shows them `shown` shows them.
+    pub fn render(&self, shown: Shown) -> String {
         let mut out = String::with_capacity(8192);
         for p in self.parts.iter() {
-            p.render(&mut out);
+            p.render_for(&mut out, shown);
         }
         out
     }

@@ -14,7 +14,7 @@ use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::telemetry::Registry;
+use crate::telemetry::{Registry, Shown};
 
 /// What a start waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,8 @@ pub fn http_router(wait: StartWait, metrics: Option<Registry>) -> Router {
     let mut router = Router::new();
     if let Some(counters) = metrics {
         let render = move || {
-            let body = counters.render();
+            // The wait's counters carry no client value.
+            let body = counters.render(Shown::Digest);
             let close = (header::CONNECTION, "close");
             async move {
                 let kind = (header::CONTENT_TYPE, "text/plain; version=0.0.4");

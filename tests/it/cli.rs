@@ -185,6 +185,34 @@ fn check_names_a_bad_window_with_file_and_path() {
     }
 }
 
+/// A token bucket whose `reserve` is over its burst could never admit a check (every one
+/// would wait for ever): `check` refuses it naming the field, as it does the same mistake on a
+/// window's `requests_per_unit`.
+#[test]
+fn check_refuses_a_reserve_no_check_could_fit() {
+    let t = TempDir::new("check-reserve");
+    let cases = [
+        (
+            "algorithm: token_bucket, burst: 5, reserve: 6",
+            "reserve 6 is more than the token bucket's burst 5",
+        ),
+        ("reserve: 11", "reserve 11 is more than the limit's 10"),
+    ];
+    for (i, (extra, says)) in cases.iter().enumerate() {
+        let f = t.write(
+            &format!("r{i}.yaml"),
+            &format!(
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: 10, {extra}}}\n"
+            ),
+        );
+        let out = check(&f, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra}: {stderr}");
+        let want = format!("{}: descriptors[0].rate_limit.reserve: {says}", f.display());
+        assert!(stderr.contains(&want), "{want}\nnot in:\n{stderr}");
+    }
+}
+
 #[test]
 fn check_unknown_key_exits_2() {
     let t = TempDir::new("check-unknown");
@@ -267,6 +295,26 @@ fn check_missing_path_fails_with_a_clear_message() {
         stderr.contains("cannot read") || stderr.contains("No such file"),
         "says why:\n{stderr}"
     );
+}
+
+/// `check` with no `--config`, no `RUNTIME_*` and nothing at the default location found
+/// nothing to check: it fails naming where it looked, instead of "config OK: 0 domain(s)".
+#[test]
+fn check_with_nothing_found_fails_naming_where_it_looked() {
+    let out = Command::new(BIN)
+        .arg("check")
+        .env_clear()
+        .output()
+        .expect("run turnstile check");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nothing to check")
+            && stderr.contains("the default location /srv/runtime_data/current/config")
+            && stderr.contains("--config"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("config OK"), "{stderr}");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -670,4 +718,38 @@ descriptors:
             "/rlconfig lacks {line:?}:\n{rlconfig}"
         );
     }
+}
+
+/// `serve` with neither `--config` nor `RUNTIME_*` serves no limits: it says so at warn level,
+/// naming the location it looked at, and still serves (a GoCC-only or xDS deployment has no
+/// YAML, and those name their source).
+#[test]
+fn serve_with_no_config_found_warns_naming_where_it_looked() {
+    let mut cmd = Command::new(BIN);
+    let ports = [
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+    ];
+    cmd.arg("serve").env_clear().envs(ports);
+    let mut server = Server::spawn(cmd);
+    let (_, http) = server.wait_listening();
+    let (code, body) = http_get(http, "/healthcheck");
+    assert_eq!(code, 200, "{body}");
+    server.sigterm();
+    let (st, stderr) = server.exit_and_stderr();
+    assert!(st.success(), "{st}: {stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("no config found"))
+        .unwrap_or_else(|| panic!("no warning:\n{stderr}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.contains("/srv/runtime_data/current/config") && warning.contains("NO limits"),
+        "{warning}"
+    );
 }

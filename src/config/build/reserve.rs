@@ -3,15 +3,16 @@
 use super::Ctx;
 use crate::config::grammar::parse_bounded_duration;
 use crate::config::raw::RawRateLimit;
-use crate::config::{ConfigError, QueueSpec, Reserve};
+use crate::config::{Algorithm, ConfigError, QueueSpec, Reserve};
 
 /// The limit's reservations, if it takes them. Every algorithm does (a check is judged against
 /// the usage plus what is held, whatever counts the usage); a queue does not go with them (a
-/// check consumes nothing, so it never waits), nor an empty limit.
+/// check consumes nothing, so it never waits), nor an empty limit, nor one larger than the most
+/// the algorithm ever admits at once: a window's `requests_per_unit`, a token bucket's `burst`.
 pub(super) fn build_reserve(
     ctx: &Ctx<'_>,
     r: &RawRateLimit,
-    (requests_per_unit, queue): (u32, Option<QueueSpec>),
+    (requests_per_unit, algorithm, queue): (u32, Algorithm, Option<QueueSpec>),
     path: &str,
 ) -> Result<Option<Reserve>, ConfigError> {
     let at = |field: &str| format!("{path}.{field}");
@@ -38,6 +39,17 @@ pub(super) fn build_reserve(
                  ever be admitted"
             ),
         ));
+    }
+    if let Algorithm::TokenBucket { burst } = algorithm {
+        if hits > burst {
+            return Err(ctx.err(
+                &at("reserve"),
+                format!(
+                    "reserve {hits} is more than the token bucket's burst {burst}: no check \
+                     could ever be admitted (a bucket never holds more than its burst)"
+                ),
+            ));
+        }
     }
     if r.local_first == Some(true) {
         return Err(ctx.err(

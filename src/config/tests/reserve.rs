@@ -33,6 +33,11 @@ fn reserve_loads_on_every_algorithm_with_its_hold() {
         "{:?}",
         c.describe()
     );
+    let c = load(&one_limit(&format!(
+        "{DAY}\nalgorithm: token_bucket\nburst: 300\nreserve: 300"
+    )));
+    let l = only_limit(&c, "d", &[("k", "v")]);
+    assert_eq!(l.reserve.map(|r| r.hits), Some(300), "reserve at the burst");
     let c = load(&one_limit(&format!("{DAY}\nreserve: 1")));
     let l = only_limit(&c, "d", &[("k", "v")]);
     assert_eq!(l.reserve.map(|r| r.hold), Some(Reserve::DEFAULT_HOLD));
@@ -58,6 +63,12 @@ fn reserves_that_cannot_work_are_refused_naming_the_field() {
         ),
         ("reserve: 10\nreserve_for: soon", "reserve_for", "soon"),
         ("reserve: 10\nlocal_first: true", "reserve", "local_first"),
+        // A token bucket admits at most its burst at once, whatever requests_per_unit says.
+        (
+            "algorithm: token_bucket\nburst: 299\nreserve: 300",
+            "reserve",
+            "more than the token bucket's burst 299",
+        ),
         (
             "reserve: 10\nqueue: {max_waiting: 2, max_wait: 1s}",
             "reserve",

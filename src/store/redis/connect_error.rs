@@ -48,6 +48,10 @@ impl ConnectError {
                     pw.var
                 ))
             }
+            (Some(_), Some(pw)) if pw.set => ConnectError::Setting(format!(
+                "{what}: the password was refused ({e}): check {}",
+                pw.var
+            )),
             (Some(_), _) => ConnectError::Setting(format!("{what}: {e}")),
             (None, _) => ConnectError::Unreachable(format!("{what}: {e}")),
         }

@@ -38,6 +38,14 @@ impl RedisStore {
     ) -> Result<RedisStore, String> {
         let started = Instant::now();
         let mut wait = Waits::new(s.startup);
+        // What is retried, on every warning: the operator's first question about a wait.
+        let address = match &s.per_second {
+            None => s.main.url.clone(),
+            Some(p) => format!(
+                "{} (REDIS_URL), {} (REDIS_PERSECOND_URL)",
+                s.main.url, p.url
+            ),
+        };
         loop {
             let e = match RedisStore::connect_once(s, errors).await {
                 Ok(store) => return Ok(store),
@@ -53,6 +61,7 @@ impl RedisStore {
             }
             let next = wait.next();
             tracing::warn!(
+                address = %address,
                 error = e.message(),
                 retry_in = ?next,
                 elapsed = ?elapsed,

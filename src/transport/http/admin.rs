@@ -313,6 +313,11 @@ async fn reset(State(s): State<AdminState>, req: Request) -> Response {
         let mut only = None;
         for (k, v) in &query {
             let m = match k.as_str() {
+                "limit" if v.is_empty() => {
+                    "limit= is empty: name the limit (its name: in the config), or leave \
+                     ?limit= out to reset every limit that applies"
+                        .to_owned()
+                }
                 "limit" if only.is_none() => {
                     only = Some(v.as_str());
                     continue;

@@ -75,7 +75,7 @@ async fn status(State(s): State<LimitadorHttp>) -> Response {
 async fn metrics(State(s): State<LimitadorHttp>) -> Response {
     let mut text = String::with_capacity(8192);
     s.limitador.metrics().render(s.shown, &mut text);
-    text.push_str(&s.registry.render());
+    text.push_str(&s.registry.render(s.shown));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

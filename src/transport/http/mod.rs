@@ -39,6 +39,8 @@ use crate::telemetry::{Registry, Shown};
 pub struct MetricsState {
     pub registry: Registry,
     pub live: LiveLimits,
+    /// How the port shows the client values some series carry (RLQS's bucket values).
+    pub shown: Shown,
 }
 
 /// What the HTTP handlers share.
@@ -198,7 +200,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
 async fn metrics(State(s): State<MetricsState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.registry.render(),
+        s.registry.render(s.shown),
     )
         .into_response()
 }

@@ -316,6 +316,79 @@ fn a_redis_requiring_a_password_without_redis_auth_stops_the_start_naming_it() {
     assert!(!err.contains("retrying"), "retried: {err}");
 }
 
+/// A wrong `REDIS_AUTH` is refused by Redis (`WRONGPASS`): the start stops at once, naming
+/// the setting to check, never the password.
+#[test]
+fn a_refused_redis_auth_stops_the_start_naming_the_setting() {
+    use crate::common::binary::start_fails;
+    let redis = Redis::start_with(&["--requirepass", "right-pw"]);
+    let config = redis.dir.write("limits.yaml", CONFIG);
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_URL", &redis.url()),
+        ("REDIS_AUTH", "wrong-pw"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "3s"),
+    ];
+    let err = start_fails(&args, &env);
+    assert!(err.contains("the password was refused"), "{err}");
+    assert!(err.contains("check REDIS_AUTH"), "{err}");
+    assert!(
+        !err.contains("wrong-pw") && !err.contains("retrying"),
+        "{err}"
+    );
+}
+
+/// `REDIS_URL` takes `host:port`, as the reference's does: a URL is refused at once saying
+/// so (not redis-rs's "Invalid database number"), its password never printed.
+#[test]
+fn a_redis_url_with_a_scheme_is_refused_saying_a_host_port_is_expected() {
+    use crate::common::binary::start_fails;
+    let t = crate::common::tempdir::TempDir::new("redis-url-scheme");
+    let config = t.write("limits.yaml", CONFIG);
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_URL", "redis://:hunter2@127.0.0.1:6379"),
+    ];
+    let err = start_fails(&args, &env);
+    assert!(
+        err.contains("REDIS_URL=redis://…: a host:port is expected"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("hunter2") && !err.contains("database"),
+        "{err}"
+    );
+}
+
+/// A Redis nobody answers at (a wrong address) is retried for ever by default, as
+/// envoyproxy/ratelimit does: each periodic warning names the address being retried.
+#[test]
+fn the_retry_warning_names_the_address_being_retried() {
+    use crate::common::binary::{Starting, BIN};
+    let t = crate::common::tempdir::TempDir::new("redis-wrong-address");
+    let config = t.write("limits.yaml", CONFIG);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_URL", addr.as_str()),
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_INTERVAL", "100ms"),
+    ];
+    let args = ["serve", "--config", config.to_str().unwrap()];
+    let mut start = Starting::spawn(BIN.as_ref(), &args, &env);
+    start.logged("Redis not reachable at start; retrying");
+    start.signal("TERM");
+    let (_, stderr) = start
+        .exit_within(Duration::from_secs(30))
+        .expect("a stop ends the wait");
+    let warning = (stderr.lines())
+        .find(|l| l.contains("Redis not reachable at start; retrying"))
+        .unwrap();
+    assert!(warning.contains(&format!("address={addr}")), "{warning}");
+}
+
 /// The binary started while its Redis is down (the default: retry without end), every port on
 /// a port of its own, and the Redis it waits for; `Redis::restart` brings that one up.
 fn waiting_for_redis(env: &[(&str, &str)]) -> (crate::common::binary::Starting, Redis, [u16; 4]) {
@@ -342,6 +415,38 @@ fn waiting_for_redis(env: &[(&str, &str)]) -> (crate::common::binary::Starting, 
     let s = Starting::spawn(std::path::Path::new(BIN), &args, &vars);
     s.logged("Redis not reachable at start; retrying");
     (s, redis, ports)
+}
+
+/// The README's grpcurl health command, run as written (its port swapped) while the start
+/// waits for Redis: reflection is served then too, so it answers NOT_SERVING, and SERVING once
+/// Redis is up.
+#[test]
+fn the_readmes_grpcurl_health_check_answers_during_the_wait() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let readme = readme.unwrap();
+    let line = (readme.lines())
+        .find(|l| l.starts_with("Health: `grpcurl "))
+        .expect("the README's health command");
+    let cmd = line.split('`').nth(1).unwrap();
+    let (mut s, mut redis, [_, grpc, _, _]) = waiting_for_redis(&[]);
+    let cmd = cmd.replace("127.0.0.1:8081", &format!("127.0.0.1:{grpc}"));
+    let health = || {
+        let out = Command::new("bash").args(["-c", &cmd]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{cmd}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["status"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(health(), "NOT_SERVING");
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while health() != "SERVING" {
+        assert!(Instant::now() < deadline, "not SERVING once Redis is up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.signal("TERM");
+    s.exit_within(Duration::from_secs(30)).expect("stops");
 }
 
 /// SIGTERM and SIGINT each end a start that waits for Redis: the process exits 0 (a bound of

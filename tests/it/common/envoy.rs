@@ -701,10 +701,22 @@ impl Stack {
         edits: &[(&str, &str)],
         env: &[(&str, &str)],
     ) -> Stack {
+        Self::shipped_pair_to(test, (envoy_yaml, turnstile_yaml), edits, env, None).await
+    }
+
+    /// As [`Stack::shipped_pair`], Envoy's upstream at `model` when given (a shipped one)
+    /// instead of the test's echoing upstream, which still runs.
+    pub async fn shipped_pair_to(
+        test: &str,
+        (envoy_yaml, turnstile_yaml): (&str, &str),
+        edits: &[(&str, &str)],
+        env: &[(&str, &str)],
+        model: Option<SocketAddr>,
+    ) -> Stack {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let config = root.join("examples/envoy").join(turnstile_yaml);
         let turnstile = |dir: &Path| Turnstile::start_with_config(dir, &config, env);
-        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile).await
+        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile, model).await
     }
 
     /// examples/envoy/`envoy_yaml` with `edits`, as [`Stack::shipped_pair`], in front of a
@@ -716,7 +728,7 @@ impl Stack {
         env: &[(&str, &str)],
     ) -> Stack {
         let turnstile = |dir: &Path| Turnstile::start_without_config(dir, env);
-        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile).await
+        Self::shipped_envoy_with(test, envoy_yaml, edits, turnstile, None).await
     }
 
     async fn shipped_envoy_with(
@@ -724,20 +736,19 @@ impl Stack {
         envoy_yaml: &str,
         edits: &[(&str, &str)],
         turnstile: impl FnOnce(&Path) -> Turnstile,
+        model: Option<SocketAddr>,
     ) -> Stack {
         let slot = take_slot();
         let dir = TempDir::new(&format!("envoy-{test}"));
         let upstream = Upstream::start();
+        let model = model.unwrap_or(upstream.addr);
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let turnstile = turnstile(dir.path());
         let example = fs::read_to_string(root.join("examples/envoy").join(envoy_yaml)).unwrap();
         let mut replacements = vec![
             ("port_value: 10000", "port_value: 0".to_string()),
             ("port_value: 9901", "port_value: 0".to_string()),
-            (
-                "port_value: 5678",
-                format!("port_value: {}", upstream.addr.port()),
-            ),
+            ("port_value: 5678", format!("port_value: {}", model.port())),
             (
                 "port_value: 8081",
                 format!("port_value: {}", turnstile.grpc.port()),

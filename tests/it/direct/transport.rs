@@ -1361,7 +1361,11 @@ async fn grpc_limits_and_throttle_keys_never_meet() {
         "{keys:?}"
     );
     // And the transport's counters saw the calls.
-    let metrics = r.s.running().context.registry.render();
+    let metrics =
+        r.s.running()
+            .context
+            .registry
+            .render(turnstile::telemetry::Shown::Clear);
     assert!(
         metrics.contains("turnstile_throttle_calls_total{result=\"allowed\"}"),
         "{metrics}"
@@ -1435,7 +1439,10 @@ async fn the_server_starts_the_resp_listener_from_its_settings() {
 
 /// The value of `series` (its name and labels, as written) in the running server's exposition.
 fn exposed(running: &turnstile::server::Running, series: &str) -> u64 {
-    let text = running.context.registry.render();
+    let text = running
+        .context
+        .registry
+        .render(turnstile::telemetry::Shown::Clear);
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))

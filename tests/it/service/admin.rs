@@ -364,7 +364,7 @@ fn an_admin_listener_off_loopback_without_a_token_stops_the_start() {
 async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
     let s = Backing::memory().start_with(CONFIG, &ADMIN).await;
     let look = admin_url(&s, "/admin/look-up");
-    let cases: [(&str, Value, u16, &str); 6] = [
+    let cases: [(&str, Value, u16, &str); 8] = [
         (
             "/admin/look-up",
             body("nope", &[("api_key", "a")]),
@@ -393,7 +393,22 @@ async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
             "/admin/reset?limit=daily",
             body("edge", &[("plan", "pro")]),
             404,
-            "no limit named \"daily\" applies to these descriptors (limits: \"burst\", \"hourly\")",
+            "no limit named \"daily\" applies to these descriptors (the limits that apply: \"burst\", \"hourly\")",
+        ),
+        // A limit without a name is not "": `?limit=` cannot pick it, and says why.
+        (
+            "/admin/reset?limit=sliding",
+            body("edge", &[("sliding", "x")]),
+            404,
+            "no limit named \"sliding\" applies to these descriptors (the limit that applies \
+             has no name: leave ?limit= out to act on every limit that applies, or give one a \
+             name: in the config)",
+        ),
+        (
+            "/admin/reset?limit=",
+            body("edge", &[("sliding", "x")]),
+            400,
+            "limit= is empty: name the limit",
         ),
         (
             "/admin/reset?limits=burst",
@@ -417,8 +432,8 @@ async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
     assert_eq!(r.status().as_u16(), 405);
     assert_eq!(admin_actions(&s, "look_up", "not_found").await, 2);
     assert_eq!(admin_actions(&s, "look_up", "bad_request").await, 3);
-    assert_eq!(admin_actions(&s, "reset", "not_found").await, 1);
-    assert_eq!(admin_actions(&s, "reset", "bad_request").await, 1);
+    assert_eq!(admin_actions(&s, "reset", "not_found").await, 2);
+    assert_eq!(admin_actions(&s, "reset", "bad_request").await, 2);
     // None of it counted anything.
     assert_eq!(usage(&look_up(&s, &[("api_key", "a")]).await[0]).0, 0);
 }

@@ -694,6 +694,84 @@ descriptors:
         }
     }
 
+    /// examples/envoy/budgets-upstream.py, as shipped, on a port of its own: the model the
+    /// walk-through's curl calls reach.
+    struct Model(std::process::Child, std::net::SocketAddr);
+
+    impl Model {
+        fn start() -> Model {
+            use std::io::BufRead;
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/envoy/budgets-upstream.py"
+            );
+            let mut child = std::process::Command::new("python3")
+                .args([script, "--port", "0"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 runs the shipped upstream");
+            let out = child.stdout.take().unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(out).read_line(&mut line).unwrap();
+            let addr = (line.trim().rsplit(' ').next())
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no address in {line:?}"));
+            Model(child, addr)
+        }
+    }
+
+    impl Drop for Model {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// docs/algorithms-and-queues.md's end-to-end walk-through as written: the shipped Envoy
+    /// and reserve configs, the shipped upstream (x-input-tokens 300, and the output and total
+    /// headers the other reports read), ten concurrent curl-like calls of alice. Each call that
+    /// passed reports its input and output usage, releasing both its holds: nothing is left to
+    /// expire (made = reported + withdrawn, expired 0), so the alarm the page describes stays
+    /// silent.
+    #[tokio::test]
+    async fn the_walk_through_with_the_shipped_upstream_leaves_nothing_to_expire() {
+        let model = Model::start();
+        let stack = Stack::shipped_pair_to(
+            "budget-walk-through",
+            ("envoy-budgets.yaml", "turnstile-budgets-reserve.yaml"),
+            &[],
+            &[],
+            Some(model.1),
+        )
+        .await;
+        clear_of_window_edge(DAY, 120).await;
+        let c = client();
+        let url = stack.url();
+        let calls = (0..10).map(|_| get(&c, &url, &[("x-user", "alice")]));
+        let mut statuses: Vec<u16> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|r| r.status)
+            .collect();
+        statuses.sort_unstable();
+        let passed = statuses.iter().filter(|&&s| s == 200).count();
+        // The page's figures: 900 of 1000 held by three checks, a fourth's 300 does not fit.
+        assert_eq!(passed, 3, "{statuses:?}");
+        assert_eq!(statuses.len() - passed, 7, "{statuses:?}");
+        let want = 2 * passed as u64;
+        assert_eq!(
+            reported(&stack, want).await,
+            want,
+            "input and output reports"
+        );
+        let count = |name: &'static str| family_sum(stack.turnstile.http, name);
+        let made = count("ratelimit_service_reservations_made_total").await;
+        let withdrawn = count("ratelimit_service_reservations_withdrawn_total").await;
+        let expired = count("ratelimit_service_reservations_expired_total").await;
+        assert_eq!(made, want + withdrawn, "every hold made was released");
+        assert_eq!(expired, 0);
+    }
+
     #[tokio::test]
     async fn a_token_budget_closes_in_memory() {
         budget_closes_after_usage_passes_it("budget-memory", &[]).await;

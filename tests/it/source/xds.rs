@@ -655,3 +655,28 @@ async fn force_start_without_initial_config_is_healthy_at_once() {
         "no limits yet: everything OK"
     );
 }
+
+/// The binary on xDS logs where its limits come from, the management server, and no file path
+/// (it reads none: the default `RUNTIME_ROOT` location it used to name was never read).
+#[test]
+fn the_start_on_xds_names_the_management_server_not_a_file() {
+    use crate::common::binary::{Server, BIN};
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = nobody.local_addr().unwrap().to_string();
+    drop(nobody);
+    let env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", server.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "test-node"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+    ];
+    let logs = Server::start(BIN.as_ref(), &["serve"], &env).stop();
+    let serving = (logs.lines())
+        .find(|l| l.contains(" serving "))
+        .unwrap_or_else(|| panic!("no serving line:\n{logs}"));
+    assert!(
+        serving.contains(&format!("config=xds:{server}")),
+        "{serving}"
+    );
+    assert!(!logs.contains("/srv/runtime_data"), "{logs}");
+}

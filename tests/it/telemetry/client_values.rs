@@ -1,15 +1,24 @@
 //! Client values on the ports, through the real binary run as Istio's sample runs it (every
 //! port on 0.0.0.0, settings from the environment, the config a mounted ConfigMap): no
-//! descriptor value or direct API key a client sent appears in any answer of the HTTP, debug
-//! or metrics ports, except the series of a `detailed_metric` limit, which the config opted
-//! into; the heavy hitters name the limited client by its keyed digest, which `turnstile
+//! descriptor value, direct API key or RLQS bucket value a client sent appears in any answer of
+//! the HTTP, debug or metrics ports, nor in any label of any series of any of them, except the
+//! series of a `detailed_metric` limit, which the config opted into. Every family those ports
+//! declare must have a series after the traffic, so a new family is walked too; the heavy hitters name the limited client by its keyed digest, which `turnstile
 //! digest` and the admin listener compute; the admin listener, with its token, shows clear
 //! values; `TURNSTILE_SHOW_CLIENT_VALUES=true` shows them on the open ports; the status page,
 //! rendered by headless Chromium, names the limited client by its digest.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
 
 use ring::hmac;
 use serde_json::{json, Value};
@@ -33,6 +42,18 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 1000
+  - key: tenant
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  # Its parameters' families (burst, queue) have series too, so the walk covers them.
+  - key: session
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+      algorithm: token_bucket
+      burst: 20
+      queue: {max_waiting: 2, max_wait: 100ms}
 ";
 
 const LIMITED: &str = "203.0.113.9";
@@ -43,6 +64,19 @@ const JSON_CLIENT: &str = "198.51.100.77";
 const RATE_KEY: &str = "tenant-4711-export";
 /// Under `detailed_metric`: its series name it, as the reference's do.
 const DETAILED_USER: &str = "user-detailed-0042";
+/// An RLQS bucket's value, as an Envoy reports `{tenant: ...}`.
+const RLQS_TENANT: &str = "alicesecret42";
+/// A `POST /throttle` key.
+const THROTTLE_KEY: &str = "throttle-key-7781";
+/// Every value a client sent that no open port may show.
+const CLIENT_VALUES: [&str; 6] = [
+    LIMITED,
+    API_KEY,
+    JSON_CLIENT,
+    RATE_KEY,
+    RLQS_TENANT,
+    THROTTLE_KEY,
+];
 const DIGEST_KEY: &str = "test-digest-key-0123456789abcdef";
 const ADMIN_TOKEN: &str = "an-admin-token-0123456789";
 
@@ -116,7 +150,189 @@ fn traffic(grpc: SocketAddr, http: SocketAddr) {
         assert_eq!(r.await.unwrap().status(), 200);
         let r = c.post(format!("http://{http}/rate/{RATE_KEY}")).send();
         assert_eq!(r.await.unwrap().status(), 200);
+        let body =
+            json!({"key": THROTTLE_KEY, "max_burst": 3, "count_per_period": 10, "period": 60});
+        let r = c.post(format!("http://{http}/throttle")).json(&body).send();
+        assert_eq!(r.await.unwrap().status(), 200);
     });
+}
+
+/// An Envoy's RLQS stream, open until dropped: it reported the bucket `{tenant: RLQS_TENANT}`
+/// and was assigned a share, so the quota hub's series show the limit the bucket shares.
+struct RlqsStream {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RlqsStream {
+    fn open(grpc: SocketAddr) -> RlqsStream {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (assigned, got) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            block_on(async move {
+                let url = format!("http://{grpc}");
+                let mut client = RateLimitQuotaServiceClient::connect(url).await.unwrap();
+                let (reports, rx) = tokio::sync::mpsc::channel(4);
+                let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+                let mut actions = (client.stream_rate_limit_quotas(stream).await)
+                    .expect("the RLQS stream opens")
+                    .into_inner();
+                let usage = BucketQuotaUsage {
+                    bucket_id: Some(BucketId {
+                        bucket: [("tenant".to_owned(), RLQS_TENANT.to_owned())].into(),
+                    }),
+                    time_elapsed: Some(PbDuration {
+                        seconds: 1,
+                        nanos: 0,
+                    }),
+                    num_requests_allowed: 5,
+                    num_requests_denied: 0,
+                };
+                let report = RateLimitQuotaUsageReports {
+                    domain: "web".into(),
+                    bucket_quota_usages: vec![usage],
+                };
+                reports.send(report).await.unwrap();
+                let first = actions.message().await;
+                assigned.send(format!("{first:?}")).unwrap();
+                // Open until the test is done with it (a closed stream's buckets go).
+                tokio::task::spawn_blocking(move || stopped.recv())
+                    .await
+                    .ok();
+                drop(reports);
+            });
+        });
+        let first = (got.recv_timeout(Duration::from_secs(30)))
+            .expect("an answer to the RLQS report within 30 s");
+        assert!(first.contains("QuotaAssignmentAction"), "{first}");
+        RlqsStream {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for RlqsStream {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits until `metrics`'s `/metrics` has a series of `family` (the quota hub's view is
+/// renewed after the report, not with it).
+fn wait_for_series(addr: SocketAddr, family: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = http_get(addr, "/metrics");
+        if series_of(&text).iter().any(|s| s.name == family) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {family} series:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One series of a scrape: its name and its labels, values unescaped.
+#[derive(Debug)]
+struct Series {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+/// Every series of a Prometheus text exposition.
+fn series_of(text: &str) -> Vec<Series> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let end = line.find(['{', ' ']).unwrap_or(line.len());
+        let name = line[..end].to_owned();
+        let mut labels = Vec::new();
+        if line[end..].starts_with('{') {
+            let mut rest = &line[end + 1..];
+            while let Some((key, after)) = rest.split_once("=\"") {
+                let mut value = String::new();
+                let mut chars = after.char_indices();
+                let mut close = after.len();
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '\\' => value.extend(chars.next().map(|(_, c)| c)),
+                        '"' => {
+                            close = i;
+                            break;
+                        }
+                        c => value.push(c),
+                    }
+                }
+                labels.push((key.trim_start_matches(',').to_owned(), value));
+                rest = &after[close + 1..];
+                if rest.starts_with('}') {
+                    break;
+                }
+            }
+        }
+        out.push(Series { name, labels });
+    }
+    out
+}
+
+/// The families a scrape declares (`# TYPE`), with their kinds.
+fn families_of(text: &str) -> Vec<(String, String)> {
+    (text.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, k)| (n.to_owned(), k.to_owned()))
+        .collect()
+}
+
+/// Whether `series` belongs to `family` of `kind` (a histogram's or a summary's parts too).
+fn of_family(series: &str, family: &str, kind: &str) -> bool {
+    series == family
+        || (matches!(kind, "histogram" | "summary")
+            && ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| series.strip_prefix(family) == Some(s)))
+}
+
+/// Every series of every port that serves series: no label value holds a client value, but
+/// `detailed_metric`'s, and every family declared has a series, so none went unwalked.
+fn no_client_value_in_any_series(ports: &[(&str, SocketAddr, &str)]) {
+    let mut empty = BTreeSet::new();
+    for (port, addr, path) in ports {
+        let text = http_get(*addr, path);
+        let series = series_of(&text);
+        for (family, kind) in families_of(&text) {
+            if !series.iter().any(|s| of_family(&s.name, &family, &kind)) {
+                empty.insert(format!("{port}: {family}"));
+            }
+        }
+        for s in &series {
+            for (label, value) in &s.labels {
+                for secret in CLIENT_VALUES {
+                    assert!(
+                        !value.contains(secret),
+                        "{port} {path}: {}{{{label}=\"{value}\"}} shows {secret:?}",
+                        s.name
+                    );
+                }
+                // Opted into by the config: the limit's stat key, as the reference names it.
+                assert!(
+                    !value.contains(DETAILED_USER) || *value == format!("user_{DETAILED_USER}"),
+                    "{port} {path}: {}{{{label}=\"{value}\"}}",
+                    s.name
+                );
+            }
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "families with no series, so no client value was walked in them (give the test's \
+         traffic, or its config, what makes them count): {empty:#?}"
+    );
 }
 
 /// Every answer of the HTTP, debug and metrics ports, by where it came from.
@@ -192,7 +408,7 @@ fn top_limited(top: &Value, limit: &str) -> String {
 fn no_client_value_in_any_answer(http: SocketAddr, debug: SocketAddr, metrics: SocketAddr) {
     let answers = every_answer(http, debug, metrics);
     for (from, body) in &answers {
-        for value in [LIMITED, API_KEY, JSON_CLIENT, RATE_KEY] {
+        for value in CLIENT_VALUES {
             assert!(!body.contains(value), "{from} shows {value:?}:\n{body}");
         }
         if !from.ends_with("/metrics") {
@@ -262,8 +478,21 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
         local(p.metrics.unwrap()),
     );
     traffic(grpc, http);
+    let rlqs = RlqsStream::open(grpc);
+    wait_for_series(http, "ratelimit_service_rlqs_limit_share");
 
     no_client_value_in_any_answer(http, debug, metrics);
+    no_client_value_in_any_series(&[
+        ("HTTP", http, "/metrics"),
+        ("debug", debug, "/metrics"),
+        ("Prometheus", metrics, "/metrics"),
+    ]);
+    // The RLQS series name the limit by the digest of its counter key, which holds the value.
+    let m = http_get(http, "/metrics");
+    let key = expected_digest(&format!("web_tenant_{RLQS_TENANT}_"));
+    let want = format!("ratelimit_service_rlqs_limit_capacity{{domain=\"web\",key=\"{key}\"}} 20");
+    assert!(m.contains(&want), "{want}\nnot in:\n{m}");
+    drop(rlqs);
 
     // Who is limited, by the digest an operator computes from their own logs.
     let top: Value = serde_json::from_str(&http_get(debug, "/debug/top")).unwrap();
@@ -297,7 +526,7 @@ fn istio_sample_on_open_ports_shows_no_client_value_and_the_admin_listener_does(
 
     let logs = server.stop();
     assert!(logs.contains("limit reset"), "{logs}");
-    for value in [LIMITED, API_KEY, JSON_CLIENT, RATE_KEY, DETAILED_USER] {
+    for value in CLIENT_VALUES.iter().chain([&DETAILED_USER]) {
         assert!(
             !logs.contains(value),
             "the info log shows {value:?}:\n{logs}"
@@ -324,6 +553,15 @@ fn show_client_values_true_shows_them_on_open_ports_and_says_so() {
         debug_all["Instances"][RATE_KEY]["Key"], RATE_KEY,
         "{debug_all}"
     );
+    // The RLQS series name the limit by its counter key, as sent.
+    let rlqs = RlqsStream::open(grpc);
+    wait_for_series(debug, "ratelimit_service_rlqs_limit_share");
+    let m = http_get(debug, "/metrics");
+    let want = format!(
+        "ratelimit_service_rlqs_limit_capacity{{domain=\"web\",key=\"web_tenant_{RLQS_TENANT}_\"}} 20"
+    );
+    assert!(m.contains(&want), "{want}\nnot in:\n{m}");
+    drop(rlqs);
     server.stop();
 }
 

@@ -1,10 +1,13 @@
 //! The Grafana dashboard and the Prometheus alert rules shipped in `examples/`: the rules pass
-//! `promtool check rules` and their own `promtool test rules`, and every series either names is
-//! one a running server exports.
+//! `promtool check rules` and their own `promtool test rules`, every series either names is
+//! one a running server exports, and the dashboard's per-limit and reservations panels, run by
+//! promtool over the debug port's series beside the Prometheus port's same-named ones, show
+//! one row per limit.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use crate::common::tempdir::TempDir;
 use crate::common::*;
 
 const CONFIG: &str = r#"
@@ -44,20 +47,112 @@ fn series_in(expr: &str) -> Vec<String> {
 }
 
 fn dashboard_exprs() -> Vec<String> {
+    dashboard_panels()
+        .into_iter()
+        .flat_map(|(_, exprs)| exprs)
+        .collect()
+}
+
+/// Each panel's title and its targets' expressions.
+fn dashboard_panels() -> Vec<(String, Vec<String>)> {
     let text = std::fs::read_to_string(format!("{ROOT}/examples/grafana/turnstile.json")).unwrap();
     let dash: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let panels = dash["panels"].as_array().expect("panels");
     assert!(panels.len() >= 8, "{} panels", panels.len());
-    panels
-        .iter()
-        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
-        .map(|t| {
-            t["expr"]
-                .as_str()
-                .expect("every target has an expr")
-                .to_owned()
+    let expr = |t: &serde_json::Value| {
+        let e = t["expr"].as_str().expect("every target has an expr");
+        e.to_owned()
+    };
+    (panels.iter())
+        .map(|p| {
+            let targets = p["targets"].as_array().cloned().unwrap_or_default();
+            let title = p["title"].as_str().unwrap_or_default().to_owned();
+            (title, targets.iter().map(expr).collect())
         })
         .collect()
+}
+
+/// The series a Prometheus holds when it scrapes the debug port as the job "turnstile" and the
+/// Prometheus port as "turnstile-prometheus", and once more under "turnstile" (a scrape config
+/// that names both ports in one job): 60 hits a minute on limit d.k, 30 of them over it, and
+/// 3 reservations made, reported a minute.
+const BOTH_PORTS: &str = r#"
+      - series: 'ratelimit_service_rate_limit_total_hits{domain="d",descriptor="k",instance="a:6070",job="turnstile"}'
+        values: '0+60x20'
+      - series: 'ratelimit_service_rate_limit_over_limit{domain="d",descriptor="k",instance="a:6070",job="turnstile"}'
+        values: '0+30x20'
+      - series: 'ratelimit_service_rate_limit_total_hits{domain="",descriptor="all",instance="a:6070",job="turnstile"}'
+        values: '0+60x20'
+      - series: 'ratelimit_service_rate_limit_over_limit{domain="",descriptor="all",instance="a:6070",job="turnstile"}'
+        values: '0+30x20'
+      - series: 'ratelimit_service_reservations_made_total{shard="0",instance="a:6070",job="turnstile"}'
+        values: '0+3x20'
+      - series: 'ratelimit_service_reservations_reported_total{shard="0",instance="a:6070",job="turnstile"}'
+        values: '0+3x20'
+      - series: 'ratelimit_service_reservations_expired_total{shard="0",instance="a:6070",job="turnstile"}'
+        values: '0x20'
+      - series: 'ratelimit_service_reservations_withdrawn_total{shard="0",instance="a:6070",job="turnstile"}'
+        values: '0x20'
+      - series: 'ratelimit_service_rate_limit_total_hits{domain="d",key1="k",instance="a:9090",job="turnstile-prometheus"}'
+        values: '0+60x20'
+      - series: 'ratelimit_service_rate_limit_over_limit{domain="d",key1="k",instance="a:9090",job="turnstile-prometheus"}'
+        values: '0+30x20'
+      - series: 'ratelimit_service_rate_limit_total_hits{domain="d",key1="k",instance="a:9090",job="turnstile"}'
+        values: '0+60x20'
+      - series: 'ratelimit_service_rate_limit_over_limit{domain="d",key1="k",instance="a:9090",job="turnstile"}'
+        values: '0+30x20'
+"#;
+
+/// The dashboard's per-limit panels and its reservations panel, each expression as Grafana
+/// sends it with `$job` = turnstile, run by `promtool test rules` over [`BOTH_PORTS`]: one row
+/// for the limit (hits 1/s, over 0.5/s, ratio 0.5), not one more for the Prometheus port's
+/// series; reservations made 0.05/s, expired 0.
+#[test]
+fn the_dashboard_counts_each_limit_once_beside_the_prometheus_ports_series() {
+    let limit = r#"'{domain="d",descriptor="k"}'"#;
+    let want: [(&str, &[(&str, f64)]); 4] = [
+        ("Hits per limit", &[(limit, 1.0)]),
+        ("Over limit per limit", &[(limit, 0.5)]),
+        ("Over-limit ratio per limit", &[(limit, 0.5)]),
+        (
+            "Reservations (limits with reserve)",
+            &[("'{}'", 0.05), ("'{}'", 0.05), ("'{}'", 0.0), ("'{}'", 0.0)],
+        ),
+    ];
+    let panels = dashboard_panels();
+    let mut cases = String::new();
+    for (title, samples) in want {
+        let (_, exprs) = (panels.iter())
+            .find(|(t, _)| t == title)
+            .unwrap_or_else(|| panic!("no panel {title:?}"));
+        assert_eq!(exprs.len(), samples.len(), "{title}: {exprs:?}");
+        for (expr, (labels, value)) in exprs.iter().zip(samples) {
+            let expr = expr
+                .replace("$__rate_interval", "5m")
+                .replace("$job", "turnstile");
+            cases.push_str(&format!(
+                "      - expr: '{}'\n        eval_time: 10m\n        exp_samples:\n          - labels: {labels}\n            value: {value}\n",
+                expr.replace('\'', "''")
+            ));
+        }
+    }
+    let t = TempDir::new("dashboard-promtool");
+    let file = t.write(
+        "dashboard_test.yaml",
+        &format!(
+            "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:{BOTH_PORTS}    promql_expr_test:\n{cases}"
+        ),
+    );
+    let out = Command::new("promtool")
+        .args(["test", "rules", file.to_str().unwrap()])
+        .output()
+        .expect("promtool is on PATH (scripts/install-test-deps.sh installs Debian's prometheus)");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn alert_exprs() -> Vec<String> {

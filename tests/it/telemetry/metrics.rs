@@ -307,7 +307,7 @@ fn detailed_series_are_bounded() {
     }
     // Over the limit once: counted as over, not within.
     m.record_series("m", "user_alice", counted(1, true, 0, 10));
-    let text = counters.render();
+    let text = counters.render(turnstile::telemetry::Shown::Clear);
     assert_valid_exposition(&text);
     assert_eq!(
         limit_stat(&text, "total_hits", "user_alice"),

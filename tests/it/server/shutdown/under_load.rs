@@ -73,7 +73,7 @@ fn request(key: &str, value: &str) -> RateLimitRequest {
 struct Server {
     child: Child,
     grpc: String,
-    /// turnstile's own series on the debug port, when the test asked for one (`DEBUG_PORT`).
+    /// turnstile's own series on the debug port (on an OS-chosen port unless a test says).
     metrics: Option<String>,
     _dir: TempDir,
 }
@@ -101,6 +101,10 @@ fn start_with(env: &[(&str, &str)]) -> Server {
         .env("TURNSTILE_WORKERS", layout().0.to_string())
         .env("TURNSTILE_SHARDS", layout().1.to_string())
         .env("LOG_LEVEL", "warn")
+        // Off the fixed debug and Prometheus ports (6070, 9090), which parallel tests share.
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", "0")
+        .env("PROMETHEUS_ADDR", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
