@@ -15,10 +15,10 @@ use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, Health, StartError};
-use crate::config::limitador::Limits;
+use crate::config::limitador::{CustomLabels, Limits};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
-use crate::service::limitador::Limitador;
+use crate::service::limitador::{Limitador, LimitadorMetrics};
 use crate::source::files::{config_updates, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
@@ -43,6 +43,9 @@ pub(super) struct Admin {
     pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
     /// As `limitador-server`: its limits file, reloaded when it changes.
     pub(super) limits_poll: Option<(Watched, u64, Limitador)>,
+    /// As `limitador-server` with `-L`: that file's fingerprint at the start, and the metrics
+    /// whose labels it gives.
+    pub(super) labels_poll: Option<(u64, Watched, Arc<LimitadorMetrics>)>,
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
@@ -91,6 +94,10 @@ pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, 
                     let p = poll_limits(watched, baseline, admin.interval, limitador, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }
+                if let Some((baseline, watched, metrics)) = admin.labels_poll {
+                    let p = poll_labels(watched, baseline, admin.interval, metrics, stop.clone());
+                    tasks.push(tokio::spawn(p));
+                }
                 if let Some((watched, baseline, tls)) = admin.tls_poll {
                     let reload = move || {
                         tls.reload();
@@ -130,6 +137,25 @@ async fn poll_limits(
                 limitador.reload(read);
             }
         }
+    };
+    poll(watched.clone(), baseline, interval, reload, stop).await;
+}
+
+/// Reloads a `-L` file each time it changes.
+async fn poll_labels(
+    watched: Watched,
+    baseline: u64,
+    interval: Duration,
+    metrics: Arc<LimitadorMetrics>,
+    stop: watch::Receiver<bool>,
+) {
+    let Watched::Files(files) = &watched else {
+        return;
+    };
+    let path = files[0].clone();
+    let reload = move || {
+        metrics.reload_custom_labels(CustomLabels::read(&path));
+        std::future::ready(())
     };
     poll(watched.clone(), baseline, interval, reload, stop).await;
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::config::limitador::{LabelsExpr, Limits};
+use crate::config::limitador::{Files, LabelsExpr};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
@@ -148,7 +148,7 @@ impl Context {
     /// The first config load is recorded here, through the reload's one recorder.
     pub(super) async fn build(
         settings: &Settings,
-        (config, limitador): (Config, Option<Limits>),
+        (config, limitador): (Config, Option<Files>),
         clock: Clock,
         starting: Starting,
     ) -> Result<Built, StartError> {
@@ -203,7 +203,7 @@ impl Context {
         };
         let limitador = (settings.limitador.as_ref())
             .zip(limitador)
-            .map(|(l, limits)| limitador_rls(l, limits, &engine));
+            .map(|(l, files)| limitador_rls(l, files, &engine));
         let context = Context {
             limitador,
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
@@ -224,13 +224,17 @@ impl Context {
 }
 
 /// Limitador's service on `limits`, counting as `settings` say.
-fn limitador_rls(settings: &LimitadorSettings, limits: Limits, engine: &Engine) -> LimitadorRls {
+fn limitador_rls(settings: &LimitadorSettings, files: Files, engine: &Engine) -> LimitadorRls {
     // Checked to compile when the settings were read.
     let labels =
         (settings.metric_labels_default.as_deref()).and_then(|t| LabelsExpr::parse(t).ok());
-    let metrics = Arc::new(LimitadorMetrics::new(settings.limit_name_in_labels, labels));
+    let metrics = Arc::new(LimitadorMetrics::new(
+        settings.limit_name_in_labels,
+        labels,
+        files.labels,
+    ));
     LimitadorRls {
-        limitador: Limitador::new(limits, engine.clone(), metrics),
+        limitador: Limitador::new(files.limits, engine.clone(), metrics),
         headers: settings.draft_03_headers,
     }
 }

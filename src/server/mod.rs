@@ -41,7 +41,7 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::config::limitador::Limits;
+use crate::config::limitador::Files;
 use crate::config::{Config, ConfigError, Overlay};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
@@ -171,8 +171,8 @@ impl Health {
 pub struct FirstConfig {
     pub config: Config,
     pub baseline: Option<u64>,
-    /// Served as `limitador-server`: its limits file.
-    pub limitador: Option<Limits>,
+    /// Served as `limitador-server`: its limits file and `-L` file.
+    pub limitador: Option<Files>,
     /// Over xDS, the overlay (`TURNSTILE_XDS_OVERLAY`) read with its fingerprint; read at the
     /// start when none is given.
     pub overlay: Option<(Arc<Overlay>, u64)>,
@@ -199,7 +199,10 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
         let baseline = fingerprint(&limits_file(l));
         return Ok(FirstConfig {
             baseline: Some(baseline),
-            limitador: Some(Limits::read(&l.limits_file)?),
+            limitador: Some(Files::read(
+                &l.limits_file,
+                l.custom_metric_labels.as_deref(),
+            )?),
             ..Config::default().into()
         });
     }
@@ -385,6 +388,17 @@ fn admin_thread(
         limits_poll: (settings.limitador.as_ref())
             .zip(cx.limitador.as_ref())
             .map(|(l, rls)| (limits_file(l), config_baseline, rls.limitador.clone())),
+        labels_poll: (settings.limitador.as_ref())
+            .and_then(|l| l.custom_metric_labels.clone())
+            .zip(cx.limitador.as_ref())
+            .map(|(path, rls)| {
+                let watched = Watched::Files(vec![path]);
+                (
+                    fingerprint(&watched),
+                    watched,
+                    rls.limitador.metrics().clone(),
+                )
+            }),
         health_by_domains: (reloader.as_ref())
             .filter(|_| settings.healthy_only_with_config)
             .map(|r| (r.domains(), health.clone())),

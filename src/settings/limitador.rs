@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use super::{Overrides, Settings};
 use crate::config::limitador::LabelsExpr;
+use crate::telemetry::{OtlpProtocol, TracingSettings};
 
 /// What serving as Limitador needs beyond turnstile's settings.
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct LimitadorSettings {
     pub limit_name_in_labels: bool,
     /// `--metric-labels-default`, as written (checked to compile at start).
     pub metric_labels_default: Option<String>,
+    /// `-L/--custom-metric-labels`: the file, read at start and when it changes.
+    pub custom_metric_labels: Option<PathBuf>,
     /// `--validate`: read the limits file, say whether it is valid, and exit.
     pub validate: bool,
 }
@@ -154,6 +157,31 @@ enum Storage {
     },
 }
 
+/// `--tracing-endpoint URL`: spans over OTLP/gRPC to `URL` (`scheme://host:port`; Limitador's
+/// `rpc://` is plain `http://`). With `TRACING_ENABLED` set too, its other settings apply; else
+/// the spans are service `limitador`'s, every trace sampled, as Limitador sends them.
+fn tracing_to(endpoint: &str, set: Option<TracingSettings>) -> Result<TracingSettings, String> {
+    let (scheme, rest) = endpoint
+        .split_once("://")
+        .ok_or_else(|| format!("--tracing-endpoint {endpoint:?}: expected scheme://host:port"))?;
+    if !matches!(scheme, "rpc" | "http" | "grpc") {
+        return Err(format!(
+            "--tracing-endpoint {endpoint:?}: the exporter has no TLS; use rpc:// or http://"
+        ));
+    }
+    let mut t = set.unwrap_or(TracingSettings {
+        service_name: "limitador".into(),
+        service_namespace: None,
+        service_instance_id: None,
+        sampling_rate: 1.0,
+        protocol: OtlpProtocol::Grpc,
+        endpoint: None,
+    });
+    t.protocol = OtlpProtocol::Grpc;
+    t.endpoint = Some(format!("http://{rest}"));
+    Ok(t)
+}
+
 impl LimitadorArgs {
     /// This process's arguments, as Limitador reads them.
     pub fn from_process() -> LimitadorArgs {
@@ -167,14 +195,6 @@ impl LimitadorArgs {
                 "limitador-server: {what} is not supported by turnstile"
             ))
         };
-        if self.custom_metric_labels.is_some() {
-            return refused("-L/--custom-metric-labels");
-        }
-        if self.tracing_endpoint.is_some() {
-            return refused(
-                "--tracing-endpoint (set TRACING_ENABLED and OTEL_EXPORTER_OTLP_ENDPOINT)",
-            );
-        }
         let mut state_dir = None;
         match &self.storage {
             None | Some(Storage::Memory { .. }) => {}
@@ -204,6 +224,9 @@ impl LimitadorArgs {
             _ => s.log.level = "trace".into(),
         }
         s.log.json |= self.structured_logs;
+        if let Some(endpoint) = self.tracing_endpoint.as_deref().filter(|e| !e.is_empty()) {
+            s.tracing = Some(tracing_to(endpoint, s.tracing.take())?);
+        }
         if let Some(Storage::Memory { cache: Some(n) }) = self.storage {
             s.max_keys = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
@@ -212,6 +235,7 @@ impl LimitadorArgs {
             draft_03_headers: self.rate_limit_headers == "DRAFT_VERSION_03",
             limit_name_in_labels: self.limit_name_in_labels,
             metric_labels_default: self.metric_labels_default,
+            custom_metric_labels: self.custom_metric_labels,
             validate: self.validate,
         });
         Ok(s)

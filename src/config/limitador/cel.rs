@@ -326,3 +326,22 @@ impl LabelsExpr {
         out
     }
 }
+
+/// One label of a `-L` file: its value for a call, as a variable's (a missing key, or any
+/// error, leaves the label out, as Limitador leaves it out).
+#[derive(Debug)]
+pub struct LabelValue(Variable);
+
+impl LabelValue {
+    pub fn parse(text: &str) -> Result<LabelValue, String> {
+        Variable::parse(text).map(LabelValue)
+    }
+
+    pub fn value(&self, d: &dyn Entries) -> Option<String> {
+        let mut cx = Lazy::default();
+        self.0
+            .value(d, &mut cx, LimitNames::default())
+            .ok()
+            .flatten()
+    }
+}

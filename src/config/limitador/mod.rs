@@ -13,7 +13,9 @@ use std::hash::Hasher;
 use fnv::{FnvHashMap, FnvHasher};
 use smallvec::SmallVec;
 
-pub use cel::{Condition, Entries, EntryRef, EvalError, LabelsExpr, Lazy, LimitNames, Variable};
+pub use cel::{
+    Condition, Entries, EntryRef, EvalError, LabelValue, LabelsExpr, Lazy, LimitNames, Variable,
+};
 
 use super::ConfigError;
 
@@ -161,6 +163,71 @@ impl Namespace {
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+/// What `limitador-server` reads at start: its limits file and its `-L` file, if any.
+#[derive(Debug)]
+pub struct Files {
+    pub limits: Limits,
+    pub labels: CustomLabels,
+}
+
+impl Files {
+    pub fn read(
+        limits: &std::path::Path,
+        labels: Option<&std::path::Path>,
+    ) -> Result<Files, ConfigError> {
+        Ok(Files {
+            limits: Limits::read(limits)?,
+            labels: labels
+                .map(CustomLabels::read)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// A `-L/--custom-metric-labels` file: a YAML map of label name → CEL expression, each label
+/// of a call's metrics when its expression gives a value.
+#[derive(Debug, Default)]
+pub struct CustomLabels {
+    pub labels: Vec<(String, LabelValue)>,
+}
+
+impl CustomLabels {
+    /// Reads and compiles the file at `path`; an error names the file and the label.
+    pub fn read(path: &std::path::Path) -> Result<CustomLabels, ConfigError> {
+        let file = path.display().to_string();
+        let error = |path: String, message: String| ConfigError {
+            file: file.clone(),
+            path,
+            message,
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| error(String::new(), format!("cannot read: {e}")))?;
+        let map: Option<std::collections::BTreeMap<String, String>> = if text.trim().is_empty() {
+            None
+        } else {
+            serde_saphyr::from_str_with_options(&text, super::yaml_options())
+                .map_err(|e| error(String::new(), e.to_string()))?
+        };
+        let mut labels = Vec::new();
+        for (name, expr) in map.unwrap_or_default() {
+            let valid = name
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            if !valid || name.is_empty() {
+                return Err(error(
+                    name,
+                    "not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)".into(),
+                ));
+            }
+            let value = LabelValue::parse(&expr).map_err(|e| error(name.clone(), e))?;
+            labels.push((name, value));
+        }
+        Ok(CustomLabels { labels })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Limitador's metrics, named and labelled as Limitador names them, so Kuadrant's dashboards
 //! and PodMonitor keep working: `authorized_calls`, `authorized_hits` and `limited_calls` by
 //! `limitador_namespace` (and `limit_name` on `limited_calls` with `--limit-name-in-labels`),
-//! each with the labels `--metric-labels-default` gives a call; `limitador_up` and
+//! each with the labels `--metric-labels-default` and a `-L` file give a call; `limitador_up` and
 //! `datastore_partitioned`. At most [`MAX_SERIES`] label sets a family; calls past it are
 //! counted in `turnstile_limitador_series_dropped_total`.
 
@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::{Ask, Verdict};
-use crate::config::limitador::LabelsExpr;
+use arc_swap::ArcSwap;
+
+use crate::config::limitador::{CustomLabels, LabelsExpr};
 use crate::descriptor::limitador::Sent;
 use crate::descriptor::Entry;
 use crate::telemetry::Shown;
@@ -36,16 +38,34 @@ pub struct LimitadorMetrics {
     limit_name_in_labels: bool,
     /// `--metric-labels-default`.
     default_labels: Option<LabelsExpr>,
+    /// `-L/--custom-metric-labels`, replaced when its file is reloaded.
+    custom_labels: ArcSwap<CustomLabels>,
     families: Mutex<Families>,
     dropped: AtomicU64,
 }
 
 impl LimitadorMetrics {
-    pub fn new(limit_name_in_labels: bool, default_labels: Option<LabelsExpr>) -> LimitadorMetrics {
+    pub fn new(
+        limit_name_in_labels: bool,
+        default_labels: Option<LabelsExpr>,
+        custom_labels: CustomLabels,
+    ) -> LimitadorMetrics {
         LimitadorMetrics {
             limit_name_in_labels,
             default_labels,
+            custom_labels: ArcSwap::from_pointee(custom_labels),
             ..LimitadorMetrics::default()
+        }
+    }
+
+    /// A `-L` file read again: valid, its labels apply from the next call (series counted so far
+    /// keep theirs); invalid, the labels in use stay.
+    pub fn reload_custom_labels(&self, read: Result<CustomLabels, crate::config::ConfigError>) {
+        match read {
+            Ok(l) => self.custom_labels.store(std::sync::Arc::new(l)),
+            Err(e) => {
+                tracing::error!(error = %e, "custom metric labels not reloaded: those in use stay")
+            }
         }
     }
 
@@ -62,6 +82,13 @@ impl LimitadorMetrics {
         let mut labels = (self.default_labels.as_ref())
             .map(|l| l.labels(&Sent(descriptors)))
             .unwrap_or_default();
+        let sent = Sent(descriptors);
+        for (name, value) in self.custom_labels.load().labels.iter() {
+            if let Some(v) = value.value(&sent) {
+                labels.retain(|(k, _)| k != name);
+                labels.push((name.clone(), v));
+            }
+        }
         labels.push(("limitador_namespace".to_owned(), namespace.to_owned()));
         let mut f = self.families.lock().unwrap_or_else(|p| p.into_inner());
         if verdict.limited {

@@ -4,10 +4,10 @@
 //! run here with the same `limits.yaml`), unless a comment says turnstile differs on purpose
 //! (docs/limitador.md lists each difference).
 
+mod command_line;
 mod envoy;
 mod grpc;
 mod http;
-mod reload;
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +45,11 @@ impl Limitador {
     /// Started as limitador-operator starts it, on loopback ports the OS picks: `flags`, then
     /// `--http-port 0 --rls-port 0 --metric-labels-default 'descriptors[1]' LIMITS memory`.
     pub fn start(flags: &[&str], limits: &str) -> Limitador {
+        Limitador::start_with(flags, limits, &[])
+    }
+
+    /// As [`Limitador::start`], with `env` in its environment too.
+    pub fn start_with(flags: &[&str], limits: &str, env: &[(&str, &str)]) -> Limitador {
         let dir = TempDir::new("limitador");
         let file = dir.path().join("limitador-config.yaml");
         std::fs::write(&file, limits).unwrap();
@@ -54,10 +59,11 @@ impl Limitador {
         args.extend(["--http-port", "0", "--rls-port", "0"]);
         args.extend(["--metric-labels-default", "descriptors[1]"]);
         args.extend([file_arg.as_str(), "memory"]);
-        let env = [
+        let mut env = env.to_vec();
+        env.extend([
             ("ENVOY_RLS_HOST", "127.0.0.1"),
             ("HTTP_API_HOST", "127.0.0.1"),
-        ];
+        ]);
         Limitador {
             server: Server::start(&exe, &args, &env),
             limits: file,
