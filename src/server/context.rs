@@ -230,7 +230,8 @@ fn limitador_rls(settings: &LimitadorSettings, limits: Limits, engine: &Engine) 
         (settings.metric_labels_default.as_deref()).and_then(|t| LabelsExpr::parse(t).ok());
     let metrics = Arc::new(LimitadorMetrics::new(settings.limit_name_in_labels, labels));
     LimitadorRls {
-        limitador: Limitador::new(limits, engine.clone(), metrics),
+        limitador: Limitador::new(limits, engine.clone(), metrics)
+            .with_reservations(settings.reservations),
         headers: settings.draft_03_headers,
     }
 }

@@ -7,6 +7,7 @@
 mod grpc;
 mod http;
 mod reload;
+mod reserve;
 
 use std::path::{Path, PathBuf};
 
