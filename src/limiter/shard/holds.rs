@@ -332,4 +332,33 @@ mod tests {
         assert_eq!(h.peek(&Key::new("late"), &p, T0 + 2 * SEC), 1);
         assert_eq!(stats.read().holds_expired, 100);
     }
+
+    #[test]
+    fn a_named_hold_ends_by_its_id_and_its_time_not_by_age() {
+        let (mut h, stats) = holds();
+        let op = test_op("k", Algorithm::FromFirstHit, 1000, 60_000);
+        let (k, p) = (&op.key, &op.params);
+        h.hold_named(k, p, T0, (1, 300, T0 + 10 * SEC));
+        h.hold_named(k, p, T0, (2, 200, T0 + 5 * SEC));
+        h.hold_named(k, p, T0, (3, 100, T0 + 20 * SEC));
+        assert_eq!(h.named(k, p, T0), 600);
+        // The second ends by its id, the oldest stays.
+        assert!(h.end_named(k, p, T0 + SEC, 2, true));
+        assert!(!h.end_named(k, p, T0 + SEC, 2, true), "ended once");
+        assert_eq!(h.named_hold(k, 1, T0 + SEC), Some(300));
+        assert_eq!(h.named(k, p, T0 + SEC), 400);
+        // Each expires at its own time.
+        assert_eq!(h.named(k, p, T0 + 10 * SEC), 100);
+        assert_eq!(h.named_hold(k, 1, T0 + 10 * SEC), None);
+        assert!(h.end_named(k, p, T0 + 11 * SEC, 3, false));
+        assert!(h.keys.is_empty(), "a key holding nothing is forgotten");
+        let c = stats.read();
+        let counts = (
+            c.holds_made,
+            c.holds_reported,
+            c.holds_expired,
+            c.holds_withdrawn,
+        );
+        assert_eq!(counts, (3, 1, 1, 1));
+    }
 }

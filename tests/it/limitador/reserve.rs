@@ -232,3 +232,47 @@ fn bad_reservation_flags_are_refused_naming_the_flag() {
         );
     }
 }
+
+#[tokio::test]
+async fn every_call_on_the_counter_sees_the_holds() {
+    let l = Limitador::start(&["--max-reservation-fraction", "1"], TOKENS);
+    let id = reserve(&l, "alice", 999, None).await.reservation_id;
+    let d: &[(&str, &str)] = &[
+        ("tokenlimit.tokens__0a1b2c3d", "1"),
+        ("auth.identity.userid", "alice"),
+    ];
+    // CheckRateLimit checks 1: the one left is there.
+    let grpc = l.grpc();
+    let check = || unary(&grpc, CHECK, request("ns/llm", &[d], 0));
+    assert_eq!(code(&check().await.unwrap()), "OK");
+    // HTTP: /check of 2 is refused, /check_and_report of 1 takes the last.
+    let body = |delta: u64| {
+        format!(
+            r#"{{"namespace":"ns/llm","values":{{"tokenlimit.tokens__0a1b2c3d":"1","auth.identity.userid":"alice"}},"delta":{delta}}}"#
+        )
+    };
+    let http = reqwest::Client::new();
+    let post = |path: &'static str, body: String| {
+        http.post(l.http(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    assert_eq!(post("/check", body(2)).await.unwrap().status(), 429);
+    assert_eq!(
+        post("/check_and_report", body(1)).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        post("/check_and_report", body(1)).await.unwrap().status(),
+        429
+    );
+    assert_eq!(code(&check().await.unwrap()), "OVER_LIMIT");
+    // Report counts unchecked beside the hold; the commit ends it.
+    let report = unary(&l.grpc(), REPORT, request("ns/llm", &[d], 5)).await;
+    assert_eq!(code(&report.unwrap()), "OK");
+    assert!(commit(&l, "alice", &id, 0).await);
+    // 1 + 5 used: 994 left.
+    assert_eq!(post("/check", body(994)).await.unwrap().status(), 200);
+    assert_eq!(post("/check", body(995)).await.unwrap().status(), 429);
+}
