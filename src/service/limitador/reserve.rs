@@ -49,6 +49,14 @@ impl Limitador {
         amount: u64,
         ttl: Option<Duration>,
     ) -> Result<Reserved, LimitadorError> {
+        // Named holds live in the shards' memory; the store's scripts keep none, so a hold
+        // made here would not be seen by the other replicas (as Limitador answers for a
+        // storage without reservations).
+        if self.engine.has_store() {
+            return Err(LimitadorError::Unsupported(
+                "reservations are not supported with the redis storages",
+            ));
+        }
         let id = hold_id();
         let loaded = self.loaded();
         let Some(ns) = loaded.limits.namespace(namespace) else {

@@ -223,3 +223,60 @@ fn a_hold_ends_at_its_ttl_the_max_ttl_or_the_window_whichever_is_first() {
         assert!(reserve(&l, "c", 1, None).await.is_some());
     });
 }
+
+/// A store never asked anything: a Reserve is refused before the engine.
+struct Unasked;
+
+impl crate::limiter::Store for Unasked {
+    fn run(
+        &self,
+        _: usize,
+        _: &[crate::limiter::StoreOp<'_>],
+        _: u64,
+        _: Duration,
+    ) -> crate::limiter::StoreFuture {
+        unreachable!("a Reserve never reaches the store")
+    }
+
+    fn peek(&self, _: usize, _: &Op, _: u64, _: Duration) -> crate::limiter::StoreFuture {
+        unreachable!("no look-ups")
+    }
+
+    fn delete(&self, _: usize, _: &Op, _: u64, _: Duration) -> crate::limiter::DeleteFuture {
+        unreachable!("no resets")
+    }
+
+    fn failed(&self, _: usize) {}
+
+    fn name(&self) -> &'static str {
+        "unasked"
+    }
+}
+
+#[test]
+fn a_reserve_with_a_store_is_unsupported_rather_than_held_in_one_replica() {
+    let (clock, _) = Clock::manual(T0);
+    let policy = crate::limiter::StorePolicy {
+        deadline: Duration::from_secs(1),
+        slow: Duration::from_secs(1),
+        breaker_failures: 1,
+        cooldown: Duration::from_secs(1),
+        failure_mode: crate::limiter::FailureMode::FailClosed,
+        local_cache_bytes: 0,
+        local_first: false,
+        sync_interval: Duration::from_secs(1),
+    };
+    let store: Arc<dyn crate::limiter::Store> = Arc::new(Unasked);
+    let (engine, _tasks) = Engine::with_store(1, 8, 8, clock, Some((store, policy)), 100);
+    let limits = Limits::parse("limits.yaml", LIMITS).unwrap();
+    let l = Limitador::new(limits, engine, Arc::new(LimitadorMetrics::new(false, None)));
+    let d = [Entry {
+        key: "kind",
+        value: "tok",
+    }];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let r = rt.block_on(l.reserve("tokens", &[&d], 1, None));
+    assert!(matches!(r, Err(LimitadorError::Unsupported(_))), "{r:?}");
+}
