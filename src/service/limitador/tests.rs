@@ -28,7 +28,7 @@ const LIMITS: &str = r#"
   variables: []
 "#;
 
-/// A Limitador on `LIMITS` over a two-shard engine on a manual clock, given to `body`.
+/// A Limitador on `LIMITS` over an engine of 16 shards on a manual clock, given to `body`.
 fn with_limitador<F, Fut>(reservations: ReservationSettings, body: F)
 where
     F: FnOnce(Limitador, std::sync::Arc<ManualClock>) -> Fut,
@@ -40,7 +40,7 @@ where
         .unwrap();
     let local = LocalSet::new();
     let (clock, manual) = Clock::manual(T0);
-    let (engine, tasks) = Engine::new(2, 64, 100, clock);
+    let (engine, tasks) = Engine::new(16, 64, 100, clock);
     for t in tasks {
         local.spawn_local(t.run());
     }
@@ -117,6 +117,39 @@ fn a_reserve_is_admitted_while_value_held_and_amount_fit_every_counter() {
         assert!(commit(&l, "alice", &a, 0).await);
         assert!(commit(&l, "alice", &b, 0).await);
         assert!(reserve(&l, "alice", 1000, None).await.is_some());
+    });
+}
+
+/// Holds made and not ended, over every shard.
+fn live_holds(l: &Limitador) -> (u64, u64) {
+    let (mut live, mut withdrawn) = (0, 0);
+    for s in l.engine().stats() {
+        let c = s.read();
+        live += c.holds_made - c.holds_reported - c.holds_expired - c.holds_withdrawn;
+        withdrawn += c.holds_withdrawn;
+    }
+    (live, withdrawn)
+}
+
+#[test]
+fn a_reserve_refused_on_another_shard_holds_nothing_on_this_one() {
+    with_limitador(all_of_it(), |l, _| async move {
+        reserve(&l, "alice", 1000, None).await.unwrap();
+        assert_eq!(live_holds(&l), (2, 0), "on alice's counter and the route's");
+        // The route has 500 left: each user's own counter has room, the route has not. Users'
+        // counters on other shards than the route's held, then took it back.
+        for i in 0..20 {
+            let user = format!("u{i}");
+            assert!(reserve(&l, &user, 501, None).await.is_none());
+        }
+        // Refunds go to their shards as messages: let them be read.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let (live, withdrawn) = live_holds(&l);
+        assert_eq!(live, 2, "the refused hold nothing");
+        assert!(withdrawn > 0, "some users' counters are on other shards");
+        assert!(reserve(&l, "u0", 500, None).await.is_some());
     });
 }
 
