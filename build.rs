@@ -2,8 +2,9 @@
 //! protoc:
 //! - Envoy's rate-limit and rate-limit-quota service protos become a descriptor set for gRPC server reflection; their
 //!   message types come from the `envoy-types` crate.
-//! - envoyproxy/ratelimit's `RateLimitConfig` (the xDS resource Envoy Gateway serves) becomes Rust
-//!   types with prost-build, since no crate ships them.
+//! - envoyproxy/ratelimit's `RateLimitConfig` (the xDS resource Envoy Gateway serves) and
+//!   Kuadrant's `Reserve`/`Commit` messages become Rust types with prost-build, since no crate
+//!   ships them (the Envoy messages they use are `envoy-types`', Duration `prost-types`').
 
 use std::{env, fs, path::PathBuf};
 
@@ -18,6 +19,12 @@ fn main() {
     ];
     let set = protox::compile(files, ["proto"]).expect("compile vendored protos in proto/");
     let bytes = prost::Message::encode_to_vec(&set);
+    let kuadrant = prost_types::FileDescriptorSet {
+        file: (set.file.iter())
+            .filter(|f| f.package() == "kuadrant.service.ratelimit.v1")
+            .cloned()
+            .collect(),
+    };
     fs::write(out.join("rls_descriptor.bin"), bytes).expect("write descriptor set");
 
     let rls_conf = protox::compile(["ratelimit/config/ratelimit/v3/rls_conf.proto"], ["proto"])
@@ -25,4 +32,9 @@ fn main() {
     prost_build::Config::new()
         .compile_fds(rls_conf)
         .expect("generate RateLimitConfig types");
+    prost_build::Config::new()
+        // `.google.protobuf` is `::prost_types` already, by prost-build's default.
+        .extern_path(".envoy", "::envoy_types::pb::envoy")
+        .compile_fds(kuadrant)
+        .expect("generate Kuadrant's Reserve and Commit types");
 }

@@ -82,6 +82,8 @@ struct Inner {
     stats: Vec<Arc<ShardStats>>,
     /// Each shard's link's counters, kept in memory mode too (the Redis families read zeros).
     links: Vec<Arc<LinkStats>>,
+    /// Whether the shards decide through a store shared by replicas.
+    has_store: bool,
 }
 
 /// A shard actor not yet started: the server spawns it on the runtime it belongs to.
@@ -176,9 +178,15 @@ impl Engine {
                 clock,
                 stats,
                 links,
+                has_store: store.is_some(),
             }),
         };
         (engine, tasks)
+    }
+
+    /// Whether the shards decide through a store shared by replicas (Redis).
+    pub fn has_store(&self) -> bool {
+        self.inner.has_store
     }
 
     pub fn clock(&self) -> &Clock {

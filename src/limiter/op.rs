@@ -61,6 +61,16 @@ pub enum Reservation {
     /// A report of usage (counted in full): releases the oldest hold of its key, if any. Its
     /// limit's holds are of `hits` each.
     Release { hits: u32 },
+    /// Limitador's `Reserve` (the op's hits are 0): judged as if it took `hits` beyond what its
+    /// key's named holds hold; when its request is admitted, holds `hits` under `id` until the
+    /// earliest of `for_ms` and the end of the key's window, or a [`Reservation::Commit`] of `id`.
+    Reserve { hits: u32, for_ms: u32, id: u64 },
+    /// Limitador's `Commit`: usage counted in full that ends the named hold `id` of its key, if
+    /// the key still holds it (the op's outcome says whether it did: `released`).
+    Commit { id: u64 },
+    /// An ordinary op judged beside its key's named holds, so room reserved is not room left:
+    /// Limitador's calls (beyond Limitador, where they do not see reservations).
+    Beside,
 }
 
 /// A new hold's name, unique in this process and, drawn from a random start, across replicas.
@@ -133,6 +143,8 @@ pub struct Outcome {
     pub retry_ns: u64,
     /// Refused only because waiters of its key were ahead of it.
     pub blocked: bool,
+    /// A [`Reservation::Commit`] that found its hold, and ended it.
+    pub released: bool,
 }
 
 /// Verdicts in the order of the ops given.

@@ -250,6 +250,7 @@ impl SpreadRequest<'_> {
                                 reset_ns: 0,
                                 retry_ns: 0,
                                 blocked: false,
+                                released: false,
                                 past: 0,
                             })
                             .collect(),

@@ -234,7 +234,8 @@ fn limitador_rls(settings: &LimitadorSettings, files: Files, engine: &Engine) ->
         files.labels,
     ));
     LimitadorRls {
-        limitador: Limitador::new(files.limits, engine.clone(), metrics),
+        limitador: Limitador::new(files.limits, engine.clone(), metrics)
+            .with_reservations(settings.reservations),
         headers: settings.draft_03_headers,
     }
 }

@@ -5,11 +5,14 @@
 //! is refused at start, naming it, never ignored.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use super::{Overrides, Settings};
+use crate::config::grammar::parse_duration;
 use crate::config::limitador::LabelsExpr;
+use crate::service::limitador::ReservationSettings;
 use crate::telemetry::{OtlpProtocol, TracingSettings};
 
 /// What serving as Limitador needs beyond turnstile's settings.
@@ -27,6 +30,8 @@ pub struct LimitadorSettings {
     pub custom_metric_labels: Option<PathBuf>,
     /// `--validate`: read the limits file, say whether it is valid, and exit.
     pub validate: bool,
+    /// `--disable-reservations`, `--max-reservation-fraction`, `--max-reservation-ttl`.
+    pub reservations: ReservationSettings,
 }
 
 #[derive(Parser, Debug)]
@@ -112,6 +117,15 @@ pub struct LimitadorArgs {
     /// Serve gRPC reflection (turnstile always does)
     #[arg(long = "grpc-reflection-service")]
     grpc_reflection_service: bool,
+    /// Answer Reserve UNIMPLEMENTED (Commit stays a plain report)
+    #[arg(long = "disable-reservations")]
+    disable_reservations: bool,
+    /// The most one reservation may hold of a counter's max_value, from 0 to 1
+    #[arg(long = "max-reservation-fraction", value_name = "FRACTION", default_value = "0.5", value_parser = parse_fraction)]
+    max_reservation_fraction: f64,
+    /// The longest a reservation holds: seconds, or a duration such as 90s or 2m
+    #[arg(long = "max-reservation-ttl", value_name = "SECONDS", default_value = "60", value_parser = parse_ttl)]
+    max_reservation_ttl: Duration,
     #[command(subcommand)]
     storage: Option<Storage>,
 }
@@ -237,7 +251,27 @@ impl LimitadorArgs {
             metric_labels_default: self.metric_labels_default,
             custom_metric_labels: self.custom_metric_labels,
             validate: self.validate,
+            reservations: ReservationSettings {
+                enabled: !self.disable_reservations,
+                max_fraction: self.max_reservation_fraction,
+                max_ttl: self.max_reservation_ttl,
+            },
         });
         Ok(s)
+    }
+}
+
+/// `--max-reservation-fraction`: a number from 0 to 1.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    (text.trim().parse::<f64>().ok())
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| "is not a number from 0 to 1".to_owned())
+}
+
+/// `--max-reservation-ttl`: whole seconds (Limitador's unit), or a duration with its unit.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => parse_duration(text),
     }
 }

@@ -1,6 +1,7 @@
 //! Limitador's gRPC on the RLS port: Envoy's `ShouldRateLimit` answered as Limitador answers
 //! it, and Kuadrant's `kuadrant.service.ratelimit.v1.RateLimitService` (`CheckRateLimit`,
-//! `Report`), all on [`Limitador`]. Errors are mapped here and nowhere else.
+//! `Report`, `Reserve`, `Commit`), all on [`Limitador`]. Errors are mapped here and nowhere
+//! else.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -8,6 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
@@ -17,7 +19,32 @@ use tonic_prost::ProstCodec;
 use tower_service::Service;
 
 use crate::descriptor::Entry;
-use crate::service::limitador::{draft_03, Ask, Limitador, LimitadorError, Verdict};
+use crate::service::limitador::{draft_03, Ask, Limitador, LimitadorError, Reserved, Verdict};
+
+/// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).
+pub mod pb {
+    #![allow(missing_docs, unreachable_pub, clippy::all)]
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/kuadrant.service.ratelimit.v1.rs"
+    ));
+}
+
+use pb::{CommitRequest, CommitResponse, ReserveRequest, ReserveResponse};
+
+type Entries<'a> = SmallVec<[SmallVec<[Entry<'a>; 4]>; 4]>;
+
+/// Each descriptor's entries, as Limitador reads them (its own `limit` and `hits_addend`
+/// ignored).
+fn entries_of(descriptors: &[RateLimitDescriptor]) -> Entries<'_> {
+    (descriptors.iter())
+        .map(|d| d.entries.iter().map(Entry::from).collect())
+        .collect()
+}
+
+fn slices<'a>(entries: &'a Entries<'_>) -> SmallVec<[&'a [Entry<'a>]; 4]> {
+    entries.iter().map(|e| e.as_slice()).collect()
+}
 
 /// Limitador's answers on the RLS port, and whether they carry draft 03's headers.
 #[derive(Clone)]
@@ -42,10 +69,8 @@ impl LimitadorRls {
                 ..RateLimitResponse::default()
             });
         }
-        let entries: SmallVec<[SmallVec<[Entry<'_>; 4]>; 4]> = (req.descriptors.iter())
-            .map(|d| d.entries.iter().map(Entry::from).collect())
-            .collect();
-        let slices: SmallVec<[&[Entry<'_>]; 4]> = entries.iter().map(|e| e.as_slice()).collect();
+        let entries = entries_of(&req.descriptors);
+        let slices = slices(&entries);
         let delta = match ask {
             Ask::Check => 1,
             _ => u64::from(req.hits_addend.max(1)),
@@ -56,6 +81,63 @@ impl LimitadorRls {
             .await)
             .map_err(status_of)?;
         Ok(self.response(&verdict, ask))
+    }
+
+    /// `Reserve`: an empty domain is UNKNOWN, as for the other calls; with
+    /// `--disable-reservations`, UNIMPLEMENTED naming the flag.
+    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveResponse, Status> {
+        if !self.limitador.reservations().enabled {
+            return Err(Status::unimplemented(
+                "reservations are disabled (--disable-reservations)",
+            ));
+        }
+        if req.domain.is_empty() {
+            return Ok(ReserveResponse {
+                code: Code::Unknown.into(),
+                ..ReserveResponse::default()
+            });
+        }
+        let entries = entries_of(&req.descriptors);
+        // A negative ttl holds for no time.
+        let ttl = (req.ttl.as_ref()).map(|d| {
+            let (s, n) = (d.seconds.max(0), d.nanos.max(0));
+            std::time::Duration::new(s as u64, n as u32)
+        });
+        let reserved = (self.limitador)
+            .reserve(&req.domain, &slices(&entries), req.amount, ttl)
+            .await
+            .map_err(status_of)?;
+        Ok(match reserved {
+            Reserved::Admitted { id } => ReserveResponse {
+                code: Code::Ok.into(),
+                reservation_id: id,
+            },
+            Reserved::Refused => ReserveResponse {
+                code: Code::OverLimit.into(),
+                ..ReserveResponse::default()
+            },
+        })
+    }
+
+    /// `Commit`: `actual_amount` counted as `Report` counts, the hold ended; an empty domain
+    /// counts nothing.
+    pub async fn commit(&self, req: &CommitRequest) -> Result<CommitResponse, Status> {
+        if req.domain.is_empty() {
+            return Ok(CommitResponse::default());
+        }
+        let entries = entries_of(&req.descriptors);
+        let released = (self.limitador)
+            .commit(
+                &req.domain,
+                &slices(&entries),
+                &req.reservation_id,
+                req.actual_amount,
+            )
+            .await
+            .map_err(status_of)?;
+        Ok(CommitResponse {
+            reservation_released: released,
+        })
     }
 
     fn response(&self, v: &Verdict, ask: Ask) -> RateLimitResponse {
@@ -87,11 +169,22 @@ fn status_of(e: LimitadorError) -> Status {
             Status::unavailable("Service unavailable")
         }
         LimitadorError::Engine(e) => Status::unavailable(e.to_string()),
+        LimitadorError::Unsupported(what) => Status::unimplemented(what),
     }
 }
 
 const CHECK: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/CheckRateLimit";
 const REPORT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Report";
+const RESERVE: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Reserve";
+const COMMIT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Commit";
+
+/// A method of Kuadrant's service.
+#[derive(Clone, Copy)]
+enum Method {
+    Rls(Ask),
+    Reserve,
+    Commit,
+}
 
 /// Kuadrant's service, routed by the gRPC router by its name.
 #[derive(Clone)]
@@ -125,19 +218,34 @@ impl Service<http::Request<tonic::body::Body>> for KuadrantService {
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let ask = match req.uri().path() {
-            CHECK => Some(Ask::Check),
-            REPORT => Some(Ask::Report),
+        let method = match req.uri().path() {
+            CHECK => Some(Method::Rls(Ask::Check)),
+            REPORT => Some(Method::Rls(Ask::Report)),
+            RESERVE => Some(Method::Reserve),
+            COMMIT => Some(Method::Commit),
             _ => None,
         };
-        let (rls, max) = (self.rls.clone(), self.max_message_bytes);
+        let (rls, max) = (self.rls.clone(), Some(self.max_message_bytes));
         Box::pin(async move {
-            let Some(ask) = ask else {
-                return Ok(Status::unimplemented("no such method").into_http());
-            };
-            let codec: ProstCodec<RateLimitResponse, RateLimitRequest> = ProstCodec::default();
-            let mut grpc = Grpc::new(codec).apply_max_message_size_config(Some(max), None);
-            Ok(grpc.unary(Unary(rls, ask), req).await)
+            Ok(match method {
+                None => Status::unimplemented("no such method").into_http(),
+                Some(Method::Rls(ask)) => {
+                    let codec: ProstCodec<RateLimitResponse, RateLimitRequest> =
+                        ProstCodec::default();
+                    let mut grpc = Grpc::new(codec).apply_max_message_size_config(max, None);
+                    grpc.unary(Unary(rls, ask), req).await
+                }
+                Some(Method::Reserve) => {
+                    let codec: ProstCodec<ReserveResponse, ReserveRequest> = ProstCodec::default();
+                    let mut grpc = Grpc::new(codec).apply_max_message_size_config(max, None);
+                    grpc.unary(ReserveCall(rls), req).await
+                }
+                Some(Method::Commit) => {
+                    let codec: ProstCodec<CommitResponse, CommitRequest> = ProstCodec::default();
+                    let mut grpc = Grpc::new(codec).apply_max_message_size_config(max, None);
+                    grpc.unary(CommitCall(rls), req).await
+                }
+            })
         })
     }
 }
@@ -153,6 +261,36 @@ impl UnaryService<RateLimitRequest> for Unary {
         Box::pin(async move {
             let req = request.into_inner();
             rls.answer(&req, ask).await.map(Response::new)
+        })
+    }
+}
+
+struct ReserveCall(LimitadorRls);
+
+impl UnaryService<ReserveRequest> for ReserveCall {
+    type Response = ReserveResponse;
+    type Future = BoxFuture<Result<Response<ReserveResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<ReserveRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move {
+            let req = request.into_inner();
+            rls.reserve(&req).await.map(Response::new)
+        })
+    }
+}
+
+struct CommitCall(LimitadorRls);
+
+impl UnaryService<CommitRequest> for CommitCall {
+    type Response = CommitResponse;
+    type Future = BoxFuture<Result<Response<CommitResponse>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<CommitRequest>) -> Self::Future {
+        let rls = self.0.clone();
+        Box::pin(async move {
+            let req = request.into_inner();
+            rls.commit(&req).await.map(Response::new)
         })
     }
 }

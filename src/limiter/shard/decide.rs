@@ -134,6 +134,7 @@ pub(super) fn judge(d: &Decide, evals: &[(Eval, bool)]) -> (Outcomes, Action) {
             reset_ns: e.reset_ns,
             retry_ns: e.retry_ns,
             blocked: *blocked,
+            released: false,
             past: e.past,
         });
         if op.role == Role::Binding && (e.over || *blocked) && waits(op, e) {
@@ -308,6 +309,8 @@ impl<B: Hooks> Decider<'_, B> {
         let mut evals: SmallVec<[(Eval, bool); 2]> = SmallVec::with_capacity(d.ops.len());
         // Ops that fit, in order; later ops on one key see earlier ones.
         let mut scratch = Scratch::new();
+        // Commits whose hold is there to end.
+        let mut released: SmallVec<[usize; 1]> = SmallVec::new();
         for (i, op) in d.ops.iter().enumerate() {
             let earlier = scratch
                 .iter()
@@ -322,20 +325,12 @@ impl<B: Hooks> Decider<'_, B> {
                 (state, at)
             });
             let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
-            let e: Eval = match op.reserve {
-                Reservation::Hold { hits, .. } => {
-                    let held = self.holds.held(&op.key, &op.params, now);
-                    check_holding(&base, &op.params, now, (held, hits))
+            let e = self.eval_op(op, &base, now);
+            if let Reservation::Commit { id } = op.reserve {
+                if self.holds.named_hold(&op.key, id, now).is_some() {
+                    released.push(i);
                 }
-                Reservation::Release { hits } => {
-                    // What is left once this report released one hold.
-                    let held = self.holds.held(&op.key, &op.params, now).saturating_sub(1);
-                    let e = base.eval(&op.params, now, op.hits);
-                    less_held(e, held, hits)
-                }
-                _ if op.refund => base.eval(&op.params, now, 0),
-                _ => base.eval(&op.params, now, op.hits),
-            };
+            }
             if op.counts_in_full() {
                 // Counted whatever the action, past the limit if need be.
                 let next = if e.over {
@@ -353,7 +348,10 @@ impl<B: Hooks> Decider<'_, B> {
             }
             evals.push((e, blocked));
         }
-        let (outcomes, action) = judge(d, &evals);
+        let (mut outcomes, action) = judge(d, &evals);
+        for i in released {
+            outcomes[i].released = true;
+        }
         Evaluated {
             outcomes,
             scratch,
@@ -361,10 +359,52 @@ impl<B: Hooks> Decider<'_, B> {
         }
     }
 
+    /// `op` on `base` at `now`, beside the holds of its key where its reservation says so.
+    fn eval_op(&mut self, op: &Op, base: &State, now: u64) -> Eval {
+        let (key, p) = (&op.key, &op.params);
+        match op.reserve {
+            Reservation::Hold { hits, .. } => {
+                let held = self.holds.held(key, p, now);
+                check_holding(base, p, now, (held, hits))
+            }
+            Reservation::Release { hits } => {
+                // What is left once this report released one hold.
+                let held = self.holds.held(key, p, now).saturating_sub(1);
+                let e = base.eval(p, now, op.hits);
+                less_held(e, held, hits)
+            }
+            Reservation::Reserve { hits, .. } => {
+                let held = self.holds.named(key, p, now);
+                beside(base, p, now, 0, held + u64::from(hits))
+            }
+            Reservation::Commit { id } => {
+                // What is left once this commit ended its hold. Usage counted unchecked, it is
+                // never over, so even one of no hits on a counter reported past its limit ends
+                // its hold.
+                let own = self.holds.named_hold(key, id, now).map_or(0, u64::from);
+                let held = self.holds.named(key, p, now).saturating_sub(own);
+                Eval {
+                    over: false,
+                    ..beside(base, p, now, op.hits, held)
+                }
+            }
+            Reservation::Beside => {
+                let held = self.holds.named(key, p, now);
+                beside(base, p, now, op.hits, held)
+            }
+            Reservation::None if op.refund => base.eval(p, now, 0),
+            Reservation::None => base.eval(p, now, op.hits),
+        }
+    }
+
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn refund(&mut self, op: &Op, now: u64) {
-        if let Reservation::Hold { .. } = op.reserve {
-            self.holds.withdraw(&op.key, &op.params, now);
+        match op.reserve {
+            Reservation::Hold { .. } => self.holds.withdraw(&op.key, &op.params, now),
+            Reservation::Reserve { id, .. } => {
+                self.holds.end_named(&op.key, &op.params, now, id, false);
+            }
+            _ => {}
         }
         self.backing.record(op, -(op.hits as i64), now);
         if !self.counters.refund(&op.key, &op.params, now, op.hits) {
@@ -396,7 +436,7 @@ impl<B: Hooks> Decider<'_, B> {
     /// Stores the next states of an admitted message: first into the entries found when it was
     /// evaluated, then new keys (whose insertion may evict others and move entries).
     pub(super) fn commit(&mut self, ops: &[Op], scratch: &Scratch, now: u64) {
-        for &(i, ..) in scratch {
+        for &(i, state, _) in scratch {
             let op = &ops[i];
             self.backing.record(op, op.hits as i64, now);
             match op.reserve {
@@ -405,6 +445,16 @@ impl<B: Hooks> Decider<'_, B> {
                     self.holds.hold(&op.key, &op.params, now, for_ms)
                 }
                 Reservation::Release { .. } => self.holds.release(&op.key, &op.params, now),
+                Reservation::Reserve { hits, for_ms, id } => {
+                    // Until `for_ms` passes or the key's window ends, whichever is first.
+                    let window = state.eval(&op.params, now, 0).reset_ns;
+                    let until = now.saturating_add((u64::from(for_ms) * 1_000_000).min(window));
+                    (self.holds).hold_named(&op.key, &op.params, now, (id, hits, until));
+                }
+                Reservation::Commit { id } => {
+                    self.holds.end_named(&op.key, &op.params, now, id, true);
+                }
+                Reservation::Beside => {}
             }
         }
         for &(i, state, at) in scratch {
@@ -432,6 +482,19 @@ pub(super) fn check_holding(base: &State, p: &Params, now: u64, (held, hits): (u
     Eval {
         next: base.eval(p, now, 0).next,
         ..e
+    }
+}
+
+/// `hits` on `base` at `now` beside `held` hits held: over, remaining and past as if it took the
+/// held hits too; the state to store has its own hits alone.
+pub(super) fn beside(base: &State, p: &Params, now: u64, hits: u64, held: u64) -> Eval {
+    let e = base.eval(p, now, hits);
+    if held == 0 {
+        return e;
+    }
+    Eval {
+        next: e.next,
+        ..base.eval(p, now, hits.saturating_add(held))
     }
 }
 

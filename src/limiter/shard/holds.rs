@@ -1,5 +1,7 @@
 //! Reservations held in this shard's memory (`reserve`): per key, how many checks hold hits for
-//! their requests, until a report of the request's usage releases one or `reserve_for` passes.
+//! their requests, until a report of the request's usage releases one or `reserve_for` passes;
+//! and Limitador's named holds (`Reserve`), each of its own hits under its id, until a `Commit`
+//! of that id ends it or its time passes.
 //! A store shared by replicas keeps its own (the shard asks it); these are memory's, a
 //! local-first replica's, and those made while the store is away.
 
@@ -25,13 +27,16 @@ pub(super) struct Holds {
     stats: Arc<ShardStats>,
 }
 
-/// One key's holds: groups of (expiry, count), oldest first.
+/// One key's holds: groups of (expiry, count), oldest first; named holds, in the order made.
 #[derive(Debug, Default)]
 struct Held {
     /// Fixed windows: the window the holds were made in (a new window starts with none held,
     /// as the store's per-window ledger does).
     window: Option<u64>,
     groups: VecDeque<(u64, u32)>,
+    /// Limitador's holds: (id, expiry, hits). Few at a time per counter (one per request in
+    /// flight), so a list.
+    named: Vec<(u64, u64, u32)>,
 }
 
 impl Held {
@@ -39,14 +44,25 @@ impl Held {
         self.groups.iter().map(|&(_, n)| u64::from(n)).sum()
     }
 
+    fn named_hits(&self) -> u64 {
+        self.named.iter().map(|&(.., n)| u64::from(n)).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty() && self.named.is_empty()
+    }
+
     /// Drops the holds expired at `now`, and those of an ended fixed window; how many expired.
     fn prune(&mut self, window: Option<u64>, now: u64) -> u64 {
         if self.window != window {
             self.groups.clear();
+            self.named.clear();
             self.window = window;
             return 0;
         }
-        let mut expired = 0;
+        let before = self.named.len();
+        self.named.retain(|&(_, until, _)| until > now);
+        let mut expired = (before - self.named.len()) as u64;
         while let Some(&(until, n)) = self.groups.front() {
             if until > now {
                 break;
@@ -80,6 +96,76 @@ impl Holds {
         let expired = h.prune(window_of(p, now), now);
         self.stats.holds_expired(expired);
         h.count()
+    }
+
+    /// The hits `key`'s named holds hold at `now` (expired ones released first).
+    pub(super) fn named(&mut self, key: &Key, p: &Params, now: u64) -> u64 {
+        let Some(h) = self.keys.get_mut(key) else {
+            return 0;
+        };
+        let expired = h.prune(window_of(p, now), now);
+        self.stats.holds_expired(expired);
+        h.named_hits()
+    }
+
+    /// Whether `key` holds the named hold `id` at `now`, and its hits.
+    pub(super) fn named_hold(&self, key: &Key, id: u64, now: u64) -> Option<u32> {
+        let h = self.keys.get(key)?;
+        (h.named.iter())
+            .find(|&&(i, until, _)| i == id && until > now)
+            .map(|&(.., n)| n)
+    }
+
+    /// A named hold of `hits` on `key` under `id`, until `until` (ns).
+    pub(super) fn hold_named(
+        &mut self,
+        key: &Key,
+        p: &Params,
+        now: u64,
+        (id, hits, until): (u64, u32, u64),
+    ) {
+        if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
+            self.sweep(now);
+            if self.keys.len() >= self.max_keys {
+                return;
+            }
+        }
+        let window = window_of(p, now);
+        let h = self.keys.entry(key.clone()).or_default();
+        let expired = h.prune(window, now);
+        self.stats.holds_expired(expired);
+        h.named.push((id, until, hits));
+        self.stats.holds_made(1);
+    }
+
+    /// Ends the named hold `id` of `key`: a `Commit` (`reported`) or its request refused after
+    /// all. Whether the key held it.
+    pub(super) fn end_named(
+        &mut self,
+        key: &Key,
+        p: &Params,
+        now: u64,
+        id: u64,
+        reported: bool,
+    ) -> bool {
+        let Some(h) = self.keys.get_mut(key) else {
+            return false;
+        };
+        let expired = h.prune(window_of(p, now), now);
+        self.stats.holds_expired(expired);
+        let found = h.named.iter().position(|&(i, ..)| i == id);
+        if let Some(at) = found {
+            h.named.swap_remove(at);
+            if reported {
+                self.stats.holds_reported(1);
+            } else {
+                self.stats.holds_withdrawn(1);
+            }
+        }
+        if h.is_empty() {
+            self.keys.remove(key);
+        }
+        found.is_some()
     }
 
     /// How many reservations `key` holds, for a look-up (nothing released).
@@ -142,7 +228,9 @@ impl Holds {
             h.groups.back_mut()
         };
         let Some((_, n)) = group else {
-            self.keys.remove(key);
+            if h.is_empty() {
+                self.keys.remove(key);
+            }
             return false;
         };
         *n -= 1;
@@ -153,7 +241,7 @@ impl Holds {
                 h.groups.pop_back();
             }
         }
-        if h.groups.is_empty() {
+        if h.is_empty() {
             self.keys.remove(key);
         }
         true
@@ -170,7 +258,7 @@ impl Holds {
         self.keys.retain(|_, h| {
             // The window is the key's own: an ended fixed window is dropped when next read.
             expired += h.prune(h.window, now);
-            !h.groups.is_empty()
+            !h.is_empty()
         });
         self.stats.holds_expired(expired);
     }
@@ -243,5 +331,34 @@ mod tests {
         h.hold(&Key::new("late"), &p, T0 + 2 * SEC, 1000);
         assert_eq!(h.peek(&Key::new("late"), &p, T0 + 2 * SEC), 1);
         assert_eq!(stats.read().holds_expired, 100);
+    }
+
+    #[test]
+    fn a_named_hold_ends_by_its_id_and_its_time_not_by_age() {
+        let (mut h, stats) = holds();
+        let op = test_op("k", Algorithm::FromFirstHit, 1000, 60_000);
+        let (k, p) = (&op.key, &op.params);
+        h.hold_named(k, p, T0, (1, 300, T0 + 10 * SEC));
+        h.hold_named(k, p, T0, (2, 200, T0 + 5 * SEC));
+        h.hold_named(k, p, T0, (3, 100, T0 + 20 * SEC));
+        assert_eq!(h.named(k, p, T0), 600);
+        // The second ends by its id, the oldest stays.
+        assert!(h.end_named(k, p, T0 + SEC, 2, true));
+        assert!(!h.end_named(k, p, T0 + SEC, 2, true), "ended once");
+        assert_eq!(h.named_hold(k, 1, T0 + SEC), Some(300));
+        assert_eq!(h.named(k, p, T0 + SEC), 400);
+        // Each expires at its own time.
+        assert_eq!(h.named(k, p, T0 + 10 * SEC), 100);
+        assert_eq!(h.named_hold(k, 1, T0 + 10 * SEC), None);
+        assert!(h.end_named(k, p, T0 + 11 * SEC, 3, false));
+        assert!(h.keys.is_empty(), "a key holding nothing is forgotten");
+        let c = stats.read();
+        let counts = (
+            c.holds_made,
+            c.holds_reported,
+            c.holds_expired,
+            c.holds_withdrawn,
+        );
+        assert_eq!(counts, (3, 1, 1, 1));
     }
 }

@@ -135,6 +135,7 @@ impl Decider<'_, Link> {
                     reset_ns: if j == i { until - now } else { 0 },
                     retry_ns: if j == i { until - now } else { 0 },
                     blocked: false,
+                    released: false,
                     past: u64::MAX,
                 })
                 .collect();
@@ -198,6 +199,7 @@ impl Decider<'_, Link> {
                     reset_ns: e.reset_ns,
                     retry_ns: 0,
                     blocked: false,
+                    released: false,
                     past: 0,
                 }
             })

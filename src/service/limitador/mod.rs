@@ -7,6 +7,9 @@
 
 mod headers;
 mod metrics;
+mod reserve;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use smallvec::SmallVec;
 
 pub use headers::draft_03;
 pub use metrics::LimitadorMetrics;
+pub use reserve::{ReservationSettings, Reserved};
 
 use crate::config::limitador::{EvalError, Limit, Limits};
 use crate::config::Algorithm;
@@ -68,6 +72,9 @@ pub enum LimitadorError {
     Eval(#[from] EvalError),
     #[error("{0}")]
     Engine(#[from] EngineError),
+    /// A call this process cannot serve as configured (its gRPC status is UNIMPLEMENTED).
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 /// The limits file being served, and when it went live.
@@ -93,6 +100,7 @@ pub struct Limitador {
     loads: Arc<Loads>,
     engine: Engine,
     metrics: Arc<LimitadorMetrics>,
+    reservations: ReservationSettings,
 }
 
 impl Limitador {
@@ -106,7 +114,20 @@ impl Limitador {
             loads: Arc::default(),
             engine,
             metrics,
+            reservations: ReservationSettings::default(),
         }
+    }
+
+    /// The same, holding reservations as `reservations` say.
+    pub fn with_reservations(self, reservations: ReservationSettings) -> Limitador {
+        Limitador {
+            reservations,
+            ..self
+        }
+    }
+
+    pub fn reservations(&self) -> &ReservationSettings {
+        &self.reservations
     }
 
     /// The limits being served now.
@@ -221,6 +242,8 @@ fn limited_by(limit: &Limit) -> Verdict {
 
 /// The op of one applicable limit. A check looks for room for `delta` without taking it: an op
 /// of no hits passes while the count is at most its limit, so its limit is `max_value - delta`.
+/// Every op is judged beside the counter's reservations (`Reserve`), so no call spends room a
+/// reservation holds: beyond Limitador, whose other calls do not see them.
 fn op(a: &Applicable<'_>, delta: u64, ask: Ask) -> Op {
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     let (limit, hits, counting) = match ask {
@@ -248,7 +271,7 @@ fn op(a: &Applicable<'_>, delta: u64, ask: Ask) -> Op {
         queue: None,
         grant: None,
         local_first: None,
-        reserve: Reservation::None,
+        reserve: Reservation::Beside,
     }
 }
 

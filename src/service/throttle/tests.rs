@@ -123,6 +123,7 @@ fn crab_call(
         reset_ns: e.reset_ns,
         retry_ns: e.retry_ns,
         blocked: false,
+        released: false,
     };
     let burst = r.max_burst as u64;
     let kept = if e.over { state } else { Some(e.next) };

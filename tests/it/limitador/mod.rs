@@ -8,6 +8,7 @@ mod command_line;
 mod envoy;
 mod grpc;
 mod http;
+mod reserve;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,128 @@
+//! Limitador's reservations (limitador #515): `Reserve` holds an estimate of a call's hits on
+//! every applicable counter, all or nothing, and `Commit` counts what it really used, as a
+//! `Report` does, and ends that hold. A hold is a named hold of the counter's key in the engine
+//! (`limiter::Reservation::Reserve`), so turnstile's other calls on the counter see it too.
+
+use std::time::Duration;
+
+use super::{op, Ask, Limitador, LimitadorError};
+use crate::descriptor::limitador::{applicable, Applicable, Sent};
+use crate::descriptor::Entry;
+use crate::limiter::{hold_id, Op, Reservation};
+
+/// `--disable-reservations`, `--max-reservation-fraction`, `--max-reservation-ttl`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReservationSettings {
+    pub enabled: bool,
+    /// The most one hold may take of a counter's `max_value`, in [0, 1].
+    pub max_fraction: f64,
+    /// The longest a hold holds, whatever the call's `ttl`.
+    pub max_ttl: Duration,
+}
+
+impl Default for ReservationSettings {
+    fn default() -> ReservationSettings {
+        ReservationSettings {
+            enabled: true,
+            max_fraction: 0.5,
+            max_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A `Reserve`'s answer: admitted with the id its hold goes by, or refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    Admitted { id: String },
+    Refused,
+}
+
+impl Limitador {
+    /// `Reserve`: holds `amount` hits (capped on each counter at its `max_value` times the
+    /// maximum fraction) on every limit of `namespace` that applies to `descriptors`, when each
+    /// has room for them beside what it counts and holds already; for `ttl`, at most the
+    /// maximum and never past the counter's window. Nothing is held unless all are.
+    pub async fn reserve(
+        &self,
+        namespace: &str,
+        descriptors: &[&[Entry<'_>]],
+        amount: u64,
+        ttl: Option<Duration>,
+    ) -> Result<Reserved, LimitadorError> {
+        // Named holds live in the shards' memory; the store's scripts keep none, so a hold
+        // made here would not be seen by the other replicas (as Limitador answers for a
+        // storage without reservations).
+        if self.engine.has_store() {
+            return Err(LimitadorError::Unsupported(
+                "reservations are not supported with the redis storages",
+            ));
+        }
+        let id = hold_id();
+        let loaded = self.loaded();
+        let Some(ns) = loaded.limits.namespace(namespace) else {
+            return Ok(Reserved::Admitted { id: id.to_string() });
+        };
+        let found = applicable(ns, &Sent(descriptors))?;
+        let ttl = ttl.map_or(self.reservations.max_ttl, |t| {
+            t.min(self.reservations.max_ttl)
+        });
+        let for_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
+        let fraction = self.reservations.max_fraction;
+        let ops: Vec<Op> = (found.iter())
+            .map(|a| {
+                let cap = (a.limit.max_value as f64 * fraction).floor() as u64;
+                let hits = u32::try_from(amount.min(cap)).unwrap_or(u32::MAX);
+                Op {
+                    hits: 0,
+                    reserve: Reservation::Reserve { hits, for_ms, id },
+                    ..op(a, 0, Ask::CheckAndReport)
+                }
+            })
+            .collect();
+        if ops.is_empty() {
+            return Ok(Reserved::Admitted { id: id.to_string() });
+        }
+        let decision = self.engine.decide(ops, false).await?;
+        Ok(match decision.refused {
+            true => Reserved::Refused,
+            false => Reserved::Admitted { id: id.to_string() },
+        })
+    }
+
+    /// `Commit`: counts `actual` hits on every applicable limit of `namespace`, unchecked, as
+    /// `Report` does (0 counts nothing: the wasm-shim commits 0 to end a hold whose usage it
+    /// could not read), and ends the hold `reservation_id` on every counter holding it. Whether
+    /// any did; an empty or unknown id is a plain report.
+    pub async fn commit(
+        &self,
+        namespace: &str,
+        descriptors: &[&[Entry<'_>]],
+        reservation_id: &str,
+        actual: u64,
+    ) -> Result<bool, LimitadorError> {
+        let loaded = self.loaded();
+        let Some(ns) = loaded.limits.namespace(namespace) else {
+            return Ok(false);
+        };
+        let found = applicable(ns, &Sent(descriptors))?;
+        let id = reservation_id.parse::<u64>().ok();
+        let ops: Vec<Op> = found.iter().map(|a| commit_op(a, actual, id)).collect();
+        if ops.is_empty() {
+            return Ok(false);
+        }
+        let decision = self.engine.decide(ops, false).await?;
+        Ok(decision.outcomes.iter().any(|o| o.released))
+    }
+}
+
+/// The op of one applicable limit of a `Commit`: `actual` counted in full, ending hold `id`.
+fn commit_op(a: &Applicable<'_>, actual: u64, id: Option<u64>) -> Op {
+    let report = op(a, actual, Ask::Report);
+    match id {
+        Some(id) => Op {
+            reserve: Reservation::Commit { id },
+            ..report
+        },
+        None => report,
+    }
+}
