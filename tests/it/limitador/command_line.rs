@@ -124,3 +124,24 @@ fn custom_metric_labels_label_each_call_and_reload() {
             .then(|| format!("{n} calls: {m}"))
     });
 }
+
+/// `disk PATH`: turnstile's durable counters in PATH, so a restart keeps what was counted (a
+/// window from the first hit included).
+#[test]
+fn disk_storage_keeps_the_counters_across_a_restart() {
+    let state = TempDir::new("limitador-disk");
+    let path = state.path().to_str().unwrap().to_owned();
+    let storage = ["disk", path.as_str()];
+    let call = |l: &Limitador| {
+        code(&block_on(unary(&l.grpc(), SHOULD_RATE_LIMIT, toystore("alice"))).unwrap())
+    };
+    let first = Limitador::start_on(&[], LIMITS, &[], &storage);
+    assert_eq!([call(&first), call(&first)], ["OK", "OK"]);
+    first.server.stop();
+    let again = Limitador::start_on(&[], LIMITS, &[], &storage);
+    assert_eq!(
+        [call(&again), call(&again)],
+        ["OK", "OVER_LIMIT"],
+        "2 of 3 were kept"
+    );
+}

@@ -51,6 +51,16 @@ impl Limitador {
 
     /// As [`Limitador::start`], with `env` in its environment too.
     pub fn start_with(flags: &[&str], limits: &str, env: &[(&str, &str)]) -> Limitador {
+        Limitador::start_on(flags, limits, env, &["memory"])
+    }
+
+    /// As [`Limitador::start_with`], on the storage `storage` (its subcommand and arguments).
+    pub fn start_on(
+        flags: &[&str],
+        limits: &str,
+        env: &[(&str, &str)],
+        storage: &[&str],
+    ) -> Limitador {
         let dir = TempDir::new("limitador");
         let file = dir.path().join("limitador-config.yaml");
         std::fs::write(&file, limits).unwrap();
@@ -59,7 +69,8 @@ impl Limitador {
         let file_arg = file.to_str().unwrap().to_owned();
         args.extend(["--http-port", "0", "--rls-port", "0"]);
         args.extend(["--metric-labels-default", "descriptors[1]"]);
-        args.extend([file_arg.as_str(), "memory"]);
+        args.push(file_arg.as_str());
+        args.extend(storage);
         let mut env = env.to_vec();
         env.extend([
             ("ENVOY_RLS_HOST", "127.0.0.1"),
