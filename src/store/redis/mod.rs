@@ -69,6 +69,7 @@ impl Store for RedisStore {
                 refund: b.refund,
                 in_full,
                 at,
+                sent: now,
                 holds,
             });
         }
