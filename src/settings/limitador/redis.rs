@@ -84,6 +84,10 @@ pub(super) fn agree(vars: &Vars, env: &Env<'_>, storage: &str) -> Result<(), Str
         let (Some(mapped), Some(set)) = (v, env.get(k)) else {
             continue;
         };
+        // Limitador's own variable here, read as its URL.
+        if *k == "REDIS_URL" {
+            continue;
+        }
         let lookup = |_: &str| Some(mapped.clone());
         let ours = Env::new(&lookup);
         let same = match *k {

@@ -6,6 +6,7 @@
 
 mod grpc;
 mod http;
+mod redis;
 mod reload;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +45,17 @@ impl Limitador {
     /// Started as limitador-operator starts it, on loopback ports the OS picks: `flags`, then
     /// `--http-port 0 --rls-port 0 --metric-labels-default 'descriptors[1]' LIMITS memory`.
     pub fn start(flags: &[&str], limits: &str) -> Limitador {
+        Limitador::start_on(flags, limits, &["memory"], &[])
+    }
+
+    /// Started as [`Limitador::start`] with `storage` (its arguments) instead of `memory`,
+    /// and `env` beside the loopback hosts.
+    pub fn start_on(
+        flags: &[&str],
+        limits: &str,
+        storage: &[&str],
+        env: &[(&str, &str)],
+    ) -> Limitador {
         let dir = TempDir::new("limitador");
         let file = dir.path().join("limitador-config.yaml");
         std::fs::write(&file, limits).unwrap();
@@ -52,11 +64,13 @@ impl Limitador {
         let file_arg = file.to_str().unwrap().to_owned();
         args.extend(["--http-port", "0", "--rls-port", "0"]);
         args.extend(["--metric-labels-default", "descriptors[1]"]);
-        args.extend([file_arg.as_str(), "memory"]);
-        let env = [
+        args.push(file_arg.as_str());
+        args.extend(storage);
+        let mut env = env.to_vec();
+        env.extend([
             ("ENVOY_RLS_HOST", "127.0.0.1"),
             ("HTTP_API_HOST", "127.0.0.1"),
-        ];
+        ]);
         Limitador {
             server: Server::start(&exe, &args, &env),
             limits: file,

@@ -281,6 +281,26 @@ impl Then {
     }
 }
 
+/// What a window from the first hit's key ends with, after its counter key.
+pub(super) const FIRST_SUFFIX: &str = "_first";
+
+/// `FIRST_HIT` of no hits on the key (under `CACHE_KEY_PREFIX` `prefix`) of counter `key`'s
+/// window from the first hit: reads its count and TTL, creating nothing.
+pub(super) fn first_hit_read<'a>(prefix: &'a str, key: &'a str) -> Cmd<'a> {
+    Cmd::FirstHit {
+        key: Name {
+            held: false,
+            prefix,
+            open: "",
+            key,
+            close: FIRST_SUFFIX,
+            start: None,
+        },
+        hits: 0,
+        window_ms: 1,
+    }
+}
+
 impl RedisStore {
     /// `CACHE_KEY_PREFIX` + `open` + the counter key + `close` + the window's start.
     fn key<'a>(
@@ -357,7 +377,7 @@ impl RedisStore {
                 }
             }
             Algorithm::FromFirstHit => {
-                let key = self.key(op, "", "_first", None);
+                let key = self.key(op, "", FIRST_SUFFIX, None);
                 let window_ms = p.window_ms.max(1);
                 if refund {
                     Cmd::RefundCount {
