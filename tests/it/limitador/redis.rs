@@ -174,8 +174,8 @@ async fn the_window_ends_when_its_redis_key_does() {
             .unwrap();
         assert_eq!(code(&r), "OVER_LIMIT");
     }
-    let metrics = l.server.ports.metrics.expect("turnstile's metrics port");
-    let text = reqwest::get(format!("http://{metrics}/metrics"))
+    // turnstile's own series follow Limitador's on `/metrics`.
+    let text = reqwest::get(l.http("/metrics"))
         .await
         .unwrap()
         .text()
