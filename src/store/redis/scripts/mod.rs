@@ -36,6 +36,8 @@
 use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
+use first_hit::FIRST_HIT;
+pub(in crate::store::redis) use first_hit::{first_hit_read, FIRST_SUFFIX};
 pub(in crate::store::redis) use name::Name;
 use name::WindowStart;
 
@@ -105,29 +107,6 @@ local now = tonumber(ARGV[1])
 local after = math.max(tat, now) + tonumber(ARGV[2]) * tonumber(ARGV[3])
 redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after - now) / 1000) + 1000)
 return {1, after}
-";
-
-/// A window from the key's first hit: adds `hits` and answers the count with the key's TTL.
-///
-/// - `KEYS[1]`: the counter; `ARGV[1]`: hits (0 reads only: a key that is not there stays
-///   away); `ARGV[2]`: the window in ms, the TTL of a key without one (one this call made).
-/// - Returns `{count after, PTTL in ms}`; `{0, -2}` when a read finds no key.
-///
-/// Redis freezes the clock while a script runs, so a key made here answers exactly one window.
-pub(super) const FIRST_HIT: &str = r"
-local hits = tonumber(ARGV[1])
-if hits == 0 then
-  local v = redis.call('GET', KEYS[1])
-  if not v then return {0, -2} end
-  return {tonumber(v), redis.call('PTTL', KEYS[1])}
-end
-local c = redis.call('INCRBY', KEYS[1], hits)
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  ttl = tonumber(ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
-return {c, ttl}
 ";
 
 /// Gives hits back to a counter (fixed or sliding window, or from the first hit), never below
@@ -278,26 +257,6 @@ impl Then {
         out.encoded(&PEXPIRE);
         out.arg(args.get(1).copied().unwrap_or_default());
         out.int(window_ms.max(1) + jitter);
-    }
-}
-
-/// What a window from the first hit's key ends with, after its counter key.
-pub(super) const FIRST_SUFFIX: &str = "_first";
-
-/// `FIRST_HIT` of no hits on the key (under `CACHE_KEY_PREFIX` `prefix`) of counter `key`'s
-/// window from the first hit: reads its count and TTL, creating nothing.
-pub(super) fn first_hit_read<'a>(prefix: &'a str, key: &'a str) -> Cmd<'a> {
-    Cmd::FirstHit {
-        key: Name {
-            held: false,
-            prefix,
-            open: "",
-            key,
-            close: FIRST_SUFFIX,
-            start: None,
-        },
-        hits: 0,
-        window_ms: 1,
     }
 }
 
@@ -603,6 +562,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
     out.push(&args);
 }
 
+mod first_hit;
 mod holds;
 mod name;
 #[cfg(test)]
