@@ -252,9 +252,16 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// A storage's arguments, the environment beside them, and what the refusal names.
+type Refusal = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 #[test]
 fn what_turnstile_cannot_do_as_the_url_or_a_flag_says_is_refused_naming_it() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 7] = [
+    let cases: [Refusal; 7] = [
         (&["redis", "redis://127.0.0.1:1/3"], &[], "database `3`"),
         (
             &["redis", "rediss://127.0.0.1:1/#insecure"],
