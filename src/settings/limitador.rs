@@ -239,7 +239,11 @@ impl LimitadorArgs {
         if let Some(Storage::Distributed { .. }) = &self.storage {
             return refused("the storage `distributed` (Limitador's CRDT replication)");
         }
-        let vars = self.storage_vars()?;
+        // `--validate` reads the limits file alone, as Limitador's does before its storage.
+        let vars = match self.validate {
+            true => memory_vars(),
+            false => self.storage_vars()?,
+        };
         if let Some(text) = &self.metric_labels_default {
             LabelsExpr::parse(text).map_err(|e| format!("--metric-labels-default: {e}"))?;
         }
