@@ -35,8 +35,8 @@ pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, FailureMode, HoldReply, Store, StoreError, StoreFuture, StoreOp, StorePolicy,
-    StoreReply,
+    DeleteFuture, FailureMode, HoldReply, ScanFuture, Store, StoreError, StoreFuture, StoreOp,
+    StorePolicy, StoreReply,
 };
 
 use key::{shard_of, Key};
@@ -82,8 +82,20 @@ struct Inner {
     stats: Vec<Arc<ShardStats>>,
     /// Each shard's link's counters, kept in memory mode too (the Redis families read zeros).
     links: Vec<Arc<LinkStats>>,
-    /// Whether the shards decide through a store shared by replicas.
-    has_store: bool,
+    /// The store the shards count in, and how long a listing of it may take.
+    store: Option<Listing>,
+}
+
+/// The store listed by [`Engine::stored_first_hits`].
+struct Listing {
+    store: Arc<dyn Store>,
+    deadline: std::time::Duration,
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.store.name())
+    }
 }
 
 /// A shard actor not yet started: the server spawns it on the runtime it belongs to.
@@ -171,6 +183,11 @@ impl Engine {
             stats.push(st);
             links.push(link_stats);
         }
+        // A listing is off the request path: a second at least, whatever the round trips' deadline.
+        let listing = |(store, p): (Arc<dyn Store>, StorePolicy)| Listing {
+            store,
+            deadline: p.deadline.max(std::time::Duration::from_secs(1)),
+        };
         let engine = Engine {
             inner: Arc::new(Inner {
                 id,
@@ -178,7 +195,7 @@ impl Engine {
                 clock,
                 stats,
                 links,
-                has_store: store.is_some(),
+                store: store.map(listing),
             }),
         };
         (engine, tasks)
@@ -186,7 +203,7 @@ impl Engine {
 
     /// Whether the shards decide through a store shared by replicas (Redis).
     pub fn has_store(&self) -> bool {
-        self.inner.has_store
+        self.inner.store.is_some()
     }
 
     pub fn clock(&self) -> &Clock {
@@ -286,6 +303,20 @@ impl Engine {
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+
+    /// With a store, its windows from the first hit under `prefix`, at most `cap` (the counts
+    /// every replica shares, which the shards do not keep); `None` in memory, where `inspect`
+    /// lists the shards' own.
+    pub async fn stored_first_hits(
+        &self,
+        prefix: &str,
+        cap: usize,
+    ) -> Option<Result<Vec<KeyInfo>, EngineError>> {
+        let l = self.inner.store.as_ref()?;
+        let now = self.inner.clock.now();
+        let listed = l.store.scan_first_hit(prefix, now, cap, l.deadline).await;
+        Some(listed.map_err(|e| EngineError::Store(e.0)))
     }
 
     /// Direct API: refunds the hit admitted as `id` on `key`, if it is still in its window.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::limiter::algorithm::State;
 
 use crate::limiter::op::Op;
+use crate::limiter::protocol::KeyInfo;
 
 /// A store shared by replicas (Redis): counts batches of ops.
 pub trait Store: Send + Sync + 'static {
@@ -37,7 +38,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// The store's name in the shards' logs ("Redis").
     fn name(&self) -> &'static str;
+
+    /// Lists the keys of windows from the first hit whose counter key starts with `prefix`,
+    /// as the shards' `inspect` lists theirs, read at `now` (ns): at most `cap` of them, found
+    /// by a bounded walk of the store (the store's docs say how bounded). A store that cannot
+    /// list keys answers none.
+    fn scan_first_hit(&self, prefix: &str, now: u64, cap: usize, deadline: Duration) -> ScanFuture {
+        let _ = (prefix, now, cap, deadline);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
+
+/// A listing of the store's keys in flight.
+pub type ScanFuture = Pin<Box<dyn Future<Output = Result<Vec<KeyInfo>, StoreError>> + Send>>;
 
 /// A reset's deletion in flight: how many keys were deleted.
 pub type DeleteFuture = Pin<Box<dyn Future<Output = Result<u64, StoreError>> + Send>>;

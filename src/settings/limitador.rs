@@ -4,12 +4,14 @@
 //! turnstile's settings, which still apply beside it; a flag or storage turnstile cannot honour
 //! is refused at start, naming it, never ignored.
 
+mod redis;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use super::{Overrides, Settings};
+use super::{Env, Overrides, Settings};
 use crate::config::grammar::parse_duration;
 use crate::config::limitador::LabelsExpr;
 use crate::service::limitador::ReservationSettings;
@@ -147,21 +149,27 @@ enum Storage {
     },
     /// Counters in Redis, exact
     Redis {
-        #[arg(value_name = "URL")]
+        /// Redis URL to use
+        #[arg(value_name = "URL", env = "REDIS_URL")]
         url: String,
     },
     /// Counters in Redis, decided locally first
     #[command(name = "redis_cached")]
     RedisCached {
-        #[arg(value_name = "URL")]
+        /// Redis URL to use
+        #[arg(value_name = "URL", env = "REDIS_URL")]
         url: String,
-        #[arg(long = "flush-period")]
-        flush_period: Option<u64>,
+        /// Flushing period for counters in milliseconds (turnstile's sync interval)
+        #[arg(long = "flush-period", env = "REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS")]
+        flush_period: Option<i64>,
+        /// Maximum amount of counters cached (turnstile: TURNSTILE_MAX_KEYS)
         #[arg(long = "max-cached")]
         max_cached: Option<u64>,
+        /// Timeout for Redis commands in milliseconds (turnstile: TURNSTILE_REDIS_DEADLINE_MS)
         #[arg(long = "response-timeout")]
         response_timeout: Option<u64>,
-        #[arg(long = "batch-size")]
+        /// Size of entries to flush in as single flush (refused: turnstile flushes them all)
+        #[arg(long = "batch-size", env = "REDIS_LOCAL_CACHE_BATCH_SIZE")]
         batch_size: Option<u64>,
     },
     /// Limitador's CRDT replication between replicas
@@ -197,6 +205,55 @@ fn tracing_to(endpoint: &str, set: Option<TracingSettings>) -> Result<TracingSet
 }
 
 impl LimitadorArgs {
+    /// The variables the storage stands for (`redis`), checked against the environment. Without
+    /// a storage, Limitador's `REDIS_URL` gives Redis (`REDIS_LOCAL_CACHE_ENABLED=1`: cached);
+    /// `REDIS_URL` is always Limitador's here (a URL), never turnstile's `host:port`.
+    fn storage_vars(&self) -> Result<redis::Vars, String> {
+        let lookup = |k: &str| std::env::var(k).ok();
+        let env = Env::new(&lookup);
+        let (what, vars) = match &self.storage {
+            Some(Storage::Redis { url }) => ("redis", redis::exact(url, &env)?),
+            Some(Storage::RedisCached {
+                url,
+                flush_period,
+                max_cached,
+                response_timeout,
+                batch_size,
+            }) => {
+                let flags = redis::Cached {
+                    flush_period: *flush_period,
+                    max_cached: *max_cached,
+                    response_timeout: *response_timeout,
+                    batch_size: *batch_size,
+                };
+                ("redis_cached", redis::cached(url, &flags, &env)?)
+            }
+            None => match env.get("REDIS_URL") {
+                Some(url) if env.get("REDIS_LOCAL_CACHE_ENABLED").as_deref() == Some("1") => {
+                    let number = |k: &str| {
+                        (env.get(k).map(|v| v.parse()))
+                            .transpose()
+                            .map_err(|e| format!("limitador-server: {k}: {e}"))
+                    };
+                    let flags = redis::Cached {
+                        flush_period: number("REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS")?,
+                        batch_size: number("REDIS_LOCAL_CACHE_BATCH_SIZE")?.map(|n: i64| n as u64),
+                        ..redis::Cached::default()
+                    };
+                    ("redis_cached", redis::cached(&url, &flags, &env)?)
+                }
+                Some(url) => ("redis", redis::exact(&url, &env)?),
+                None => ("memory", memory_vars()),
+            },
+            Some(Storage::Memory { .. }) => ("memory", memory_vars()),
+            Some(Storage::Disk { .. }) | Some(Storage::Distributed { .. }) => {
+                ("disk", memory_vars())
+            }
+        };
+        redis::agree(&vars, &env, what)?;
+        Ok(vars)
+    }
+
     /// This process's arguments, as Limitador reads them.
     pub fn from_process() -> LimitadorArgs {
         LimitadorArgs::parse()
@@ -210,17 +267,17 @@ impl LimitadorArgs {
             ))
         };
         let mut state_dir = None;
-        match &self.storage {
-            None | Some(Storage::Memory { .. }) => {}
-            Some(Storage::Disk { path, .. }) => state_dir = Some(path.clone()),
-            Some(Storage::Redis { .. }) => return refused("the storage `redis` (not yet)"),
-            Some(Storage::RedisCached { .. }) => {
-                return refused("the storage `redis_cached` (not yet)")
-            }
-            Some(Storage::Distributed { .. }) => {
-                return refused("the storage `distributed` (Limitador's CRDT replication)")
-            }
+        if let Some(Storage::Disk { path, .. }) = &self.storage {
+            state_dir = Some(path.clone());
         }
+        if let Some(Storage::Distributed { .. }) = &self.storage {
+            return refused("the storage `distributed` (Limitador's CRDT replication)");
+        }
+        // `--validate` reads the limits file alone, as Limitador's does before its storage.
+        let vars = match self.validate {
+            true => memory_vars(),
+            false => self.storage_vars()?,
+        };
         if let Some(text) = &self.metric_labels_default {
             LabelsExpr::parse(text).map_err(|e| format!("--metric-labels-default: {e}"))?;
         }
@@ -230,7 +287,7 @@ impl LimitadorArgs {
             state_dir,
             ..Overrides::default()
         };
-        let mut s = Settings::from_process(flags)?;
+        let mut s = Settings::from_process_over(flags, &vars)?;
         match self.verbose {
             0 => {}
             1 => s.log.level = "info".into(),
@@ -274,4 +331,13 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
         Ok(secs) => Ok(Duration::from_secs(secs)),
         Err(_) => parse_duration(text),
     }
+}
+
+/// Counters in this process (memory, or made durable on disk): `REDIS_URL` is Limitador's, not
+/// turnstile's.
+fn memory_vars() -> redis::Vars {
+    let mut vars = redis::Vars::new();
+    vars.insert("REDIS_URL", None);
+    vars.insert("BACKEND_TYPE", Some("memory".into()));
+    vars
 }

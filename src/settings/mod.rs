@@ -11,6 +11,7 @@ mod sections;
 mod statsd;
 
 use crate::durable::StateSettings;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -316,11 +317,24 @@ impl Settings {
 
     /// The process environment, then the CLI flags over it.
     pub fn from_process(flags: Overrides) -> Result<Settings, String> {
+        Settings::from_process_over(flags, &BTreeMap::new())
+    }
+
+    /// The process environment with `over` standing for some variables (`None`: unset), then
+    /// the CLI flags over it: how another command line (`limitador-server`) says what a
+    /// variable would.
+    fn from_process_over(
+        flags: Overrides,
+        over: &BTreeMap<&str, Option<String>>,
+    ) -> Result<Settings, String> {
         // `--state-dir` stands for the variable, so both are checked alike.
         let state_dir = flags.state_dir.clone();
         let mut s = Settings::from_env(|k| match (k, &state_dir) {
             ("TURNSTILE_STATE_DIR", Some(d)) => Some(d.display().to_string()),
-            _ => std::env::var(k).ok(),
+            _ => match over.get(k) {
+                Some(v) => v.clone(),
+                None => std::env::var(k).ok(),
+            },
         })?;
         s.apply(flags)?;
         Ok(s)

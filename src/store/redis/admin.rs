@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use super::connect::exec;
-use super::decode::stored;
+use super::decode::{self, stored};
 use super::packed::Packed;
 use super::scripts::{pack, Cmd, Name};
 use super::{within, RedisStore};
+use crate::config::Algorithm;
 use crate::limiter::{DeleteFuture, HoldReply, Op, Reservation, StoreFuture, StoreReply};
 
 impl RedisStore {
@@ -17,7 +18,9 @@ impl RedisStore {
     /// bucket's TAT key.
     fn keys_of<'a>(&'a self, op: &'a Op, now: u64) -> Vec<Name<'a>> {
         match self.cmd(op, now, false) {
-            Cmd::Fixed { key, .. } | Cmd::Gcra { key, .. } => vec![key],
+            Cmd::Fixed { key, .. } | Cmd::FirstHit { key, .. } | Cmd::Gcra { key, .. } => {
+                vec![key]
+            }
             Cmd::Sliding { cur, prev, .. } => vec![cur, prev],
             other => unreachable!("a deciding command is fixed, sliding or GCRA: {other:?}"),
         }
@@ -29,7 +32,8 @@ impl RedisStore {
     }
 
     /// `GET` of each key (`INCRBY key 0` would create a fixed window's key), decoded into the
-    /// state a decision at `now` would start from.
+    /// state a decision at `now` would start from; a window from the first hit is read by
+    /// `FIRST_HIT` of no hits, which answers its TTL too (and creates nothing).
     pub(super) fn read_keys(
         &self,
         lane: usize,
@@ -40,8 +44,12 @@ impl RedisStore {
         let names = self.keys_of(op, now);
         let n = names.len();
         let mut cmds = Packed::with_capacity(n + 1);
+        let first_hit = op.params.algorithm == Algorithm::FromFirstHit;
         for key in names {
-            pack(&Cmd::Get { key }, &mut cmds);
+            match first_hit {
+                true => pack(&first_hit_read(key), &mut cmds),
+                false => pack(&Cmd::Get { key }, &mut cmds),
+            }
         }
         // A limit with `reserve`: its holds not expired yet.
         if let Some(held) = self.held_of(op, now) {
@@ -54,8 +62,15 @@ impl RedisStore {
             let replies = within(deadline, exec(&conn, &cmds)).await?;
             let values: Vec<Option<i64>> = replies.iter().map(|r| r.first().copied()).collect();
             let held = values.get(n).copied().flatten().unwrap_or(0).max(0);
+            let before = match (first_hit, replies.first()) {
+                (true, Some(r)) => {
+                    let count = r.first().copied().unwrap_or(0);
+                    decode::first_hit(&params, now, count, 0, r.get(1).copied())
+                }
+                _ => stored(&params, now, &values[..n]),
+            };
             Ok(vec![StoreReply {
-                before: stored(&params, now, &values[..n]),
+                before,
                 allowed: None,
                 holds: HoldReply {
                     held: u32::try_from(held).unwrap_or(u32::MAX),
@@ -88,5 +103,14 @@ impl RedisStore {
                 .map(|n| (*n).max(0) as u64)
                 .sum())
         })
+    }
+}
+
+/// `FIRST_HIT` of no hits on `key`: reads its count and TTL.
+fn first_hit_read(key: Name<'_>) -> Cmd<'_> {
+    Cmd::FirstHit {
+        key,
+        hits: 0,
+        window_ms: 1,
     }
 }

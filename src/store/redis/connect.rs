@@ -110,13 +110,16 @@ impl Deployment {
 }
 
 fn url_of(t: &RedisTarget, host: &str) -> String {
+    // The crate percent-decodes what it reads back: a password holding `@`, `/` or `?` stays
+    // whole.
+    let e = encoded;
     if t.socket_unix {
         // Unix socket URLs carry credentials as query parameters.
         let auth = match &t.auth {
             None => String::new(),
             Some(a) => match a.split_once(':') {
-                Some((u, p)) => format!("?user={u}&pass={p}"),
-                None => format!("?pass={a}"),
+                Some((u, p)) => format!("?user={}&pass={}", e(u), e(p)),
+                None => format!("?pass={}", e(a)),
             },
         };
         return format!("unix://{host}{auth}");
@@ -125,10 +128,26 @@ fn url_of(t: &RedisTarget, host: &str) -> String {
     let auth = match &t.auth {
         None => String::new(),
         // `user:password` for ACL users, a bare password otherwise.
-        Some(a) if a.contains(':') => format!("{a}@"),
-        Some(a) => format!(":{a}@"),
+        Some(a) => match a.split_once(':') {
+            Some((u, p)) => format!("{}:{}@", e(u), e(p)),
+            None => format!(":{}@", e(a)),
+        },
     };
     format!("{scheme}://{auth}{host}")
+}
+
+/// `s` with every byte but URL's unreserved ones percent-encoded.
+fn encoded(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// `user:password` for an ACL user, a bare password otherwise.

@@ -15,6 +15,9 @@ pub(super) struct Asked {
     pub(super) in_full: bool,
     /// The time the op was counted at (its window), ns since the epoch.
     pub(super) at: u64,
+    /// When its round trip went (ns since the epoch): a TTL Redis answers counts from then
+    /// (`at` is older for a local-first sync).
+    pub(super) sent: u64,
     /// Asked of `HOLD` (a check holding, or a report releasing): its reply is that script's.
     pub(super) holds: Option<Reservation>,
 }
@@ -37,16 +40,11 @@ impl Asked {
             return decode_refund(p, idx, now, first);
         }
         let hits = self.hits;
-        // A window from the first hit: the store keeps its end as the key's TTL, which the
-        // reply does not carry; a key its hits made ends a window from now, an older one no
-        // later (the over-limit cache leaves these keys out).
-        let from_first = |count: u64| State::FromFirstHit {
-            count: clamp(count),
-            end: now.saturating_add(w),
-        };
         match p.algorithm {
+            // FIRST_HIT answers {count after, PTTL in ms}: the window ends when the key does
+            // (a key that is not there, -2, holds no window).
             Algorithm::FromFirstHit => StoreReply {
-                before: from_first((first.max(0) as u64).saturating_sub(hits)),
+                before: first_hit(p, self.sent, first, hits, reply.get(1).copied()),
                 allowed: None,
                 holds: HoldReply::default(),
             },
@@ -96,6 +94,25 @@ impl Asked {
                 }
             }
         }
+    }
+}
+
+/// FIRST_HIT's `{count after, PTTL}` as the state before `hits`: the window ends when the key
+/// does, measured from `sent` (when the op went: never later than Redis's own end).
+pub(super) fn first_hit(p: &Params, sent: u64, count: i64, hits: u64, pttl: Option<i64>) -> State {
+    let count = u32::try_from((count.max(0) as u64).saturating_sub(hits)).unwrap_or(u32::MAX);
+    match pttl {
+        // A read that found no key: no window.
+        Some(-2) => State::FromFirstHit { count: 0, end: 0 },
+        Some(ms) if ms >= 0 => State::FromFirstHit {
+            count,
+            end: sent.saturating_add((ms as u64).saturating_mul(1_000_000)),
+        },
+        // A key without a TTL (another writer's): no later than a window from now.
+        _ => State::FromFirstHit {
+            count,
+            end: sent.saturating_add(p.window_ns()),
+        },
     }
 }
 

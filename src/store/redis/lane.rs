@@ -6,7 +6,7 @@ use std::hash::BuildHasherDefault;
 
 use super::decode::Ints;
 use super::packed::Packed;
-use super::scripts::{pack, Cmd, Then};
+use super::scripts::{pack, Cmd, Name, Then};
 use crate::limiter::key::{Key, KeyHasher};
 
 /// The commands of one deployment in one round trip, and whose answer each one is.
@@ -47,25 +47,16 @@ impl<'a> Lane<'a> {
     /// ops that nothing else touches in between may join: a decision's (not a refund's or a
     /// sync's, which come after every decision in a batch).
     pub(super) fn push(&mut self, op: usize, key: &Key, c: Cmd<'a>, may_join: bool) {
-        if let (
-            true,
-            Cmd::Fixed {
-                key: name, hits, ..
-            },
-        ) = (may_join, c)
-        {
+        if let (true, Some((name, hits))) = (may_join, counted(&c)) {
             let at = self.cmds.len();
             let tag = key.hash() ^ name.start_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let slot = *self.incrs.entry(tag).or_insert(at);
             if slot != at {
-                if let Cmd::Fixed {
-                    key: same,
-                    hits: total,
-                    ..
-                } = &mut self.cmds[slot]
+                let same = std::mem::discriminant(&self.cmds[slot]) == std::mem::discriminant(&c);
+                if let (true, Some((same_name, total))) = (same, counted_mut(&mut self.cmds[slot]))
                 {
                     // A different key with the same tag goes alone.
-                    if *same == name {
+                    if same_name == name {
                         *total = total.saturating_add(hits);
                         self.joined.push(Joined {
                             op,
@@ -97,6 +88,22 @@ impl<'a> Lane<'a> {
     }
 }
 
+/// The key and hits of a command that only adds hits and answers the count after them first
+/// (`INCRBY`, and `FIRST_HIT`, which answers the key's TTL after it): others may join it.
+fn counted<'a>(c: &Cmd<'a>) -> Option<(Name<'a>, u64)> {
+    match *c {
+        Cmd::Fixed { key, hits, .. } | Cmd::FirstHit { key, hits, .. } => Some((key, hits)),
+        _ => None,
+    }
+}
+
+fn counted_mut<'c, 'a>(c: &'c mut Cmd<'a>) -> Option<(Name<'a>, &'c mut u64)> {
+    match c {
+        Cmd::Fixed { key, hits, .. } | Cmd::FirstHit { key, hits, .. } => Some((*key, hits)),
+        _ => None,
+    }
+}
+
 /// Which op each answer of a lane's round trip is for.
 pub(super) struct Answers {
     first: Vec<usize>,
@@ -106,14 +113,21 @@ pub(super) struct Answers {
 impl Answers {
     /// Puts each op's reply in `out` (by its place in the batch), from `replies` to the
     /// commands in order. An op that joined a command gets the count after its own hits: the
-    /// command's count less the hits of the ops after it.
+    /// command's count less the hits of the ops after it (and what else the command answers,
+    /// a key's TTL, as it is).
     pub(super) fn answer(self, mut replies: Vec<Ints>, out: &mut [Ints]) {
         for j in self.joined.iter().rev() {
-            let Some(count) = replies.get_mut(j.cmd).and_then(|r| r.first_mut()) else {
+            let Some(reply) = replies.get_mut(j.cmd) else {
                 continue;
             };
-            out[j.op] = Ints::from_slice(&[*count]);
+            let Some(count) = reply.first_mut() else {
+                continue;
+            };
+            let own = *count;
             *count = count.saturating_sub(j.hits as i64);
+            let mut mine = reply.clone();
+            mine[0] = own;
+            out[j.op] = mine;
         }
         for (i, r) in self.first.into_iter().zip(replies) {
             out[i] = r;
@@ -201,6 +215,25 @@ mod tests {
             out,
             [ints(&[1]), ints(&[1]), ints(&[1]), ints(&[2]), ints(&[7])]
         );
+    }
+
+    #[test]
+    fn first_hit_windows_join_and_each_op_reads_its_count_and_the_ttl() {
+        let s = RedisStore::for_tests("");
+        let ops = [
+            test_op("k_", Algorithm::FromFirstHit, 60_000, 1),
+            test_op("k_", Algorithm::FromFirstHit, 60_000, 2),
+        ];
+        let mut lane = Lane::with_capacity(2);
+        for (i, o) in ops.iter().enumerate() {
+            lane.push(i, &o.key, s.cmd(o, NOW, false), true);
+        }
+        let (cmds, _, answers) = lane.pack();
+        assert_eq!(cmds.len(), 1);
+        assert_eq!(cmds.args(0)[4], b"3");
+        let mut out = vec![Ints::new(); 2];
+        answers.answer(vec![ints(&[3, 59_000])], &mut out);
+        assert_eq!(out, [ints(&[1, 59_000]), ints(&[3, 59_000])]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod fleet;
 mod lane;
 mod packed;
 mod plain;
+mod scan;
 mod scripts;
 mod settings;
 mod startup;
@@ -69,6 +70,7 @@ impl Store for RedisStore {
                 refund: b.refund,
                 in_full,
                 at,
+                sent: now,
                 holds,
             });
         }
@@ -120,6 +122,16 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "Redis"
+    }
+
+    fn scan_first_hit(
+        &self,
+        prefix: &str,
+        now: u64,
+        cap: usize,
+        deadline: Duration,
+    ) -> crate::limiter::ScanFuture {
+        self.scan_keys(prefix, now, cap, deadline)
     }
 }
 

@@ -121,15 +121,19 @@ struct CounterJson<'a> {
     expires_in_seconds: Option<u64>,
 }
 
-/// The namespace's live counters: those of this replica's shards (with a store, the counts
-/// they last saw).
+/// Counters a `/counters` answer lists at most, with a store (see `store/redis/scan.rs`).
+const MAX_LISTED: usize = 10_000;
+
+/// The namespace's live counters: in memory, this replica's shards'; with a store, the store's,
+/// which every replica counts in (at most [`MAX_LISTED`], found by a bounded scan).
 async fn counters(State(s): State<LimitadorHttp>, Path(ns): Path<String>) -> Response {
-    let keys = match s
-        .limitador
-        .engine()
-        .inspect(Some(namespace_prefix(&ns)))
-        .await
-    {
+    let engine = s.limitador.engine();
+    let prefix = namespace_prefix(&ns);
+    let listed = match engine.stored_first_hits(&prefix, MAX_LISTED).await {
+        Some(stored) => stored,
+        None => engine.inspect(Some(prefix)).await,
+    };
+    let keys = match listed {
         Ok(k) => k,
         Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, Json(())).into_response(),
     };

@@ -135,10 +135,10 @@ fn disk_storage_keeps_the_counters_across_a_restart() {
     let call = |l: &Limitador| {
         code(&block_on(unary(&l.grpc(), SHOULD_RATE_LIMIT, toystore("alice"))).unwrap())
     };
-    let first = Limitador::start_on(&[], LIMITS, &[], &storage);
+    let first = Limitador::start_on(&[], LIMITS, &storage, &[]);
     assert_eq!([call(&first), call(&first)], ["OK", "OK"]);
     first.server.stop();
-    let again = Limitador::start_on(&[], LIMITS, &[], &storage);
+    let again = Limitador::start_on(&[], LIMITS, &storage, &[]);
     assert_eq!(
         [call(&again), call(&again)],
         ["OK", "OVER_LIMIT"],

@@ -8,6 +8,7 @@ mod command_line;
 mod envoy;
 mod grpc;
 mod http;
+mod redis;
 mod reserve;
 
 use std::path::{Path, PathBuf};
@@ -51,15 +52,16 @@ impl Limitador {
 
     /// As [`Limitador::start`], with `env` in its environment too.
     pub fn start_with(flags: &[&str], limits: &str, env: &[(&str, &str)]) -> Limitador {
-        Limitador::start_on(flags, limits, env, &["memory"])
+        Limitador::start_on(flags, limits, &["memory"], env)
     }
 
-    /// As [`Limitador::start_with`], on the storage `storage` (its subcommand and arguments).
+    /// Started as [`Limitador::start`] with `storage` (its arguments) instead of `memory`,
+    /// and `env` beside the loopback hosts.
     pub fn start_on(
         flags: &[&str],
         limits: &str,
-        env: &[(&str, &str)],
         storage: &[&str],
+        env: &[(&str, &str)],
     ) -> Limitador {
         let dir = TempDir::new("limitador");
         let file = dir.path().join("limitador-config.yaml");

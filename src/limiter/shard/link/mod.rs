@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::config::Algorithm;
 use crate::limiter::algorithm::Params;
 use crate::limiter::key::{Key, KeyMap, KeySet};
-use crate::limiter::op::{Counting, Op};
+use crate::limiter::op::{Counting, Op, Reservation};
 use crate::limiter::protocol::Decide;
 use crate::limiter::shard::counters::Counters;
 use crate::limiter::shard::queues::{Queues, Waiter};
@@ -169,8 +169,14 @@ impl Link {
 
     /// Remembers that `op`'s key has no room under `op`'s limit until `until`.
     pub(crate) fn remember_full(&mut self, op: &Op, until: u64, now: u64) {
-        // The store places a window from the first hit; its end here is an estimate.
-        if op.params.algorithm == Algorithm::FromFirstHit {
+        // The store places a window from the first hit and answers its end (the key's TTL),
+        // but for a limit with `reserve`, whose holds' script answers no TTL: there the end is
+        // an estimate, and a later one than the store's would refuse past the window.
+        let holds_script = matches!(
+            op.reserve,
+            Reservation::Hold { .. } | Reservation::Release { .. }
+        );
+        if op.params.algorithm == Algorithm::FromFirstHit && holds_script {
             return;
         }
         if self.over.len() >= self.over_cap {

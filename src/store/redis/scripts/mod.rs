@@ -15,8 +15,12 @@
 //!   braces are a Cluster hash tag, so the current and the previous window (both read by one
 //!   script) live in one slot;
 //! - token bucket: `{domain_key1_value1_}_tat`, holding GCRA's theoretical arrival time;
-//! - window from the first hit (Limitador's limits): `<counter key>_first`, counted with
-//!   `INCRBY` as a fixed window is, its TTL one window from the `INCRBY` that made it.
+//! - window from the first hit (Limitador's limits): `<counter key>_first`, counted by
+//!   [`FIRST_HIT`], which gives a key it makes a TTL of one window (no jitter: the TTL is the
+//!   window) and answers the count with the key's `PTTL`, so the window's end is Redis's; a call
+//!   of no hits (a check) only reads, so it starts no window, as Limitador's check starts none.
+//!   A refund that brings the count to zero deletes the key: nothing counted, no window (a
+//!   refused call on a fresh counter leaves nothing, as on Limitador's Redis).
 //!
 //! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
 //! by the same `RedisStore::cmd`.
@@ -32,6 +36,8 @@
 use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
+use first_hit::FIRST_HIT;
+pub(in crate::store::redis) use first_hit::{first_hit_read, FIRST_SUFFIX};
 pub(in crate::store::redis) use name::Name;
 use name::WindowStart;
 
@@ -103,14 +109,21 @@ redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', math.ceil((after 
 return {1, after}
 ";
 
-/// Gives hits back to a counter (fixed or sliding window), never below zero, keeping its TTL.
+/// Gives hits back to a counter (fixed or sliding window, or from the first hit), never below
+/// zero, keeping its TTL.
 ///
-/// - `KEYS[1]`: the counter; `ARGV[1]`: hits. Returns the count after (or -1 if the key is gone).
+/// - `KEYS[1]`: the counter; `ARGV[1]`: hits; `ARGV[2]` (optional): `1` deletes a key the
+///   refund brings to zero (a window from the first hit: nothing counted is no window).
+/// - Returns the count after (or -1 if the key is gone).
 const REFUND_COUNT: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return -1 end
 local n = math.max(0, tonumber(v) - tonumber(ARGV[1]))
-redis.call('SET', KEYS[1], n, 'KEEPTTL')
+if n == 0 and ARGV[2] == '1' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], n, 'KEEPTTL')
+end
 return n
 ";
 
@@ -133,6 +146,12 @@ pub(super) enum Cmd<'a> {
     /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
     /// ([`expire`]).
     Fixed {
+        key: Name<'a>,
+        hits: u64,
+        window_ms: u64,
+    },
+    /// [`FIRST_HIT`]: answers `{count after, PTTL}`.
+    FirstHit {
         key: Name<'a>,
         hits: u64,
         window_ms: u64,
@@ -165,6 +184,8 @@ pub(super) enum Cmd<'a> {
     RefundCount {
         key: Name<'a>,
         hits: u64,
+        /// Delete the key when the refund leaves nothing (a window from the first hit).
+        drop_empty: bool,
     },
     RefundGcra {
         key: Name<'a>,
@@ -176,23 +197,13 @@ pub(super) enum Cmd<'a> {
     /// (`holds::HOLD`).
     Hold(holds::HoldCmd<'a>),
     /// `ZCOUNT held (now +inf`: the holds not expired yet (a look-up).
-    CountHeld {
-        held: Name<'a>,
-        now_us: u64,
-    },
+    CountHeld { held: Name<'a>, now_us: u64 },
     /// `ZREM held id`: a hold taken back (its request was refused elsewhere).
-    Unhold {
-        held: Name<'a>,
-        id: u64,
-    },
+    Unhold { held: Name<'a>, id: u64 },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
-    Get {
-        key: Name<'a>,
-    },
+    Get { key: Name<'a> },
     /// `DEL key`: a reset; answers 1 if the key was there.
-    Del {
-        key: Name<'a>,
-    },
+    Del { key: Name<'a> },
 }
 
 /// What to do once a packed command is answered: a fixed window's `INCRBY` that made its key
@@ -311,7 +322,11 @@ impl RedisStore {
             Algorithm::FixedWindow => {
                 let key = self.key(op, "", "", start(span.start));
                 if refund {
-                    Cmd::RefundCount { key, hits: op.hits }
+                    Cmd::RefundCount {
+                        key,
+                        hits: op.hits,
+                        drop_empty: false,
+                    }
                 } else {
                     Cmd::Fixed {
                         key,
@@ -321,12 +336,16 @@ impl RedisStore {
                 }
             }
             Algorithm::FromFirstHit => {
-                let key = self.key(op, "", "_first", None);
+                let key = self.key(op, "", FIRST_SUFFIX, None);
                 let window_ms = p.window_ms.max(1);
                 if refund {
-                    Cmd::RefundCount { key, hits: op.hits }
+                    Cmd::RefundCount {
+                        key,
+                        hits: op.hits,
+                        drop_empty: true,
+                    }
                 } else {
-                    Cmd::Fixed {
+                    Cmd::FirstHit {
                         key,
                         hits: op.hits,
                         window_ms,
@@ -339,6 +358,7 @@ impl RedisStore {
                     Cmd::RefundCount {
                         key: cur,
                         hits: op.hits,
+                        drop_empty: false,
                     }
                 } else {
                     Cmd::Sliding {
@@ -387,7 +407,8 @@ fn sha1(src: &str) -> String {
 }
 
 /// Every script, for `SCRIPT LOAD` when a connection is checked.
-pub(super) const ALL: [&str; 6] = [
+pub(super) const ALL: [&str; 7] = [
+    FIRST_HIT,
     SLIDING,
     GCRA,
     GCRA_ADD,
@@ -396,6 +417,7 @@ pub(super) const ALL: [&str; 6] = [
     holds::HOLD,
 ];
 
+static FIRST_HIT_SHA: LazyLock<String> = LazyLock::new(|| sha1(FIRST_HIT));
 static SLIDING_SHA: LazyLock<String> = LazyLock::new(|| sha1(SLIDING));
 static GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA));
 static GCRA_ADD_SHA: LazyLock<String> = LazyLock::new(|| sha1(GCRA_ADD));
@@ -408,6 +430,7 @@ static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
+static FIRST_HIT_HEAD: Head = LazyLock::new(|| evalsha(&FIRST_HIT_SHA));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
 static GCRA_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_SHA));
 static GCRA_ADD_HEAD: Head = LazyLock::new(|| evalsha(&GCRA_ADD_SHA));
@@ -444,6 +467,11 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
     };
     match c {
         Cmd::Fixed { key, hits, .. } => plain(p, &INCRBY, key, Some(*hits)),
+        Cmd::FirstHit {
+            key,
+            hits,
+            window_ms,
+        } => script(p, &FIRST_HIT_HEAD, &[key], &[*hits, *window_ms]),
         Cmd::Get { key } => plain(p, &GET, key, None),
         Cmd::Del { key } => plain(p, &DEL, key, None),
         Cmd::Sliding {
@@ -485,7 +513,16 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             interval_us,
             hits,
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
-        Cmd::RefundCount { key, hits } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
+        Cmd::RefundCount {
+            key,
+            hits,
+            drop_empty: false,
+        } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
+        Cmd::RefundCount {
+            key,
+            hits,
+            drop_empty: true,
+        } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits, 1]),
         Cmd::Hold(h) => h.pack(p),
         Cmd::CountHeld { held, now_us } => holds::pack_count(held, *now_us, p),
         Cmd::Unhold { held, id } => holds::pack_unhold(held, *id, p),
@@ -509,6 +546,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
     let mut args = sent.args(i);
     if let [b"EVALSHA", sha, ..] = args.as_slice() {
         let known = [
+            (FIRST_HIT, &*FIRST_HIT_SHA),
             (SLIDING, &*SLIDING_SHA),
             (GCRA, &*GCRA_SHA),
             (GCRA_ADD, &*GCRA_ADD_SHA),
@@ -524,6 +562,7 @@ pub(super) fn by_text(sent: &Packed, i: usize, out: &mut Packed) {
     out.push(&args);
 }
 
+mod first_hit;
 mod holds;
 mod name;
 #[cfg(test)]

@@ -229,3 +229,56 @@ fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
         .hold_cmd(&op(Algorithm::FixedWindow, 1000), NOW, false)
         .is_none());
 }
+
+#[test]
+fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
+    let s = store("pre_");
+    let o = op(Algorithm::FromFirstHit, 60_000);
+    assert_eq!(
+        text(&packed(&s.cmd(&o, NOW, false))),
+        reference(&[
+            b"EVALSHA",
+            FIRST_HIT_SHA.as_bytes(),
+            b"1",
+            b"pre_dom_k_v__first",
+            b"3",
+            b"60000"
+        ])
+    );
+    // A refund that leaves nothing deletes the key: no window.
+    assert_eq!(
+        text(&packed(&s.cmd(&o, NOW, true))),
+        reference(&[
+            b"EVALSHA",
+            REFUND_COUNT_SHA.as_bytes(),
+            b"1",
+            b"pre_dom_k_v__first",
+            b"3",
+            b"1"
+        ])
+    );
+    // The reply's TTL is the window's end, from when the op went.
+    let asked = super::super::decode::Asked {
+        params: o.params,
+        hits: 3,
+        refund: false,
+        in_full: false,
+        at: NOW - 5_000_000_000,
+        sent: NOW,
+        holds: None,
+    };
+    let r = asked.decode(&[7, 42_000]);
+    assert_eq!(
+        r.before,
+        crate::limiter::State::FromFirstHit {
+            count: 4,
+            end: NOW + 42_000_000_000
+        }
+    );
+    // A read that found no key: no window.
+    let read = asked.decode(&[0, -2]);
+    assert_eq!(
+        read.before,
+        crate::limiter::State::FromFirstHit { count: 0, end: 0 }
+    );
+}
