@@ -2,6 +2,8 @@
 //! condition true, every variable bound), each with the values its counter is kept for, and
 //! the counter key's text. Only the candidates the namespace's index gives are evaluated.
 
+use std::fmt::Write;
+
 use smallvec::SmallVec;
 
 use super::Entry;
@@ -73,7 +75,7 @@ pub fn counter_key(limit: &Limit, values: &[String]) -> String {
     let mut key = String::with_capacity(len);
     key.push_str(&limit.namespace);
     key.push(SEPARATOR);
-    key.push_str(&format!("{:016x}", limit.identity));
+    let _ = write!(key, "{:016x}", limit.identity);
     for v in values {
         key.push(SEPARATOR);
         key.push_str(v);

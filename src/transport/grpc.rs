@@ -42,8 +42,15 @@ impl RlsService {
     /// not take; bytes that are not a request are refused before anything is counted).
     async fn answer(&self, body: Bytes, arrived: Instant) -> Result<RateLimitResponse, Status> {
         if let Some(l) = &self.limitador {
-            let decoded = codec::decode_request(&body)?;
-            return kuadrant::should_rate_limit(l, &decoded).await;
+            let decoded;
+            let req = match codec::read_request(&body) {
+                Some(req) => req,
+                None => {
+                    decoded = codec::decode_request(&body)?;
+                    Request::of(&decoded)
+                }
+            };
+            return kuadrant::should_rate_limit(l, &req).await;
         }
         let decoded;
         let req = match codec::read_request(&body) {

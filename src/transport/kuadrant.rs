@@ -20,6 +20,7 @@ use tower_service::Service;
 
 use crate::descriptor::Entry;
 use crate::service::limitador::{draft_03, Ask, Limitador, LimitadorError, Reserved, Verdict};
+use crate::service::Request;
 
 /// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).
 pub mod pb {
@@ -57,11 +58,7 @@ pub struct LimitadorRls {
 impl LimitadorRls {
     /// A request as Limitador reads it: `domain` the namespace, the request's `hits_addend`
     /// (0 counts as 1), each descriptor's entries (its own `limit` and `hits_addend` ignored).
-    pub async fn answer(
-        &self,
-        req: &RateLimitRequest,
-        ask: Ask,
-    ) -> Result<RateLimitResponse, Status> {
+    pub async fn answer(&self, req: &Request<'_>, ask: Ask) -> Result<RateLimitResponse, Status> {
         // Limitador answers an empty domain UNKNOWN, and nothing else.
         if req.domain.is_empty() {
             return Ok(RateLimitResponse {
@@ -69,17 +66,17 @@ impl LimitadorRls {
                 ..RateLimitResponse::default()
             });
         }
-        let entries = entries_of(&req.descriptors);
-        let slices = slices(&entries);
+        let slices: SmallVec<[&[Entry<'_>]; 4]> = req
+            .descriptors
+            .iter()
+            .map(|d| d.entries.as_slice())
+            .collect();
         let delta = match ask {
             Ask::Check => 1,
             _ => u64::from(req.hits_addend.max(1)),
         };
-        let verdict = (self
-            .limitador
-            .call(&req.domain, &slices, delta, ask, true)
-            .await)
-            .map_err(status_of)?;
+        let called = (self.limitador).call(req.domain, &slices, delta, ask, true);
+        let verdict = called.await.map_err(status_of)?;
         Ok(self.response(&verdict, ask))
     }
 
@@ -260,7 +257,8 @@ impl UnaryService<RateLimitRequest> for Unary {
         let (rls, ask) = (self.0.clone(), self.1);
         Box::pin(async move {
             let req = request.into_inner();
-            rls.answer(&req, ask).await.map(Response::new)
+            let answered = rls.answer(&Request::of(&req), ask).await;
+            answered.map(Response::new)
         })
     }
 }
@@ -298,7 +296,7 @@ impl UnaryService<CommitRequest> for CommitCall {
 /// `ShouldRateLimit` as Limitador answers it, for the RLS port's per-call layer.
 pub async fn should_rate_limit(
     rls: &LimitadorRls,
-    req: &RateLimitRequest,
+    req: &Request<'_>,
 ) -> Result<RateLimitResponse, Status> {
     rls.answer(req, Ask::CheckAndReport).await
 }

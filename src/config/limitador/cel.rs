@@ -299,19 +299,49 @@ impl Lazy {
 }
 
 /// `--metric-labels-default`: an expression giving a map, whose string entries label a call's
-/// metrics (Kuadrant's `descriptors[1]`, the wasm-shim's metric labels).
+/// metrics. Kuadrant's, `descriptors[1]` (the wasm-shim's metric labels), is read straight from
+/// the descriptor's entries: the same map, without a CEL context.
 #[derive(Debug)]
-pub struct LabelsExpr(Compiled);
+pub enum LabelsExpr {
+    /// `descriptors[N]`.
+    Descriptor(usize),
+    Cel(Compiled),
+}
+
+/// `descriptors[N]`.
+static DESCRIPTOR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*descriptors\s*\[\s*(\d{1,4})\s*\]\s*$").expect("a valid pattern")
+});
 
 impl LabelsExpr {
     pub fn parse(text: &str) -> Result<LabelsExpr, String> {
-        Compiled::new(text).map(LabelsExpr)
+        let compiled = Compiled::new(text)?;
+        let index = (DESCRIPTOR.captures(text)).and_then(|c| c[1].parse().ok());
+        Ok(match index {
+            Some(n) => LabelsExpr::Descriptor(n),
+            None => LabelsExpr::Cel(compiled),
+        })
     }
 
-    /// The labels of a call sending `d`: none when the expression fails or is not a map.
+    /// The labels of a call sending `d`, sorted by name: none when the expression fails (an
+    /// index past the descriptors sent) or is not a map.
     pub fn labels(&self, d: &dyn Entries) -> Vec<(String, String)> {
+        let c = match self {
+            LabelsExpr::Descriptor(n) if *n >= d.descriptors() => return Vec::new(),
+            LabelsExpr::Descriptor(n) => {
+                let mut out: Vec<(String, String)> = Vec::new();
+                d.each(*n, &mut |k, v| {
+                    // A key sent twice: the last wins, as in the map CEL sees.
+                    out.retain(|(seen, _)| seen != k);
+                    out.push((k.to_owned(), v.to_owned()));
+                });
+                out.sort();
+                return out;
+            }
+            LabelsExpr::Cel(c) => c,
+        };
         let mut cx = Lazy::default();
-        let Ok(Value::Map(map)) = self.0.resolve(cx.get(d), LimitNames::default()) else {
+        let Ok(Value::Map(map)) = c.resolve(cx.get(d), LimitNames::default()) else {
             return Vec::new();
         };
         let mut out: Vec<(String, String)> = (map.map.iter())

@@ -5,13 +5,13 @@
 //! `datastore_partitioned`. At most [`MAX_SERIES`] label sets a family; calls past it are
 //! counted in `turnstile_limitador_series_dropped_total`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::{Ask, Verdict};
 use arc_swap::ArcSwap;
+use fnv::FnvHashMap;
 
 use crate::config::limitador::{CustomLabels, LabelsExpr};
 use crate::descriptor::limitador::Sent;
@@ -24,11 +24,19 @@ pub(super) const MAX_SERIES: usize = 10_000;
 /// A series' labels, sorted by name.
 type Labels = Vec<(String, String)>;
 
+/// An admitted series: its `authorized_calls` and `authorized_hits`, each once counted (a check
+/// counts no hits, a report no call, so one may be missing, as in Limitador).
+#[derive(Debug, Default, Clone, Copy)]
+struct Admitted {
+    calls: Option<u64>,
+    hits: Option<u64>,
+}
+
+/// The series by their labels: one look-up a call.
 #[derive(Debug, Default)]
 struct Families {
-    authorized_calls: BTreeMap<Labels, u64>,
-    authorized_hits: BTreeMap<Labels, u64>,
-    limited_calls: BTreeMap<Labels, u64>,
+    authorized: FnvHashMap<Labels, Admitted>,
+    limited_calls: FnvHashMap<Labels, u64>,
 }
 
 /// The calls' counters, and how to label them.
@@ -97,34 +105,52 @@ impl LimitadorMetrics {
                 labels.push(("limit_name".to_owned(), name));
             }
             labels.sort();
-            self.add(&mut f.limited_calls, labels, 1);
+            if let Some(n) = self.series(&mut f.limited_calls, labels) {
+                *n += 1;
+            }
         } else {
             labels.sort();
-            if ask != Ask::Report {
-                self.add(&mut f.authorized_calls, labels.clone(), 1);
-            }
-            if ask != Ask::Check {
-                self.add(&mut f.authorized_hits, labels, delta);
+            if let Some(a) = self.series(&mut f.authorized, labels) {
+                if ask != Ask::Report {
+                    *a.calls.get_or_insert(0) += 1;
+                }
+                if ask != Ask::Check {
+                    *a.hits.get_or_insert(0) += delta;
+                }
             }
         }
     }
 
-    fn add(&self, family: &mut BTreeMap<Labels, u64>, labels: Labels, n: u64) {
-        if let Some(v) = family.get_mut(&labels) {
-            *v += n;
-        } else if family.len() < MAX_SERIES {
-            family.insert(labels, n);
-        } else {
+    /// The series of `labels` in `family`, made when there is room for one more.
+    fn series<'f, V: Default>(
+        &self,
+        family: &'f mut FnvHashMap<Labels, V>,
+        labels: Labels,
+    ) -> Option<&'f mut V> {
+        if family.len() >= MAX_SERIES && !family.contains_key(&labels) {
             self.dropped.fetch_add(1, Relaxed);
+            return None;
         }
+        Some(family.entry(labels).or_default())
     }
 
     /// The families in Prometheus text, label values shown as `shown` says (the port's rule
     /// for client values).
     pub fn render(&self, shown: Shown, out: &mut String) {
         let f = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        let sorted = |pick: &dyn Fn(&Admitted) -> Option<u64>| {
+            let mut v: Vec<(&Labels, u64)> = (f.authorized.iter())
+                .filter_map(|(l, a)| Some((l, pick(a)?)))
+                .collect();
+            v.sort();
+            v
+        };
+        let (calls, hits) = (sorted(&|a| a.calls), sorted(&|a| a.hits));
+        let mut limited: Vec<(&Labels, u64)> =
+            f.limited_calls.iter().map(|(l, n)| (l, *n)).collect();
+        limited.sort();
         let family =
-            |out: &mut String, name: &str, help: Option<&str>, series: &BTreeMap<Labels, u64>| {
+            |out: &mut String, name: &str, help: Option<&str>, series: &[(&Labels, u64)]| {
                 if series.is_empty() {
                     return;
                 }
@@ -139,19 +165,10 @@ impl LimitadorMetrics {
                 }
                 out.push('\n');
             };
-        family(
-            out,
-            "authorized_calls",
-            Some("Authorized calls"),
-            &f.authorized_calls,
-        );
-        family(out, "authorized_hits", None, &f.authorized_hits);
-        family(
-            out,
-            "limited_calls",
-            Some("Limited calls"),
-            &f.limited_calls,
-        );
+        family(out, "authorized_calls", Some("Authorized calls"), &calls);
+        family(out, "authorized_hits", None, &hits);
+        family(out, "limited_calls", Some("Limited calls"), &limited);
+        drop((calls, hits, limited));
         drop(f);
         out.push_str("# HELP limitador_up Limitador is running\n# TYPE limitador_up gauge\nlimitador_up 1\n\n");
         out.push_str(
