@@ -133,7 +133,10 @@ class Server:
                      "--metric-labels-default", "descriptors[1]", limits_file, "memory"]
         tag = f"{name}.{os.path.basename(limits_file)}"
         self.err_path = os.path.join(work, f"{tag}.err")
-        env = {**os.environ, "ENVOY_RLS_HOST": "127.0.0.1", "HTTP_API_HOST": "127.0.0.1"}
+        env = {**os.environ, "ENVOY_RLS_HOST": "127.0.0.1", "HTTP_API_HOST": "127.0.0.1",
+               # turnstile's own debug and Prometheus ports, on ports the kernel picks: two
+               # servers up at once would otherwise both ask for 6070 and 9090.
+               "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "PROMETHEUS_ADDR": "127.0.0.1:0"}
         self.proc = subprocess.Popen(PIN_SERVER + self.argv, env=env,
                                      stdout=open(os.path.join(work, f"{tag}.out"), "w"),
                                      stderr=open(self.err_path, "w"))
