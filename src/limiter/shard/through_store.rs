@@ -399,10 +399,10 @@ impl Decider<'_, Link> {
                 e.remaining = 0;
             }
         }
-        // A `Commit` is usage counted unchecked: never over, so even one of no hits on a
-        // counter reported past its limit ends its hold.
-        if matches!(op.reserve, Reservation::Commit { .. }) {
-            e.over = false;
+        // A `Reserve` the store refused holds nothing there, whatever local hits say.
+        if matches!(op.reserve, Reservation::Reserve { .. }) && allowed == Some(false) {
+            e.over = true;
+            e.remaining = 0;
         }
         let counted = match op.reserve {
             // Admitted, it holds in the store: taken back if its request is refused elsewhere.
@@ -435,6 +435,11 @@ impl Decider<'_, Link> {
             }
             let left = h.held.saturating_sub(u32::from(h.released));
             e = less_held(e, u64::from(left), hits);
+        }
+        // A `Commit` is usage counted unchecked: never over, so even one of no hits on a
+        // counter reported past its limit ends its hold.
+        if matches!(op.reserve, Reservation::Commit { .. }) {
+            e.over = false;
         }
         (e, counted)
     }

@@ -367,7 +367,7 @@ mod on_redis {
         let short = ReserveRequest {
             ttl: Some(prost_types::Duration {
                 seconds: 0,
-                nanos: 300_000_000,
+                nanos: 600_000_000,
             }),
             ..reserve_req("alice", 900, None)
         };
@@ -375,12 +375,53 @@ mod on_redis {
         assert_eq!(code_of(&made), "OK");
         let held = keys_ending(&r, "_first}_held");
         let pttl: i64 = r.cli(&["PTTL", &held[0]]).parse().unwrap();
-        assert!((1..=300).contains(&pttl), "PTTL {pttl}");
+        assert!((1..=600).contains(&pttl), "PTTL {pttl}");
+        // Every call on the other replica sees it: ShouldRateLimit, CheckRateLimit, HTTP.
         assert_eq!(should(&b, "alice", 200).await, "OVER_LIMIT");
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(should(&b, "alice", 1000).await, "OK", "the hold ended");
+        let d: &[(&str, &str)] = &[
+            ("tokenlimit.tokens__0a1b2c3d", "1"),
+            ("auth.identity.userid", "alice"),
+        ];
+        let check = unary(&b.grpc(), CHECK, request("ns/llm", &[d], 0)).await;
+        assert_eq!(code(&check.unwrap()), "OK");
+        let http = reqwest::Client::new();
+        let check = |delta: u64| {
+            http.post(b.http("/check"))
+                .header("content-type", "application/json")
+                .body(format!(
+                    r#"{{"namespace":"ns/llm","values":{{"tokenlimit.tokens__0a1b2c3d":"1","auth.identity.userid":"alice"}},"delta":{delta}}}"#
+                ))
+                .send()
+        };
+        assert_eq!(check(101).await.unwrap().status(), 429);
+        assert_eq!(check(100).await.unwrap().status(), 200);
+        // A report counts unchecked beside the hold: 50 used.
+        let report = unary(&b.grpc(), REPORT, request("ns/llm", &[d], 50)).await;
+        assert_eq!(code(&report.unwrap()), "OK");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(should(&b, "alice", 951).await, "OVER_LIMIT");
+        assert_eq!(should(&b, "alice", 950).await, "OK", "the hold ended");
         assert!(!commit(&a, "alice", &made.reservation_id, 0).await);
         assert!(keys_ending(&r, "_first}_held").is_empty());
+    }
+
+    #[tokio::test]
+    async fn with_redis_cached_reserve_and_commit_are_decided_in_redis() {
+        let r = Redis::start();
+        let url = format!("redis://127.0.0.1:{}", r.port);
+        let storage = ["redis_cached", url.as_str(), "--flush-period", "200"];
+        let flags = ["--max-reservation-fraction", "1"];
+        let a = Limitador::start_on(&flags, TOKENS, &storage, &[ROOMY]);
+        let b = Limitador::start_on(&flags, TOKENS, &storage, &[ROOMY]);
+        let made = reserve(&a, "alice", 900, None).await;
+        assert_eq!(code_of(&made), "OK");
+        // Not in one replica's cache: the other sees the hold, and ends it.
+        assert_eq!(
+            code_of(&reserve(&b, "alice", 200, None).await),
+            "OVER_LIMIT"
+        );
+        assert!(commit(&b, "alice", &made.reservation_id, 0).await);
+        assert_eq!(code_of(&reserve(&a, "alice", 1000, None).await), "OK");
     }
 
     /// The user's budget, and a route's of 500 for every user.
