@@ -87,15 +87,19 @@ pub struct StoreReply {
     pub holds: HoldReply,
 }
 
-/// The holds of an op's key in the store (ops of limits with `reserve`; zeros otherwise).
+/// The holds of an op's key in the store (ops of limits with `reserve`, and Limitador's named
+/// holds of windows from the first hit; zeros otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HoldReply {
     /// Holds before this op (expired ones released).
     pub held: u32,
     /// Holds this op found expired, and released.
     pub expired: u32,
-    /// A report released one hold.
+    /// A report released one hold; a Limitador `Commit` ended its named hold.
     pub released: bool,
+    /// The hits the key's named holds (Limitador's `Reserve`) hold beside this op, expired ones
+    /// dropped: before a `Reserve`'s own, after a `Commit` ended its own.
+    pub named: u64,
 }
 
 /// A round trip that failed or took too long: nothing is known of its batch.

@@ -10,7 +10,7 @@
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::decide::{check_holding, judge, less_held, Action, Commit, Decider, Hooks};
+use super::decide::{beside, check_holding, judge, less_held, Action, Commit, Decider, Hooks};
 use super::link::{with_hits, Done, InFlight, Link, StoreBound};
 use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
@@ -223,7 +223,12 @@ impl Decider<'_, Link> {
             return;
         }
         let withdrawn = (done.iter())
-            .filter(|&&i| matches!(ops[i].reserve, Reservation::Hold { .. }))
+            .filter(|&&i| {
+                matches!(
+                    ops[i].reserve,
+                    Reservation::Hold { .. } | Reservation::Reserve { .. }
+                )
+            })
             .count();
         self.cx.stats.holds_withdrawn(withdrawn as u64);
         link.queue_refunds(ops, &done);
@@ -290,7 +295,11 @@ impl Decider<'_, Link> {
                 }
                 evals.push((e, self.is_blocked(op, i, head_of)));
             }
-            let (outcomes, action) = judge(&d, &evals);
+            let (mut outcomes, action) = judge(&d, &evals);
+            for ((o, op), reply) in outcomes.iter_mut().zip(&d.ops).zip(mine) {
+                o.released =
+                    matches!(op.reserve, Reservation::Commit { .. }) && reply.holds.released;
+            }
             // With what the store counted; whatever is refunded leaves the local-first keys too.
             let done = self.cx.clock.now();
             let (link, parts) = self.link_and_parts();
@@ -368,7 +377,15 @@ impl Decider<'_, Link> {
         } else {
             with_hits(before, p, now, unsynced)
         };
-        let mut e = before.eval(p, now, hits);
+        // Limitador's calls are judged beside the counter's named holds, as the store read them:
+        // a `Reserve` as if it took its own hits too (the store judged it, and holds).
+        let held = reply.holds.named;
+        let mut e = match op.reserve {
+            Reservation::Reserve { hits: own, .. } => {
+                beside(&before, p, now, 0, held.saturating_add(u64::from(own)))
+            }
+            _ => beside(&before, p, now, hits, held),
+        };
         // Room for these hits (at least one) is room for one: the key is not full.
         let room = hits > 0 && !e.over;
         // The script's action stands (its arithmetic is in milliseconds or microseconds),
@@ -382,7 +399,21 @@ impl Decider<'_, Link> {
                 e.remaining = 0;
             }
         }
-        let counted = hits > 0 && allowed.unwrap_or(true);
+        // A `Reserve` the store refused holds nothing there, whatever local hits say.
+        if matches!(op.reserve, Reservation::Reserve { .. }) && allowed == Some(false) {
+            e.over = true;
+            e.remaining = 0;
+        }
+        let counted = match op.reserve {
+            // Admitted, it holds in the store: taken back if its request is refused elsewhere.
+            Reservation::Reserve { .. } => allowed == Some(true),
+            _ => hits > 0 && allowed.unwrap_or(true),
+        };
+        match op.reserve {
+            Reservation::Reserve { .. } if counted => self.cx.stats.holds_made(1),
+            Reservation::Commit { .. } if reply.holds.released => self.cx.stats.holds_reported(1),
+            _ => {}
+        }
         // Remember keys with no room left at all, until room comes back: one with no room for
         // a single hit, or one these hits, counted in full, took past its limit (as
         // envoyproxy/ratelimit's local cache remembers a key once it answers it over).
@@ -404,6 +435,11 @@ impl Decider<'_, Link> {
             }
             let left = h.held.saturating_sub(u32::from(h.released));
             e = less_held(e, u64::from(left), hits);
+        }
+        // A `Commit` is usage counted unchecked: never over, so even one of no hits on a
+        // counter reported past its limit ends its hold.
+        if matches!(op.reserve, Reservation::Commit { .. }) {
+            e.over = false;
         }
         (e, counted)
     }

@@ -1,7 +1,9 @@
 //! Limitador's reservations (limitador #515): `Reserve` holds an estimate of a call's hits on
 //! every applicable counter, all or nothing, and `Commit` counts what it really used, as a
 //! `Report` does, and ends that hold. A hold is a named hold of the counter's key in the engine
-//! (`limiter::Reservation::Reserve`), so turnstile's other calls on the counter see it too.
+//! (`limiter::Reservation::Reserve`), so turnstile's other calls on the counter see it too: in
+//! the shards' memory, or with Redis in Redis, beside the counter, shared by every replica
+//! (`store::redis::scripts::first_hit`).
 
 use std::time::Duration;
 
@@ -49,14 +51,6 @@ impl Limitador {
         amount: u64,
         ttl: Option<Duration>,
     ) -> Result<Reserved, LimitadorError> {
-        // Named holds live in the shards' memory; the store's scripts keep none, so a hold
-        // made here would not be seen by the other replicas (as Limitador answers for a
-        // storage without reservations).
-        if self.engine.has_store() {
-            return Err(LimitadorError::Unsupported(
-                "reservations are not supported with the redis storages",
-            ));
-        }
         let id = hold_id();
         let loaded = self.loaded();
         let Some(ns) = loaded.limits.namespace(namespace) else {
@@ -75,6 +69,7 @@ impl Limitador {
                 Op {
                     hits: 0,
                     reserve: Reservation::Reserve { hits, for_ms, id },
+                    local_first: EXACT,
                     ..op(a, 0, Ask::CheckAndReport)
                 }
             })
@@ -115,12 +110,17 @@ impl Limitador {
     }
 }
 
+/// Holds are made and ended in the store, with Redis (`redis_cached` too: a hold kept in one
+/// replica's memory would not hold on the others), and in memory otherwise.
+const EXACT: Option<bool> = Some(false);
+
 /// The op of one applicable limit of a `Commit`: `actual` counted in full, ending hold `id`.
 fn commit_op(a: &Applicable<'_>, actual: u64, id: Option<u64>) -> Op {
     let report = op(a, actual, Ask::Report);
     match id {
         Some(id) => Op {
             reserve: Reservation::Commit { id },
+            local_first: EXACT,
             ..report
         },
         None => report,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::connect::exec;
 use super::decode::{self, stored};
 use super::packed::Packed;
-use super::scripts::{pack, Cmd, Name};
+use super::scripts::{held_of as named_holds, pack, Cmd, Name};
 use super::{within, RedisStore};
 use crate::config::Algorithm;
 use crate::limiter::{DeleteFuture, HoldReply, Op, Reservation, StoreFuture, StoreReply};
@@ -90,6 +90,10 @@ impl RedisStore {
     ) -> DeleteFuture {
         let mut names = self.keys_of(op, now);
         names.extend(self.held_of(op, now));
+        // A window from the first hit: its named holds (Limitador's `Reserve`) go with it.
+        if op.params.algorithm == Algorithm::FromFirstHit {
+            names.extend(names.first().map(named_holds));
+        }
         let mut cmds = Packed::with_capacity(names.len());
         for key in names {
             pack(&Cmd::Del { key }, &mut cmds);
@@ -112,5 +116,6 @@ fn first_hit_read(key: Name<'_>) -> Cmd<'_> {
         key,
         hits: 0,
         window_ms: 1,
+        holds: None,
     }
 }

@@ -20,6 +20,9 @@ pub(super) struct Asked {
     pub(super) sent: u64,
     /// Asked of `HOLD` (a check holding, or a report releasing): its reply is that script's.
     pub(super) holds: Option<Reservation>,
+    /// The op's reservation: a window from the first hit's reply tells a `Reserve` whether it
+    /// holds, a `Commit` whether it ended its hold.
+    pub(super) reserve: Reservation,
 }
 
 impl Asked {
@@ -41,13 +44,21 @@ impl Asked {
         }
         let hits = self.hits;
         match p.algorithm {
-            // FIRST_HIT answers {count after, PTTL in ms}: the window ends when the key does
-            // (a key that is not there, -2, holds no window).
-            Algorithm::FromFirstHit => StoreReply {
-                before: first_hit(p, self.sent, first, hits, reply.get(1).copied()),
-                allowed: None,
-                holds: HoldReply::default(),
-            },
+            // FIRST_HIT answers {count after, PTTL in ms, held, done}: the window ends when the
+            // key does (a key that is not there, -2, holds no window).
+            Algorithm::FromFirstHit => {
+                let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
+                let done = at(3) == 1;
+                StoreReply {
+                    before: first_hit(p, self.sent, first, hits, reply.get(1).copied()),
+                    allowed: matches!(self.reserve, Reservation::Reserve { .. }).then_some(done),
+                    holds: HoldReply {
+                        named: at(2),
+                        released: done && matches!(self.reserve, Reservation::Commit { .. }),
+                        ..HoldReply::default()
+                    },
+                }
+            }
             // INCRBY answers the count after the hits.
             Algorithm::FixedWindow => StoreReply {
                 before: State::Fixed {
@@ -174,6 +185,7 @@ fn decode_hold(p: &Params, idx: u32, now: u64, r: Reservation, reply: &[i64]) ->
             held: clamp(at(1)),
             expired: clamp(at(2)),
             released: !check && done,
+            named: 0,
         },
     }
 }
@@ -210,8 +222,8 @@ pub(super) fn stored(p: &Params, now: u64, values: &[Option<i64>]) -> State {
     }
 }
 
-/// A reply's integers (at most three: no script answers more), kept inline.
-pub(super) type Ints = SmallVec<[i64; 3]>;
+/// A reply's integers (`FIRST_HIT` answers four, `HOLD` five), kept inline up to four.
+pub(super) type Ints = SmallVec<[i64; 4]>;
 
 /// A reply's integers: a number, or the numbers of an array (nested arrays flattened).
 pub(super) fn ints(v: Value) -> Ints {

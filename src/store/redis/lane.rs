@@ -6,7 +6,7 @@ use std::hash::BuildHasherDefault;
 
 use super::decode::Ints;
 use super::packed::Packed;
-use super::scripts::{pack, Cmd, Name, Then};
+use super::scripts::{pack, Beside, Cmd, Name, Named, Then};
 use crate::limiter::key::{Key, KeyHasher};
 
 /// The commands of one deployment in one round trip, and whose answer each one is.
@@ -89,19 +89,31 @@ impl<'a> Lane<'a> {
 }
 
 /// The key and hits of a command that only adds hits and answers the count after them first
-/// (`INCRBY`, and `FIRST_HIT`, which answers the key's TTL after it): others may join it.
+/// (`INCRBY`, and `FIRST_HIT` counting, which answers the key's TTL and its holds after it):
+/// others may join it. A `FIRST_HIT` that reserves or commits a named hold goes alone.
 fn counted<'a>(c: &Cmd<'a>) -> Option<(Name<'a>, u64)> {
     match *c {
-        Cmd::Fixed { key, hits, .. } | Cmd::FirstHit { key, hits, .. } => Some((key, hits)),
+        Cmd::Fixed { key, hits, .. } => Some((key, hits)),
+        Cmd::FirstHit {
+            key, hits, holds, ..
+        } if joins(holds) => Some((key, hits)),
         _ => None,
     }
 }
 
 fn counted_mut<'c, 'a>(c: &'c mut Cmd<'a>) -> Option<(Name<'a>, &'c mut u64)> {
     match c {
-        Cmd::Fixed { key, hits, .. } | Cmd::FirstHit { key, hits, .. } => Some((*key, hits)),
+        Cmd::Fixed { key, hits, .. } => Some((*key, hits)),
+        Cmd::FirstHit {
+            key, hits, holds, ..
+        } if joins(*holds) => Some((*key, hits)),
         _ => None,
     }
+}
+
+/// Whether a `FIRST_HIT` only counts (or reads) beside the named holds.
+fn joins(holds: Option<Beside>) -> bool {
+    holds.is_none_or(|b| b.named == Named::Count)
 }
 
 /// Which op each answer of a lane's round trip is for.
@@ -230,10 +242,37 @@ mod tests {
         }
         let (cmds, _, answers) = lane.pack();
         assert_eq!(cmds.len(), 1);
-        assert_eq!(cmds.args(0)[4], b"3");
+        assert_eq!(cmds.args(0)[5], b"3");
         let mut out = vec![Ints::new(); 2];
         answers.answer(vec![ints(&[3, 59_000])], &mut out);
         assert_eq!(out, [ints(&[1, 59_000]), ints(&[3, 59_000])]);
+    }
+
+    #[test]
+    fn a_reserve_or_a_commit_goes_alone_beside_counts_of_its_counter() {
+        let s = RedisStore::for_tests("");
+        let count = test_op("k_", Algorithm::FromFirstHit, 60_000, 1);
+        let commit = Op {
+            reserve: crate::limiter::Reservation::Commit { id: 7 },
+            ..count.clone()
+        };
+        let reserve = Op {
+            hits: 0,
+            reserve: crate::limiter::Reservation::Reserve {
+                hits: 3,
+                for_ms: 1000,
+                id: 8,
+            },
+            ..count.clone()
+        };
+        let mut lane = Lane::with_capacity(4);
+        for (i, o) in [&count, &commit, &reserve, &count].into_iter().enumerate() {
+            lane.push(i, &o.key, s.cmd(o, NOW, false), true);
+        }
+        let (cmds, _, _) = lane.pack();
+        // The two counts join; the commit and the reserve keep their ids.
+        assert_eq!(cmds.len(), 3);
+        assert_eq!(cmds.args(0)[5], b"2");
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl Store for RedisStore {
                 (Some(c), _) => c,
                 // More refunded than taken since the last sync: refunded in that window.
                 (None, Some(at)) if b.refund => self.cmd(b.op, at, true),
-                (None, Some(at)) => self.sync_cmd(b.op, at, now),
+                (None, Some(at)) => self.sync_only_cmd(b.op, at, now),
                 (None, None) if in_full => self.sync_cmd(b.op, now, now),
                 (None, None) => self.cmd(b.op, now, b.refund),
             };
@@ -72,6 +72,7 @@ impl Store for RedisStore {
                 at,
                 sent: now,
                 holds,
+                reserve: b.op.reserve,
             });
         }
         let [main, second] = lanes;

@@ -276,3 +276,203 @@ async fn every_call_on_the_counter_sees_the_holds() {
     assert_eq!(post("/check", body(994)).await.unwrap().status(), 200);
     assert_eq!(post("/check", body(995)).await.unwrap().status(), 429);
 }
+
+/// Two replicas sharing one real redis-server, as `limitador-server … redis URL`.
+mod on_redis {
+    use super::*;
+    use crate::common::redis::Redis;
+
+    /// Tests run beside builds on a small machine: a roomy deadline keeps the breaker shut.
+    const ROOMY: (&str, &str) = ("TURNSTILE_REDIS_DEADLINE_MS", "5000");
+
+    fn replicas(r: &Redis, flags: &[&str], limits: &str) -> [Limitador; 2] {
+        let url = format!("redis://127.0.0.1:{}", r.port);
+        let storage = ["redis", url.as_str()];
+        [
+            Limitador::start_on(flags, limits, &storage, &[ROOMY]),
+            Limitador::start_on(flags, limits, &storage, &[ROOMY]),
+        ]
+    }
+
+    /// Redis's keys ending with `suffix`.
+    fn keys_ending(r: &Redis, suffix: &str) -> Vec<String> {
+        let out = r.cli(&["--scan"]);
+        (out.lines())
+            .filter(|k| k.ends_with(suffix))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_replicas_hold_one_budget_and_either_commits_a_hold() {
+        let r = Redis::start();
+        let [a, b] = replicas(&r, &[], TOKENS);
+        let ls = [&a, &b];
+        // Ten concurrent reserves of 300 on 1 000, five to each replica: exactly three hold.
+        let calls = (0..10)
+            .map(|i| async move { (i % 2, reserve(ls[i % 2], "alice", 300, Some(30)).await) });
+        let answers = futures_util::future::join_all(calls).await;
+        let admitted: Vec<(usize, &str)> = (answers.iter())
+            .filter(|(_, r)| r.code == 1)
+            .map(|(at, r)| (*at, r.reservation_id.as_str()))
+            .collect();
+        assert_eq!(admitted.len(), 3, "{answers:?}");
+        for (_, r) in answers.iter().filter(|(_, r)| r.code != 1) {
+            assert_eq!(code_of(r), "OVER_LIMIT");
+            assert!(r.reservation_id.is_empty(), "a refusal holds nothing");
+        }
+        // The holds are Redis's: one hash beside the counter, a field a hold, dying with the
+        // window at the latest; the counter itself has no hit yet.
+        let held = keys_ending(&r, "_first}_held");
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(r.cli(&["HLEN", &held[0]]), "3");
+        let pttl: i64 = r.cli(&["PTTL", &held[0]]).parse().unwrap();
+        assert!((25_000..=30_000).contains(&pttl), "PTTL {pttl}");
+        assert!(keys_ending(&r, "_first").is_empty());
+        // 900 held: neither replica's ordinary traffic can spend it.
+        for l in ls {
+            assert_eq!(should(l, "alice", 200).await, "OVER_LIMIT");
+        }
+        assert_eq!(should(&b, "alice", 100).await, "OK");
+        assert_eq!(should(&a, "alice", 1).await, "OVER_LIMIT");
+        // A hold ends on the other replica than the one that made it: once.
+        let (made_on, id) = admitted[0];
+        let other = ls[1 - made_on];
+        assert!(commit(other, "alice", id, 250).await);
+        assert!(!commit(other, "alice", id, 0).await, "ended once");
+        assert!(
+            !commit(ls[made_on], "alice", id, 0).await,
+            "ended everywhere"
+        );
+        assert_eq!(r.cli(&["HLEN", &held[0]]), "2");
+        // 100 + 250 used, 600 held: 50 left, on either replica.
+        assert_eq!(should(&a, "alice", 51).await, "OVER_LIMIT");
+        assert_eq!(should(&b, "alice", 50).await, "OK");
+        // The last two end with nothing used, one on each: 400 used, 600 left.
+        assert!(commit(&a, "alice", admitted[1].1, 0).await);
+        assert!(commit(&b, "alice", admitted[2].1, 0).await);
+        assert!(
+            keys_ending(&r, "_first}_held").is_empty(),
+            "no hold, no hash"
+        );
+        assert_eq!(should(&a, "alice", 601).await, "OVER_LIMIT");
+        assert_eq!(should(&b, "alice", 600).await, "OK");
+        assert_eq!(r.cli(&["GET", &keys_ending(&r, "_first")[0]]), "1000");
+    }
+
+    #[tokio::test]
+    async fn a_hold_in_redis_ends_at_its_ttl() {
+        let r = Redis::start();
+        let [a, b] = replicas(&r, &["--max-reservation-fraction", "1"], TOKENS);
+        let short = ReserveRequest {
+            ttl: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 600_000_000,
+            }),
+            ..reserve_req("alice", 900, None)
+        };
+        let made: ReserveResponse = call(&a.grpc(), RESERVE, short).await.unwrap();
+        assert_eq!(code_of(&made), "OK");
+        let held = keys_ending(&r, "_first}_held");
+        let pttl: i64 = r.cli(&["PTTL", &held[0]]).parse().unwrap();
+        assert!((1..=600).contains(&pttl), "PTTL {pttl}");
+        // Every call on the other replica sees it: ShouldRateLimit, CheckRateLimit, HTTP.
+        assert_eq!(should(&b, "alice", 200).await, "OVER_LIMIT");
+        let d: &[(&str, &str)] = &[
+            ("tokenlimit.tokens__0a1b2c3d", "1"),
+            ("auth.identity.userid", "alice"),
+        ];
+        let check = unary(&b.grpc(), CHECK, request("ns/llm", &[d], 0)).await;
+        assert_eq!(code(&check.unwrap()), "OK");
+        let http = reqwest::Client::new();
+        let check = |delta: u64| {
+            http.post(b.http("/check"))
+                .header("content-type", "application/json")
+                .body(format!(
+                    r#"{{"namespace":"ns/llm","values":{{"tokenlimit.tokens__0a1b2c3d":"1","auth.identity.userid":"alice"}},"delta":{delta}}}"#
+                ))
+                .send()
+        };
+        assert_eq!(check(101).await.unwrap().status(), 429);
+        assert_eq!(check(100).await.unwrap().status(), 200);
+        // A report counts unchecked beside the hold: 50 used.
+        let report = unary(&b.grpc(), REPORT, request("ns/llm", &[d], 50)).await;
+        assert_eq!(code(&report.unwrap()), "OK");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(should(&b, "alice", 951).await, "OVER_LIMIT");
+        assert_eq!(should(&b, "alice", 950).await, "OK", "the hold ended");
+        assert!(!commit(&a, "alice", &made.reservation_id, 0).await);
+        assert!(keys_ending(&r, "_first}_held").is_empty());
+    }
+
+    #[tokio::test]
+    async fn with_redis_cached_reserve_and_commit_are_decided_in_redis() {
+        let r = Redis::start();
+        let url = format!("redis://127.0.0.1:{}", r.port);
+        let storage = ["redis_cached", url.as_str(), "--flush-period", "200"];
+        let flags = ["--max-reservation-fraction", "1"];
+        let a = Limitador::start_on(&flags, TOKENS, &storage, &[ROOMY]);
+        let b = Limitador::start_on(&flags, TOKENS, &storage, &[ROOMY]);
+        let made = reserve(&a, "alice", 900, None).await;
+        assert_eq!(code_of(&made), "OK");
+        // Not in one replica's cache: the other sees the hold, and ends it.
+        assert_eq!(
+            code_of(&reserve(&b, "alice", 200, None).await),
+            "OVER_LIMIT"
+        );
+        assert!(commit(&b, "alice", &made.reservation_id, 0).await);
+        assert_eq!(code_of(&reserve(&a, "alice", 1000, None).await), "OK");
+    }
+
+    /// The user's budget, and a route's of 500 for every user.
+    const TWO: &str = r#"
+- name: tokens
+  namespace: ns/llm
+  max_value: 1000
+  seconds: 60
+  conditions: ['descriptors[0]["tokenlimit.tokens__0a1b2c3d"] == "1"']
+  variables: ['descriptors[0]["auth.identity.userid"]']
+- name: route
+  namespace: ns/llm
+  max_value: 500
+  seconds: 60
+  conditions: ['descriptors[0]["tokenlimit.tokens__0a1b2c3d"] == "1"']
+  variables: []
+"#;
+
+    #[tokio::test]
+    async fn a_reserve_refused_on_one_counter_holds_nothing_on_the_others() {
+        let r = Redis::start();
+        let [a, b] = replicas(&r, &["--max-reservation-fraction", "1"], TWO);
+        let alice = reserve(&a, "alice", 400, None).await;
+        assert_eq!(code_of(&alice), "OK");
+        assert_eq!(
+            keys_ending(&r, "_first}_held").len(),
+            2,
+            "the user's and the route's"
+        );
+        // Bob's budget has room, the route's has not: nothing held on bob's either.
+        assert_eq!(code_of(&reserve(&b, "bob", 400, None).await), "OVER_LIMIT");
+        wait_for_keys(&r, 2).await;
+        assert_eq!(should(&a, "bob", 100).await, "OK");
+        assert_eq!(
+            should(&b, "bob", 1).await,
+            "OVER_LIMIT",
+            "400 held + 100 on the route"
+        );
+        assert!(commit(&b, "alice", &alice.reservation_id, 0).await);
+        assert_eq!(should(&a, "bob", 400).await, "OK");
+    }
+
+    /// A refused request's holds are taken back after its answer: waits until Redis holds
+    /// `n` hashes of holds.
+    async fn wait_for_keys(r: &Redis, n: usize) {
+        for _ in 0..50 {
+            if keys_ending(r, "_first}_held").len() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{:?}", keys_ending(r, "_first}_held"));
+    }
+}

@@ -20,10 +20,13 @@
 //!   window) and answers the count with the key's `PTTL`, so the window's end is Redis's; a call
 //!   of no hits (a check) only reads, so it starts no window, as Limitador's check starts none.
 //!   A refund that brings the count to zero deletes the key: nothing counted, no window (a
-//!   refused call on a fresh counter leaves nothing, as on Limitador's Redis).
+//!   refused call on a fresh counter leaves nothing, as on Limitador's Redis). Limitador's
+//!   reservations (`Reserve`) are a hash beside it, `{<counter's key>}_held`, read by every
+//!   call of [`FIRST_HIT`] (see `first_hit`);
+//! - the holds of a limit with `reserve`: a sorted set beside the counter (see `holds`).
 //!
 //! The admin listener's look-up `GET`s and its reset `DEL`s exactly these keys (`admin`), named
-//! by the same `RedisStore::cmd`.
+//! by the same `RedisStore::cmd` (a reset drops a counter's holds with it).
 //!
 //! # Commands
 //!
@@ -37,7 +40,7 @@ use std::sync::LazyLock;
 
 use super::packed::{decimal, Encoded, Packed};
 use first_hit::FIRST_HIT;
-pub(in crate::store::redis) use first_hit::{first_hit_read, FIRST_SUFFIX};
+pub(in crate::store::redis) use first_hit::{first_hit_read, held_of, Beside, Named, FIRST_SUFFIX};
 pub(in crate::store::redis) use name::Name;
 use name::WindowStart;
 
@@ -150,11 +153,13 @@ pub(super) enum Cmd<'a> {
         hits: u64,
         window_ms: u64,
     },
-    /// [`FIRST_HIT`]: answers `{count after, PTTL}`.
+    /// [`FIRST_HIT`]: answers `{count after, PTTL, held, done}`; beside the counter's named
+    /// holds unless `holds` is `None` (a look-up).
     FirstHit {
         key: Name<'a>,
         hits: u64,
         window_ms: u64,
+        holds: Option<Beside>,
     },
     Sliding {
         cur: Name<'a>,
@@ -200,6 +205,8 @@ pub(super) enum Cmd<'a> {
     CountHeld { held: Name<'a>, now_us: u64 },
     /// `ZREM held id`: a hold taken back (its request was refused elsewhere).
     Unhold { held: Name<'a>, id: u64 },
+    /// `HDEL held id`: a named hold taken back (its `Reserve` was refused on another counter).
+    Unname { held: Name<'a>, id: u64 },
     /// `GET key`: a look-up reads a counter without creating it (`INCRBY key 0` would).
     Get { key: Name<'a> },
     /// `DEL key`: a reset; answers 1 if the key was there.
@@ -335,23 +342,7 @@ impl RedisStore {
                     }
                 }
             }
-            Algorithm::FromFirstHit => {
-                let key = self.key(op, "", FIRST_SUFFIX, None);
-                let window_ms = p.window_ms.max(1);
-                if refund {
-                    Cmd::RefundCount {
-                        key,
-                        hits: op.hits,
-                        drop_empty: true,
-                    }
-                } else {
-                    Cmd::FirstHit {
-                        key,
-                        hits: op.hits,
-                        window_ms,
-                    }
-                }
-            }
+            Algorithm::FromFirstHit => self.first_hit_cmd(op, now, refund),
             Algorithm::SlidingWindow => {
                 let cur = self.key(op, "{", "}_", start(span.start));
                 if refund {
@@ -429,6 +420,7 @@ type Head = LazyLock<Encoded>;
 static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
+static HDEL: Head = LazyLock::new(|| Encoded::new(&[b"HDEL"]));
 static PEXPIRE: Head = LazyLock::new(|| Encoded::new(&[b"PEXPIRE"]));
 static FIRST_HIT_HEAD: Head = LazyLock::new(|| evalsha(&FIRST_HIT_SHA));
 static SLIDING_HEAD: Head = LazyLock::new(|| evalsha(&SLIDING_SHA));
@@ -471,7 +463,14 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             key,
             hits,
             window_ms,
+            holds: None,
         } => script(p, &FIRST_HIT_HEAD, &[key], &[*hits, *window_ms]),
+        Cmd::FirstHit {
+            key,
+            hits,
+            window_ms,
+            holds: Some(b),
+        } => first_hit::pack_beside(key, (*hits, *window_ms), b, p),
         Cmd::Get { key } => plain(p, &GET, key, None),
         Cmd::Del { key } => plain(p, &DEL, key, None),
         Cmd::Sliding {
@@ -526,6 +525,12 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
         Cmd::Hold(h) => h.pack(p),
         Cmd::CountHeld { held, now_us } => holds::pack_count(held, *now_us, p),
         Cmd::Unhold { held, id } => holds::pack_unhold(held, *id, p),
+        Cmd::Unname { held, id } => {
+            p.start(3);
+            p.encoded(&HDEL);
+            held.pack(p);
+            p.int(*id);
+        }
         Cmd::RefundGcra {
             key,
             now_us,

@@ -234,15 +234,31 @@ fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
 fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
     let s = store("pre_");
     let o = op(Algorithm::FromFirstHit, 60_000);
+    // Counted beside the counter's named holds (mode 0), which expire by now (µs).
     assert_eq!(
         text(&packed(&s.cmd(&o, NOW, false))),
         reference(&[
             b"EVALSHA",
             FIRST_HIT_SHA.as_bytes(),
+            b"2",
+            b"pre_dom_k_v__first",
+            b"{pre_dom_k_v__first}_held",
+            b"3",
+            b"60000",
+            b"1700000123456000",
+            b"0"
+        ])
+    );
+    // A look-up reads the counter alone.
+    assert_eq!(
+        text(&packed(&first_hit_read("pre_", "dom_k_v_"))),
+        reference(&[
+            b"EVALSHA",
+            FIRST_HIT_SHA.as_bytes(),
             b"1",
             b"pre_dom_k_v__first",
-            b"3",
-            b"60000"
+            b"0",
+            b"1"
         ])
     );
     // A refund that leaves nothing deletes the key: no window.
@@ -266,8 +282,9 @@ fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
         at: NOW - 5_000_000_000,
         sent: NOW,
         holds: None,
+        reserve: Reservation::Beside,
     };
-    let r = asked.decode(&[7, 42_000]);
+    let r = asked.decode(&[7, 42_000, 0, 0]);
     assert_eq!(
         r.before,
         crate::limiter::State::FromFirstHit {
@@ -276,9 +293,91 @@ fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
         }
     );
     // A read that found no key: no window.
-    let read = asked.decode(&[0, -2]);
+    let read = asked.decode(&[0, -2, 0, 0]);
     assert_eq!(
         read.before,
         crate::limiter::State::FromFirstHit { count: 0, end: 0 }
+    );
+}
+
+#[test]
+fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
+    let s = store("pre_");
+    let args = |c: &Cmd<'_>| {
+        let p = packed(c);
+        let a: Vec<String> = (p.args(0).iter())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        a
+    };
+    let reserve = Op {
+        hits: 0,
+        reserve: Reservation::Reserve {
+            hits: 300,
+            for_ms: 30_000,
+            id: 7,
+        },
+        ..op(Algorithm::FromFirstHit, 60_000)
+    };
+    // Mode 1: the hold's id, the limit, its hits, the longest it holds.
+    let a = args(&s.cmd(&reserve, NOW, false));
+    assert_eq!(a[0..3], ["EVALSHA", &*FIRST_HIT_SHA, "2"]);
+    assert_eq!(
+        a[3..],
+        [
+            "pre_dom_k_v__first",
+            "{pre_dom_k_v__first}_held",
+            "0",
+            "60000",
+            "1700000123456000",
+            "1",
+            "7",
+            "10",
+            "300",
+            "30000"
+        ]
+    );
+    // Refused on another counter: taken back by its id.
+    let a = args(&s.cmd(&reserve, NOW, true));
+    assert_eq!(a, ["HDEL", "{pre_dom_k_v__first}_held", "7"]);
+    // A commit (mode 2) counts its usage in full and ends its hold by id.
+    let commit = Op {
+        hits: 250,
+        reserve: Reservation::Commit { id: 7 },
+        counting: crate::limiter::Counting::Usage,
+        ..op(Algorithm::FromFirstHit, 60_000)
+    };
+    let a = args(&s.sync_cmd(&commit, NOW, NOW));
+    assert_eq!(a[5..], ["250", "60000", "1700000123456000", "2", "7"]);
+    // A local-first replica's hits synced under a commit's op end nothing.
+    let a = args(&s.sync_only_cmd(&commit, NOW, NOW));
+    assert_eq!(a[5..], ["250", "60000", "1700000123456000", "0"]);
+    // The reply: held beside the op, and whether it held or ended its hold.
+    let asked = |reserve| super::super::decode::Asked {
+        params: commit.params,
+        hits: 0,
+        refund: false,
+        in_full: false,
+        at: NOW,
+        sent: NOW,
+        holds: None,
+        reserve,
+    };
+    let r = asked(reserve.reserve).decode(&[100, 30_000, 600, 1]);
+    assert_eq!(
+        (r.allowed, r.holds.named, r.holds.released),
+        (Some(true), 600, false)
+    );
+    let r = asked(reserve.reserve).decode(&[100, 30_000, 900, 0]);
+    assert_eq!(r.allowed, Some(false));
+    let r = asked(commit.reserve).decode(&[350, 30_000, 600, 1]);
+    assert_eq!(
+        (r.allowed, r.holds.named, r.holds.released),
+        (None, 600, true)
+    );
+    let r = asked(Reservation::Beside).decode(&[350, 30_000, 600, 0]);
+    assert_eq!(
+        (r.allowed, r.holds.named, r.holds.released),
+        (None, 600, false)
     );
 }
