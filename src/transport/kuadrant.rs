@@ -166,7 +166,6 @@ fn status_of(e: LimitadorError) -> Status {
             Status::unavailable("Service unavailable")
         }
         LimitadorError::Engine(e) => Status::unavailable(e.to_string()),
-        LimitadorError::Unsupported(what) => Status::unimplemented(what),
     }
 }
 

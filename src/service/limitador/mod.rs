@@ -72,9 +72,6 @@ pub enum LimitadorError {
     Eval(#[from] EvalError),
     #[error("{0}")]
     Engine(#[from] EngineError),
-    /// A call this process cannot serve as configured (its gRPC status is UNIMPLEMENTED).
-    #[error("{0}")]
-    Unsupported(&'static str),
 }
 
 /// The limits file being served, and when it went live.
