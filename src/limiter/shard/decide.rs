@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
-use super::holds::Holds;
+use super::holds::{Holds, NamedHold};
 use super::queues::{Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
@@ -449,7 +449,8 @@ impl<B: Hooks> Decider<'_, B> {
                     // Until `for_ms` passes or the key's window ends, whichever is first.
                     let window = state.eval(&op.params, now, 0).reset_ns;
                     let until = now.saturating_add((u64::from(for_ms) * 1_000_000).min(window));
-                    (self.holds).hold_named(&op.key, &op.params, now, (id, hits, until));
+                    let named = NamedHold { id, hits, until };
+                    (self.holds).hold_named(&op.key, &op.params, now, named);
                 }
                 Reservation::Commit { id } => {
                     self.holds.end_named(&op.key, &op.params, now, id, true);

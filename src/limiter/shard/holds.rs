@@ -27,6 +27,14 @@ pub(super) struct Holds {
     stats: Arc<ShardStats>,
 }
 
+/// A named hold as it is made: its id, its hits, and when it ends (ns).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NamedHold {
+    pub(super) id: u64,
+    pub(super) hits: u32,
+    pub(super) until: u64,
+}
+
 /// One key's holds: groups of (expiry, count), oldest first; named holds, in the order made.
 #[derive(Debug, Default)]
 struct Held {
@@ -116,26 +124,30 @@ impl Holds {
             .map(|&(.., n)| n)
     }
 
-    /// A named hold of `hits` on `key` under `id`, until `until` (ns).
-    pub(super) fn hold_named(
-        &mut self,
-        key: &Key,
-        p: &Params,
-        now: u64,
-        (id, hits, until): (u64, u32, u64),
-    ) {
+    /// A named hold (Limitador's `Reserve`): `named.hits` on `key` until `named.until`, under
+    /// `named.id`.
+    pub(super) fn hold_named(&mut self, key: &Key, p: &Params, now: u64, named: NamedHold) {
+        let Some(h) = self.held_for(key, p, now) else {
+            return;
+        };
+        h.named.push((named.id, named.until, named.hits));
+        self.stats.holds_made(1);
+    }
+
+    /// `key`'s holds, pruned at `now`, made when there is room for one more key: `None` when
+    /// `max_keys` keys hold already (a check is then admitted without holding).
+    fn held_for(&mut self, key: &Key, p: &Params, now: u64) -> Option<&mut Held> {
         if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
             self.sweep(now);
             if self.keys.len() >= self.max_keys {
-                return;
+                return None;
             }
         }
         let window = window_of(p, now);
         let h = self.keys.entry(key.clone()).or_default();
         let expired = h.prune(window, now);
         self.stats.holds_expired(expired);
-        h.named.push((id, until, hits));
-        self.stats.holds_made(1);
+        Some(h)
     }
 
     /// Ends the named hold `id` of `key`: a `Commit` (`reported`) or its request refused after
@@ -183,16 +195,9 @@ impl Holds {
 
     /// One more reservation on `key`, held `for_ms` from `now`.
     pub(super) fn hold(&mut self, key: &Key, p: &Params, now: u64, for_ms: u32) {
-        if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
-            self.sweep(now);
-            if self.keys.len() >= self.max_keys {
-                return;
-            }
-        }
-        let window = window_of(p, now);
-        let h = self.keys.entry(key.clone()).or_default();
-        let expired = h.prune(window, now);
-        self.stats.holds_expired(expired);
+        let Some(h) = self.held_for(key, p, now) else {
+            return;
+        };
         let for_ns = u64::from(for_ms) * NS_PER_MS;
         let until = now.saturating_add(for_ns);
         match h.groups.back_mut() {
@@ -272,6 +277,10 @@ mod tests {
     const SEC: u64 = 1_000_000_000;
     const T0: u64 = 1_700_000_000 * SEC;
 
+    fn named(id: u64, hits: u32, until: u64) -> NamedHold {
+        NamedHold { id, hits, until }
+    }
+
     fn holds() -> (Holds, Arc<ShardStats>) {
         let stats = Arc::new(ShardStats::default());
         (Holds::new(100, stats.clone()), stats)
@@ -338,9 +347,9 @@ mod tests {
         let (mut h, stats) = holds();
         let op = test_op("k", Algorithm::FromFirstHit, 1000, 60_000);
         let (k, p) = (&op.key, &op.params);
-        h.hold_named(k, p, T0, (1, 300, T0 + 10 * SEC));
-        h.hold_named(k, p, T0, (2, 200, T0 + 5 * SEC));
-        h.hold_named(k, p, T0, (3, 100, T0 + 20 * SEC));
+        h.hold_named(k, p, T0, named(1, 300, T0 + 10 * SEC));
+        h.hold_named(k, p, T0, named(2, 200, T0 + 5 * SEC));
+        h.hold_named(k, p, T0, named(3, 100, T0 + 20 * SEC));
         assert_eq!(h.named(k, p, T0), 600);
         // The second ends by its id, the oldest stays.
         assert!(h.end_named(k, p, T0 + SEC, 2, true));

@@ -132,6 +132,19 @@ pub async fn unary(
     method: &'static str,
     req: RateLimitRequest,
 ) -> Result<RateLimitResponse, tonic::Status> {
+    call(grpc, method, req).await
+}
+
+/// A unary call of `method` with its messages `Req` and `Resp`.
+pub async fn call<Req, Resp>(
+    grpc: &str,
+    method: &'static str,
+    req: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
     let channel = tonic::transport::Endpoint::from_shared(grpc.to_owned())
         .unwrap()
         .connect()
@@ -139,7 +152,7 @@ pub async fn unary(
         .unwrap();
     let mut client = tonic::client::Grpc::new(channel);
     client.ready().await.unwrap();
-    let codec: ProstCodec<RateLimitRequest, RateLimitResponse> = ProstCodec::default();
+    let codec: ProstCodec<Req, Resp> = ProstCodec::default();
     let path = PathAndQuery::from_static(method);
     let answer = client.unary(tonic::Request::new(req), path, codec).await;
     answer.map(tonic::Response::into_inner)

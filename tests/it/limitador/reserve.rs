@@ -55,25 +55,6 @@ fn commit_req(user: &str, id: &str, actual_amount: u64) -> CommitRequest {
     }
 }
 
-/// A unary call of Kuadrant's `method` with its own messages.
-async fn call<Req, Resp>(grpc: &str, method: &'static str, req: Req) -> Result<Resp, tonic::Status>
-where
-    Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + Sync + 'static,
-{
-    let channel = tonic::transport::Endpoint::from_shared(grpc.to_owned())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = tonic::client::Grpc::new(channel);
-    client.ready().await.unwrap();
-    let codec: ProstCodec<Req, Resp> = ProstCodec::default();
-    let path = PathAndQuery::from_static(method);
-    let answer = client.unary(tonic::Request::new(req), path, codec).await;
-    answer.map(tonic::Response::into_inner)
-}
-
 async fn reserve(l: &Limitador, user: &str, amount: u64, ttl: Option<i64>) -> ReserveResponse {
     call(&l.grpc(), RESERVE, reserve_req(user, amount, ttl))
         .await
