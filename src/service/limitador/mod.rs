@@ -2,8 +2,8 @@
 //! delta; the limits of the namespace that apply (`descriptor::limitador`) become one op each,
 //! on a window from the counter's first hit, decided together by the engine, so a call is
 //! admitted by every applicable limit or counts nothing. The gRPC (`ShouldRateLimit`, Kuadrant's
-//! `CheckRateLimit` and `Report`) and HTTP (`/check`, `/report`, `/check_and_report`) adapters
-//! all come here.
+//! `CheckRateLimit`, `Report`, `Reserve` and `Commit`) and HTTP (`/check`, `/report`,
+//! `/check_and_report`) adapters all come here.
 
 mod headers;
 mod metrics;
