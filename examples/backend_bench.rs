@@ -129,12 +129,12 @@ fn main() {
         };
         let settings = Settings::from_env(env)
             .unwrap()
-            .backing
+            .storage
             .redis()
             .cloned()
             .unwrap();
-        let counters = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
-        let store = RedisStore::connect(&settings, counters).await.unwrap();
+        let stats = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
+        let store = RedisStore::connect(&settings, stats).await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         let mut rows = Vec::new();
         for (name, redis) in [

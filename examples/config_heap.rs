@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use turnstile::config::{Config, LoadOptions, Node, Serving};
+use turnstile::config::{Config, LiveConfig, LoadOptions, Node};
 use turnstile::hitters::TopTable;
 use turnstile::service::metrics::RequestStats;
 use turnstile::service::LiveLimits;
@@ -56,12 +56,12 @@ fn main() {
     });
     let empty = rss();
     let yaml = std::fs::metadata(&path).expect("read the config").len() as usize;
-    let load = |serving: &Serving| {
-        Config::load_beside(std::path::Path::new(&path), LoadOptions::default(), serving)
+    let load = |live: &LiveConfig| {
+        Config::load_beside(std::path::Path::new(&path), LoadOptions::default(), live)
             .unwrap_or_else(|e| panic!("{e}"))
     };
     let before = rss();
-    let config = load(&Serving::default());
+    let config = load(&LiveConfig::default());
     let load_peak = status("VmHWM") - empty;
     let tree = rss() - before;
     let (mut nodes, mut strings) = (0usize, 0usize);
@@ -83,11 +83,11 @@ fn main() {
     let held = rss() - empty;
     let (mut reload_peak, mut after_reload) = (0, 0);
     if reload {
-        let serving = {
+        let beside = {
             let live = live.clone();
-            Serving::new(move || live.load_full())
+            LiveConfig::new(move || live.load_full())
         };
-        let replaced = live.install(load(&serving));
+        let replaced = live.install(load(&beside));
         reload_peak = status("VmHWM") - empty;
         drop(replaced);
         live.drop_unbound();

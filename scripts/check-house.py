@@ -179,7 +179,8 @@ def calls(caller, callee):
     return any(re.search(rf"\b{re.escape(n)}\b", t) for n in items)
 
 
-for title in ("# The walk of one decision", "# The walk of a save"):
+for title in ("# The walk of one decision", "# The walk of a decision through Redis",
+              "# The walk of a save"):
     at = lib.find(title)
     if at < 0:
         failures.append(f"src/lib.rs has no walk titled {title!r}")
@@ -196,6 +197,85 @@ for title in ("# The walk of one decision", "# The walk of a save"):
             failures.append(f"src/lib.rs's walk names {path}, which does not exist")
         elif i and not any(calls(c, path) for c in named[:i] if c in every):
             failures.append(f"src/lib.rs's walk names {path}, which no file before it calls")
+
+# 6. The code names the docs and the comments use, in backquotes, exist: a path into one of
+# the crate's modules (`limiter::shard::Backing`, `crate::config::LiveConfig`) names, segment
+# by segment, modules and items defined in src/ or tests/; a macro (`with_decider!`) is one
+# defined there, or Rust's own. A rename cannot leave a page or a comment pointing at nothing.
+ROOT = os.path.dirname(os.path.abspath(SRC.rstrip("/"))) or "."
+trees = [os.path.join(ROOT, d) for d in ("src", "tests", "benches", "examples", "fuzz")]
+rust = [os.path.join(r, f) for t in trees for r, _, fs in os.walk(t) for f in fs
+        if f.endswith(".rs") and "/target/" not in r]
+DEF = re.compile(r"\b(?:macro_rules!|struct|enum|trait|fn|type|mod|const|static)\s+(\w+)")
+VARIANT = re.compile(r"^\s+([A-Z]\w*)\s*(?:[,({]|$)", re.M)
+names, macros = set(), set()
+for p in rust:
+    t = open(p, encoding="utf-8").read()
+    names.update(DEF.findall(t))
+    names.update(VARIANT.findall(t))
+    macros.update(re.findall(r"macro_rules!\s+(\w+)", t))
+names.update(os.path.basename(p).removesuffix(".rs") for p in rust)
+names.update(d for p in rust for d in os.path.dirname(p).split(os.sep))
+RUST_MACROS = {"assert", "assert_eq", "assert_ne", "debug_assert", "debug_assert_eq", "format",
+               "include_str", "include_bytes", "matches", "panic", "println", "eprintln",
+               "unreachable", "todo", "vec", "write", "writeln", "select", "join", "pin",
+               "json", "env", "concat", "cfg", "macro_rules", "info", "warn", "debug", "error",
+               "trace", "format_args", "thread_local", "try_join", "smallvec", "compile_error"}
+crate_mods = set(top) | {"crate", "turnstile"}
+
+
+def module_file(parts, tree="src"):
+    """The file of the module at `parts` under `tree` (`["limiter", "shard"]`), if one is."""
+    base = os.path.join(ROOT, tree, *parts)
+    for f in (base + ".rs", os.path.join(base, "mod.rs")):
+        if os.path.exists(f):
+            return f
+    return None
+
+
+def resolve(first, rest, tree="src"):
+    """Why the path `first::rest...` names nothing, or None. Module by module, each next
+    segment is a child module, or an item its module's file defines or `use`s (re-exports);
+    past the first item, a method or variant defined anywhere."""
+    scope = [] if first in ("crate", "turnstile") else [first]
+    for i, s in enumerate(rest):
+        if scope is None:
+            if s not in names:
+                return f"no `{s}` is defined"
+            continue
+        if module_file(scope + [s], tree):
+            scope = scope + [s]
+            continue
+        f = module_file(scope, tree) if scope else os.path.join(ROOT, tree, "lib.rs")
+        t = open(f, encoding="utf-8").read() if f else ""
+        uses = " ".join(re.findall(r"\buse\s[^;]*;", t))
+        if not (re.search(rf"\b(?:macro_rules!|struct|enum|trait|fn|type|mod|const|static)\s+{s}\b", t)
+                or re.search(rf"\b{s}\b", uses)):
+            return f"`{'::'.join(scope)}` has no `{s}`"
+        scope = None
+    return None
+# BENCHMARKS.md is a history: the names it gives are those of the day it was measured.
+pages = [os.path.join(ROOT, f) for f in ("README.md", "SECURITY.md")]
+docs_dir = os.path.join(ROOT, "docs")
+pages += [os.path.join(docs_dir, f) for f in os.listdir(docs_dir) if f.endswith(".md")]
+said = [(p, open(p, encoding="utf-8").read()) for p in pages if os.path.exists(p)]
+said += [(p, "\n".join(re.findall(r"//[/!]?([^\n]*)", open(p, encoding="utf-8").read())))
+         for p in rust]
+for p, text in said:
+    where = os.path.relpath(p, ROOT)
+    for quoted in set(re.findall(r"`([^`\n]+)`", text)):
+        m = re.fullmatch(r"(?:\w+::)*(\w+)!", quoted)
+        if m and "_" in m.group(1) and m.group(1) not in macros | RUST_MACROS:
+            failures.append(f"{where} names the macro `{quoted}`, which no file defines")
+        m = re.fullmatch(r"(\w+)((?:::\w+)+)(?:\(\))?", quoted)
+        if not m or m.group(1) not in crate_mods:
+            continue
+        wrong = resolve(m.group(1), m.group(2).split("::")[1:])
+        # The black-box tests' comments may name their own modules (`service::answers`).
+        if wrong and where.startswith("tests/it/") and m.group(1) != "crate":
+            wrong = resolve(m.group(1), m.group(2).split("::")[1:], "tests/it")
+        if wrong:
+            failures.append(f"{where} names `{quoted}`: {wrong}")
 
 for f in failures:
     print(f"check-house: {f}", file=sys.stderr)

@@ -15,10 +15,10 @@
 //! (`crate::…`), checked by `scripts/check-house.py`, which also refuses a cycle between
 //! modules or between the files of one module:
 //!
-//! | module | room for | uses |
+//! | module | what it holds | uses |
 //! |---|---|---|
 //! | `main.rs`, `cli` | the command line: `serve`, `check`, the binary named `ratelimit` or `limitador-server`, and the settings, telemetry and `server::run` with a shutdown future | `config`, `quota`, `settings`, `telemetry` |
-//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the admin thread (reloads, the heavy hitters' tick, the statsd push), the durable counters' journal on a thread of its own, TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
+//! | `server` | one `Context` built at start, each adapter handed the parts it uses; listeners, worker runtimes, the side thread (the other ports, reloads, the heavy hitters' tick, the statsd push), the durable counters' journal on a thread of its own, TLS, lingering close, the wait while the start waits, drain | `config`, `durable`, `hitters`, `limiter`, `quota`, `service`, `settings`, `source`, `store`, `telemetry`, `transport` |
 //! | `settings` | the one reader of the environment: one grammar for booleans, durations, numbers and addresses, a plain typed struct for each subsystem; Limitador's command line mapped onto them | `config`, `durable`, `hitters`, `limiter`, `service`, `source`, `store`, `telemetry`, `transport` |
 //! | `source` | where configs come from: files polled by fingerprint, the xDS client (which builds its last push again when the overlay changes); a stream of `Update`s; the thread of the lowest priority every config is built on | `config` |
 //! | `transport` | the adapters: gRPC (`ShouldRateLimit`, RLQS, Kuadrant's `CheckRateLimit` and `Report`), HTTP (`/json`, `/rate`, `/throttle`, health, debug, metrics, the status page, the admin listener, Limitador's API), RESP, what each port answers while the start waits | `config`, `descriptor`, `hitters`, `limiter`, `quota`, `service`, `telemetry` |
@@ -26,7 +26,7 @@
 //! | `store` | the stores shared by replicas, behind `limiter`'s store contract: Redis (connections, key layout, scripts, reply decoding, its errors' counter), and RLQS's demand exchange over it | `config`, `limiter`, `quota`, `telemetry` |
 //! | `quota` | RLQS: buckets onto limits, demand, fair shares, the assignments Envoy enforces; the hub the streams share | `config`, `descriptor`, `limiter`, `service`, `telemetry` |
 //! | `service` | a request's way through: validate, plan, engine, answer (Limitador's calls too, `limitador`), and its counters (`metrics`: calls, latency, per-limit stats and series); the live limits and the config loads that replace them (`ReloadStats`); the direct APIs' decisions; admin look-ups and resets | `config`, `descriptor`, `hitters`, `limiter`, `telemetry` |
-//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own room, the registry the Prometheus text and statsd loop over; the latency histogram; logs, traces; how client values leave the process | `config` |
+//! | `telemetry` | the exposition and the push: `Metrics`, implemented by each part that counts in its own module, the registry the Prometheus text and statsd loop over; the latency histogram; logs, traces; how client values leave the process | `config` |
 //! | `hitters` | heavy hitters: space-saving lists per limit, behind `/debug/top` and the status page | `config`, `descriptor` |
 //! | `limiter` | the engine: algorithms, counter keys, shard actors; a shard is its counters, holds, queues and backing (memory, or a link to a store: round trips, breaker, the ledger of hits the store has not counted yet), and its side of a save (`shard/saving.rs`); the store contract | `config`, `telemetry` |
 //! | `descriptor` | limit-tree matching and counter keys' text; Limitador's limits matched by their index and CEL | `config` |
@@ -36,63 +36,70 @@
 //! subsystem never learns where its values came from (linkerd2-proxy's `app/src/env.rs`).
 //! `server` lays the runtimes out for speed: one current-thread runtime per worker, each
 //! accepting connections and hosting its share of the shards, so a call whose key lives on its
-//! own worker decides synchronously. One more thread serves the debug and Prometheus ports and
-//! runs the admin tasks; with durable counters, another runs their journal. A new config, from
+//! own worker decides synchronously. One more thread, the side thread, serves the debug,
+//! Prometheus and admin ports and runs the background tasks; with durable counters, another
+//! runs their journal. A new config, from
 //! files, SIGHUP or xDS, goes live through one path (`server::reload`), and per-limit stats,
 //! bound by stat key, survive it. Each is built beside the config it replaces
-//! (`config::Serving`), whose keys, stat keys and lists of limits it shares where they are the
+//! (`config::LiveConfig`), whose keys, stat keys and lists of limits it shares where they are the
 //! same, so a reload holds less than two configs.
 //!
 //! # Words
 //!
-//! One word a concept. Retired words, which `scripts/test.sh` refuses in `src/` (this file
-//! aside): `give_back` and "give back" in any form (returning hits is a "refund"),
-//! `with_backend` and "backend unavailable" (the shared counter place is the "store"),
-//! `remote_undo`, `uncount`, `unview` (a "refund"), `into_text`; `Views`, `Away` and
-//! `refund_views` (hits decided here that the store has not counted yet are the link's
-//! "ledger", local-first or fallback by its `Mode`; a fallback entry sent once the store is
-//! back is "replayed"; the count a local-first decision rests on is the key's "view").
-//! Renamed so one name means one thing:
+//! One word a concept. A word retired for another is listed, with what replaced it, in
+//! `scripts/retired-words.txt`, and `scripts/check-words.sh` (run by the test command) refuses
+//! it in `src/`.
 //!
-//! - the metrics' registry is `telemetry::Registry` (`Counters` is the shard's key table alone).
-//! - where counts live: a shard's "backing" is memory alone or a link to a "store"
-//!   (`limiter`'s `Backing`); the process's backing is a setting (`settings::Backing`: memory,
-//!   memory made durable, or Redis, picked by `BACKEND_TYPE`); a "store" is a counter place shared
-//!   by replicas, behind the contract `limiter::Store` (`store::redis::RedisStore`). Retired:
-//!   "backend" in any form (`settings::Backend`, the `backend` module), but for the user-facing
-//!   `BACKEND_TYPE` and the status JSON's `backend` key, which the status page reads.
-//! - the statsd settings are `settings/statsd.rs` ("stats" is a room's counters).
-//! - a single Redis reached without the crate's multiplexer is a "plain" connection
-//!   (`store/redis/plain.rs`, `Conn::Plain`; retired: `Conn::Direct`, `mod direct`, "direct
-//!   connection"): "direct" is the direct APIs' alone (`/rate`, `THROTTLE`, RESP).
-//! - a limit that refuses only when every such limit of the request is over is "joint"
-//!   (`Role::Joint`, `JointGroup`; retired: `Role::Quota`, `QuotaGroup`, "quota group"): "quota"
-//!   is RLQS's (`quota`). The user-facing names stay: YAML `quota_mode` and `QUOTA_MODE`, which
-//!   the fields reading them (`quota_mode`, `global_quota_mode`) keep, and "quota" as a role in
-//!   the admin look-up's answer.
+//! - **counters**: a shard's table of keys and their counting state (`Counters`); the
+//!   **durable counters** are the same, saved and read back (`durable`). A part's own numbers
+//!   are its **stats** (`ShardStats`, `LinkStats`, `StatusStats`), registered for the exposition
+//!   in `telemetry::Registry`; what Prometheus reads are **series**, and statsd's kinds keep
+//!   their names (counters and timers).
+//! - where counts live: a shard's **backing** is memory alone or a **link** to a **store**
+//!   (`limiter`'s `Backing`); the process's **storage** is a setting (`settings::Storage`:
+//!   memory, memory made durable, or Redis, picked by `BACKEND_TYPE` or by Limitador's storage
+//!   subcommand, `StorageCommand`); a store is a counter place shared by replicas, behind the
+//!   contract `limiter::Store` (`store::redis::RedisStore`). "backend" is left only in the
+//!   user-facing `BACKEND_TYPE` and the status JSON's `"backend"` key.
+//! - **hold**: what a limit with `reserve` keeps back for a call until its report (`Holds`,
+//!   `holds.rs`, and Redis's sorted set beside the counter). A message that waits, in a queue
+//!   (`Decider::park`) or for the store, is answered later (`Decider::answer_later`: a
+//!   synchronous caller waits on the channel left in `Ambient::later`).
+//! - **queue**: the FIFO of requests waiting for room (YAML `queue`), a shard's `Queues`; a
+//!   request in one is a **waiter** (`TURNSTILE_MAX_WAITERS`), and the process-wide cap on
+//!   waiters is the `QueueBudget`. **room** is capacity alone: room in a window, a queue, a
+//!   mailbox; a part of the house is a module.
+//! - **refund**: hits returned to a counter (a refused request's, a released hold's).
+//! - the link's **ledger**: hits decided here the store has not counted yet, local-first or
+//!   fallback by its `Mode`; a fallback entry sent once the store is back is **replayed**; the
+//!   count a local-first decision rests on is the key's **view**. A **sync** is local-first's
+//!   exchange with the store; the durable counters' journal writes a **save** each interval
+//!   (`Journal::save`; the setting `TURNSTILE_STATE_SYNC_INTERVAL` and the families
+//!   `turnstile_state_sync*` keep the names they were published with).
+//! - **joint**: a limit that refuses only when every such limit of the request is over
+//!   (`Role::Joint`, `JointGroup`); **quota** is RLQS's (`quota`), but for the user-facing YAML
+//!   `quota_mode`, `QUOTA_MODE` and the admin look-up's "quota" role.
 //! - which hits of a refused request count is the process's `CountingRule` (`UsageInFull`,
-//!   `IfAdmitted`, `Always`; retired: `RefusedHits`, `KeepReports`, `KeepNone`, `KeepAll`),
-//!   from which the plan draws each op's `Counting` (`Usage`, `IfAdmitted`, `Always`): one rule,
-//!   one answer per op, the same words where they agree.
-//! - the FIFO of requests waiting for room is a "queue" (the YAML key `queue`): a shard's
-//!   `Queues` (`queues.rs`) hold them, `queueing.rs` decides with them; a request in one is a
-//!   "waiter" (`TURNSTILE_MAX_WAITERS`), and the process-wide cap on waiters is the
-//!   `QueueBudget` (`queue_budget.rs`). Retired: `WaiterBudget`, `mod waiters`, `mod wait`,
-//!   "wait queue".
-//! - the durable counters' journal writes a "save" each interval (`Journal::save`,
-//!   `save_interval`, `Msg::Save`); a "sync" is local-first's exchange with the store alone.
-//!   Retired: `DEFAULT_SYNC_INTERVAL`, `sync_errors`, `last_sync_ns`, `Journal::sync`, "walk
-//!   of a sync". The setting `TURNSTILE_STATE_SYNC_INTERVAL` and the families
-//!   `turnstile_state_syncs_total`, `turnstile_state_sync_errors_total` and
-//!   `turnstile_state_last_sync_seconds` keep the names they were published with (the docs
-//!   too): their "sync" is the journal's save.
+//!   `IfAdmitted`, `Always`), from which the plan draws each op's `Counting` (`Usage`,
+//!   `IfAdmitted`, `Always`).
+//! - **direct**: the direct APIs alone (`/rate`, `THROTTLE`, RESP); a single Redis reached
+//!   without the crate's multiplexer is a **plain** connection (`store/redis/plain.rs`).
+//! - **live**: the config in force. `service::Live` is it bound to its limits' stats and heavy
+//!   hitters, read and replaced through `LiveLimits`; a build sees it as `config::LiveConfig`,
+//!   to share with it what the two have in common.
+//! - **admin**: the admin listener (`TURNSTILE_ADMIN_ADDR`) and what it does, look-ups and
+//!   resets, each module doing its part in an `admin.rs` of its own (`transport/http`,
+//!   `service`, `limiter/shard`, `store/redis`); the shard's also releases a direct API's grant.
+//!   The **side thread** (`server/side_thread.rs`) serves that listener with the debug and
+//!   Prometheus ports, and runs the background tasks.
+//! - the statsd settings are `settings/statsd.rs` (a part's `stats` are not statsd's).
 //!
 //! Glossed, for words the code keeps:
 //!
-//! - `Ambient`: what a shard decides within (its clock, its counters, the drain, the answer to a
+//! - `Ambient`: what a shard decides within (its clock, its stats, the drain, the answer to a
 //!   synchronous caller); the server's context is `Context`. `Delivery`: how a synchronous
-//!   caller gets its answer (now, or a channel).
-//!   `RespReply`: a plain Redis connection's reply (a shard's answer is the `Reply`).
+//!   caller gets its answer (now, or a channel). `RespReply`: a plain Redis connection's reply
+//!   (a shard's answer is the `Reply`).
 //! - `Tat`: a token bucket's stored time (theoretical arrival time) and how it is kept.
 //! - `lane`: a store connection, one per shard (its index). `head_out`: a queue's head waiter
 //!   is out in the store, being decided there. `late`: a local-first key's hits of a fixed
@@ -103,12 +110,7 @@
 //! - `spread`: a request whose ops live on several shards. `sticky`: GoCC's `/rate` overrides,
 //!   kept for the key once a caller passed them. `book`: RLQS's pure state of streams, buckets
 //!   and shares; its `Outbox` is what it asks the caller to send.
-//! - `admin`: the admin listener (`TURNSTILE_ADMIN_ADDR`) and what it does, look-ups and resets,
-//!   each room doing its part in an `admin.rs` of its own (`transport/http`, `service`,
-//!   `limiter/shard`, `store/redis`); the shard's also releases a direct API's grant, which falls
-//!   between its decisions the same way. `server/admin.rs` is the thread that serves that
-//!   listener with the debug and Prometheus ports, and runs the background tasks.
-
+//!
 //! # The walk of one decision
 //!
 //! One `ShouldRateLimit` decided in memory, on the worker whose shard owns its key, file by file
@@ -141,6 +143,40 @@
 //! - back in (4): the call and its latency counted in (26), its histogram
 //!   `telemetry/histogram.rs` (31); the answer written by (3), the span closed by (1).
 //!
+//! # The walk of a decision through Redis
+//!
+//! The same `ShouldRateLimit` with `BACKEND_TYPE=redis`: the memory walk's way up to the shard
+//! and back from it, and between the two a round trip. What crosses into `store` is the store
+//! contract alone, once per pipeline:
+//!
+//! - (1) `server/context.rs`: at start, `settings::Storage::Redis` becomes a `RedisStore`,
+//!   `store/redis/mod.rs` (2), its connections made by `store/redis/connect.rs` (3); the engine,
+//!   `limiter/mod.rs` (4), gives each shard a `Backing::Store`: a link,
+//!   `limiter/shard/link/mod.rs` (5), with its lane (a connection of its own) and breaker,
+//!   `limiter/shard/link/breaker.rs` (6).
+//! - (7) `limiter/same_thread.rs`: as in memory, the message reaches the shard,
+//!   `limiter/shard/mod.rs` (8), whose `with_decider!` builds the `Decider` over the link,
+//!   `limiter/shard/decide.rs` (9); what a link changes is in `limiter/shard/through_store.rs`
+//!   (10): `decide_via_store` decides a local-first limit in memory against its ledger,
+//!   `limiter/shard/link/ledger/mod.rs` (11); without a store (the breaker open) decides as
+//!   the failure mode says; refuses at once a key the over-limit cache knows full (5); else
+//!   answers it later (9) and defers it to the link's batch.
+//! - (12) `limiter/actor.rs`: the shard's task runs once the calls ready on this thread have
+//!   joined the batch, and the link sends it: a round trip, `limiter/shard/link/round_trip.rs`
+//!   (13), of every message, refund and sync waiting, each op a `StoreOp` of the contract,
+//!   `limiter/store.rs` (14).
+//! - (2) `RedisStore::run`: each op becomes a command, `store/redis/scripts/mod.rs` (15)
+//!   (`INCRBY`, or a Lua script; a limit with `reserve` by `store/redis/scripts/holds.rs`
+//!   (16)), in one pipeline per deployment, `store/redis/lane.rs` (17), packed as RESP by
+//!   `store/redis/packed.rs` (18); (3) sends it on the lane's connection (the multiplexer, or
+//!   `store/redis/plain.rs` (19)) within the deadline, and `store/redis/decode.rs` (20) reads
+//!   each reply into a `StoreReply`.
+//! - back in (12): the round trip is done; in (10), `store_done` takes the oldest trip back, the
+//!   breaker (6) notes its latency, and `judge_stored` judges each message by the memory path's
+//!   rules (9), on Redis's counts: a refused message's counted hits are refunded in the next
+//!   pipeline, a full key is remembered in the cache (5), the key's state is kept in
+//!   `limiter/shard/counters.rs` (21), and the caller is answered, as in memory.
+//!
 //! # The walk of a save (durable counters)
 //!
 //! Once per `TURNSTILE_STATE_SYNC_INTERVAL`, and once more at the stop after the last answer.
@@ -148,7 +184,7 @@
 //! page:
 //!
 //! - (1) `server/mod.rs` starts the journal's own thread, `server/journal.rs` (2), beside the
-//!   workers and the admin thread, and stops it with them: it runs the journal's task, and at
+//!   workers and the side thread, and stops it with them: it runs the journal's task, and at
 //!   the stop, once every call is answered, the last save.
 //! - (3) `durable/mod.rs`: `Journal::save` asks the engine for what changed (every key, when the
 //!   log has outgrown the snapshot).

@@ -11,7 +11,7 @@ mod reserve;
 mod shared;
 
 pub(super) use domain::OpenDomain;
-pub use shared::Serving;
+pub use shared::LiveConfig;
 use shared::{counterpart, Interned};
 
 use super::grammar::parse_bounded_duration;
@@ -24,7 +24,7 @@ use super::{
 #[derive(Default)]
 pub(super) struct Builder {
     /// The config being served, when this one is built to replace it.
-    serving: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
+    live: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
     /// Keys and lists of limits, one copy each; an open domain holds them while it is built.
     interned: Interned,
     domains: FnvHashMap<String, Domain>,
@@ -59,10 +59,10 @@ impl Ctx<'_> {
 }
 
 impl Builder {
-    /// A builder of a config that will replace the one `serving` serves.
-    pub(super) fn beside(serving: &Serving) -> Builder {
+    /// A builder of a config that will replace the live one, `live`.
+    pub(super) fn beside(live: &LiveConfig) -> Builder {
         Builder {
-            serving: serving.now(),
+            live: live.now(),
             ..Builder::default()
         }
     }

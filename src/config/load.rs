@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::build::{Builder, Serving};
+use super::build::{Builder, LiveConfig};
 use super::{Config, ConfigError, GoccKeys, LoadOptions};
 
 /// Everything the limits are read from when they come from files: the start, every reload and
@@ -19,7 +19,7 @@ pub struct Sources {
     pub gocc_file: Option<PathBuf>,
     pub opts: LoadOptions,
     /// The config being served, when the files are read again to replace it (a reload).
-    pub serving: Serving,
+    pub live: LiveConfig,
 }
 
 impl Sources {
@@ -46,7 +46,7 @@ impl Sources {
             if json || (self.optional && std::fs::symlink_metadata(&self.path).is_err()) {
                 Config::default()
             } else {
-                Config::load_beside(&self.path, self.opts, &self.serving)?
+                Config::load_beside(&self.path, self.opts, &self.live)?
             };
         if let Some(f) = gocc_file {
             config.gocc = Some(GoccKeys::load(f)?);
@@ -80,17 +80,17 @@ impl Sources {
 impl Config {
     /// Loads a YAML file, or every `*.yaml`/`*.yml` of a directory (dotfiles ignored), in name order.
     pub fn load(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
-        Config::load_beside(path, opts, &Serving::default())
+        Config::load_beside(path, opts, &LiveConfig::default())
     }
 
-    /// As [`Config::load`], to replace the config `serving` serves: what the two have in common
+    /// As [`Config::load`], to replace the live config, `live`: what the two have in common
     /// is held once.
     pub fn load_beside(
         path: &Path,
         opts: LoadOptions,
-        serving: &Serving,
+        live: &LiveConfig,
     ) -> Result<Config, ConfigError> {
-        let mut builder = Builder::beside(serving);
+        let mut builder = Builder::beside(live);
         for f in list_files(path, opts)? {
             super::yaml::add_path(&mut builder, &f.display().to_string(), &f, opts)?;
         }

@@ -5,7 +5,7 @@
 //! path inside it, e.g. `config/a.yaml: descriptors[1].rate_limit.unit: invalid unit "fortnite"`.
 
 mod build;
-pub use build::Serving;
+pub use build::LiveConfig;
 pub mod calendar;
 pub mod go_regex;
 pub mod gocc;
@@ -281,7 +281,7 @@ pub struct LoadOptions {
     pub include_dotfiles: bool,
 }
 
-/// A config is what a build beside it reads (see [`Serving`]), as the live limits are.
+/// A config is what a build beside it reads (see [`LiveConfig`]), as the live limits are.
 impl AsRef<Config> for Config {
     fn as_ref(&self) -> &Config {
         self

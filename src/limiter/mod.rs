@@ -27,16 +27,16 @@ pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
 pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Reservation, Role};
+pub use protocol::LookedUp;
 use protocol::{Decide, Delivery, Msg, ReplyTo};
-pub use protocol::{KeyInfo, LookedUp};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
 use saved::Save;
 pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, FailureMode, HoldReply, ScanFuture, Store, StoreError, StoreFuture, StoreOp,
-    StorePolicy, StoreReply,
+    DeleteFuture, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError, StoreFuture,
+    StoreOp, StorePolicy, StoreReply,
 };
 
 use key::{shard_of, Key};
@@ -67,7 +67,8 @@ pub enum EngineError {
     Store(String),
 }
 
-/// A cheap `Clone` handle to the shard actors.
+/// A cheap `Clone` handle to the shard actors. A request whose ops live on several shards is
+/// decided by the methods in `spread.rs`, kept apart on purpose: the path of one shard is here.
 #[derive(Clone, Debug)]
 pub struct Engine {
     inner: Arc<Inner>,

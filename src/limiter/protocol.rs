@@ -9,7 +9,7 @@ use super::algorithm::{Params, State};
 use super::key::Key;
 use super::op::{refuses, Op, Outcomes, Role};
 use super::saved::Save;
-use super::store::{DeleteFuture, StoreFuture};
+use super::store::{DeleteFuture, KeyInfo, StoreFuture};
 
 /// What callers send a shard.
 #[derive(Debug)]
@@ -99,7 +99,7 @@ pub(crate) enum ReplyTo {
     /// A caller on another thread, or one that is waiting.
     Caller(oneshot::Sender<Reply>),
     /// A caller on this thread, deciding synchronously: the answer is left in the shard for it.
-    /// A message that must be held (in a queue, or for Redis) gets a channel first.
+    /// A message answered later (it waits in a queue, or for Redis) gets a channel first.
     InPlace,
 }
 
@@ -113,7 +113,7 @@ impl ReplyTo {
     }
 }
 
-/// A synchronous caller's answer: now, or on a channel when its message was held.
+/// A synchronous caller's answer: now, or on a channel when its message is answered later.
 #[derive(Debug)]
 pub(crate) enum Delivery {
     Now(Reply),
@@ -126,7 +126,7 @@ pub(crate) struct Reply {
     pub(crate) outcomes: Outcomes,
     pub(crate) hits: Hits,
     pub(crate) waited_ns: u64,
-    /// The request's verdict, when the message held the whole request; a part's refusal
+    /// The request's verdict, when the message carried the whole request; a part's refusal
     /// otherwise (the engine judges the joint groups across the parts).
     pub(crate) refused: bool,
 }
@@ -180,18 +180,6 @@ impl Reply {
     pub(crate) fn failed(&self) -> bool {
         self.hits == Hits::StoreFailed
     }
-}
-
-/// A key's state as `/debug` shows it; the caller knows the limit, so it interprets the state.
-#[derive(Debug, Clone)]
-pub struct KeyInfo {
-    pub key: String,
-    pub state: State,
-    /// Direct API refusals: (window index, count in that window).
-    pub denied: (u64, u64),
-    pub waiting: usize,
-    /// The shard's time when it answered.
-    pub now: u64,
 }
 
 /// What a look-up found of a key.

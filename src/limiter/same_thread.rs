@@ -38,7 +38,7 @@ impl SameThreadShard {
         self.after_mailbox(|shard| shard.handle(msg));
     }
 
-    /// Decides `d` (sent with [`ReplyTo::InPlace`]) now, on the caller's thread, after whatever the
+    /// Decides `d` (sent with [`ReplyTo::InPlace`](super::protocol::ReplyTo::InPlace)) now, on the caller's thread, after whatever the
     /// mailbox already holds; returns its answer, or the channel it will come on if it is held.
     #[inline]
     pub(crate) fn decide_in_place(&mut self, d: Decide) -> Delivery {

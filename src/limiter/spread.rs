@@ -118,7 +118,7 @@ impl SpreadRequest<'_> {
         if refused && !global_shadow && self.only_queued_refused() {
             // Phase two: the parts over a queued limit wait (each shard admits its part in FIFO
             // order and consumes only then); phase three decides the rest once they are in, so
-            // nothing is held elsewhere while a part waits.
+            // nothing is taken elsewhere while a part waits.
             self.refund_committed();
             let (waiting, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) = all
                 .iter()

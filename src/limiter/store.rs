@@ -12,7 +12,6 @@ use std::time::Duration;
 use crate::limiter::algorithm::State;
 
 use crate::limiter::op::Op;
-use crate::limiter::protocol::KeyInfo;
 
 /// A store shared by replicas (Redis): counts batches of ops.
 pub trait Store: Send + Sync + 'static {
@@ -134,7 +133,19 @@ pub struct StorePolicy {
     /// they are refused without a round trip.
     pub local_cache_bytes: usize,
     /// Local-first for limits that do not say (`local_first` in the YAML): decide from memory,
-    /// sync with the store every `sync_interval` (see `limiter::shard::synced`).
+    /// sync with the store every `sync_interval` (see `Link::synced` in `limiter/shard/link/mod.rs`).
     pub local_first: bool,
     pub sync_interval: Duration,
+}
+
+/// A key's state as `/debug` shows it, from a shard or a store's scan; the caller knows the limit, so it interprets the state.
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    pub key: String,
+    pub state: State,
+    /// Direct API refusals: (window index, count in that window).
+    pub denied: (u64, u64),
+    pub waiting: usize,
+    /// The shard's time when it answered.
+    pub now: u64,
 }

@@ -1,5 +1,5 @@
 //! What the server builds once at start-up: the engine, the live limits, the request path, the
-//! direct APIs and every subsystem's counters. Each adapter is handed the parts it uses, never
+//! direct APIs and every subsystem's stats. Each adapter is handed the parts it uses, never
 //! the whole (`server::start` says who gets what).
 
 use std::sync::Arc;
@@ -17,10 +17,10 @@ use crate::service::metrics::RequestStats;
 use crate::service::ReloadStats;
 use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
 use crate::settings::limitador::LimitadorSettings;
-use crate::settings::{Backing, Settings};
+use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};
-use crate::transport::http::{AdminStats, StatusCounters};
+use crate::transport::http::{AdminStats, StatusStats};
 use crate::transport::kuadrant::LimitadorRls;
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
@@ -38,7 +38,7 @@ pub struct Context {
     pub throttle: ThrottleService,
     /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
     pub top: Arc<TopTable>,
-    /// Every part's counters, registered for the exposition and the push.
+    /// Every part's stats, registered for the exposition and the push.
     pub registry: Registry,
     /// Served as `limitador-server`: Limitador's limits and answers on the RLS and HTTP ports.
     pub limitador: Option<LimitadorRls>,
@@ -46,7 +46,7 @@ pub struct Context {
     pub stats: Stats,
 }
 
-/// Each subsystem's counters, as `Context::build` made them; `Registry` holds them too, for
+/// Each subsystem's stats, as `Context::build` made them; `Registry` holds them too, for
 /// the exposition.
 #[derive(Clone)]
 pub struct Stats {
@@ -64,7 +64,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Every part's counters, in the order `/metrics` shows them: these, and those the engine,
+    /// Every part's stats, in the order `/metrics` shows them: these, and those the engine,
     /// Redis (its start's retries, its round trips' errors: zeros without Redis, as the
     /// dashboards read them), the throttle service and the live limits hold.
     fn register(
@@ -93,8 +93,8 @@ impl Stats {
     }
 
     /// What the status page counts.
-    pub(super) fn status(&self) -> StatusCounters {
-        StatusCounters {
+    pub(super) fn status(&self) -> StatusStats {
+        StatusStats {
             requests: self.requests.clone(),
             shards: self.shards.clone(),
             reloads: self.reloads.clone(),
@@ -112,7 +112,7 @@ pub(super) struct Built {
 }
 
 /// What the start shares with the ports that answer while it waits: what it waits for, and the
-/// counters made before the context (the Redis retries, which those ports serve; TLS's, which
+/// stats made before the context (the Redis retries, which those ports serve; TLS's, which
 /// the certificates, read first, count in).
 pub(super) struct Starting {
     pub(super) wait: StartWait,
@@ -129,7 +129,7 @@ async fn read_back(
     state: &Arc<StateStats>,
     wait: &StartWait,
 ) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
-    let Backing::Durable(s) = &settings.backing else {
+    let Storage::Durable(s) = &settings.storage else {
         return Ok((None, shard_tasks));
     };
     wait.set(Some(WaitingFor::State));
@@ -253,7 +253,7 @@ async fn connect_store(
     ),
     StartError,
 > {
-    let Backing::Redis(r) = &settings.backing else {
+    let Storage::Redis(r) = &settings.storage else {
         return Ok((None, None));
     };
     wait.set(Some(WaitingFor::Redis));

@@ -1,4 +1,4 @@
-//! Serving an HTTP router until the drain ends: the admin thread's ports, and the main port on
+//! Serving an HTTP router until the drain ends: the side thread's ports, and the main port on
 //! every worker.
 
 use std::future::Future;

@@ -8,11 +8,10 @@
 //! nothing here uses work stealing. Every worker also accepts RESP and HTTP connections (a clone
 //! of the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle`
 //! whose key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS
-//! and the pollers run on one more small thread (`admin`); the durable counters' journal on
+//! and the pollers run on one more small thread (`side_thread`); the durable counters' journal on
 //! another (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
 //! `run` is what the binary calls.
 
-mod admin;
 mod context;
 mod draining;
 mod journal;
@@ -21,6 +20,7 @@ mod listeners;
 mod overlay;
 mod reload;
 mod run;
+mod side_thread;
 mod tls;
 mod waiting;
 mod worker;
@@ -46,7 +46,7 @@ use crate::config::{Config, ConfigError, Overlay};
 use crate::limiter::Clock;
 use crate::service::rate::RateApiService;
 use crate::settings::limitador::LimitadorSettings;
-use crate::settings::{Backing, Settings};
+use crate::settings::{Settings, Storage};
 use crate::source::files::{fingerprint, Watched};
 use crate::store::redis::StartupRetries;
 use crate::telemetry::mapped::Exposition;
@@ -54,10 +54,10 @@ use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
 use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
-use admin::Admin;
 use context::Starting;
 use listeners::{local_addr, Listeners};
 use reload::Reloader;
+use side_thread::SideThread;
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
 
@@ -297,16 +297,16 @@ async fn start_telling(
         listeners.prometheus,
         listeners.admin,
     );
-    // The main HTTP port is served by the workers, the others by the admin thread.
+    // The main HTTP port is served by the workers, the others by the side thread.
     let mut http = http_servers(settings, &cx, &health, ports);
     let (_, port, router) = http.remove(0);
     let served = (resp, Some((port, router, settings.shutdown_grace)));
     let mut threads =
         worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
     let polls = (&reloader, polled, &tls);
-    let mut admin = admin_thread(settings, &cx, http, (&health, gate_health), polls);
-    admin.overlay = overlay.filter(|_| settings.xds.is_some());
-    threads.push(admin::spawn(admin, stopping())?);
+    let mut side = side_thread_of(settings, &cx, http, (&health, gate_health), polls);
+    side.overlay = overlay.filter(|_| settings.xds.is_some());
+    threads.push(side_thread::spawn(side, stopping())?);
     if let Some(j) = built.journal {
         threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);
     }
@@ -339,14 +339,14 @@ async fn answer_while_waiting(
     starting: &Starting,
     tls: &TlsShared,
 ) -> Result<Option<Waiting>, StartError> {
-    match settings.backing {
-        Backing::Redis(_) | Backing::Durable(_) => {
+    match settings.storage {
+        Storage::Redis(_) | Storage::Durable(_) => {
             let counters = Registry::new(vec![starting.retries.clone()]);
             let answers = (&starting.wait, counters);
             let w = Waiting::serve(listeners, answers, settings, tls.clone()).await;
             Ok(Some(w.map_err(StartError::Runtime)?))
         }
-        Backing::Memory => Ok(None),
+        Storage::Memory => Ok(None),
     }
 }
 
@@ -369,17 +369,17 @@ impl Polled {
     }
 }
 
-/// What the admin thread serves and watches: the HTTP ports but the main one, xDS or the
+/// What the side thread serves and watches: the HTTP ports but the main one, xDS or the
 /// pollers, health by domains, the statsd push, the heavy hitters' tick.
-fn admin_thread(
+fn side_thread_of(
     settings: &Settings,
     cx: &Context,
     http: Vec<(&'static str, StdListener, axum::Router)>,
     (health, gate_health): (&Health, bool),
     (reloader, polled, tls): (&Option<Arc<Reloader>>, Polled, &TlsShared),
-) -> Admin {
+) -> SideThread {
     let (config_baseline, config_watched) = polled.config;
-    Admin {
+    SideThread {
         http,
         xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
         overlay: None,
@@ -511,7 +511,7 @@ fn http_servers(
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
-            backing: settings.backing.name(),
+            storage: settings.storage.name(),
             shown: shown(&l),
         };
         out.push(("debug", l, http::debug_router(state, metrics)));

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, ConfigError, Serving, Sources};
+use crate::config::{Config, ConfigError, LiveConfig, Sources};
 use crate::service::{Live, LiveLimits, ReloadStats};
 use crate::source::{in_background, Update, Updates};
 
@@ -40,9 +40,9 @@ impl Install {
     }
 
     /// The config being served, for the build of the next one.
-    pub(super) fn serving(&self) -> Serving {
+    pub(super) fn live(&self) -> LiveConfig {
         let live = self.live.clone();
-        Serving::new(move || live.load_full())
+        LiveConfig::new(move || live.load_full())
     }
 
     /// Applies one loaded (or refused) config from `source` (a path, or "xDS").
@@ -97,7 +97,7 @@ impl Reloader {
     pub(super) fn new(sources: Sources, install: Install, domains: usize) -> Reloader {
         Reloader {
             sources: Sources {
-                serving: install.serving(),
+                live: install.live(),
                 ..sources
             },
             install,

@@ -100,8 +100,8 @@ pub(super) struct Stopping {
 }
 
 impl Stopping {
-    /// For `workers` gRPC workers, the admin thread and, with `journal`, the journal's thread
-    /// (the admin thread has no shard and no save to wait for at `saved`).
+    /// For `workers` gRPC workers, the side thread and, with `journal`, the journal's thread
+    /// (the side thread has no shard and no save to wait for at `saved`).
     pub(super) fn new(stop: watch::Receiver<bool>, workers: usize, journal: bool) -> Stopping {
         let journal = usize::from(journal);
         Stopping {

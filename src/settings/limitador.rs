@@ -129,11 +129,11 @@ pub struct LimitadorArgs {
     #[arg(long = "max-reservation-ttl", value_name = "SECONDS", default_value = "60", value_parser = parse_ttl)]
     max_reservation_ttl: Duration,
     #[command(subcommand)]
-    storage: Option<Storage>,
+    storage: Option<StorageCommand>,
 }
 
 #[derive(Subcommand, Debug)]
-enum Storage {
+enum StorageCommand {
     /// Counters in memory (the default)
     Memory {
         /// Qualified counters kept (turnstile: TURNSTILE_MAX_KEYS)
@@ -212,8 +212,8 @@ impl LimitadorArgs {
         let lookup = |k: &str| std::env::var(k).ok();
         let env = Env::new(&lookup);
         let (what, vars) = match &self.storage {
-            Some(Storage::Redis { url }) => ("redis", redis::exact(url, &env)?),
-            Some(Storage::RedisCached {
+            Some(StorageCommand::Redis { url }) => ("redis", redis::exact(url, &env)?),
+            Some(StorageCommand::RedisCached {
                 url,
                 flush_period,
                 max_cached,
@@ -245,8 +245,8 @@ impl LimitadorArgs {
                 Some(url) => ("redis", redis::exact(&url, &env)?),
                 None => ("memory", memory_vars()),
             },
-            Some(Storage::Memory { .. }) => ("memory", memory_vars()),
-            Some(Storage::Disk { .. }) | Some(Storage::Distributed { .. }) => {
+            Some(StorageCommand::Memory { .. }) => ("memory", memory_vars()),
+            Some(StorageCommand::Disk { .. }) | Some(StorageCommand::Distributed { .. }) => {
                 ("disk", memory_vars())
             }
         };
@@ -267,10 +267,10 @@ impl LimitadorArgs {
             ))
         };
         let mut state_dir = None;
-        if let Some(Storage::Disk { path, .. }) = &self.storage {
+        if let Some(StorageCommand::Disk { path, .. }) = &self.storage {
             state_dir = Some(path.clone());
         }
-        if let Some(Storage::Distributed { .. }) = &self.storage {
+        if let Some(StorageCommand::Distributed { .. }) = &self.storage {
             return refused("the storage `distributed` (Limitador's CRDT replication)");
         }
         // `--validate` reads the limits file alone, as Limitador's does before its storage.
@@ -298,7 +298,7 @@ impl LimitadorArgs {
         if let Some(endpoint) = self.tracing_endpoint.as_deref().filter(|e| !e.is_empty()) {
             s.tracing = Some(tracing_to(endpoint, s.tracing.take())?);
         }
-        if let Some(Storage::Memory { cache: Some(n) }) = self.storage {
+        if let Some(StorageCommand::Memory { cache: Some(n) }) = self.storage {
             s.max_keys = usize::try_from(n).unwrap_or(usize::MAX).max(1);
         }
         s.limitador = Some(LimitadorSettings {

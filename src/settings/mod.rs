@@ -87,7 +87,7 @@ pub struct Settings {
     /// `TURNSTILE_THROTTLE_*`: caps on what a `THROTTLE` caller may ask (HTTP and RESP).
     pub throttle: ThrottleLimits,
     /// `BACKEND_TYPE`: where the counters live.
-    pub backing: Backing,
+    pub storage: Storage,
     pub load: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -166,10 +166,10 @@ pub struct Settings {
     pub ignored: Vec<String>,
 }
 
-/// Where the counters live, the shards' backing (`BACKEND_TYPE`): each its own variant and
-/// settings.
+/// The process's storage, where the counters live (`BACKEND_TYPE`, or Limitador's storage
+/// subcommand): each its own variant and settings. A shard's side of it is `limiter`'s `Backing`.
 #[derive(Debug, Clone)]
-pub enum Backing {
+pub enum Storage {
     /// In this process's shards (the default).
     Memory,
     /// In this process's shards, written behind to a state dir and read back at the next start
@@ -179,21 +179,21 @@ pub enum Backing {
     Redis(Box<RedisSettings>),
 }
 
-impl Backing {
+impl Storage {
     /// The Redis settings, when the counters live there.
     pub fn redis(&self) -> Option<&RedisSettings> {
         match self {
-            Backing::Redis(r) => Some(r),
-            Backing::Memory | Backing::Durable(_) => None,
+            Storage::Redis(r) => Some(r),
+            Storage::Memory | Storage::Durable(_) => None,
         }
     }
 
-    /// The backing's name, as the status page shows it.
+    /// The storage's name, as the status page shows it.
     pub fn name(&self) -> &'static str {
         match self {
-            Backing::Memory => "memory",
-            Backing::Durable(_) => "memory, durable",
-            Backing::Redis(_) => "redis",
+            Storage::Memory => "memory",
+            Storage::Durable(_) => "memory, durable",
+            Storage::Redis(_) => "redis",
         }
     }
 }
@@ -259,7 +259,7 @@ impl Settings {
             resp: sections::resp(&env)?,
             admin: sections::admin(&env)?,
             throttle: sections::throttle(&env)?,
-            backing: sections::backing(&env)?,
+            storage: sections::storage(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
             config_path,
             load: LoadOptions {
@@ -347,7 +347,7 @@ impl Settings {
             optional: self.config_optional,
             gocc_file: self.gocc_file.clone(),
             opts: self.load,
-            serving: Default::default(),
+            live: Default::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
-use super::Backing;
+use super::Storage;
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
 use crate::durable::StateSettings;
@@ -22,7 +22,7 @@ use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::resp::RespSettings;
 
 /// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`, the journal's save interval (read
-/// whatever the backing).
+/// whatever the storage).
 fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
     const MAX: Duration = Duration::from_secs(60);
     let k = "TURNSTILE_STATE_SYNC_INTERVAL";
@@ -41,9 +41,9 @@ fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
 }
 
 /// `BACKEND_TYPE` (unset: Redis when `REDIS_URL` is set, memory otherwise) and the `REDIS_*`
-/// variables. Every Redis setting is read whatever the backing, so a bad value
-/// stops the start the day it is written, not the day the backing changes.
-pub(super) fn backing(env: &Env<'_>) -> Result<Backing> {
+/// variables. Every Redis setting is read whatever the storage, so a bad value
+/// stops the start the day it is written, not the day the storage changes.
+pub(super) fn storage(env: &Env<'_>) -> Result<Storage> {
     // envoyproxy/ratelimit defaults to Redis, and manifests written for it (Istio's sample) set
     // only REDIS_URL: honour them; with no Redis configured, stay in memory.
     let default = env.get("REDIS_URL").is_some();
@@ -75,8 +75,8 @@ pub(super) fn backing(env: &Env<'_>) -> Result<Backing> {
     }
     let state = state(env)?;
     match (on, state) {
-        (false, None) => return Ok(Backing::Memory),
-        (false, Some(state)) => return Ok(Backing::Durable(state)),
+        (false, None) => return Ok(Storage::Memory),
+        (false, Some(state)) => return Ok(Storage::Durable(state)),
         (true, Some(_)) => {
             return Err("TURNSTILE_STATE_DIR keeps the in-memory counters on disk; with BACKEND_TYPE=redis \
                  the counters live in Redis, which keeps them across restarts: unset one of the two"
@@ -87,7 +87,7 @@ pub(super) fn backing(env: &Env<'_>) -> Result<Backing> {
     let required = |t: Option<RedisTarget>, p: &str| {
         t.ok_or_else(|| format!("{p}_URL is required with BACKEND_TYPE=redis"))
     };
-    Ok(Backing::Redis(Box::new(RedisSettings {
+    Ok(Storage::Redis(Box::new(RedisSettings {
         main: required(main, "REDIS")?,
         per_second: match per_second_on {
             true => Some(required(per_second, "REDIS_PERSECOND")?),

@@ -23,7 +23,7 @@ fn from(pairs: &[(&str, &str)]) -> Result<Option<RedisSettings>, String> {
             .find(|(n, _)| *n == k)
             .map(|(_, v)| v.to_string())
     })
-    .map(|s| s.backing.redis().cloned())
+    .map(|s| s.storage.redis().cloned())
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! What a part that counts gives the exporters: its families in Prometheus text, and its
-//! counters under statsd names. Each part implements [`Metrics`] in its own room and is
-//! registered once at start ([`super::Counters`]); the Prometheus text and the statsd push loop
+//! stats under statsd names. Each part implements [`Metrics`] in its own module and is
+//! registered once at start ([`super::Registry`]); the Prometheus text and the statsd push loop
 //! over the parts and name none of them.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Every part's counters, registered once at start in the order `/metrics` shows them.
+//! Every part's stats, registered once at start in the order `/metrics` shows them.
 
 use std::sync::Arc;
 
@@ -6,8 +6,8 @@ use super::exposition::{Metrics, Pushed};
 use super::Shown;
 
 /// The parts the Prometheus text and the statsd push read, each a [`Metrics`] held and updated
-/// by its own subsystem; this is a list of handles on them, cheap to clone. Adding a counter to
-/// a part touches that part's room only.
+/// by its own subsystem; this is a list of handles on them, cheap to clone. Adding a series to
+/// a part touches that part's module only.
 #[derive(Clone, Default)]
 pub struct Registry {
     parts: Arc<[Arc<dyn Metrics>]>,
@@ -39,7 +39,7 @@ impl Registry {
         out
     }
 
-    /// What a statsd flush sends: every part's counters and timers.
+    /// What a statsd flush sends: every part's counters and timers (statsd's kinds).
     pub fn pushed(&self) -> Pushed {
         let mut out = Pushed::default();
         for p in self.parts.iter() {

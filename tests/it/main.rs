@@ -1,6 +1,6 @@
 //! turnstile's black-box tests, one binary: the real server on port 0 (in-process, or the
 //! binary cargo built), real clients, real Envoy, real Redis, over the shared fixtures in
-//! `common/`. A folder is one behaviour a user sees, named as `src` names the room that does it:
+//! `common/`. A folder is one behaviour a user sees, named as `src` names the module that does it:
 //!
 //! - `service`: `ShouldRateLimit`'s answers, algorithms, queues, budgets, reservations, request
 //!   limits, the admin listener's look-ups and resets.

@@ -42,7 +42,7 @@ impl Builder {
             file_no: u32::try_from(self.files.len() - 1).expect("fewer than 2^32 files"),
             names: Names::of(&root),
             root,
-            serving: self.serving.clone(),
+            live: self.live.clone(),
             interned: std::mem::take(&mut self.interned),
             domain,
             added: 0,
@@ -76,7 +76,7 @@ pub(in crate::config) struct OpenDomain {
     /// Top-level descriptors this file added so far: the next one's index in its path.
     added: u32,
     /// The config being served, when this one is built to replace it.
-    serving: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
+    live: Option<Arc<dyn AsRef<Config> + Send + Sync>>,
     /// The builder's, while the domain is open.
     interned: Interned,
 }
@@ -95,7 +95,7 @@ impl OpenDomain {
             path: &path,
             at: &at,
         };
-        let served = (self.serving.as_deref())
+        let served = (self.live.as_deref())
             .and_then(|c| c.as_ref().domain(&self.domain))
             .map(|d| &d.root);
         let mut beside = Beside {

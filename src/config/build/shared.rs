@@ -14,16 +14,16 @@ use crate::config::{Config, Level, Node, RateLimit};
 /// every source that builds configs; a build without it (the first load, `check`) shares
 /// nothing.
 #[derive(Clone, Default)]
-pub struct Serving(Option<Arc<ServingFn>>);
+pub struct LiveConfig(Option<Arc<LiveConfigFn>>);
 
-type ServingFn = dyn Fn() -> Arc<dyn AsRef<Config> + Send + Sync> + Send + Sync;
+type LiveConfigFn = dyn Fn() -> Arc<dyn AsRef<Config> + Send + Sync> + Send + Sync;
 
-impl Serving {
+impl LiveConfig {
     /// A handle that reads the config being served from `now` at each build.
     pub fn new(
         now: impl Fn() -> Arc<dyn AsRef<Config> + Send + Sync> + Send + Sync + 'static,
     ) -> Self {
-        Serving(Some(Arc::new(now)))
+        LiveConfig(Some(Arc::new(now)))
     }
 
     /// The config served now, held for one build.
@@ -32,12 +32,12 @@ impl Serving {
     }
 }
 
-impl fmt::Debug for Serving {
+impl fmt::Debug for LiveConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_some() {
-            "Serving(live)"
+            "LiveConfig(live)"
         } else {
-            "Serving(none)"
+            "LiveConfig(none)"
         })
     }
 }

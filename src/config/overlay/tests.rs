@@ -4,7 +4,7 @@ use prost::Message;
 
 use super::*;
 use crate::config::xds::{config_from_resources, pb, TYPE_URL};
-use crate::config::{Config, Serving};
+use crate::config::{Config, LiveConfig};
 
 fn overlay(yaml: &str) -> Result<Overlay, ConfigError> {
     Overlay::from_sources(&[("overlay/ai.yaml".to_owned(), yaml.to_owned())])
@@ -46,7 +46,7 @@ fn build(o: &Overlay, rpu: u32) -> Result<Config, ConfigError> {
     config_from_resources(
         pushed(rpu),
         LoadOptions::default(),
-        &Serving::default(),
+        &LiveConfig::default(),
         Some(o),
     )
 }
@@ -114,7 +114,12 @@ descriptors:
     )
     .unwrap();
     let day = pushed_in(pb::RateLimitUnit::Day, 1000);
-    let c = config_from_resources(day, LoadOptions::default(), &Serving::default(), Some(&o));
+    let c = config_from_resources(
+        day,
+        LoadOptions::default(),
+        &LiveConfig::default(),
+        Some(&o),
+    );
     let c = c.unwrap();
     let l = the_limit(&c);
     assert_eq!(l.algorithm, crate::config::Algorithm::SlidingWindow);

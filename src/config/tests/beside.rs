@@ -37,8 +37,8 @@ fn edited() -> String {
 
 fn built_beside(served: &Arc<Config>, yaml: &str) -> Config {
     let served = Arc::clone(served);
-    let serving = Serving::new(move || Arc::clone(&served) as Arc<dyn AsRef<Config> + Send + Sync>);
-    let mut builder = Builder::beside(&serving);
+    let live = LiveConfig::new(move || Arc::clone(&served) as Arc<dyn AsRef<Config> + Send + Sync>);
+    let mut builder = Builder::beside(&live);
     super::super::yaml::add_file(&mut builder, "conf/a.yaml", yaml, LoadOptions::default())
         .unwrap_or_else(|e| panic!("{e}"));
     builder.finish()

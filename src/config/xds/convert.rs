@@ -6,7 +6,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
-use crate::config::build::{Builder, Serving};
+use crate::config::build::{Builder, LiveConfig};
 use crate::config::overlay::Matched;
 use crate::config::raw::{RawDescriptor, RawRateLimit, RawReplaces};
 use crate::config::{Config, ConfigError, LoadOptions, Overlay};
@@ -22,10 +22,10 @@ use crate::config::{Config, ConfigError, LoadOptions, Overlay};
 pub fn config_from_resources(
     resources: Vec<Any>,
     opts: LoadOptions,
-    serving: &Serving,
+    live: &LiveConfig,
     overlay: Option<&Overlay>,
 ) -> Result<Config, ConfigError> {
-    let mut builder = Builder::beside(serving);
+    let mut builder = Builder::beside(live);
     let empty = Overlay::default();
     let overlay = overlay.unwrap_or(&empty);
     let mut matched = overlay.matched();

@@ -4,7 +4,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 use super::*;
-use crate::config::{LoadOptions, Serving};
+use crate::config::{LiveConfig, LoadOptions};
 
 #[test]
 fn wrapped_and_foreign_resources() {
@@ -30,7 +30,7 @@ fn wrapped_and_foreign_resources() {
     let c = config_from_resources(
         vec![wrapped],
         LoadOptions::default(),
-        &Serving::default(),
+        &LiveConfig::default(),
         None,
     )
     .unwrap();
@@ -42,7 +42,7 @@ fn wrapped_and_foreign_resources() {
     let err = config_from_resources(
         vec![plain, foreign],
         LoadOptions::default(),
-        &Serving::default(),
+        &LiveConfig::default(),
         None,
     )
     .unwrap_err();

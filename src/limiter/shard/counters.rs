@@ -9,8 +9,8 @@ use super::table::{to_secs_ceil, Table};
 use crate::limiter::algorithm::{Params, State};
 use crate::limiter::key::{Key, KeyMap, KeyRef};
 use crate::limiter::op::{Op, Outcome};
-use crate::limiter::protocol::KeyInfo;
 use crate::limiter::saved::Saved;
+use crate::limiter::store::KeyInfo;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 

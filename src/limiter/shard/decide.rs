@@ -74,11 +74,16 @@ pub(super) struct Ambient {
     pub(super) draining: Option<bool>,
     /// The answer to a synchronous caller's message ([`ReplyTo::InPlace`]).
     pub(super) answered: Option<Reply>,
-    /// Where a synchronous caller whose message was held waits for its answer.
-    pub(super) held: Option<oneshot::Receiver<Reply>>,
+    /// Where a synchronous caller whose message is answered later waits for its answer.
+    pub(super) later: Option<oneshot::Receiver<Reply>>,
 }
 
-/// The shard's parts, borrowed together to decide one message.
+/// The shard's parts, borrowed together to decide one message, over its backing `B` (`Memory`,
+/// or a `Link` to the store).
+///
+/// Its methods are split by path, on purpose, each file one way a message goes: judging and
+/// committing here, waiting in `queueing.rs`, look-ups and resets in `admin.rs`, and, for a
+/// `Decider<'_, Link>` only, round trips to the store in `through_store.rs`.
 pub(super) struct Decider<'a, B> {
     pub(super) counters: &'a mut Counters,
     pub(super) holds: &'a mut Holds,
@@ -174,13 +179,13 @@ impl<B: Hooks> Decider<'_, B> {
         }
     }
 
-    /// A message about to be held (in a queue, or for the store): a synchronous caller gets a
-    /// channel to wait on.
-    pub(super) fn hold(&mut self, d: &mut Decide) {
+    /// A message answered later (it waits in a queue, or for the store): a synchronous caller
+    /// gets a channel to wait on.
+    pub(super) fn answer_later(&mut self, d: &mut Decide) {
         if matches!(d.reply, ReplyTo::InPlace) {
             let (tx, rx) = oneshot::channel();
             d.reply = ReplyTo::Caller(tx);
-            self.cx.held = Some(rx);
+            self.cx.later = Some(rx);
         }
     }
 

@@ -10,7 +10,7 @@
 //! it), [`Queues`] (the queues and the process's budget of waiters) and its [`Backing`], memory
 //! alone or a [`Link`] to a store (batch, round trips, breaker, the ledger of hits the store has
 //! not counted yet). This file only dispatches messages and timers; a message is decided by the
-//! parts borrowed together as a [`Decider`](decide::Decider) over the backing's type (`decide.rs`,
+//! parts borrowed together as a [`Decider`] over the backing's type (`decide.rs`,
 //! `queueing.rs`, `admin.rs` for both, `through_store.rs` for a link only). The durable
 //! counters' side, a save's page and a start's restore, is `saving.rs`.
 
@@ -121,7 +121,7 @@ impl Shard {
                 stats,
                 draining: None,
                 answered: None,
-                held: None,
+                later: None,
             },
         }
     }
@@ -184,10 +184,10 @@ impl Shard {
     /// The answer a synchronous caller's message got now, or the channel it will come on.
     #[inline]
     pub(crate) fn take_answer(&mut self) -> Delivery {
-        match (self.cx.answered.take(), self.cx.held.take()) {
+        match (self.cx.answered.take(), self.cx.later.take()) {
             (Some(reply), _) => Delivery::Now(reply),
             (None, Some(rx)) => Delivery::Later(rx),
-            // Every path answers or holds a message; were one to do neither, the caller sees the
+            // Every path answers a message now or later; were one to do neither, the caller sees the
             // shard as stopped rather than waiting forever.
             (None, None) => Delivery::Later(oneshot::channel::<Reply>().1),
         }

@@ -172,7 +172,7 @@ impl<B: Hooks> Decider<'_, B> {
         for o in d.ops.iter_mut().filter(|o| o.counts_in_full()) {
             o.hits = 0;
         }
-        self.hold(&mut d);
+        self.answer_later(&mut d);
         self.counters.slot(&key, params, now, self.queues);
         let at = deadline.min(now.saturating_add(outcomes[i].retry_ns));
         let w = Waiter {

@@ -158,7 +158,7 @@ impl Decider<'_, Link> {
             }
         }
         let mut d = d;
-        self.hold(&mut d);
+        self.answer_later(&mut d);
         // Sent when the shard's task next runs, after the calls that are ready on this thread:
         // they join the same pipeline instead of one call going alone.
         self.backing.defer(d);

@@ -17,7 +17,7 @@ use tonic::metadata::MetadataKey;
 
 use super::{XdsSettings, INVALID_ARGUMENT};
 use crate::config::xds::{config_from_resources, TYPE_URL};
-use crate::config::{Config, ConfigError, Overlay, Serving};
+use crate::config::{Config, ConfigError, LiveConfig, Overlay};
 use crate::source::{in_background, Update};
 
 /// Runs the ADS client until the task is dropped: every config the management server sends is
@@ -29,7 +29,7 @@ use crate::source::{in_background, Update};
 /// build is.
 pub async fn run(
     settings: XdsSettings,
-    serving: Serving,
+    live: LiveConfig,
     mut overlays: watch::Receiver<Option<Arc<Overlay>>>,
     updates: mpsc::UnboundedSender<Update>,
     ready: watch::Sender<bool>,
@@ -38,7 +38,7 @@ pub async fn run(
     let mut client = Client {
         node: node(&settings),
         settings,
-        serving,
+        live,
         updates,
         ready,
         acked_version: String::new(),
@@ -91,7 +91,7 @@ async fn next_overlay(
 struct Client {
     settings: XdsSettings,
     /// The config being served, which a pushed config's build shares what it can with.
-    serving: Serving,
+    live: LiveConfig,
     node: Node,
     /// Where the configs go: the server's reload.
     updates: mpsc::UnboundedSender<Update>,
@@ -185,14 +185,14 @@ impl Client {
     }
 
     /// `resources` built with `overlay`, in the background: a big config holds up neither the
-    /// admin thread (its ports, the statsd push) nor the workers.
+    /// side thread (its ports, the statsd push) nor the workers.
     async fn build(
         &self,
         resources: Vec<Any>,
         overlay: Option<Arc<Overlay>>,
     ) -> Result<Config, ConfigError> {
-        let (opts, serving) = (self.settings.load, self.serving.clone());
-        let build = move || config_from_resources(resources, opts, &serving, overlay.as_deref());
+        let (opts, live) = (self.settings.load, self.live.clone());
+        let build = move || config_from_resources(resources, opts, &live, overlay.as_deref());
         in_background(build).await.unwrap_or_else(|message| {
             Err(ConfigError {
                 file: "xDS".into(),

@@ -28,6 +28,11 @@ pub use startup::StartupRetries;
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
 
 /// Shared by the shards: connections and key layout.
+///
+/// Its methods are split across this module's files on purpose, each beside what it needs:
+/// the store contract here, connecting in `connect.rs` and `startup.rs`, the commands an op
+/// becomes in `scripts/` (`holds.rs` and `first_hit.rs` for their scripts), look-ups and resets
+/// in `admin.rs`, the key scan in `scan.rs`, RLQS's demand exchange in `fleet.rs`.
 pub struct RedisStore {
     main: Deployment,
     per_second: Option<Deployment>,

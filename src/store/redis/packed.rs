@@ -3,7 +3,7 @@
 //! crate's `Pipeline::get_packed_pipeline` writes for the same arguments (the tests compare
 //! them). One buffer a round trip, the keys written into it in place: building a `redis::Cmd`
 //! per op grew two vectors per command and the crate then copied it all into a third.
-//! Connections made through the crate get `redis::Pipeline`s rebuilt from these ([`pipeline`]).
+//! Connections made through the crate get `redis::Pipeline`s rebuilt from these ([`Packed::pipeline`]).
 
 /// Commands in RESP, back to back.
 #[derive(Debug, Default)]

@@ -60,7 +60,7 @@ impl Mapper {
 #[derive(Clone)]
 pub struct Exposition {
     mapper: Arc<Mapper>,
-    counters: Registry,
+    registry: Registry,
     windows: Arc<Mutex<Windows>>,
 }
 
@@ -71,11 +71,11 @@ impl std::fmt::Debug for Exposition {
 }
 
 impl Exposition {
-    /// The exposition of `counters` through `mapper`, its summaries' windows starting `now`.
-    pub fn new(mapper: Mapper, counters: Registry, now: Instant) -> Exposition {
+    /// The exposition of `registry` through `mapper`, its summaries' windows starting `now`.
+    pub fn new(mapper: Mapper, registry: Registry, now: Instant) -> Exposition {
         Exposition {
             mapper: Arc::new(mapper),
-            counters,
+            registry,
             windows: Arc::new(Mutex::new(Windows {
                 start: now,
                 by_stat: HashMap::new(),
@@ -85,7 +85,7 @@ impl Exposition {
 
     /// The text exposition at `now`.
     pub fn render(&self, now: Instant) -> String {
-        let pushed = self.counters.pushed();
+        let pushed = self.registry.pushed();
         let mut families = Families::default();
         for (stat, &v) in &pushed.counters {
             if v == 0 {

@@ -181,9 +181,9 @@ impl Metrics for Fake {
 
 #[test]
 fn renders_live_counters_through_the_mapping() {
-    let counters = Registry::new(vec![Arc::new(Fake)]);
+    let registry = Registry::new(vec![Arc::new(Fake)]);
     let now = Instant::now();
-    let x = Exposition::new(Mapper::default_mapping(false), counters, now);
+    let x = Exposition::new(Mapper::default_mapping(false), registry, now);
     let text = x.render(now);
     assert!(text.contains("# TYPE ratelimit_service_rate_limit_over_limit counter\nratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"k_v\"} 3\n"), "{text}");
     // Zero: never flushed by the reference, so no series.
@@ -209,10 +209,10 @@ fn renders_live_counters_through_the_mapping() {
 
 #[test]
 fn a_summary_covers_its_window() {
-    let counters = Registry::new(vec![Arc::new(Fake)]);
+    let registry = Registry::new(vec![Arc::new(Fake)]);
     let m = mapper("mappings:\n- match: ratelimit_server.*.response_time\n  name: rt\n  summary_options:\n    max_age: 10s\n    age_buckets: 2\n");
     let t0 = Instant::now();
-    let x = Exposition::new(m, counters, t0);
+    let x = Exposition::new(m, registry, t0);
     let text = x.render(t0 + Duration::from_secs(1));
     assert!(
         text.contains("# TYPE rt summary\nrt{quantile=\"0.5\"} 0\n"),

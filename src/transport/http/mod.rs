@@ -24,7 +24,7 @@ pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADM
 pub use admin_stats::AdminStats;
 pub use json::{response_json, JsonError, JsonRequest};
 pub use limitador::{limitador_router, LimitadorHttp};
-pub use status::StatusCounters;
+pub use status::StatusStats;
 
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, EngineStats};
@@ -74,12 +74,12 @@ impl FromRef<HttpState> for MetricsState {
 pub struct DebugState {
     pub metrics: MetricsState,
     /// What the status page counts.
-    pub status: StatusCounters,
+    pub status: StatusStats,
     /// The heavy hitters, and the clock their windows turn with.
     pub top: Arc<TopTable>,
     pub clock: Clock,
     /// Where counters live, by name (`memory`, `redis`; the status page shows a store's breaker).
-    pub backing: &'static str,
+    pub storage: &'static str,
     /// How the port shows client values (`/debug/top`, the status page).
     pub shown: Shown,
 }

@@ -286,7 +286,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         .map_or(0, |d| d.as_secs());
     Json(json!({
         "now": now,
-        "backend": s.backing,
+        "backend": s.storage,
         "config": {
             "version": format!("{:016x}", version.finish()),
             "limits": lines.len(),
@@ -309,10 +309,10 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     .into_response()
 }
 
-/// The counters the status page reads besides the live limits': `ShouldRateLimit`'s, the
+/// The stats the status page reads besides the live limits': `ShouldRateLimit`'s, the
 /// shards', the config loads'.
 #[derive(Clone)]
-pub struct StatusCounters {
+pub struct StatusStats {
     pub requests: Arc<RequestStats>,
     pub shards: EngineStats,
     pub reloads: Arc<ReloadStats>,

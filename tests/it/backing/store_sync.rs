@@ -45,7 +45,7 @@ async fn a_sync_that_gives_hits_back_takes_them_out_of_the_window() {
         _ => None,
     };
     let settings = Settings::from_env(env).unwrap();
-    let settings = settings.backing.redis().cloned().expect("Redis settings");
+    let settings = settings.storage.redis().cloned().expect("Redis settings");
     let counters = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
     let store = RedisStore::connect(&settings, counters)
         .await

@@ -153,13 +153,13 @@ fn the_compose_example_counts_in_memory_as_it_says() {
     })
     .unwrap_or_else(|e| panic!("the compose environment {vars:?}: {e}"));
     assert!(
-        settings.backing.redis().is_none(),
+        settings.storage.redis().is_none(),
         "the compose example selects Redis with {vars:?}"
     );
     assert!(text.contains("turnstile counts in memory here"), "{text}");
     // Nothing started that turnstile does not use.
     assert!(
-        doc["services"].get("redis").is_none() || settings.backing.redis().is_some(),
+        doc["services"].get("redis").is_none() || settings.storage.redis().is_some(),
         "a Redis service turnstile does not use"
     );
     // No `build:`: the image comes from scripts/image.sh, which the file and the README run

@@ -425,7 +425,7 @@ async fn health_status_at_least_one_config_loaded() {
     );
 }
 
-/// Health follows a reload on the server's admin thread (the reference sets it in the reload
+/// Health follows a reload on the server's side thread (the reference sets it in the reload
 /// call itself): how long the test waits for it.
 const HEALTH_FOLLOWS: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -435,7 +435,7 @@ async fn health_waits_for_a_config_with_a_domain_when_asked() {
             h.check(req).await.unwrap().into_inner().status
         }
     };
-    // 1 = SERVING, 2 = NOT_SERVING; a reload's health change lands on the admin thread.
+    // 1 = SERVING, 2 = NOT_SERVING; a reload's health change lands on the side thread.
     assert_eq!(status().await, 2, "no domain loaded at start");
     write(&dir.join("a.yaml"), V1);
     r.reload_config().expect("loads");

@@ -11,7 +11,7 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use turnstile::config::xds::{self, pb, TYPE_URL};
-use turnstile::config::{Config, LoadOptions, Serving};
+use turnstile::config::{Config, LiveConfig, LoadOptions};
 use turnstile::settings::Settings;
 use turnstile::source::xds::{run as run_xds, XdsSettings};
 use turnstile::source::Update;
@@ -54,7 +54,7 @@ fn start_client_with(
     let live = server.running().context.live.clone();
     let serving = {
         let live = live.clone();
-        Serving::new(move || live.load_full())
+        LiveConfig::new(move || live.load_full())
     };
     let (ready_tx, ready) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
@@ -503,7 +503,7 @@ descriptors:
     let from_xds = xds::config_from_resources(
         resources.iter().map(any).collect::<Vec<_>>(),
         LoadOptions::default(),
-        &Serving::default(),
+        &LiveConfig::default(),
         None,
     )
     .unwrap();

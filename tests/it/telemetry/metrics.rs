@@ -299,7 +299,7 @@ fn detailed_series_are_bounded() {
         Config::from_sources(&[("m.yaml".into(), CONFIG.into())], LoadOptions::default()).unwrap();
     let m = Arc::new(RequestStats::new(0.8).with_max_detailed_series(2));
     let live = LiveLimits::new(config, m.clone(), Arc::new(TopTable::new(0)));
-    let counters = Registry::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
+    let registry = Registry::new(vec![Arc::new(live) as Arc<dyn Metrics>]);
     for (v, n) in [("alice", 3), ("bob", 1), ("carol", 1), ("dave", 2)] {
         for _ in 0..n {
             m.record_series("m", &format!("user_{v}"), counted(1, false, 5, 10));
@@ -307,7 +307,7 @@ fn detailed_series_are_bounded() {
     }
     // Over the limit once: counted as over, not within.
     m.record_series("m", "user_alice", counted(1, true, 0, 10));
-    let text = counters.render(turnstile::telemetry::Shown::Clear);
+    let text = registry.render(turnstile::telemetry::Shown::Clear);
     assert_valid_exposition(&text);
     assert_eq!(
         limit_stat(&text, "total_hits", "user_alice"),

@@ -147,7 +147,7 @@ return tat
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Cmd<'a> {
     /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
-    /// ([`expire`]).
+    /// ([`Then::expire`]).
     Fixed {
         key: Name<'a>,
         hits: u64,

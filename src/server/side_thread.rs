@@ -1,4 +1,4 @@
-//! The admin thread: one small current-thread runtime for what the workers do not serve: the
+//! The side thread: one small current-thread runtime for what the workers do not serve: the
 //! debug, Prometheus and admin ports, the xDS client, and the config and
 //! certificate pollers.
 
@@ -24,8 +24,8 @@ use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::telemetry::{Registry, StatsdStats};
 
-/// What the admin thread serves and watches.
-pub(super) struct Admin {
+/// What the side thread serves and watches.
+pub(super) struct SideThread {
     /// The optional HTTP ports (`debug`, `Prometheus`, `admin`), each with its router; the main
     /// one is the workers'.
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
@@ -56,54 +56,54 @@ pub(super) struct Admin {
     pub(super) grace: Duration,
 }
 
-/// Starts the admin thread; it ends once every server on it has drained after the stop (the
+/// Starts the side thread; it ends once every server on it has drained after the stop (the
 /// durable counters' journal has a thread of its own, `journal`).
-pub(super) fn spawn(admin: Admin, stopping: Stopping) -> Result<JoinHandle<()>, StartError> {
+pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<()>, StartError> {
     let rt = runtime()?;
     std::thread::Builder::new()
-        .name("turnstile-admin".into())
+        .name("turnstile-side".into())
         .spawn(move || {
             rt.block_on(async move {
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
-                if let Some((settings, gate)) = admin.xds {
-                    let overlay = (admin.overlay, admin.interval);
-                    tasks.extend(run_xds(settings, gate, overlay, admin.install, &stop));
+                if let Some((settings, gate)) = side.xds {
+                    let overlay = (side.overlay, side.interval);
+                    tasks.extend(run_xds(settings, gate, overlay, side.install, &stop));
                 }
-                let (top, clock) = admin.top;
+                let (top, clock) = side.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
-                if let Some((settings, counters, stats)) = admin.statsd {
+                if let Some((settings, counters, stats)) = side.statsd {
                     let push = push_statsd(settings, counters, stats, stop.clone());
                     tasks.push(tokio::spawn(push));
                 }
-                if let Some((domains, health)) = admin.health_by_domains {
+                if let Some((domains, health)) = side.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
                 }
-                for (what, listener, router) in admin.http {
-                    let end = drain_end(stop.clone(), &stopping.grpc_draining, admin.grace);
+                for (what, listener, router) in side.http {
+                    let end = drain_end(stop.clone(), &stopping.grpc_draining, side.grace);
                     tasks.push(tokio::spawn(serve_http(what, listener, router, end)));
                 }
-                if let Some((watched, baseline, reloader)) = admin.config_poll {
+                if let Some((watched, baseline, reloader)) = side.config_poll {
                     let sources = reloader.sources();
                     let (p, updates) =
-                        config_updates(watched, baseline, admin.interval, sources, stop.clone());
+                        config_updates(watched, baseline, side.interval, sources, stop.clone());
                     tasks.push(tokio::spawn(p));
                     tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
                 }
-                if let Some((watched, baseline, limitador)) = admin.limits_poll {
-                    let p = poll_limits(watched, baseline, admin.interval, limitador, stop.clone());
+                if let Some((watched, baseline, limitador)) = side.limits_poll {
+                    let p = poll_limits(watched, baseline, side.interval, limitador, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }
-                if let Some((baseline, watched, metrics)) = admin.labels_poll {
-                    let p = poll_labels(watched, baseline, admin.interval, metrics, stop.clone());
+                if let Some((baseline, watched, metrics)) = side.labels_poll {
+                    let p = poll_labels(watched, baseline, side.interval, metrics, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }
-                if let Some((watched, baseline, tls)) = admin.tls_poll {
+                if let Some((watched, baseline, tls)) = side.tls_poll {
                     let reload = move || {
                         tls.reload();
                         std::future::ready(())
                     };
-                    let p = poll(watched, baseline, admin.interval, reload, stop.clone());
+                    let p = poll(watched, baseline, side.interval, reload, stop.clone());
                     tasks.push(tokio::spawn(p));
                 }
                 for t in tasks {
@@ -175,11 +175,11 @@ async fn tick_top(top: Arc<TopTable>, clock: Clock, mut stop: watch::Receiver<bo
 /// Pushes the reference's stats to statsd every flush interval, and once more at the stop.
 async fn push_statsd(
     settings: StatsdSettings,
-    counters: Registry,
+    registry: Registry,
     stats: Arc<StatsdStats>,
     stop: watch::Receiver<bool>,
 ) {
-    let collect = move |e: &statsd::Exporter, s: &StatsdSettings| e.collect(s.format(), &counters);
+    let collect = move |e: &statsd::Exporter, s: &StatsdSettings| e.collect(s.format(), &registry);
     statsd::run(settings, stats, collect, stop).await;
 }
 
@@ -217,7 +217,7 @@ fn run_xds(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (ready_tx, mut ready_rx) = watch::channel(false);
     let (updates_tx, updates) = mpsc::unbounded_channel();
-    let serving = install.serving();
+    let live = install.live();
     let mut stopped = stop.clone();
     let (first, baseline) = overlay.map_or((None, 0), |(o, b)| (Some(o), b));
     let overlays = Arc::new(watch::Sender::new(first));
@@ -235,8 +235,7 @@ fn run_xds(
     }
     tasks.extend([
         tokio::spawn(async move {
-            let client =
-                crate::source::xds::run(settings, serving, overlays_rx, updates_tx, ready_tx);
+            let client = crate::source::xds::run(settings, live, overlays_rx, updates_tx, ready_tx);
             tokio::select! {
                 _ = client => {}
                 _ = stopped.wait_for(|s| *s) => {}
