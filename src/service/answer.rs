@@ -366,3 +366,6 @@ fn to_value(v: serde_json::Value) -> Value {
     };
     Value { kind: Some(kind) }
 }
+
+#[cfg(test)]
+mod tests;

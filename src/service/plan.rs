@@ -318,3 +318,6 @@ fn hits_of(req: &Request<'_>, d: &Descriptor<'_>) -> (u64, bool) {
     };
     (hits, d.is_negative_hits)
 }
+
+#[cfg(test)]
+mod tests;
