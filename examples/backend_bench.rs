@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
-use turnstile::limiter::{Clock, Engine, Op, Params, Role, Store};
+use turnstile::limiter::{Clock, Engine, EngineSizes, Op, Params, Role, Store};
 use turnstile::settings::Settings;
 use turnstile::store::redis::{RedisErrors, RedisStore, StartupRetries};
 
@@ -87,6 +87,14 @@ async fn drive(
     )
 }
 
+/// The engine's sizes but its shards: room enough that nothing is shed or evicted.
+const SIZES: EngineSizes = EngineSizes {
+    shards: 1,
+    messages: 65_536,
+    max_waiters: 10_000,
+    max_keys: usize::MAX,
+};
+
 fn main() {
     let concurrency = env_num("CONCURRENCY", 256);
     let keys = env_num("KEYS", 10_000);
@@ -133,16 +141,17 @@ fn main() {
             .redis()
             .cloned()
             .unwrap();
-        let stats = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
-        let store = RedisStore::connect(&settings, stats).await.unwrap();
+        let (retries, errors) = (StartupRetries::default(), Arc::new(RedisErrors::new(1)));
+        let store = RedisStore::connect(&settings, &retries, &errors);
+        let store = store.await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         let mut rows = Vec::new();
         for (name, redis) in [
             ("memory", None),
             ("redis", Some((store, settings.policy.clone()))),
         ] {
-            let (engine, tasks) =
-                Engine::with_store(shards, 65_536, 10_000, Clock::System, redis, usize::MAX);
+            let sizes = EngineSizes { shards, ..SIZES };
+            let (engine, tasks) = Engine::with_store(sizes, Clock::System, redis);
             for t in tasks {
                 tokio::task::spawn_local(t.run());
             }

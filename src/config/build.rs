@@ -377,7 +377,7 @@ fn build_written(ctx: &Ctx<'_>, r: &RawRateLimit, path: &str) -> Result<RateLimi
         ));
     }
     let (unit_multiplier, calendar) = build_window(ctx, r, unit, algorithm, path)?;
-    let reserve = reserve::build_reserve(ctx, r, (requests_per_unit, algorithm, queue), path)?;
+    let reserve = reserve::build_reserve(ctx, r, requests_per_unit, algorithm, queue, path)?;
     Ok(RateLimit {
         name: name.map(Arc::from),
         unit,

@@ -67,6 +67,19 @@ pub enum EngineError {
     Store(String),
 }
 
+/// How the engine is laid out over its shards, and what they hold at most.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineSizes {
+    /// Shard actors (at least one); keys are spread over them by their hash.
+    pub shards: usize,
+    /// Messages a shard may have waiting before callers are shed ([`EngineError::Overloaded`]).
+    pub messages: usize,
+    /// Requests waiting in the shards' queues, in all.
+    pub max_waiters: usize,
+    /// Keys held in memory, in all (spread over the shards; a key flood evicts past it).
+    pub max_keys: usize,
+}
+
 /// A cheap `Clone` handle to the shard actors. A request whose ops live on several shards is
 /// decided by the methods in `spread.rs`, kept apart on purpose: the path of one shard is here.
 #[derive(Clone, Debug)]
@@ -133,20 +146,28 @@ impl Engine {
         max_waiters: usize,
         clock: Clock,
     ) -> (Engine, Vec<ShardTask>) {
-        Self::with_store(shards, capacity, max_waiters, clock, None, usize::MAX)
+        let sizes = EngineSizes {
+            shards,
+            messages: capacity,
+            max_waiters,
+            max_keys: usize::MAX,
+        };
+        Self::with_store(sizes, clock, None)
     }
 
-    /// Like [`Engine::new`], deciding through a shared store (Redis) when `store` is given, used
-    /// as its policy says, and holding at most `max_keys` keys in memory (spread over the
-    /// shards; a key flood evicts past it).
+    /// Like [`Engine::new`], of `sizes`, deciding through a shared store (Redis) when `store` is
+    /// given, used as its policy says.
     pub fn with_store(
-        shards: usize,
-        capacity: usize,
-        max_waiters: usize,
+        sizes: EngineSizes,
         clock: Clock,
         store: Option<(Arc<dyn Store>, StorePolicy)>,
-        max_keys: usize,
     ) -> (Engine, Vec<ShardTask>) {
+        let EngineSizes {
+            shards,
+            messages,
+            max_waiters,
+            max_keys,
+        } = sizes;
         let shards = shards.max(1);
         let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
         let budget = Arc::new(QueueBudget::new(max_waiters));
@@ -155,7 +176,7 @@ impl Engine {
         let mut stats = Vec::with_capacity(shards);
         let mut links = Vec::with_capacity(shards);
         for i in 0..shards {
-            let (tx, rx) = mpsc::channel(capacity.max(1));
+            let (tx, rx) = mpsc::channel(messages.max(1));
             let st = Arc::new(ShardStats::default());
             let link_stats = Arc::new(LinkStats::default());
             senders.push(tx);
@@ -165,7 +186,8 @@ impl Engine {
                     policy.clone(),
                     i,
                     shards,
-                    (max_keys / shards, link_stats.clone()),
+                    max_keys / shards,
+                    link_stats.clone(),
                 ))),
                 None => Backing::Memory,
             };

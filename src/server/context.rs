@@ -10,7 +10,7 @@ use crate::config::limitador::{Files, LabelsExpr};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, EngineStats, ShardTask, Store, StorePolicy};
+use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
 use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::limitador::{Limitador, LimitadorMetrics};
 use crate::service::metrics::RequestStats;
@@ -69,7 +69,7 @@ impl Stats {
     /// dashboards read them), the throttle service and the live limits hold.
     fn register(
         &self,
-        (startup_retries, redis_errors): (Arc<StartupRetries>, Arc<RedisErrors>),
+        redis: RedisStats,
         state: Arc<StateStats>,
         engine: &Engine,
         throttle: Arc<ThrottleStats>,
@@ -79,10 +79,10 @@ impl Stats {
             self.requests.clone() as Arc<dyn Metrics>,
             self.statsd.clone(),
             self.reloads.clone(),
-            startup_retries,
+            redis.retries,
             self.tls.clone(),
             Arc::new(engine.metrics()),
-            redis_errors,
+            redis.errors,
             throttle,
             self.resp.clone(),
             self.admin.clone(),
@@ -100,6 +100,13 @@ impl Stats {
             reloads: self.reloads.clone(),
         }
     }
+}
+
+/// Redis's counters, made before it is connected (zeros without Redis): its start's retries, its
+/// round trips' errors.
+struct RedisStats {
+    retries: Arc<StartupRetries>,
+    errors: Arc<RedisErrors>,
 }
 
 /// What the server starts from: the context, the shard actors to deal out to the workers, the
@@ -125,7 +132,8 @@ pub(super) struct Starting {
 /// runtime answers the ports and the stop meanwhile; the shard tasks go there and come back.
 async fn read_back(
     settings: &Settings,
-    (engine, shard_tasks): (&Engine, Vec<ShardTask>),
+    engine: &Engine,
+    shard_tasks: Vec<ShardTask>,
     state: &Arc<StateStats>,
     wait: &StartWait,
 ) -> Result<(Option<Journal>, Vec<ShardTask>), StartError> {
@@ -148,27 +156,27 @@ impl Context {
     /// The first config load is recorded here, through the reload's one recorder.
     pub(super) async fn build(
         settings: &Settings,
-        (config, limitador): (Config, Option<Files>),
+        config: Config,
+        limitador: Option<Files>,
         clock: Clock,
         starting: Starting,
     ) -> Result<Built, StartError> {
-        let redis = (
-            starting.retries,
-            Arc::new(RedisErrors::new(settings.shards)),
-        );
+        let redis = RedisStats {
+            retries: starting.retries,
+            errors: Arc::new(RedisErrors::new(settings.shards)),
+        };
         let wait = starting.wait;
-        let (store, fleet) = connect_store(settings, &redis, &wait).await?;
-        let (engine, shard_tasks) = Engine::with_store(
-            settings.shards,
-            settings.shard_queue_capacity,
-            settings.max_waiters,
-            clock,
-            store,
-            settings.max_keys,
-        );
+        let Connected { store, fleet } = connect_store(settings, &redis, &wait).await?;
+        let sizes = EngineSizes {
+            shards: settings.shards,
+            messages: settings.shard_queue_capacity,
+            max_waiters: settings.max_waiters,
+            max_keys: settings.max_keys,
+        };
+        let (engine, shard_tasks) = Engine::with_store(sizes, clock, store);
         let state = Arc::new(StateStats::default());
-        let parts = (&engine, shard_tasks);
-        let (journal, shard_tasks) = read_back(settings, parts, &state, &wait).await?;
+        let (journal, shard_tasks) =
+            read_back(settings, &engine, shard_tasks, &state, &wait).await?;
         wait.set(None);
         let service = Arc::new(
             RequestStats::new(settings.near_limit_ratio)
@@ -240,26 +248,31 @@ fn limitador_rls(settings: &LimitadorSettings, files: Files, engine: &Engine) ->
     }
 }
 
-/// With Redis, the store the shards count in and the place replicas exchange RLQS demand (one
-/// connection for both), connected while the start waits for it; nothing otherwise.
+/// What the start connected to: with Redis, the store the shards count in (used as its policy
+/// says) and the place replicas exchange RLQS demand, one connection for both; neither otherwise.
+#[derive(Default)]
+struct Connected {
+    store: Option<(Arc<dyn Store>, StorePolicy)>,
+    fleet: Option<Arc<dyn DemandExchange>>,
+}
+
+/// With Redis, the store and the RLQS fleet's exchange (`Connected`), connected while the start
+/// waits for it; nothing otherwise.
 async fn connect_store(
     settings: &Settings,
-    (retries, errors): &(Arc<StartupRetries>, Arc<RedisErrors>),
+    redis: &RedisStats,
     wait: &StartWait,
-) -> Result<
-    (
-        Option<(Arc<dyn Store>, StorePolicy)>,
-        Option<Arc<dyn DemandExchange>>,
-    ),
-    StartError,
-> {
+) -> Result<Connected, StartError> {
     let Storage::Redis(r) = &settings.storage else {
-        return Ok((None, None));
+        return Ok(Connected::default());
     };
     wait.set(Some(WaitingFor::Redis));
-    let store = RedisStore::connect(r, (retries, errors)).await;
+    let store = RedisStore::connect(r, &redis.retries, &redis.errors).await;
     let store = Arc::new(store.map_err(StartError::Redis)?);
     let fleet = store.clone() as Arc<dyn DemandExchange>;
     let store: Arc<dyn Store> = store;
-    Ok((Some((store, r.policy.clone())), Some(fleet)))
+    Ok(Connected {
+        store: Some((store, r.policy.clone())),
+        fleet: Some(fleet),
+    })
 }

@@ -273,7 +273,7 @@ async fn start_telling(
     };
     let tls = tls_state(settings, &starting)?;
     let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
-    let built = Context::build(settings, (config, limitador), clock, starting).await?;
+    let built = Context::build(settings, config, limitador, clock, starting).await?;
     if let Some(w) = waiting {
         w.hand_over();
     }
@@ -300,9 +300,9 @@ async fn start_telling(
     // The main HTTP port is served by the workers, the others by the side thread.
     let mut http = http_servers(settings, &cx, &health, ports);
     let (_, port, router) = http.remove(0);
-    let served = (resp, Some((port, router, settings.shutdown_grace)));
-    let mut threads =
-        worker::spawn_all(listeners.grpc, built.shard_tasks, &grpc, served, &stopping)?;
+    let served = Some((port, router, settings.shutdown_grace));
+    let shards = built.shard_tasks;
+    let mut threads = worker::spawn_all(listeners.grpc, shards, &grpc, resp, served, &stopping)?;
     let polls = (&reloader, polled, &tls);
     let mut side = side_thread_of(settings, &cx, http, (&health, gate_health), polls);
     side.overlay = overlay.filter(|_| settings.xds.is_some());
@@ -342,8 +342,8 @@ async fn answer_while_waiting(
     match settings.storage {
         Storage::Redis(_) | Storage::Durable(_) => {
             let counters = Registry::new(vec![starting.retries.clone()]);
-            let answers = (&starting.wait, counters);
-            let w = Waiting::serve(listeners, answers, settings, tls.clone()).await;
+            let wait = &starting.wait;
+            let w = Waiting::serve(listeners, wait, counters, settings, tls.clone()).await;
             Ok(Some(w.map_err(StartError::Runtime)?))
         }
         Storage::Memory => Ok(None),

@@ -33,7 +33,8 @@ impl Waiting {
     /// its mapping makes of them.
     pub(super) async fn serve(
         ls: &Listeners,
-        (wait, counters): (&StartWait, Registry),
+        wait: &StartWait,
+        counters: Registry,
         settings: &Settings,
         tls: Option<Arc<TlsState>>,
     ) -> io::Result<Waiting> {

@@ -164,7 +164,8 @@ pub(super) fn spawn_all<H: Health>(
     listeners: Vec<GrpcListener>,
     shards: Vec<ShardTask>,
     grpc: &Grpc<H>,
-    (resp, http): (Option<RespSocket>, Option<HttpSocket>),
+    resp: Option<RespSocket>,
+    http: Option<HttpSocket>,
     stopping: &impl Fn() -> Stopping,
 ) -> Result<Vec<JoinHandle<()>>, StartError> {
     let workers = listeners.len();

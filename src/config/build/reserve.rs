@@ -12,7 +12,9 @@ use crate::config::{Algorithm, ConfigError, QueueSpec, Reserve};
 pub(super) fn build_reserve(
     ctx: &Ctx<'_>,
     r: &RawRateLimit,
-    (requests_per_unit, algorithm, queue): (u32, Algorithm, Option<QueueSpec>),
+    requests_per_unit: u32,
+    algorithm: Algorithm,
+    queue: Option<QueueSpec>,
     path: &str,
 ) -> Result<Option<Reserve>, ConfigError> {
     let at = |field: &str| format!("{path}.{field}");

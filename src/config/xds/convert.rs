@@ -48,14 +48,15 @@ pub fn config_from_resources(
                 ))
             })
         });
-        let laid = (overlay, &mut matched);
+        let resource = label(i, &head.name);
         add_config(
             &mut builder,
-            (i, &head.name),
+            &resource,
             head.domain,
             decoded,
             opts,
-            laid,
+            overlay,
+            &mut matched,
         )?;
     }
     let mut config = builder.finish();
@@ -126,14 +127,15 @@ pub fn config_from_protos(
     let mut matched = none.matched();
     for (i, c) in configs.into_iter().enumerate() {
         let descriptors = c.descriptors.into_iter().map(Ok);
-        let laid = (&none, &mut matched);
+        let resource = label(i, &c.name);
         add_config(
             &mut builder,
-            (i, &c.name),
+            &resource,
             c.domain,
             descriptors,
             opts,
-            laid,
+            &none,
+            &mut matched,
         )?;
     }
     let mut config = builder.finish();
@@ -141,18 +143,19 @@ pub fn config_from_protos(
     Ok(config)
 }
 
-/// Resource `i` (named `name`): `domain`'s descriptors built into `builder` one top-level
-/// descriptor at a time, each message dropped once it is built, each with the overlay's fields
-/// for it written in first.
+/// The resource errors name `resource` (its `label`): `domain`'s descriptors built into `builder`
+/// one top-level descriptor at a time, each message dropped once it is built, each with the
+/// overlay's fields for it written in first (what they matched noted in `matched`).
 fn add_config(
     builder: &mut Builder,
-    (i, name): (usize, &str),
+    resource: &str,
     domain: String,
     descriptors: impl Iterator<Item = Result<pb::RateLimitDescriptor, ConfigError>>,
     opts: LoadOptions,
-    (overlay, matched): (&Overlay, &mut Matched),
+    overlay: &Overlay,
+    matched: &mut Matched,
 ) -> Result<(), ConfigError> {
-    let mut open = builder.open_domain(&label(i, name), domain.clone(), opts)?;
+    let mut open = builder.open_domain(resource, domain.clone(), opts)?;
     for d in descriptors {
         let mut raw = raw_descriptor(d?);
         overlay.apply(&domain, &mut raw, matched);

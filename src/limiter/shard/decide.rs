@@ -370,7 +370,7 @@ impl<B: Hooks> Decider<'_, B> {
         match op.reserve {
             Reservation::Hold { hits, .. } => {
                 let held = self.holds.held(key, p, now);
-                check_holding(base, p, now, (held, hits))
+                check_holding(base, p, now, held, hits)
             }
             Reservation::Release { hits } => {
                 // What is left once this report released one hold.
@@ -482,7 +482,7 @@ impl<B: Hooks> Decider<'_, B> {
 
 /// A check of a limit with `reserve`, on `base` at `now` with `held` reservations of `hits`
 /// each: judged as if it took its own and every held reservation's hits; stores nothing.
-pub(super) fn check_holding(base: &State, p: &Params, now: u64, (held, hits): (u64, u32)) -> Eval {
+pub(super) fn check_holding(base: &State, p: &Params, now: u64, held: u64, hits: u32) -> Eval {
     let own = u64::from(hits);
     let e = base.eval(p, now, held.saturating_mul(own).saturating_add(own));
     Eval {

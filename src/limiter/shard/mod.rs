@@ -201,12 +201,7 @@ impl Shard {
     /// A key's state read back from the durable counters at start (`None`: forget the key).
     pub(crate) fn restore(&mut self, key: &Key, state: Option<State>, expires_s: u32) {
         let now = self.cx.clock.now();
-        saving::restore(
-            &mut self.counters,
-            (key, state, expires_s),
-            now,
-            &self.queues,
-        );
+        saving::restore(&mut self.counters, key, state, expires_s, now, &self.queues);
     }
 
     pub(crate) fn keys(&self) -> u64 {

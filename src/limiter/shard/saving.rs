@@ -44,7 +44,7 @@ fn page(counters: &mut Counters, all: bool, from: usize, now: u64) -> Saved {
     }
     saved.full = all;
     let table = counters.table_mut();
-    saved.next = table.save((all, from, SAVE_PAGE), |key, e| {
+    saved.next = table.save(all, from, SAVE_PAGE, |key, e| {
         if u64::from(e.expires_s) > now_s {
             saved.push(key, Some(e.state), e.expires_s);
         }
@@ -56,7 +56,9 @@ fn page(counters: &mut Counters, all: bool, from: usize, now: u64) -> Saved {
 /// (`None`: the key was evicted; forget it).
 pub(super) fn restore(
     counters: &mut Counters,
-    (key, state, expires_s): (&Key, Option<State>, u32),
+    key: &Key,
+    state: Option<State>,
+    expires_s: u32,
     now: u64,
     q: &Queues,
 ) {

@@ -119,7 +119,9 @@ impl Table {
     /// marked changed, so it is not missed by a save of what changed that follows.
     pub(super) fn save(
         &mut self,
-        (all, from, max): (bool, usize, usize),
+        all: bool,
+        from: usize,
+        max: usize,
         mut save: impl FnMut(&str, &Entry),
     ) -> Option<usize> {
         let keys = &self.keys;
@@ -368,7 +370,7 @@ mod tests {
                 model.insert(key, u32::from(k));
             }
             // An earlier save read them all: no entry is marked changed now.
-            prop_assert_eq!(t.save((false, 0, usize::MAX), |_, _| {}), None);
+            prop_assert_eq!(t.save(false, 0, usize::MAX, |_, _| {}), None);
             let mut read: HashMap<String, State> = HashMap::new();
             let mut keep = |k: &str, e: &Entry| {
                 read.insert(k.to_owned(), e.state);
@@ -376,7 +378,7 @@ mod tests {
             let mut from = Some(0);
             let mut changes = between.into_iter().enumerate();
             while let Some(at) = from {
-                from = t.save((true, at, page), &mut keep);
+                from = t.save(true, at, page, &mut keep);
                 // A few changes between two pages.
                 for (n, (kind, k)) in changes.by_ref().take(3) {
                     let key = format!("d_k_{k}_");
@@ -406,7 +408,7 @@ mod tests {
             }
             let mut from = Some(0);
             while let Some(at) = from {
-                from = t.save((false, at, page), &mut keep);
+                from = t.save(false, at, page, &mut keep);
             }
             for (k, v) in &model {
                 prop_assert_eq!(read.get(k), Some(&state(*v)), "{} missed", k);

@@ -184,7 +184,7 @@ fn on_lane(clock: Clock, store: Arc<HeldStore>, lane: usize) -> Shard {
     };
     let budget = Arc::new(crate::limiter::queue_budget::QueueBudget::new(100));
     let stats = Arc::new(ShardStats::default());
-    let r = Link::new(store, policy, lane, lane + 1, (1000, Arc::default()));
+    let r = Link::new(store, policy, lane, lane + 1, 1000, Arc::default());
     Shard::new(clock, budget, stats, Backing::Store(Box::new(r)), 1000)
 }
 

@@ -9,10 +9,9 @@
 
 use smallvec::SmallVec;
 
-use super::counters::Counters;
 use super::decide::{beside, check_holding, judge, less_held, Action, Commit, Decider, Hooks};
-use super::link::{with_hits, Done, InFlight, Link, StoreBound};
-use super::queues::{Queues, Waiter};
+use super::link::{with_hits, Done, InFlight, Link, ShardKeys, StoreBound, TripTimes};
+use super::queues::Waiter;
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::key::Key;
@@ -233,7 +232,7 @@ impl Decider<'_, Link> {
         self.cx.stats.holds_withdrawn(withdrawn as u64);
         link.queue_refunds(ops, &done);
         let now = self.cx.clock.now();
-        link.refund_local_first(self.counters, (ops, &done), now);
+        link.refund_local_first(self.counters, ops, &done, now);
         self.flush();
     }
 
@@ -256,14 +255,24 @@ impl Decider<'_, Link> {
         self.judge_stored(messages, &replies, now);
         // The sync went last in the pipeline: its counts are the latest, and make the keys' state.
         let sync_at = (n_msgs + refunded).min(replies.len());
-        let done = self.cx.clock.now();
-        let (link, parts) = self.link_and_parts();
-        link.synced(parts, (sync, &replies[sync_at..]), (now, done));
+        let times = self.judged_now(now);
+        let (link, keys) = self.link_and_keys();
+        link.synced(keys, sync, &replies[sync_at..], times);
+    }
+
+    /// The times of a round trip that started at `started`, judged now.
+    fn judged_now(&self, started: u64) -> TripTimes {
+        let now = self.cx.clock.now();
+        TripTimes { started, now }
     }
 
     /// The link, with the parts its ledger writes to.
-    fn link_and_parts(&mut self) -> (&mut Link, (&mut Counters, &Queues)) {
-        (&mut *self.backing, (&mut *self.counters, &*self.queues))
+    fn link_and_keys(&mut self) -> (&mut Link, ShardKeys<'_>) {
+        let keys = ShardKeys {
+            counters: &mut *self.counters,
+            queues: &*self.queues,
+        };
+        (&mut *self.backing, keys)
     }
 
     /// Judges the messages of a round trip on Redis's answers, in order.
@@ -301,9 +310,9 @@ impl Decider<'_, Link> {
                     matches!(op.reserve, Reservation::Commit { .. }) && reply.holds.released;
             }
             // With what the store counted; whatever is refunded leaves the local-first keys too.
-            let done = self.cx.clock.now();
-            let (link, parts) = self.link_and_parts();
-            link.read_local_first(parts, (&d.ops, mine), &counted, (now, done));
+            let times = self.judged_now(now);
+            let (link, keys) = self.link_and_keys();
+            link.read_local_first(keys, &d.ops, mine, &counted, times);
             match head {
                 None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
@@ -457,7 +466,7 @@ impl Decider<'_, Link> {
         let h = reply.holds;
         self.cx.stats.holds_expired(u64::from(h.expired));
         let held = u64::from(h.held);
-        let mut e = check_holding(&reply.before, &op.params, now, (held, hits));
+        let mut e = check_holding(&reply.before, &op.params, now, held, hits);
         let holds = reply.allowed == Some(true);
         if holds {
             self.cx.stats.holds_made(1);

@@ -198,7 +198,8 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
 async fn single(
     t: &RedisTarget,
     certs: Option<redis::TlsCertificates>,
-    (deadline, pw): (Duration, Option<Password>),
+    deadline: Duration,
+    pw: Option<Password>,
 ) -> Result<(Conn, Home), ConnectError> {
     let url = url_of(t, &t.url);
     let client = match certs {
@@ -236,7 +237,7 @@ async fn connect(
     let certs = certificates(t)?;
     match t.kind {
         RedisType::Single => {
-            let (first, h) = single(t, certs, (deadline, pw)).await?;
+            let (first, h) = single(t, certs, deadline, pw).await?;
             conns.push(first);
             home = Some(h);
         }

@@ -100,7 +100,7 @@ impl Store for RedisStore {
                     // Keys this round trip created get their TTL before it answers.
                     let mut expire = Packed::default();
                     for (i, (t, r)) in then.iter().zip(&replies).enumerate() {
-                        t.expire((&cmds, i), r, jitter, &mut expire);
+                        t.expire(&cmds, i, r, jitter, &mut expire);
                     }
                     if !expire.is_empty() {
                         exec(&conn, &expire).await?;

@@ -34,7 +34,8 @@ impl RedisStore {
     /// `errors`.
     pub async fn connect(
         s: &RedisSettings,
-        (retries, errors): (&StartupRetries, &Arc<RedisErrors>),
+        retries: &StartupRetries,
+        errors: &Arc<RedisErrors>,
     ) -> Result<RedisStore, String> {
         let started = Instant::now();
         let mut wait = Waits::new(s.startup);

@@ -46,8 +46,8 @@ async fn a_sync_that_gives_hits_back_takes_them_out_of_the_window() {
     };
     let settings = Settings::from_env(env).unwrap();
     let settings = settings.storage.redis().cloned().expect("Redis settings");
-    let counters = (&StartupRetries::default(), &Arc::new(RedisErrors::new(1)));
-    let store = RedisStore::connect(&settings, counters)
+    let (retries, errors) = (StartupRetries::default(), Arc::new(RedisErrors::new(1)));
+    let store = RedisStore::connect(&settings, &retries, &errors)
         .await
         .expect("Redis answers");
     let now = SystemTime::now()

@@ -15,7 +15,7 @@ use crate::limiter::key::{Key, KeyMap, KeySet};
 use crate::limiter::op::{Counting, Op, Reservation};
 use crate::limiter::protocol::Decide;
 use crate::limiter::shard::counters::Counters;
-use crate::limiter::shard::queues::{Queues, Waiter};
+use crate::limiter::shard::queues::Waiter;
 use crate::limiter::store::{
     DeleteFuture, Store, StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
@@ -28,8 +28,9 @@ mod sync;
 
 pub use breaker::BreakerState;
 use ledger::Ledger;
+pub(crate) use ledger::ShardKeys;
 use round_trip::RoundTrips;
-pub(crate) use round_trip::{Done, InFlight, StoreBound};
+pub(crate) use round_trip::{Done, InFlight, StoreBound, TripTimes};
 pub use stats::{LinkCounts, LinkStats};
 pub(crate) use sync::{with_hits, Mode, SyncOp};
 
@@ -70,7 +71,8 @@ impl Link {
         policy: StorePolicy,
         lane: usize,
         shards: usize,
-        (max_keys, stats): (usize, Arc<LinkStats>),
+        max_keys: usize,
+        stats: Arc<LinkStats>,
     ) -> Link {
         // About 96 bytes a cached key (the key, until when, the limit it was full under; its
         // text besides), the budget split between shards.
@@ -272,7 +274,7 @@ impl Link {
         if !sync.is_empty() {
             self.stats.synced();
         }
-        self.trips.start(round_trip, (messages, refunds, sync), now);
+        self.trips.start(round_trip, messages, refunds, sync, now);
         self.stats.set_breaker(self.breaker.state().gauge());
     }
 
@@ -357,9 +359,10 @@ impl Link {
     /// total (see `Ledger::synced`).
     pub(crate) fn synced(
         &mut self,
-        (counters, queues): (&mut Counters, &Queues),
-        (sent, replies): (Vec<SyncOp>, &[StoreReply]),
-        times: (u64, u64),
+        mut keys: ShardKeys<'_>,
+        sent: Vec<SyncOp>,
+        replies: &[StoreReply],
+        times: TripTimes,
     ) {
         for (s, reply) in sent.iter().zip(replies) {
             let queued = queued_refunds(&self.refunds, &self.trips, &s.op.key);
@@ -367,7 +370,7 @@ impl Link {
                 Mode::LocalFirst => &mut self.local_first,
                 Mode::Fallback => &mut self.fallback,
             };
-            ledger.synced((&mut *counters, queues), (s, reply), times, queued);
+            ledger.synced(keys.reborrow(), s, reply, times, queued);
         }
     }
 
@@ -375,18 +378,19 @@ impl Link {
     /// message's hits if it was admitted (`counted`; see `Ledger::read`).
     pub(crate) fn read_local_first(
         &mut self,
-        (counters, queues): (&mut Counters, &Queues),
-        (ops, replies): (&[Op], &[StoreReply]),
+        mut keys: ShardKeys<'_>,
+        ops: &[Op],
+        replies: &[StoreReply],
         counted: &[usize],
-        times: (u64, u64),
+        times: TripTimes,
     ) {
         for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
             if !self.local_first.applies(op) {
                 continue;
             }
             let queued = queued_refunds(&self.refunds, &self.trips, &op.key);
-            let read = (op, reply, counted.contains(&i));
-            (self.local_first).read((&mut *counters, queues), read, times, queued);
+            let counts = counted.contains(&i);
+            (self.local_first).read(keys.reborrow(), op, reply, counts, times, queued);
         }
     }
 
@@ -395,7 +399,8 @@ impl Link {
     pub(crate) fn refund_local_first(
         &self,
         counters: &mut Counters,
-        (ops, done): (&[Op], &[usize]),
+        ops: &[Op],
+        done: &[usize],
         now: u64,
     ) {
         for &i in done {

@@ -21,9 +21,23 @@ use crate::limiter::protocol::Decide;
 use crate::limiter::shard::queues::Waiter;
 use crate::limiter::store::{StoreError, StoreFuture, StoreReply};
 
-/// What a finished round trip reports to its shard: its number, the store's answers, its
-/// latency.
-pub(crate) type Done = (u64, Result<Vec<StoreReply>, StoreError>, Duration);
+/// What a finished round trip reports to its shard.
+pub(crate) struct Done {
+    /// Its place in the order round trips are sent (`InFlight::seq`).
+    seq: u64,
+    /// The store's answers.
+    result: Result<Vec<StoreReply>, StoreError>,
+    /// How long it took.
+    latency: Duration,
+}
+
+/// When a round trip started (as its messages were read) and when its answer is judged (clock
+/// ns).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TripTimes {
+    pub(crate) started: u64,
+    pub(crate) now: u64,
+}
 
 /// Round trips out at once per shard.
 pub(crate) const MAX_IN_FLIGHT: usize = 2;
@@ -94,7 +108,9 @@ impl RoundTrips {
     pub(crate) fn start(
         &mut self,
         round_trip: StoreFuture,
-        (messages, refunds, sync): (Vec<StoreBound>, Vec<Op>, Vec<SyncOp>),
+        messages: Vec<StoreBound>,
+        refunds: Vec<Op>,
+        sync: Vec<SyncOp>,
         now: u64,
     ) {
         let seq = self.next_seq;
@@ -113,7 +129,12 @@ impl RoundTrips {
         tokio::spawn(async move {
             let started = Instant::now();
             let result = round_trip.await;
-            let _ = tx.send((seq, result, started.elapsed()));
+            let latency = started.elapsed();
+            let _ = tx.send(Done {
+                seq,
+                result,
+                latency,
+            });
         });
     }
 
@@ -130,8 +151,10 @@ impl RoundTrips {
             self.arrived.clear();
             return None;
         };
-        let i = self.arrived.iter().position(|d| d.0 == oldest)?;
-        let (_, result, latency) = self.arrived.swap_remove(i);
+        let i = self.arrived.iter().position(|d| d.seq == oldest)?;
+        let Done {
+            result, latency, ..
+        } = self.arrived.swap_remove(i);
         let flight = self.in_flight.pop_front().expect("oldest");
         Some((flight, result, latency))
     }

@@ -178,13 +178,8 @@ pub(in crate::store::redis) fn first_hit_read<'a>(prefix: &'a str, key: &'a str)
     }
 }
 
-/// `FIRST_HIT` beside the named holds of `key`: `(hits, window_ms)`, then `b`'s arguments.
-pub(super) fn pack_beside(
-    key: &Name<'_>,
-    (hits, window_ms): (u64, u64),
-    b: &Beside,
-    p: &mut Packed,
-) {
+/// `FIRST_HIT` beside the named holds of `key`: `hits`, `window_ms`, then `b`'s arguments.
+pub(super) fn pack_beside(key: &Name<'_>, hits: u64, window_ms: u64, b: &Beside, p: &mut Packed) {
     let mut args = [hits, window_ms, 0, 0, 0, 0, 0, 0];
     let mut rest = [0; 6];
     let n = b.args(&mut rest);

@@ -117,7 +117,7 @@ impl HoldCmd<'_> {
         let now_us = now / 1000;
         let start = |ns: u64| Some(WindowStart { ms: ms(ns) });
         let w = ms(span.len()).max(1);
-        let name = |open, close, start| name(self.prefix, op, (open, close), start);
+        let name = |open, close, start| name(self.prefix, op, open, close, start);
         let (algorithm, limit, counter, prev, ttl) = match params.algorithm {
             Algorithm::FixedWindow => {
                 let key = name("", "", start(span.start));
@@ -173,7 +173,8 @@ impl HoldCmd<'_> {
 fn name<'a>(
     prefix: &'a str,
     op: &'a Op,
-    (open, close): (&'static str, &'static str),
+    open: &'static str,
+    close: &'static str,
     start: Option<WindowStart>,
 ) -> Name<'a> {
     Name {
@@ -195,13 +196,14 @@ fn held_name<'a>(prefix: &'a str, op: &'a Op, now: u64) -> Name<'a> {
             ..name(
                 prefix,
                 op,
-                ("", ""),
+                "",
+                "",
                 Some(WindowStart {
                     ms: p.span(now).start / 1_000_000,
                 }),
             )
         },
-        _ => name(prefix, op, ("{", "}_held"), None),
+        _ => name(prefix, op, "{", "}_held", None),
     }
 }
 

@@ -243,7 +243,8 @@ impl Then {
     /// created).
     pub(super) fn expire(
         &self,
-        (sent, i): (&Packed, usize),
+        sent: &Packed,
+        i: usize,
         reply: &[i64],
         jitter_max_secs: u64,
         out: &mut Packed,
@@ -470,7 +471,7 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             hits,
             window_ms,
             holds: Some(b),
-        } => first_hit::pack_beside(key, (*hits, *window_ms), b, p),
+        } => first_hit::pack_beside(key, *hits, *window_ms, b, p),
         Cmd::Get { key } => plain(p, &GET, key, None),
         Cmd::Del { key } => plain(p, &DEL, key, None),
         Cmd::Sliding {

@@ -72,14 +72,14 @@ fn a_created_key_gets_one_window_of_ttl() {
     let c = s.cmd(&o, NOW, false);
     let sent = packed(&c);
     let mut e = Packed::default();
-    c.then().expire((&sent, 0), &[4], 0, &mut e);
+    c.then().expire(&sent, 0, &[4], 0, &mut e);
     assert!(e.is_empty());
-    c.then().expire((&sent, 0), &[3], 0, &mut e);
+    c.then().expire(&sent, 0, &[3], 0, &mut e);
     assert_eq!(
         text(&e),
         reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
     );
-    c.then().expire((&sent, 0), &[3], 5, &mut e);
+    c.then().expire(&sent, 0, &[3], 5, &mut e);
     let ttl: u64 = std::str::from_utf8(e.args(1)[2]).unwrap().parse().unwrap();
     assert!((1000..6000).contains(&ttl), "{ttl}");
 }

@@ -34,9 +34,11 @@
 
 use std::sync::Arc;
 
+use super::round_trip::TripTimes;
 use super::stats::LinkStats;
 use super::sync::{with_hits, Mode, SyncOp};
 use crate::config::Algorithm;
+use crate::limiter::algorithm::{Params, State};
 use crate::limiter::key::{Key, KeyMap};
 use crate::limiter::op::Op;
 use crate::limiter::shard::counters::Counters;
@@ -45,6 +47,30 @@ use crate::limiter::store::StoreReply;
 
 #[cfg(test)]
 mod tests;
+
+/// The shard's parts a ledger puts a key's state into: its counters, and its queues (a key
+/// with waiters is not evicted to make room).
+pub(crate) struct ShardKeys<'a> {
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) queues: &'a Queues,
+}
+
+impl ShardKeys<'_> {
+    /// The same parts, borrowed again (for one key of many).
+    #[inline]
+    pub(crate) fn reborrow(&mut self) -> ShardKeys<'_> {
+        ShardKeys {
+            counters: &mut *self.counters,
+            queues: self.queues,
+        }
+    }
+
+    /// Puts `state` for `key`, as `Counters::put` does.
+    #[inline]
+    fn put(&mut self, key: &Key, state: State, params: &Params, now: u64) {
+        self.counters.put(key, state, params, now, self.queues);
+    }
+}
 
 /// Counts `hits` of a `mode` ledger that will never reach the store.
 fn dropped(mode: Mode, stats: &LinkStats, hits: i64) {
@@ -339,11 +365,13 @@ impl Ledger {
     /// the hits `queued` says are on their way back as refunds.
     pub(crate) fn synced(
         &mut self,
-        (counters, queues): (&mut Counters, &Queues),
-        (s, reply): (&SyncOp, &StoreReply),
-        (started, now): (u64, u64),
+        mut keys: ShardKeys<'_>,
+        s: &SyncOp,
+        reply: &StoreReply,
+        times: TripTimes,
         queued: i64,
     ) {
+        let TripTimes { started, now } = times;
         let (mode, hits) = (self.mode, s.signed_hits());
         if mode == Mode::Fallback {
             self.stats.replayed(hits);
@@ -374,7 +402,7 @@ impl Ledger {
         };
         e.read_at = started;
         let local = weigh(mode, &e.op, e.delta, e.at, now) - queued;
-        counters.put(&s.op.key, with_hits(total, &p, now, local), &p, now, queues);
+        keys.put(&s.op.key, with_hits(total, &p, now, local), &p, now);
         if mode == Mode::Fallback && e.delta == 0 && e.sending == 0 {
             // Nothing left to send: exact decisions stop looking the key up.
             self.entries.remove(&s.op.key);
@@ -430,11 +458,14 @@ impl Ledger {
     /// since, less `queued` refunds on their way.
     pub(crate) fn read(
         &mut self,
-        (counters, queues): (&mut Counters, &Queues),
-        (op, reply, counted): (&Op, &StoreReply, bool),
-        (started, now): (u64, u64),
+        mut keys: ShardKeys<'_>,
+        op: &Op,
+        reply: &StoreReply,
+        counted: bool,
+        times: TripTimes,
         queued: i64,
     ) {
+        let TripTimes { started, now } = times;
         let mode = self.mode;
         let Some(e) = self.entry(op, started) else {
             return;
@@ -446,7 +477,7 @@ impl Ledger {
         }
         let local = weigh(mode, &e.op, e.delta, e.at, now) - queued;
         let state = with_hits(state, &op.params, now, local);
-        counters.put(&op.key, state, &op.params, now, queues);
+        keys.put(&op.key, state, &op.params, now);
     }
 
     /// Whether the ledger holds `key`.
