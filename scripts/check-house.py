@@ -6,7 +6,7 @@
 - Inside a module, no cycle among sibling files: a file points at a sibling when it names it
   (`super::sibling`) or an item the sibling defines (`super::Item`, `super::{A, B}`).
   `mod.rs` re-exports are not arrows: a child naming its parent's items points up, not across.
-- No file over 600 lines.
+- No file over 600 lines, no function over 80.
 
 Exits 1 naming each failure. Usage: python3 scripts/check-house.py [SRC_DIR]
 """
@@ -145,6 +145,35 @@ for root, _, fs in os.walk(SRC):
             n = sum(1 for _ in open(p, encoding="utf-8"))
             if n > MAX_LINES:
                 failures.append(f"{p} has {n} lines (at most {MAX_LINES})")
+
+# 4b. Function sizes: from `fn` to its closing brace, comments included, at most 80 lines.
+MAX_FN_LINES = 80
+FN = re.compile(r"\s*(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:const\s+)?(?:unsafe\s+)?fn\s+(\w+)")
+for root, _, fs in os.walk(SRC):
+    for f in fs:
+        if not f.endswith(".rs"):
+            continue
+        p = os.path.join(root, f)
+        lines = open(p, encoding="utf-8").read().split("\n")
+        for i, line in enumerate(lines):
+            m = FN.match(line)
+            if not m:
+                continue
+            depth, started, j = 0, False, i
+            while j < len(lines):
+                code = re.sub(r'"(?:\\.|[^"\\])*"', '""', re.sub(r"//.*", "", lines[j]))
+                code = re.sub(r"'(?:\\.|[^'\\])'", "''", code)
+                if not started and ";" in code and "{" not in code:
+                    break
+                for ch in code:
+                    depth += {"{": 1, "}": -1}.get(ch, 0)
+                    started = started or ch == "{"
+                if started and depth == 0:
+                    break
+                j += 1
+            if started and j - i + 1 > MAX_FN_LINES:
+                failures.append(f"{p}:{i + 1}: fn {m.group(1)} has {j - i + 1} lines "
+                                f"(at most {MAX_FN_LINES})")
 
 # 5. The walks in src/lib.rs: every file they name exists, and each one after the first is
 # called by a file named before it: that file names its module (`mod x`, `x::`), a type it

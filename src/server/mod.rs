@@ -3,13 +3,12 @@
 //! Layout, chosen for speed: `workers` threads, each a tokio current-thread runtime polling its
 //! own handle to one shared gRPC listening socket (an idle worker accepts the next connection),
 //! with its share of the shard actors in its `LocalSet` (`worker`): a call whose key lives on its
-//! own worker decides synchronously, with no message. A do-nothing tonic service costs about
-//! 9 µs of CPU per call on a current-thread runtime against 21 µs on the multi-thread one, so
-//! nothing here uses work stealing. Every worker also accepts RESP and HTTP connections (a clone
-//! of the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle`
-//! whose key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS
-//! and the pollers run on one more small thread (`side_thread`); the durable counters' journal on
-//! another (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
+//! own worker decides synchronously, with no message; nothing here uses work stealing
+//! (BENCHMARKS.md measures why). Every worker also accepts RESP and HTTP connections (a clone of
+//! the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle` whose
+//! key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS and
+//! the pollers run on the side thread (`side_thread`); the durable counters' journal on another
+//! (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
 //! `run` is what the binary calls.
 
 mod context;
@@ -256,13 +255,7 @@ async fn start_telling(
         limitador,
         overlay,
     } = first.into();
-    let overlay = match (
-        overlay,
-        settings.xds.as_ref().and_then(|x| x.overlay.as_ref()),
-    ) {
-        (None, Some(path)) => Some(overlay::load(path).map_err(StartError::Overlay)?),
-        (given, _) => given,
-    };
+    let overlay = first_overlay(settings, overlay)?;
     let polled = Polled::now(settings, baseline);
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
@@ -327,6 +320,20 @@ async fn start_telling(
         grace: settings.shutdown_grace,
         admit_waiters: settings.admit_waiters_on_shutdown,
     })
+}
+
+/// The overlay the start was given, or else the one `TURNSTILE_XDS_OVERLAY` names, read now.
+fn first_overlay(
+    settings: &Settings,
+    given: Option<(Arc<Overlay>, u64)>,
+) -> Result<Option<(Arc<Overlay>, u64)>, StartError> {
+    match (
+        given,
+        settings.xds.as_ref().and_then(|x| x.overlay.as_ref()),
+    ) {
+        (None, Some(path)) => Ok(Some(overlay::load(path).map_err(StartError::Overlay)?)),
+        (given, _) => Ok(given),
+    }
 }
 
 type TlsShared = Option<Arc<tls::TlsState>>;

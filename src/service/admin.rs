@@ -4,7 +4,7 @@
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use super::plan::{self, LimitRef, Plan};
+use super::plan::{self, Applied, LimitRef, Plan};
 use super::{validate, AnswerSettings, Live, RateLimiter, Request};
 use crate::config::{Algorithm, Unit};
 use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
@@ -190,6 +190,49 @@ fn entries(req: &Request<'_>, i: usize, show: &dyn Fn(&str) -> String) -> String
     parts.join(", ")
 }
 
+/// What the look-up says of one limit that applies, `a`, and the op it decides with.
+fn target(plan: &Plan<'_>, a: &Applied<'_>, mut op: Option<Op>) -> Target {
+    let (algorithm, unlimited, unit_multiplier, reserve) = match a.limit {
+        LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
+        LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
+    };
+    let overlay = match a.limit {
+        LimitRef::Config(l) => l.overlay.as_deref().map(str::to_owned),
+        LimitRef::Override { .. } => None,
+    };
+    // A look-up reads the holds of a limit with `reserve` beside its count.
+    if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
+        op.reserve = Reservation::Hold {
+            hits: r.hits,
+            for_ms: 0,
+            id: 0,
+        };
+    }
+    let stat_key = match a.limit {
+        LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())
+            .map_or_else(String::new, |m| m.node().stat_key.to_string()),
+        LimitRef::Override { .. } => String::new(),
+    };
+    let applies = Applies {
+        descriptor: a.descriptor,
+        name: a.limit.name().to_owned(),
+        stat_key,
+        key: op
+            .as_ref()
+            .map_or_else(String::new, |o| o.key.as_str().to_owned()),
+        unit: a.limit.unit(),
+        unit_multiplier,
+        calendar: a.limit.calendar().map(|c| c.zone().to_owned()),
+        requests_per_unit: a.limit.requests_per_unit(),
+        algorithm,
+        role: a.role,
+        unlimited,
+        reserve: reserve.map(|r| r.hits),
+        overlay,
+    };
+    (applies, op)
+}
+
 /// The limits that apply, each with its op, as a request with these descriptors plans them;
 /// only the one named `only`, when given. Every descriptor must match a limit.
 fn targets(
@@ -215,46 +258,8 @@ fn targets(
     let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
     let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
     for (ai, a) in plan.applied.iter().enumerate() {
-        let mut op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
-        let (algorithm, unlimited, unit_multiplier, reserve) = match a.limit {
-            LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
-            LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
-        };
-        let overlay = match a.limit {
-            LimitRef::Config(l) => l.overlay.as_deref().map(str::to_owned),
-            LimitRef::Override { .. } => None,
-        };
-        // A look-up reads the holds of a limit with `reserve` beside its count.
-        if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
-            op.reserve = Reservation::Hold {
-                hits: r.hits,
-                for_ms: 0,
-                id: 0,
-            };
-        }
-        let stat_key = match a.limit {
-            LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())
-                .map_or_else(String::new, |m| m.node().stat_key.to_string()),
-            LimitRef::Override { .. } => String::new(),
-        };
-        let applies = Applies {
-            descriptor: a.descriptor,
-            name: a.limit.name().to_owned(),
-            stat_key,
-            key: op
-                .as_ref()
-                .map_or_else(String::new, |o| o.key.as_str().to_owned()),
-            unit: a.limit.unit(),
-            unit_multiplier,
-            calendar: a.limit.calendar().map(|c| c.zone().to_owned()),
-            requests_per_unit: a.limit.requests_per_unit(),
-            algorithm,
-            role: a.role,
-            unlimited,
-            reserve: reserve.map(|r| r.hits),
-            overlay,
-        };
-        out.push((applies, op));
+        let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
+        out.push(target(&plan, a, op));
     }
     if let Some(i) =
         (0..req.descriptors.len()).find(|i| out.iter().all(|(a, _)| a.descriptor != *i))

@@ -316,46 +316,53 @@ impl Decider<'_, Link> {
             match head {
                 None => self.conclude(d, outcomes, action, Commit::InStore(counted), now, None),
                 Some((op, enqueued, deadline, key)) => {
-                    self.backing.head_back(&key);
                     let w = Waiter {
                         msg: d,
                         op,
                         enqueued,
                         deadline,
                     };
-                    if w.msg.reply.is_closed() {
-                        self.queues.left();
-                        self.cx.stats.cancelled(1);
-                        self.refund_in_store(&w.msg.ops, &counted);
-                    } else {
-                        match action {
-                            Action::Wait(i) if i == op => {
-                                self.refund_in_store(&w.msg.ops, &counted);
-                                let retry = outcomes[i].retry_ns;
-                                self.requeue_head(w, &key, now.saturating_add(retry));
-                                continue;
-                            }
-                            // Moving on to wait at another key, or answered (then it leaves).
-                            action => {
-                                if !matches!(action, Action::Wait(_)) {
-                                    self.queues.left();
-                                }
-                                let since = Some((w.enqueued, w.deadline));
-                                self.conclude(
-                                    w.msg,
-                                    outcomes,
-                                    action,
-                                    Commit::InStore(counted),
-                                    now,
-                                    since,
-                                );
-                            }
-                        }
-                    }
-                    self.service_queue(&key, self.cx.clock.now());
+                    self.judged_head(w, &key, outcomes, action, counted, now);
                 }
             }
         }
+    }
+
+    /// A queue's head waiter back from the store, judged (`outcomes`, `action`): it waits again
+    /// at this key, or moves on (to wait at another key, or answered), and the queue goes on.
+    fn judged_head(
+        &mut self,
+        w: Waiter,
+        key: &Key,
+        outcomes: Outcomes,
+        action: Action,
+        counted: SmallVec<[usize; 2]>,
+        now: u64,
+    ) {
+        self.backing.head_back(key);
+        if w.msg.reply.is_closed() {
+            self.queues.left();
+            self.cx.stats.cancelled(1);
+            self.refund_in_store(&w.msg.ops, &counted);
+        } else {
+            match action {
+                Action::Wait(i) if i == w.op => {
+                    self.refund_in_store(&w.msg.ops, &counted);
+                    let retry = outcomes[i].retry_ns;
+                    return self.requeue_head(w, key, now.saturating_add(retry));
+                }
+                // Moving on to wait at another key, or answered (then it leaves).
+                action => {
+                    if !matches!(action, Action::Wait(_)) {
+                        self.queues.left();
+                    }
+                    let since = Some((w.enqueued, w.deadline));
+                    let commit = Commit::InStore(counted);
+                    self.conclude(w.msg, outcomes, action, commit, now, since);
+                }
+            }
+        }
+        self.service_queue(key, self.cx.clock.now());
     }
 
     /// Puts a head waiter back at the front of its queue, to be looked at again at `at`.
@@ -366,7 +373,6 @@ impl Decider<'_, Link> {
         self.counters.slot(key, params, now, self.queues);
         self.queues.push_head(key, w, at);
     }
-
     /// Turns the store's answer to one op into the same evaluation the memory engine makes, and
     /// whether the store counted its hits.
     fn eval_stored(&mut self, op: &Op, reply: &StoreReply, now: u64) -> (Eval, bool) {
@@ -397,22 +403,7 @@ impl Decider<'_, Link> {
         };
         // Room for these hits (at least one) is room for one: the key is not full.
         let room = hits > 0 && !e.over;
-        // The script's action stands (its arithmetic is in milliseconds or microseconds),
-        // unless local hits it could not see make the op over.
-        if let Some(allowed) = allowed.filter(|_| unsynced == 0) {
-            if allowed && e.over {
-                e.over = false;
-                e.remaining = 0;
-            } else if !allowed && !e.over {
-                e.over = true;
-                e.remaining = 0;
-            }
-        }
-        // A `Reserve` the store refused holds nothing there, whatever local hits say.
-        if matches!(op.reserve, Reservation::Reserve { .. }) && allowed == Some(false) {
-            e.over = true;
-            e.remaining = 0;
-        }
+        e = with_store_verdict(e, allowed.filter(|_| unsynced == 0), &op.reserve, allowed);
         let counted = match op.reserve {
             // Admitted, it holds in the store: taken back if its request is refused elsewhere.
             Reservation::Reserve { .. } => allowed == Some(true),
@@ -477,4 +468,30 @@ impl Decider<'_, Link> {
         }
         (e, holds)
     }
+}
+
+/// `e`, made from the store's count, with the verdict the store's script gave, `given` (none when
+/// local hits it could not see weigh on the op): it stands (its arithmetic is in milliseconds or
+/// microseconds). A `Reserve` the store refused, `allowed` false, holds nothing there, whatever
+/// local hits say.
+fn with_store_verdict(
+    mut e: Eval,
+    given: Option<bool>,
+    reserve: &Reservation,
+    allowed: Option<bool>,
+) -> Eval {
+    if let Some(allowed) = given {
+        if allowed && e.over {
+            e.over = false;
+            e.remaining = 0;
+        } else if !allowed && !e.over {
+            e.over = true;
+            e.remaining = 0;
+        }
+    }
+    if matches!(reserve, Reservation::Reserve { .. }) && allowed == Some(false) {
+        e.over = true;
+        e.remaining = 0;
+    }
+    e
 }

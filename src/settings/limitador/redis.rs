@@ -122,64 +122,8 @@ pub(super) fn url_vars(text: &str) -> Result<Vars, String> {
     vars.insert("REDIS_TYPE", Some("single".into()));
     let query: Vec<(String, String)> = url.query_pairs().into_owned().collect();
     let (user, pass, db) = match url.scheme() {
-        "redis" | "rediss" => {
-            match url.fragment() {
-                None => {}
-                Some("insecure") => {
-                    return Err(bad(
-                        "`#insecure` (no certificate check) is not supported by \
-                         turnstile, which always verifies Redis's certificate: give its CA in \
-                         REDIS_TLS_CACERT"
-                            .into(),
-                    ))
-                }
-                Some(f) => return Err(bad(format!("the fragment `#{f}` means nothing"))),
-            }
-            let host = match url.host() {
-                Some(url::Host::Domain(d)) => d.to_owned(),
-                Some(url::Host::Ipv4(a)) => a.to_string(),
-                Some(url::Host::Ipv6(a)) => format!("[{a}]"),
-                None => return Err(bad("no host".into())),
-            };
-            let port = url.port().unwrap_or(6379);
-            vars.insert("REDIS_URL", Some(format!("{host}:{port}")));
-            vars.insert("REDIS_SOCKET_TYPE", Some("tcp".into()));
-            let tls = url.scheme() == "rediss";
-            vars.insert("REDIS_TLS", Some(tls.to_string()));
-            let user = Some(decoded(url.username()).map_err(bad)?).filter(|u| !u.is_empty());
-            let pass = url.password().map(decoded).transpose().map_err(bad)?;
-            let db = url.path().trim_matches('/').to_owned();
-            for (k, _) in &query {
-                if k != "protocol" {
-                    return Err(bad(format!(
-                        "the parameter `{k}` is not supported by turnstile"
-                    )));
-                }
-            }
-            (user, pass, db)
-        }
-        "unix" | "redis+unix" => {
-            let path = url
-                .to_file_path()
-                .map_err(|_| bad("no socket path".into()))?;
-            vars.insert("REDIS_URL", Some(path.display().to_string()));
-            vars.insert("REDIS_SOCKET_TYPE", Some("unix".into()));
-            vars.insert("REDIS_TLS", Some("false".into()));
-            let q = |name: &str| {
-                query
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            };
-            for (k, _) in &query {
-                if !["user", "pass", "db", "protocol"].contains(&k.as_str()) {
-                    return Err(bad(format!(
-                        "the parameter `{k}` is not supported by turnstile"
-                    )));
-                }
-            }
-            (q("user"), q("pass"), q("db").unwrap_or_default())
-        }
+        "redis" | "rediss" => tcp(&url, &query, &mut vars, &bad)?,
+        "unix" | "redis+unix" => unix(&url, &query, &mut vars, &bad)?,
         other => {
             return Err(bad(format!(
                 "the scheme `{other}` is not a Redis URL (redis, rediss, redis+unix, unix)"
@@ -202,6 +146,81 @@ pub(super) fn url_vars(text: &str) -> Result<Vars, String> {
         vars.insert("REDIS_AUTH", Some(a));
     }
     Ok(vars)
+}
+
+/// A URL's user, password and database.
+type Credentials = (Option<String>, Option<String>, String);
+
+/// `redis://` and `rediss://`: the host and port, TLS, and the credentials in the URL.
+fn tcp(
+    url: &Url,
+    query: &[(String, String)],
+    vars: &mut Vars,
+    bad: &dyn Fn(String) -> String,
+) -> Result<Credentials, String> {
+    match url.fragment() {
+        None => {}
+        Some("insecure") => {
+            return Err(bad(
+                "`#insecure` (no certificate check) is not supported by \
+                 turnstile, which always verifies Redis's certificate: give its CA in \
+                 REDIS_TLS_CACERT"
+                    .into(),
+            ))
+        }
+        Some(f) => return Err(bad(format!("the fragment `#{f}` means nothing"))),
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_owned(),
+        Some(url::Host::Ipv4(a)) => a.to_string(),
+        Some(url::Host::Ipv6(a)) => format!("[{a}]"),
+        None => return Err(bad("no host".into())),
+    };
+    let port = url.port().unwrap_or(6379);
+    vars.insert("REDIS_URL", Some(format!("{host}:{port}")));
+    vars.insert("REDIS_SOCKET_TYPE", Some("tcp".into()));
+    let tls = url.scheme() == "rediss";
+    vars.insert("REDIS_TLS", Some(tls.to_string()));
+    let user = Some(decoded(url.username()).map_err(bad)?).filter(|u| !u.is_empty());
+    let pass = url.password().map(decoded).transpose().map_err(bad)?;
+    let db = url.path().trim_matches('/').to_owned();
+    for (k, _) in query {
+        if k != "protocol" {
+            return Err(bad(format!(
+                "the parameter `{k}` is not supported by turnstile"
+            )));
+        }
+    }
+    Ok((user, pass, db))
+}
+
+/// `unix://` and `redis+unix://`: the socket's path, and the credentials in the query.
+fn unix(
+    url: &Url,
+    query: &[(String, String)],
+    vars: &mut Vars,
+    bad: &dyn Fn(String) -> String,
+) -> Result<Credentials, String> {
+    let path = url
+        .to_file_path()
+        .map_err(|_| bad("no socket path".into()))?;
+    vars.insert("REDIS_URL", Some(path.display().to_string()));
+    vars.insert("REDIS_SOCKET_TYPE", Some("unix".into()));
+    vars.insert("REDIS_TLS", Some("false".into()));
+    let q = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    for (k, _) in query {
+        if !["user", "pass", "db", "protocol"].contains(&k.as_str()) {
+            return Err(bad(format!(
+                "the parameter `{k}` is not supported by turnstile"
+            )));
+        }
+    }
+    Ok((q("user"), q("pass"), q("db").unwrap_or_default()))
 }
 
 /// `REDIS_AUTH` of a URL's credentials: `user:password`, or the password alone. Limitador's

@@ -450,14 +450,6 @@ fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: &[u64]) {
 
 /// Adds the command of `c` to `p`: one reply each. Scripts go by their SHA1 (see [`by_text`]).
 pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
-    let plain = |p: &mut Packed, name: &Head, key: &Name<'_>, arg: Option<u64>| {
-        p.start(2 + usize::from(arg.is_some()));
-        p.encoded(name);
-        key.pack(p);
-        if let Some(a) = arg {
-            p.int(a);
-        }
-    };
     match c {
         Cmd::Fixed { key, hits, .. } => plain(p, &INCRBY, key, Some(*hits)),
         Cmd::FirstHit {
@@ -474,6 +466,43 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
         } => first_hit::pack_beside(key, *hits, *window_ms, b, p),
         Cmd::Get { key } => plain(p, &GET, key, None),
         Cmd::Del { key } => plain(p, &DEL, key, None),
+        Cmd::RefundCount {
+            key,
+            hits,
+            drop_empty,
+        } => {
+            let args: &[u64] = if *drop_empty { &[*hits, 1] } else { &[*hits] };
+            script(p, &REFUND_COUNT_HEAD, &[key], args)
+        }
+        Cmd::Hold(h) => h.pack(p),
+        Cmd::CountHeld { held, now_us } => holds::pack_count(held, *now_us, p),
+        Cmd::Unhold { held, id } => holds::pack_unhold(held, *id, p),
+        Cmd::Unname { held, id } => {
+            p.start(3);
+            p.encoded(&HDEL);
+            held.pack(p);
+            p.int(*id);
+        }
+        c @ (Cmd::Sliding { .. }
+        | Cmd::Gcra { .. }
+        | Cmd::GcraAdd { .. }
+        | Cmd::RefundGcra { .. }) => pack_algorithm(c, p),
+    }
+}
+
+/// A command that is not a script: its name, its key and at most one argument.
+fn plain(p: &mut Packed, name: &Head, key: &Name<'_>, arg: Option<u64>) {
+    p.start(2 + usize::from(arg.is_some()));
+    p.encoded(name);
+    key.pack(p);
+    if let Some(a) = arg {
+        p.int(a);
+    }
+}
+
+/// The scripts of the sliding window and the token bucket, [`pack`]'s for those commands.
+fn pack_algorithm(c: &Cmd<'_>, p: &mut Packed) {
+    match c {
         Cmd::Sliding {
             cur,
             prev,
@@ -501,48 +530,26 @@ pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
             interval_us,
             burst,
             hits,
-        } => script(
-            p,
-            &GCRA_HEAD,
-            &[key],
-            &[*now_us, *interval_us, u64::from(*burst), *hits],
-        ),
+        } => {
+            let args = [*now_us, *interval_us, u64::from(*burst), *hits];
+            script(p, &GCRA_HEAD, &[key], &args)
+        }
         Cmd::GcraAdd {
             key,
             now_us,
             interval_us,
             hits,
         } => script(p, &GCRA_ADD_HEAD, &[key], &[*now_us, *interval_us, *hits]),
-        Cmd::RefundCount {
-            key,
-            hits,
-            drop_empty: false,
-        } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits]),
-        Cmd::RefundCount {
-            key,
-            hits,
-            drop_empty: true,
-        } => script(p, &REFUND_COUNT_HEAD, &[key], &[*hits, 1]),
-        Cmd::Hold(h) => h.pack(p),
-        Cmd::CountHeld { held, now_us } => holds::pack_count(held, *now_us, p),
-        Cmd::Unhold { held, id } => holds::pack_unhold(held, *id, p),
-        Cmd::Unname { held, id } => {
-            p.start(3);
-            p.encoded(&HDEL);
-            held.pack(p);
-            p.int(*id);
-        }
         Cmd::RefundGcra {
             key,
             now_us,
             interval_us,
             hits,
-        } => script(
-            p,
-            &REFUND_GCRA_HEAD,
-            &[key],
-            &[*now_us, *interval_us, *hits],
-        ),
+        } => {
+            let args = [*now_us, *interval_us, *hits];
+            script(p, &REFUND_GCRA_HEAD, &[key], &args)
+        }
+        _ => unreachable!("pack sends only the algorithms' commands here"),
     }
 }
 
