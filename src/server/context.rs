@@ -127,6 +127,17 @@ pub(super) struct Starting {
     pub(super) tls: Arc<TlsStats>,
 }
 
+impl Starting {
+    /// A start that waits as `wait` says, none of its stats counted yet.
+    pub(super) fn new(wait: StartWait) -> Starting {
+        Starting {
+            wait,
+            retries: Arc::default(),
+            tls: Arc::default(),
+        }
+    }
+}
+
 /// With a state dir, the durable counters read back into the shards, before any port serves:
 /// the first answer already counts what was saved. Read on the blocking pool, so the start's
 /// runtime answers the ports and the stop meanwhile; the shard tasks go there and come back.

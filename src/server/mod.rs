@@ -47,7 +47,6 @@ use crate::service::rate::RateApiService;
 use crate::settings::limitador::LimitadorSettings;
 use crate::settings::{Settings, Storage};
 use crate::source::files::{fingerprint, Watched};
-use crate::store::redis::StartupRetries;
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, HttpState, MetricsState};
@@ -56,7 +55,7 @@ use crate::transport::waiting::StartWait;
 use context::Starting;
 use listeners::{local_addr, Listeners};
 use reload::Reloader;
-use side_thread::SideThread;
+use side_thread::{Polled, Polls, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
 
@@ -259,11 +258,7 @@ async fn start_telling(
     let polled = Polled::now(settings, baseline);
     let listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let starting = Starting {
-        wait: wait.clone(),
-        retries: Arc::new(StartupRetries::default()),
-        tls: Arc::default(),
-    };
+    let starting = Starting::new(wait.clone());
     let tls = tls_state(settings, &starting)?;
     let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
     let built = Context::build(settings, config, limitador, clock, starting).await?;
@@ -296,8 +291,12 @@ async fn start_telling(
     let served = Some((port, router, settings.shutdown_grace));
     let shards = built.shard_tasks;
     let mut threads = worker::spawn_all(listeners.grpc, shards, &grpc, resp, served, &stopping)?;
-    let polls = (&reloader, polled, &tls);
-    let mut side = side_thread_of(settings, &cx, http, (&health, gate_health), polls);
+    let polls = Polls {
+        reloader: &reloader,
+        polled,
+        tls: &tls,
+    };
+    let mut side = SideThread::new(settings, &cx, http, &health, gate_health, polls);
     side.overlay = overlay.filter(|_| settings.xds.is_some());
     threads.push(side_thread::spawn(side, stopping())?);
     if let Some(j) = built.journal {
@@ -357,70 +356,6 @@ async fn answer_while_waiting(
     }
 }
 
-/// What the pollers watch and its fingerprint when the start began: the config location, and
-/// TLS's certificate files when gRPC uses TLS.
-struct Polled {
-    config: (u64, Watched),
-    tls: Option<(u64, Watched)>,
-}
-
-impl Polled {
-    /// Taken before the config was read (`baseline`), or now, before anything else: a change
-    /// made from then on is a change to reload.
-    fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
-        let config = watched_config(settings);
-        Polled {
-            config: (baseline.unwrap_or_else(|| fingerprint(&config)), config),
-            tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
-        }
-    }
-}
-
-/// What the side thread serves and watches: the HTTP ports but the main one, xDS or the
-/// pollers, health by domains, the statsd push, the heavy hitters' tick.
-fn side_thread_of(
-    settings: &Settings,
-    cx: &Context,
-    http: Vec<(&'static str, StdListener, axum::Router)>,
-    (health, gate_health): (&Health, bool),
-    (reloader, polled, tls): (&Option<Arc<Reloader>>, Polled, &TlsShared),
-) -> SideThread {
-    let (config_baseline, config_watched) = polled.config;
-    SideThread {
-        http,
-        xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-        overlay: None,
-        install: reload::Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-        config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
-        limits_poll: (settings.limitador.as_ref())
-            .zip(cx.limitador.as_ref())
-            .map(|(l, rls)| (limits_file(l), config_baseline, rls.limitador.clone())),
-        labels_poll: (settings.limitador.as_ref())
-            .and_then(|l| l.custom_metric_labels.clone())
-            .zip(cx.limitador.as_ref())
-            .map(|(path, rls)| {
-                let watched = Watched::Files(vec![path]);
-                (
-                    fingerprint(&watched),
-                    watched,
-                    rls.limitador.metrics().clone(),
-                )
-            }),
-        health_by_domains: (reloader.as_ref())
-            .filter(|_| settings.healthy_only_with_config)
-            .map(|r| (r.domains(), health.clone())),
-        tls_poll: (polled.tls)
-            .zip(tls.clone())
-            .map(|((baseline, w), state)| (w, baseline, state)),
-        interval: settings.reload_interval,
-        statsd: (settings.statsd.clone())
-            .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
-        top: (cx.top.clone(), cx.engine.clock().clone()),
-        grace: settings.shutdown_grace,
-    }
-}
-
-/// The TLS state, certificates read now (before any wait: a wrong file stops the start at once).
 fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, StartError> {
     (settings.tls.clone())
         .map(|t| tls::TlsState::new(t, starting.tls.clone()).map(Arc::new))

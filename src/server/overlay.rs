@@ -41,7 +41,8 @@ pub(super) async fn follow(
     path: PathBuf,
     baseline: u64,
     interval: Duration,
-    (overlays, install): (Arc<watch::Sender<Option<Arc<Overlay>>>>, Install),
+    overlays: Arc<watch::Sender<Option<Arc<Overlay>>>>,
+    install: Install,
     stop: watch::Receiver<bool>,
 ) {
     let source = path.display().to_string();

@@ -9,17 +9,19 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use super::context::Context;
 use super::draining::{drain_end, serve_http};
 use super::overlay::{self, Loaded};
 use super::reload::{Install, Reloader};
 use super::tls::TlsState;
 use super::worker::Stopping;
-use super::{runtime, Health, StartError};
+use super::{limits_file, runtime, tls, watched_config, Health, StartError, TlsShared};
 use crate::config::limitador::{CustomLabels, Limits};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
 use crate::service::limitador::{Limitador, LimitadorMetrics};
-use crate::source::files::{config_updates, poll, Watched};
+use crate::settings::Settings;
+use crate::source::files::{config_updates, fingerprint, poll, Watched};
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::telemetry::{Registry, StatsdStats};
@@ -56,6 +58,85 @@ pub(super) struct SideThread {
     pub(super) grace: Duration,
 }
 
+/// What the pollers watch and its fingerprint when the start began: the config location, and
+/// TLS's certificate files when gRPC uses TLS.
+pub(super) struct Polled {
+    config: (u64, Watched),
+    tls: Option<(u64, Watched)>,
+}
+
+impl Polled {
+    /// Taken before the config was read (`baseline`), or now, before anything else: a change
+    /// made from then on is a change to reload.
+    pub(super) fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
+        let config = watched_config(settings);
+        Polled {
+            config: (baseline.unwrap_or_else(|| fingerprint(&config)), config),
+            tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
+        }
+    }
+}
+
+/// What the side thread polls: the config (reloaded by `reloader`), from what `polled` saw at
+/// the start, and TLS's certificates.
+pub(super) struct Polls<'a> {
+    pub(super) reloader: &'a Option<Arc<Reloader>>,
+    pub(super) polled: Polled,
+    pub(super) tls: &'a TlsShared,
+}
+
+impl SideThread {
+    /// What the side thread serves and watches: the HTTP ports but the main one, xDS or the
+    /// pollers, health by domains, the statsd push, the heavy hitters' tick.
+    pub(super) fn new(
+        settings: &Settings,
+        cx: &Context,
+        http: Vec<(&'static str, StdListener, axum::Router)>,
+        health: &Health,
+        gate_health: bool,
+        Polls {
+            reloader,
+            polled,
+            tls,
+        }: Polls<'_>,
+    ) -> SideThread {
+        let (config_baseline, config_watched) = polled.config;
+        SideThread {
+            http,
+            xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+            overlay: None,
+            install: Install::new(cx.live.clone(), cx.stats.reloads.clone()),
+            config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
+            limits_poll: (settings.limitador.as_ref())
+                .zip(cx.limitador.as_ref())
+                .map(|(l, rls)| (limits_file(l), config_baseline, rls.limitador.clone())),
+            labels_poll: (settings.limitador.as_ref())
+                .and_then(|l| l.custom_metric_labels.clone())
+                .zip(cx.limitador.as_ref())
+                .map(|(path, rls)| {
+                    let watched = Watched::Files(vec![path]);
+                    (
+                        fingerprint(&watched),
+                        watched,
+                        rls.limitador.metrics().clone(),
+                    )
+                }),
+            health_by_domains: (reloader.as_ref())
+                .filter(|_| settings.healthy_only_with_config)
+                .map(|r| (r.domains(), health.clone())),
+            tls_poll: (polled.tls)
+                .zip(tls.clone())
+                .map(|((baseline, w), state)| (w, baseline, state)),
+            interval: settings.reload_interval,
+            statsd: (settings.statsd.clone())
+                .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
+            top: (cx.top.clone(), cx.engine.clock().clone()),
+            grace: settings.shutdown_grace,
+        }
+    }
+}
+
+/// The TLS state, certificates read now (before any wait: a wrong file stops the start at once).
 /// Starts the side thread; it ends once every server on it has drained after the stop (the
 /// durable counters' journal has a thread of its own, `journal`).
 pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<()>, StartError> {
@@ -67,8 +148,8 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
                 if let Some((settings, gate)) = side.xds {
-                    let overlay = (side.overlay, side.interval);
-                    tasks.extend(run_xds(settings, gate, overlay, side.install, &stop));
+                    let (overlay, interval, install) = (side.overlay, side.interval, side.install);
+                    tasks.extend(run_xds(settings, gate, overlay, interval, install, &stop));
                 }
                 let (top, clock) = side.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
@@ -211,7 +292,8 @@ async fn follow_domains(
 fn run_xds(
     settings: XdsSettings,
     gate: Option<Health>,
-    (overlay, interval): (Option<Loaded>, Duration),
+    overlay: Option<Loaded>,
+    interval: Duration,
     install: Install,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -228,7 +310,8 @@ fn run_xds(
             path,
             baseline,
             interval,
-            (overlays, install.clone()),
+            overlays,
+            install.clone(),
             stop.clone(),
         );
         tasks.push(tokio::spawn(poll));
