@@ -21,6 +21,8 @@ use super::{
     Unit,
 };
 
+/// A config being built; adding a domain's descriptors, a top-level one at a time, is in
+/// `build/domain.rs`.
 #[derive(Default)]
 pub(super) struct Builder {
     /// The config being served, when this one is built to replace it.

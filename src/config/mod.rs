@@ -197,7 +197,8 @@ pub struct Domain {
     pub root: Level,
 }
 
-/// Everything loaded: domains by name, and the direct API's keys.
+/// Everything loaded: domains by name, and the direct API's keys. Reading a location into one
+/// (`Config::load` and its kin) is in `load.rs`, apart from the model on purpose.
 #[derive(Debug, Default)]
 pub struct Config {
     pub domains: FnvHashMap<String, Domain>,

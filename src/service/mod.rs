@@ -37,7 +37,9 @@ use crate::limiter::Engine;
 use metrics::RequestStats;
 
 /// A cheap `Clone` handle: the live limits, the engine, and how to answer. `server` builds it
-/// from the parts it hands the other adapters too; it hands none of them out.
+/// from the parts it hands the other adapters too; it hands none of them out. Its admin
+/// look-ups and resets are in `admin.rs`, apart on purpose: they plan as a request does, and
+/// decide nothing.
 #[derive(Clone)]
 pub struct RateLimiter {
     live: LiveLimits,

@@ -90,7 +90,9 @@ pub struct Loads {
     pub err_since: AtomicU64,
 }
 
-/// A cheap `Clone` handle: the limits being served, the engine, the call counters.
+/// A cheap `Clone` handle: the limits being served, the engine, the call counters. `Reserve`
+/// and `Commit` are in `reserve.rs`, apart on purpose: the reservations' path (named holds,
+/// by id) is one of its own.
 #[derive(Clone)]
 pub struct Limitador {
     live: Arc<ArcSwap<Loaded>>,

@@ -72,7 +72,8 @@ pub(super) struct Rule {
     pub(super) help: Option<String>,
 }
 
-/// A mapping file's rules, in file order, and what unmapped timers become.
+/// A mapping file's rules, in file order, and what unmapped timers become. Split on purpose:
+/// matching a stat here, reading the file in `file.rs`, the reference's default in `mod.rs`.
 #[derive(Debug, Clone)]
 pub struct Mapper {
     pub(super) rules: Vec<Rule>,
