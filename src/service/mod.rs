@@ -7,6 +7,8 @@
 mod admin;
 mod answer;
 mod error;
+#[cfg(test)]
+mod fixtures;
 pub mod limitador;
 mod live;
 pub mod metrics;

@@ -6,11 +6,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
 use crate::config::{Config, LoadOptions};
-use crate::descriptor::{self, Entry};
+use crate::descriptor;
 use crate::hitters::TopTable;
+use crate::service::fixtures::{default_settings, desc, request_of};
 use crate::service::metrics::LimitStats;
 use crate::service::plan;
-use crate::service::{CountingRule, Descriptor, Override};
+use crate::service::Override;
 
 const SEC: u64 = 1_000_000_000;
 const OK: i32 = Code::Ok as i32;
@@ -95,36 +96,6 @@ impl World {
     }
 }
 
-fn settings() -> AnswerSettings {
-    AnswerSettings {
-        response_headers: None,
-        global_shadow_mode: false,
-        request_limits: Default::default(),
-        counting_rule: CountingRule::default(),
-        global_quota_mode: false,
-        response_dynamic_metadata: false,
-        refused_by_metadata: false,
-    }
-}
-
-fn desc(pairs: &[(&'static str, &'static str)]) -> Descriptor<'static> {
-    Descriptor {
-        entries: pairs
-            .iter()
-            .map(|&(key, value)| Entry { key, value })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn request(descriptors: Vec<Descriptor<'static>>) -> Request<'static> {
-    Request {
-        domain: "d",
-        descriptors: descriptors.into_iter().collect(),
-        hits_addend: 0,
-    }
-}
-
 /// Within the limit: `remaining` left, the window ends in `reset_ns`.
 fn within(remaining: u32, reset_ns: u64) -> Outcome {
     Outcome {
@@ -206,10 +177,10 @@ fn load(c: &std::sync::atomic::AtomicU64) -> u64 {
 #[test]
 fn each_status_reports_its_limit_closest_to_exhaustion_an_over_one_first() {
     let w = World::new();
-    let req = request(vec![desc(&[("two", "a")])]);
+    let req = request_of(vec![desc(&[("two", "a")])]);
     let r = w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[within(6, SEC), within(2, SEC)], false),
     );
     assert_eq!(codes(&r), [(OK, 2)]);
@@ -217,7 +188,11 @@ fn each_status_reports_its_limit_closest_to_exhaustion_an_over_one_first() {
     // Over beats fewer left: its status tells 0, whatever the verdict's `remaining` said.
     let mut fast = over(SEC, SEC);
     fast.remaining = 5;
-    let r = w.answer(&req, &settings(), &decision(&[fast, within(1, SEC)], true));
+    let r = w.answer(
+        &req,
+        &default_settings(),
+        &decision(&[fast, within(1, SEC)], true),
+    );
     assert_eq!(codes(&r), [(OVER, 0)]);
     assert_eq!(limit_of(&r.statuses[0]), ("fast", 10, 1));
 }
@@ -225,15 +200,15 @@ fn each_status_reports_its_limit_closest_to_exhaustion_an_over_one_first() {
 #[test]
 fn the_overall_code_is_the_engines_verdict_over_when_any_descriptor_refuses() {
     let w = World::new();
-    let req = request(vec![desc(&[("one", "a")]), desc(&[("one", "b")])]);
+    let req = request_of(vec![desc(&[("one", "a")]), desc(&[("one", "b")])]);
     let refused = decision(&[within(3, SEC), over(SEC, SEC)], true);
-    let r = w.answer(&req, &settings(), &refused);
+    let r = w.answer(&req, &default_settings(), &refused);
     assert_eq!(r.overall_code, OVER);
     assert_eq!(codes(&r), [(OK, 3), (OVER, 0)]);
     // The engine did not refuse (SHADOW_MODE): the statuses still say who is over.
     let r = w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[within(3, SEC), over(SEC, SEC)], false),
     );
     assert_eq!(r.overall_code, OK);
@@ -243,15 +218,15 @@ fn the_overall_code_is_the_engines_verdict_over_when_any_descriptor_refuses() {
 #[test]
 fn a_joint_descriptor_over_is_told_so_while_the_request_passes() {
     let w = World::new();
-    let req = request(vec![desc(&[("joint", "a")]), desc(&[("joint", "b")])]);
+    let req = request_of(vec![desc(&[("joint", "a")]), desc(&[("joint", "b")])]);
     let r = w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[over(SEC, SEC), within(0, SEC)], false),
     );
     assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OVER, 0), (OK, 0)]));
     let both = decision(&[over(SEC, SEC), over(SEC, SEC)], true);
-    let r = w.answer(&req, &settings(), &both);
+    let r = w.answer(&req, &default_settings(), &both);
     assert_eq!(
         (r.overall_code, codes(&r)),
         (OVER, vec![(OVER, 0), (OVER, 0)])
@@ -261,10 +236,10 @@ fn a_joint_descriptor_over_is_told_so_while_the_request_passes() {
 #[test]
 fn a_shadow_descriptor_over_answers_ok_and_counts_as_over_and_shadow() {
     let w = World::new();
-    let req = request(vec![desc(&[("shadow", "s")])]);
+    let req = request_of(vec![desc(&[("shadow", "s")])]);
     let r = w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[over(30 * SEC, 5 * SEC)], false),
     );
     assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OK, 0)]));
@@ -289,12 +264,16 @@ fn a_shadow_descriptor_over_answers_ok_and_counts_as_over_and_shadow() {
 #[test]
 fn unlimited_and_unmatched_descriptors_answer_ok_without_a_limit() {
     let w = World::new();
-    let req = request(vec![
+    let req = request_of(vec![
         desc(&[("free", "f")]),
         desc(&[("nowhere", "x")]),
         desc(&[("one", "a")]),
     ]);
-    let r = w.answer(&req, &settings(), &decision(&[within(6, SEC)], false));
+    let r = w.answer(
+        &req,
+        &default_settings(),
+        &decision(&[within(6, SEC)], false),
+    );
     assert_eq!(codes(&r), [(OK, u32::MAX), (OK, 0), (OK, 6)]);
     let limited: Vec<bool> = r
         .statuses
@@ -312,7 +291,7 @@ fn unlimited_and_unmatched_descriptors_answer_ok_without_a_limit() {
 #[test]
 fn duration_until_reset_rounds_up_and_tells_a_refusal_when_to_retry() {
     let w = World::new();
-    let req = request(["a", "b", "c", "d"].map(|v| desc(&[("one", v)])).to_vec());
+    let req = request_of(["a", "b", "c", "d"].map(|v| desc(&[("one", v)])).to_vec());
     let outcomes = [
         within(3, 1_200_000_000),
         within(3, 3 * SEC),
@@ -320,18 +299,18 @@ fn duration_until_reset_rounds_up_and_tells_a_refusal_when_to_retry() {
         // Hits no wait can admit: told the reset, never 0.
         over(40 * SEC, u64::MAX),
     ];
-    let r = w.answer(&req, &settings(), &decision(&outcomes, true));
+    let r = w.answer(&req, &default_settings(), &decision(&outcomes, true));
     assert_eq!(resets(&r), [2, 3, 5, 40]);
 }
 
 #[test]
 fn a_descriptor_blocked_behind_waiters_is_over_until_the_window_ends() {
     let w = World::new();
-    let req = request(vec![desc(&[("one", "a")])]);
+    let req = request_of(vec![desc(&[("one", "a")])]);
     let mut blocked = within(4, 40 * SEC);
     blocked.blocked = true;
     blocked.retry_ns = 5 * SEC;
-    let r = w.answer(&req, &settings(), &decision(&[blocked], true));
+    let r = w.answer(&req, &default_settings(), &decision(&[blocked], true));
     assert_eq!((r.overall_code, codes(&r)), (OVER, vec![(OVER, 0)]));
     assert_eq!(resets(&r), [40]);
 }
@@ -341,11 +320,11 @@ fn hits_count_per_descriptor_in_its_limits_stats_and_the_totals() {
     let w = World::new();
     let mut own = desc(&[("one", "b")]);
     own.hits_addend = Some(5);
-    let mut req = request(vec![desc(&[("one", "a")]), own]);
+    let mut req = request_of(vec![desc(&[("one", "a")]), own]);
     req.hits_addend = 2;
     w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[within(5, SEC), within(0, SEC)], false),
     );
     let s = w.stats_of(&[("one", "a")]);
@@ -357,7 +336,7 @@ fn hits_count_per_descriptor_in_its_limits_stats_and_the_totals() {
     // Refused on the second: its 5 are over, the first's 2 within.
     w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[within(3, SEC), over(SEC, SEC)], true),
     );
     assert_eq!(
@@ -375,10 +354,10 @@ fn an_override_and_detailed_metric_count_in_series_of_their_own() {
         requests_per_unit: 4,
         unit: 3, // HOUR
     });
-    let req = request(vec![o, desc(&[("detailed", "alice")])]);
+    let req = request_of(vec![o, desc(&[("detailed", "alice")])]);
     let r = w.answer(
         &req,
-        &settings(),
+        &default_settings(),
         &decision(&[within(3, SEC), within(4, SEC)], false),
     );
     assert_eq!(limit_of(&r.statuses[0]), ("", 4, 3));
@@ -408,14 +387,14 @@ fn with_headers() -> AnswerSettings {
             remaining: "X-Left".into(),
             reset: "X-Reset".into(),
         }),
-        ..settings()
+        ..default_settings()
     }
 }
 
 #[test]
 fn limit_headers_tell_the_least_remaining_or_the_refusal_admitting_last() {
     let w = World::new();
-    let req = request(vec![desc(&[("one", "a")]), desc(&[("two", "b")])]);
+    let req = request_of(vec![desc(&[("one", "a")]), desc(&[("two", "b")])]);
     let admitted = decision(
         &[within(2, 9 * SEC), within(9, SEC), within(3, 50 * SEC)],
         false,
@@ -429,21 +408,21 @@ fn limit_headers_tell_the_least_remaining_or_the_refusal_admitting_last() {
     ];
     let r = w.answer(&req, &with_headers(), &decision(&refused, true));
     assert_eq!(three(&r), [Some("10"), Some("0"), Some("20")]);
-    let r = w.answer(&req, &settings(), &decision(&refused, true));
+    let r = w.answer(&req, &default_settings(), &decision(&refused, true));
     assert!(r.response_headers_to_add.is_empty(), "off unless asked");
 }
 
 #[test]
 fn the_waited_header_tells_only_an_admitted_waiter_how_long_it_waited() {
     let w = World::new();
-    let req = request(vec![desc(&[("one", "a")])]);
+    let req = request_of(vec![desc(&[("one", "a")])]);
     let mut d = decision(&[within(1, SEC)], false);
     d.waited_ns = 1_500_000_000;
-    let r = w.answer(&req, &settings(), &d);
+    let r = w.answer(&req, &default_settings(), &d);
     assert_eq!(header(&r, WAITED_HEADER), Some("1500"));
     let mut d = decision(&[over(SEC, SEC)], true);
     d.waited_ns = 1_500_000_000;
-    let r = w.answer(&req, &settings(), &d);
+    let r = w.answer(&req, &default_settings(), &d);
     assert_eq!(header(&r, WAITED_HEADER), None, "its code says it");
 }
 
@@ -452,9 +431,9 @@ fn dynamic_metadata_is_the_request_and_the_metadata_of_descriptors_that_passed()
     let w = World::new();
     let s = AnswerSettings {
         response_dynamic_metadata: true,
-        ..settings()
+        ..default_settings()
     };
-    let mut req = request(vec![desc(&[("meta", "m")]), desc(&[("one", "a")])]);
+    let mut req = request_of(vec![desc(&[("meta", "m")]), desc(&[("one", "a")])]);
     req.hits_addend = 2;
     let r = w.answer(
         &req,
@@ -480,11 +459,11 @@ fn a_refusal_names_its_limit_in_refused_by_when_asked() {
     let w = World::new();
     let s = AnswerSettings {
         refused_by_metadata: true,
-        ..settings()
+        ..default_settings()
     };
-    let req = request(vec![desc(&[("one", "a")]), desc(&[("general", "g")])]);
+    let req = request_of(vec![desc(&[("one", "a")]), desc(&[("general", "g")])]);
     let refused = decision(&[within(3, SEC), over(SEC, SEC)], true);
-    let r = w.answer(&req, &settings(), &refused);
+    let r = w.answer(&req, &default_settings(), &refused);
     assert!(r.dynamic_metadata.is_none(), "not unless asked");
     let r = w.answer(&req, &s, &refused);
     let md = struct_json(r.dynamic_metadata.as_ref().expect("refused_by"));
@@ -507,14 +486,14 @@ fn a_refusal_names_its_limit_in_refused_by_when_asked() {
 
 #[test]
 fn an_unknown_domain_answers_ok_for_every_descriptor() {
-    let mut req = request(vec![desc(&[("one", "a")]), desc(&[("two", "b")])]);
+    let mut req = request_of(vec![desc(&[("one", "a")]), desc(&[("two", "b")])]);
     req.domain = "nowhere";
-    let r = unknown_domain(&req, &settings());
+    let r = unknown_domain(&req, &default_settings());
     assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OK, 0), (OK, 0)]));
     assert!(r.dynamic_metadata.is_none());
     let s = AnswerSettings {
         response_dynamic_metadata: true,
-        ..settings()
+        ..default_settings()
     };
     let md = struct_json(unknown_domain(&req, &s).dynamic_metadata.as_ref().unwrap());
     assert_eq!(md["domain"], "nowhere");

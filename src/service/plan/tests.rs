@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{Config, LoadOptions, QueueSpec};
-use crate::descriptor::Entry;
+use crate::service::fixtures::{default_settings, desc, request_of};
 use crate::service::Override;
 
 const LIMITS: &str = r#"
@@ -53,36 +53,6 @@ fn config() -> Config {
     Config::from_sources(&files, LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn settings() -> AnswerSettings {
-    AnswerSettings {
-        response_headers: None,
-        global_shadow_mode: false,
-        request_limits: Default::default(),
-        counting_rule: CountingRule::default(),
-        global_quota_mode: false,
-        response_dynamic_metadata: false,
-        refused_by_metadata: false,
-    }
-}
-
-fn desc(pairs: &[(&'static str, &'static str)]) -> Descriptor<'static> {
-    Descriptor {
-        entries: pairs
-            .iter()
-            .map(|&(key, value)| Entry { key, value })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn request(descriptors: Vec<Descriptor<'static>>) -> Request<'static> {
-    Request {
-        domain: "d",
-        descriptors: descriptors.into_iter().collect(),
-        hits_addend: 0,
-    }
-}
-
 /// The plan of `req` on `c`'s domain `d`, and its ops.
 fn try_plan<'c>(
     c: &'c Config,
@@ -95,7 +65,7 @@ fn try_plan<'c>(
 }
 
 fn planned<'c>(c: &'c Config, req: &Request<'_>) -> (Plan<'c>, Vec<Op>) {
-    try_plan(c, req, &settings()).expect("planned")
+    try_plan(c, req, &default_settings()).expect("planned")
 }
 
 fn keys(ops: &[Op]) -> Vec<&str> {
@@ -110,7 +80,7 @@ fn descriptors_of(p: &Plan<'_>) -> Vec<usize> {
 #[test]
 fn every_limit_of_a_matched_node_gets_an_op_of_its_own() {
     let c = config();
-    let req = request(vec![desc(&[("two", "a")]), desc(&[("one", "b")])]);
+    let req = request_of(vec![desc(&[("two", "a")]), desc(&[("one", "b")])]);
     let (p, ops) = planned(&c, &req);
     assert_eq!(keys(&ops), ["d_two_a_", "d_two_a_#1", "d_one_b_"]);
     assert_eq!(descriptors_of(&p), [0, 0, 1]);
@@ -133,7 +103,7 @@ fn every_limit_of_a_matched_node_gets_an_op_of_its_own() {
 #[test]
 fn a_descriptor_matching_no_node_at_its_depth_gets_no_op() {
     let c = config();
-    let req = request(vec![
+    let req = request_of(vec![
         desc(&[("nowhere", "x")]),
         desc(&[("parent", "p")]),
         desc(&[("one", "b"), ("deeper", "x")]),
@@ -150,7 +120,7 @@ fn a_descriptor_matching_no_node_at_its_depth_gets_no_op() {
 #[test]
 fn replaces_leaves_out_the_named_limit_wherever_it_applies() {
     let c = config();
-    let req = request(vec![desc(&[("general", "g")]), desc(&[("special", "s")])]);
+    let req = request_of(vec![desc(&[("general", "g")]), desc(&[("special", "s")])]);
     let (p, ops) = planned(&c, &req);
     assert_eq!(keys(&ops), ["d_special_s_"]);
     assert_eq!(descriptors_of(&p), [1]);
@@ -159,14 +129,14 @@ fn replaces_leaves_out_the_named_limit_wherever_it_applies() {
         "still matched, only its limit is gone"
     );
     // Alone, the limit that would be replaced applies.
-    let (_, ops) = planned(&c, &request(vec![desc(&[("general", "g")])]));
+    let (_, ops) = planned(&c, &request_of(vec![desc(&[("general", "g")])]));
     assert_eq!(keys(&ops), ["d_general_g_"]);
 }
 
 #[test]
 fn an_unlimited_descriptor_is_answered_without_an_op() {
     let c = config();
-    let req = request(vec![desc(&[("free", "f")]), desc(&[("one", "b")])]);
+    let req = request_of(vec![desc(&[("free", "f")]), desc(&[("one", "b")])]);
     let (p, ops) = planned(&c, &req);
     assert_eq!(&p.unlimited[..], [0]);
     assert_eq!(keys(&ops), ["d_one_b_"]);
@@ -190,7 +160,7 @@ fn envoys_override_replaces_the_nodes_limits_and_is_binding() {
         requests_per_unit: 2,
         unit: 1, // SECOND
     });
-    let (p, ops) = planned(&c, &request(vec![shadowed, unmatched]));
+    let (p, ops) = planned(&c, &request_of(vec![shadowed, unmatched]));
     assert_eq!(ops.len(), 2, "the override alone, matched or not");
     let shape = |op: &Op| (op.params.requests_per_unit, op.params.window_ms, op.role);
     assert_eq!(shape(&ops[0]), (4, 3_600_000, Role::Binding), "not shadow");
@@ -211,7 +181,11 @@ fn an_override_of_an_unknown_unit_is_an_invalid_argument() {
         requests_per_unit: 1,
         unit: 7, // WEEK is not one of Envoy's override units
     });
-    let err = try_plan(&c, &request(vec![desc(&[("one", "a")]), d]), &settings());
+    let err = try_plan(
+        &c,
+        &request_of(vec![desc(&[("one", "a")]), d]),
+        &default_settings(),
+    );
     match err {
         Err(RlsError::InvalidArgument(m)) => {
             assert!(m.contains("descriptors[1].limit.unit"), "{m}")
@@ -229,7 +203,7 @@ fn roles_follow_shadow_and_quota_mode_per_node_and_globally() {
         requests_per_unit: 1,
         unit: 1,
     });
-    let req = request(vec![
+    let req = request_of(vec![
         desc(&[("one", "b")]),
         desc(&[("shadow", "s")]),
         desc(&[("joint", "j")]),
@@ -240,12 +214,12 @@ fn roles_follow_shadow_and_quota_mode_per_node_and_globally() {
         ops.iter().map(|op| op.role).collect()
     };
     assert_eq!(
-        roles(&settings()),
+        roles(&default_settings()),
         [Role::Binding, Role::Shadow, Role::Joint(2), Role::Binding]
     );
     let all_joint = AnswerSettings {
         global_quota_mode: true,
-        ..settings()
+        ..default_settings()
     };
     // Each descriptor is its own group; shadow mode stays shadow.
     assert_eq!(
@@ -263,7 +237,7 @@ fn a_descriptors_own_hits_addend_wins_over_the_requests() {
     check.hits_addend = Some(0);
     let mut refund = desc(&[("one", "refund")]);
     refund.is_negative_hits = true;
-    let mut req = request(vec![desc(&[("one", "req")]), own, check, refund]);
+    let mut req = request_of(vec![desc(&[("one", "req")]), own, check, refund]);
     req.hits_addend = 3;
     let hits = |req: &Request<'_>| -> Vec<(u64, bool)> {
         let (_, ops) = planned(&c, req);
@@ -283,11 +257,11 @@ fn the_counting_rule_decides_what_each_descriptor_counts_when_refused() {
     let c = config();
     let mut usage = desc(&[("one", "usage")]);
     usage.hits_addend = Some(4);
-    let req = request(vec![desc(&[("one", "plain")]), usage]);
+    let req = request_of(vec![desc(&[("one", "plain")]), usage]);
     let counting = |rule| -> Vec<Counting> {
         let s = AnswerSettings {
             counting_rule: rule,
-            ..settings()
+            ..default_settings()
         };
         let (p, ops) = try_plan(&c, &req, &s).expect("planned");
         let carried: Vec<Counting> = p.carried.iter().map(|c| c.counting).collect();
@@ -310,7 +284,7 @@ fn a_limit_with_reserve_holds_on_a_check_and_releases_on_a_report() {
         d.is_negative_hits = refund;
         d
     };
-    let req = request(vec![
+    let req = request_of(vec![
         with(Some(0), false),
         with(Some(120), false),
         with(None, false),
@@ -332,7 +306,7 @@ fn a_limit_with_reserve_holds_on_a_check_and_releases_on_a_report() {
     // Reports counted only when admitted release nothing.
     let s = AnswerSettings {
         counting_rule: CountingRule::IfAdmitted,
-        ..settings()
+        ..default_settings()
     };
     let (_, ops) = try_plan(&c, &req, &s).expect("planned");
     assert_eq!(ops[1].reserve, Reservation::None);
@@ -342,7 +316,7 @@ fn a_limit_with_reserve_holds_on_a_check_and_releases_on_a_report() {
 #[test]
 fn a_limits_algorithm_and_queue_go_with_its_op() {
     let c = config();
-    let (_, ops) = planned(&c, &request(vec![desc(&[("bucket", "b")])]));
+    let (_, ops) = planned(&c, &request_of(vec![desc(&[("bucket", "b")])]));
     assert_eq!(ops[0].params.algorithm, Algorithm::TokenBucket { burst: 9 });
     let queue = QueueSpec {
         max_waiting: 5,
@@ -356,7 +330,7 @@ fn a_limits_algorithm_and_queue_go_with_its_op() {
 #[test]
 fn detailed_metric_carries_the_requests_values_as_its_series() {
     let c = config();
-    let req = request(vec![desc(&[("detailed", "alice")]), desc(&[("one", "b")])]);
+    let req = request_of(vec![desc(&[("detailed", "alice")]), desc(&[("one", "b")])]);
     let (p, _) = planned(&c, &req);
     let paths: Vec<Option<&str>> = p.carried.iter().map(|c| c.stat_path.as_deref()).collect();
     assert_eq!(
