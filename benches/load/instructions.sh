@@ -56,7 +56,8 @@ declare -A floor mem
 for server in $SERVERS; do
     for mix in $MIXES; do
         out="$work/$server.$mix"
-        env=()
+        # A debug port of its own: a taken one stops the start, and another run may hold 6070.
+        env=(DEBUG_HOST=127.0.0.1 DEBUG_PORT=0)
         case $server in
             noop) cmd=("$NOOP_BIN" 127.0.0.1:0) ;;
             turnstile-w*) cmd=("$BIN_DIR/turnstile" serve --config benches/load/bench.conf.yaml
@@ -65,7 +66,7 @@ for server in $SERVERS; do
                 start_redis || exit 1
                 # Under callgrind a round trip takes far longer than the 50 ms default deadline
                 # allows; a breaker that opened would count fallback decisions instead.
-                env=(BACKEND_TYPE=redis "REDIS_URL=127.0.0.1:$redis_port" TURNSTILE_LOCAL_FIRST=false
+                env+=(BACKEND_TYPE=redis "REDIS_URL=127.0.0.1:$redis_port" TURNSTILE_LOCAL_FIRST=false
                     TURNSTILE_REDIS_DEADLINE_MS=2000)
                 cmd=("$BIN_DIR/turnstile" serve --config benches/load/bench.conf.yaml
                 --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --workers "${server##*-w}") ;;

@@ -45,7 +45,10 @@ class Server:
         self.redis = None
         out = open(os.path.join(work, f"{self.label}.out"), "w+")
         err = open(os.path.join(work, f"{self.label}.err"), "w")
-        env = dict(os.environ)
+        # Every server runs at once: each on debug and Prometheus ports of its own (a taken port
+        # stops a start).
+        env = dict(os.environ, DEBUG_HOST="127.0.0.1", DEBUG_PORT="0",
+                   PROMETHEUS_ADDR="127.0.0.1:0")
         if name == "noop":
             cmd = [noop_bin(bins), "127.0.0.1:0"]
         else:
