@@ -56,8 +56,9 @@ declare -A floor mem
 for server in $SERVERS; do
     for mix in $MIXES; do
         out="$work/$server.$mix"
-        # A debug port of its own: a taken one stops the start, and another run may hold 6070.
-        env=(DEBUG_HOST=127.0.0.1 DEBUG_PORT=0)
+        # Debug and Prometheus ports of its own: a taken one stops the start, and another run may
+        # hold 6070 or 9090.
+        env=(DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 PROMETHEUS_ADDR=127.0.0.1:0)
         case $server in
             noop) cmd=("$NOOP_BIN" 127.0.0.1:0) ;;
             turnstile-w*) cmd=("$BIN_DIR/turnstile" serve --config benches/load/bench.conf.yaml
