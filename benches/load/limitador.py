@@ -59,9 +59,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_body  # noqa: E402
-from procs import HZ, cpu_ticks, free_port  # noqa: E402
+from procs import HZ, METHOD, cpu_ticks, free_port, should_rate_limit  # noqa: E402
 
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 NAMESPACE = "ns/route"
 USER_VAR = "auth.identity.userid"
 HIGH = 1_000_000_000
@@ -153,16 +152,6 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def should_rate_limit(port, body_file):
-    """overall_code of one ShouldRateLimit call (1 OK, 2 OVER_LIMIT), None when not an answer."""
-    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-H",
-                          "content-type: application/grpc", "-H", "te: trailers",
-                          "--data-binary", f"@{body_file}", f"http://127.0.0.1:{port}{METHOD}"],
-                         capture_output=True, check=True).stdout
-    # A gRPC frame (5 bytes), then field 1 (overall_code) as a varint: 0x08, code.
-    return out[6] if len(out) > 6 and out[5] == 0x08 else None
 
 
 def counters(port, namespace):

@@ -42,11 +42,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_body  # noqa: E402
-from procs import HZ, cpu_ticks, free_port  # noqa: E402
+from procs import HZ, METHOD, cpu_ticks, free_port, should_rate_limit  # noqa: E402
 
 PIN_SERVER, PIN_CLIENT = [], []
 THROTTLECRAB_VERSION = "0.4.40"
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HTTP_BODY = {"key": "bench", "max_burst": 1000000, "count_per_period": 1000000, "period": 60}
 
 # turnstile's config: bench.conf.yaml plus the sanity limit.
@@ -172,16 +171,6 @@ def post_throttle(port, body):
                           "content-type: application/json", "-d", json.dumps(body)],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
-
-
-def should_rate_limit(port, body_file):
-    """overall_code of one ShouldRateLimit call: 1 OK, 2 OVER_LIMIT."""
-    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-H",
-                          "content-type: application/grpc", "-H", "te: trailers",
-                          "--data-binary", f"@{body_file}", f"http://127.0.0.1:{port}{METHOD}"],
-                         capture_output=True, check=True).stdout
-    # A gRPC frame (5 bytes), then field 1 (overall_code) as a varint: 0x08, code.
-    return out[6] if len(out) > 6 and out[5] == 0x08 else None
 
 
 def sanity(s, work):
