@@ -41,17 +41,6 @@ impl RlsService {
     /// Answers the request in `body`, read where it lies (prost decodes what the reader does
     /// not take; bytes that are not a request are refused before anything is counted).
     async fn answer(&self, body: Bytes, arrived: Instant) -> Result<RateLimitResponse, Status> {
-        if let Some(l) = &self.limitador {
-            let decoded;
-            let req = match codec::read_request(&body) {
-                Some(req) => req,
-                None => {
-                    decoded = codec::decode_request(&body)?;
-                    Request::of(&decoded)
-                }
-            };
-            return kuadrant::should_rate_limit(l, &req).await;
-        }
         let decoded;
         let req = match codec::read_request(&body) {
             Some(req) => req,
@@ -60,6 +49,9 @@ impl RlsService {
                 Request::of(&decoded)
             }
         };
+        if let Some(l) = &self.limitador {
+            return kuadrant::should_rate_limit(l, &req).await;
+        }
         Ok(self.limiter.decide(&req, arrived).await?)
     }
 }

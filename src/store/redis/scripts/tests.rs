@@ -157,16 +157,16 @@ fn names_print_as_they_are_sent() {
     assert_eq!(key.to_string(), "x_dom_k_v_1700000123250ms");
 }
 
+/// The arguments `c` is packed with, as text.
+fn args(c: &Cmd<'_>) -> Vec<String> {
+    (packed(c).args(0).iter())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
 #[test]
 fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
     let s = store("pre_");
-    let args = |c: &Cmd<'_>| {
-        let p = packed(c);
-        let a: Vec<String> = (p.args(0).iter())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        a
-    };
     let check = |algorithm| Op {
         hits: 0,
         reserve: Reservation::Hold {
@@ -303,13 +303,6 @@ fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
 #[test]
 fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
     let s = store("pre_");
-    let args = |c: &Cmd<'_>| {
-        let p = packed(c);
-        let a: Vec<String> = (p.args(0).iter())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        a
-    };
     let reserve = Op {
         hits: 0,
         reserve: Reservation::Reserve {
