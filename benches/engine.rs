@@ -405,21 +405,14 @@ fn service_decide(c: &mut Criterion) {
             // As the gRPC adapter does: the request read from its bytes, then decided.
             let bytes = req.encode_to_vec();
             let read = || read_request(black_box(&bytes)).expect("a request");
-            let check = rt
-                .block_on(limiter.decide(&read(), Instant::now()))
-                .expect("decide");
+            let check = rt.block_on(limiter.decide(&read())).expect("decide");
             assert_eq!(check.overall_code, *want as i32, "mix {name}");
             g.bench_function(format!("{name}{suffix}"), |b| {
                 b.iter_custom(|iters| {
                     rt.block_on(async {
                         let start = Instant::now();
                         for _ in 0..iters {
-                            black_box(
-                                limiter
-                                    .decide(&read(), Instant::now())
-                                    .await
-                                    .expect("decide"),
-                            );
+                            black_box(limiter.decide(&read()).await.expect("decide"));
                         }
                         start.elapsed()
                     })
@@ -448,7 +441,7 @@ fn service_decide(c: &mut Criterion) {
                         let _ = write!(value, "k{i}");
                         let bytes = req.encode_to_vec();
                         let read = read_request(&bytes).expect("a request");
-                        black_box(limiter.decide(&read, Instant::now()).await.expect("decide"));
+                        black_box(limiter.decide(&read).await.expect("decide"));
                     }
                     start.elapsed()
                 })

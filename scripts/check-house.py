@@ -227,6 +227,27 @@ for title in ("# The walk of one decision", "# The walk of a decision through Re
         elif i and not any(calls(c, path) for c in named[:i] if c in every):
             failures.append(f"src/lib.rs's walk names {path}, which no file before it calls")
 
+# 5b. The doors: every file src/lib.rs's doors section names exists, and `server/` names no
+# door's module or service outside `server/doors.rs`, where doors are built (a door wired
+# anywhere else would skip what the seam keeps).
+at = lib.find("# The doors")
+if at < 0:
+    failures.append("src/lib.rs has no section titled '# The doors'")
+else:
+    end = lib.find("\n//! # ", at + 1)
+    for path in set(re.findall(r"`([a-z_/]+\.rs)`", lib[at:end])):
+        if not path.startswith("tests/") and path not in every:
+            failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
+DOOR_NAMES = re.compile(
+    r"\b(Limitador\w*|Kuadrant\w*|RateApi\w*|ThrottleService|ThrottleLimits|Rlqs\w*|QuotaHub"
+    r"|LabelsExpr|CustomLabels)\b|\b(limitador|kuadrant|rlqs|throttle|rate|quota|gocc)::")
+for p in sorted(every):
+    if p.startswith("server/") and p != "server/doors.rs":
+        for n, line in enumerate(texts[p].splitlines(), 1):
+            m = DOOR_NAMES.search(line)
+            if m:
+                failures.append(f"src/{p}:{n} names the door `{m.group(0)}` outside server/doors.rs")
+
 # 6. The code names the docs and the comments use, in backquotes, exist: a path into one of
 # the crate's modules (`limiter::shard::Backing`, `crate::config::LiveConfig`) names, segment
 # by segment, modules and items defined in src/ or tests/; a macro (`with_decider!`) is one

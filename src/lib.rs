@@ -38,9 +38,9 @@
 //! accepting connections and hosting its share of the shards, so a call whose key lives on its
 //! own worker decides synchronously. One more thread, the side thread, serves the debug,
 //! Prometheus and admin ports and runs the background tasks; with durable counters, another
-//! runs their journal. A new config, from
-//! files, SIGHUP or xDS, goes live through one path (`server::reload`), and per-limit stats,
-//! bound by stat key, survive it. Each is built beside the config it replaces
+//! runs their journal. A door's files, polled or on SIGHUP, are read again through
+//! one path (`server/doors.rs`'s `Reload`), and xDS's pushes go live through `server::reload`,
+//! which records every load; per-limit stats, bound by stat key, survive them. Each is built beside the config it replaces
 //! (`config::LiveConfig`), whose keys, stat keys and lists of limits it shares where they are the
 //! same, so a reload holds less than two configs.
 //!
@@ -111,6 +111,30 @@
 //!   kept for the key once a caller passed them. `book`: RLQS's pure state of streams, buckets
 //!   and shares; its `Outbox` is what it asks the caller to send.
 //!
+//! # The doors
+//!
+//! Each way in has a file in each layer it needs; `server/doors.rs` builds them from the
+//! settings, in one `match`, and the rest of `server` names none. What every door keeps is kept
+//! where doors are served, so a door cannot leave it out: the bounds on what a caller sends
+//! (`service::within_bounds`, `transport/http/bounds.rs`), client values as the listener shows
+//! them (`telemetry::Shown`), its calls, errors, latency and span (`transport/grpc.rs`'s
+//! `CallLayer`, `transport/http/calls.rs`, the RESP command loop), one reload path
+//! (`server/doors.rs`'s `Followed`), the wait's answers (`transport/waiting.rs`), HTTP read
+//! timeouts (`server/http_conn.rs`). `scripts/check-house.py` checks every file named here.
+//!
+//! | door | settings | config | service | transport |
+//! |---|---|---|---|---|
+//! | Envoy: `ShouldRateLimit`, `/json` | `settings/mod.rs` | `config/mod.rs` | `service/mod.rs` | `transport/grpc.rs`, `transport/http/json.rs` |
+//! | Limitador, as `limitador-server` | `settings/limitador.rs` | `config/limitador/mod.rs` | `service/limitador/mod.rs` | `transport/kuadrant.rs`, `transport/http/limitador.rs` |
+//! | GoCC: `/rate` | `settings/mod.rs` | `config/gocc.rs` | `service/rate/mod.rs` | `transport/http/rate.rs` |
+//! | ThrottleCrab, redis-cell: `THROTTLE`, `/throttle`, `CL.THROTTLE` | `settings/sections.rs` | (none) | `service/throttle.rs` | `transport/resp/mod.rs`, `transport/http/throttle.rs` |
+//! | RLQS | `settings/mod.rs` | `config/mod.rs` | `quota/mod.rs` | `transport/rlqs.rs` |
+//! | xDS (config) | `source/xds/mod.rs` | `config/xds/mod.rs` | (none) | `source/xds/client.rs` |
+//!
+//! Adding a door takes its own files in the layers it needs, one arm where `Doors::build` picks
+//! the door (or one field beside the RLS door's, as RLQS and the RESP port are), and one row in
+//! `tests/it/server/doors.rs`'s table, which walks every door against every promise.
+//!
 //! # The walk of one decision
 //!
 //! One `ShouldRateLimit` decided in memory, on the worker whose shard owns its key, file by file
@@ -140,8 +164,9 @@
 //!   and the limit's stats, `service/metrics/limit_stats.rs` (27), offered to the heavy hitters,
 //!   `hitters/mod.rs` (28) over `hitters/sketch.rs` (29); a refusal is logged at debug by
 //!   `service/refusal.rs` (30).
-//! - back in (4): the call and its latency counted in (26), its histogram
-//!   `telemetry/histogram.rs` (31); the answer written by (3), the span closed by (1).
+//! - back in (1): the call and its latency counted under its door, `service/metrics/calls.rs`
+//!   (31), its histogram `telemetry/histogram.rs` (32); the answer written by (3), the span
+//!   closed by (1).
 //!
 //! # The walk of a decision through Redis
 //!

@@ -6,22 +6,17 @@ use std::sync::Arc;
 
 use super::tls::TlsStats;
 use super::{reload, StartError};
-use crate::config::limitador::{Files, LabelsExpr};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
-use crate::quota::{DemandExchange, QuotaStats};
-use crate::service::limitador::{Limitador, LimitadorMetrics};
-use crate::service::metrics::RequestStats;
+use crate::service::metrics::{DoorCalls, RequestStats};
 use crate::service::ReloadStats;
-use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
-use crate::settings::limitador::LimitadorSettings;
+use crate::service::{AnswerSettings, LiveLimits, RateLimiter};
 use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};
 use crate::transport::http::{AdminStats, StatusStats};
-use crate::transport::kuadrant::LimitadorRls;
 use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
 
@@ -34,14 +29,10 @@ pub struct Context {
     pub engine: Engine,
     /// The limits being served, which the reload replaces and RLQS matches buckets against.
     pub live: LiveLimits,
-    /// `THROTTLE` and `CL.THROTTLE`, over RESP and HTTP.
-    pub throttle: ThrottleService,
     /// Heavy hitters per limit, by stat key (`/debug/top`, the status page).
     pub top: Arc<TopTable>,
     /// Every part's stats, registered for the exposition and the push.
     pub registry: Registry,
-    /// Served as `limitador-server`: Limitador's limits and answers on the RLS and HTTP ports.
-    pub limitador: Option<LimitadorRls>,
     /// The same parts by type, each handed to the subsystem that counts in it.
     pub stats: Stats,
 }
@@ -50,15 +41,16 @@ pub struct Context {
 /// the exposition.
 #[derive(Clone)]
 pub struct Stats {
-    /// `ShouldRateLimit`'s (the request path, the status page).
+    /// `ShouldRateLimit`'s per-limit stats (the request path, the status page).
     pub requests: Arc<RequestStats>,
+    /// Every door's calls, errors and latency (the call layers, the status page).
+    pub calls: Arc<DoorCalls>,
     /// One per shard, with its link's (the status page, the health check).
     pub shards: EngineStats,
     /// Config loads (`server::reload`, the status page).
     pub reloads: Arc<ReloadStats>,
     pub(crate) tls: Arc<TlsStats>,
     pub admin: Arc<AdminStats>,
-    pub quota: Arc<QuotaStats>,
     pub resp: Arc<RespStats>,
     pub statsd: Arc<StatsdStats>,
 }
@@ -72,30 +64,31 @@ impl Stats {
         redis: RedisStats,
         state: Arc<StateStats>,
         engine: &Engine,
-        throttle: Arc<ThrottleStats>,
         live: &LiveLimits,
+        doors: Vec<Arc<dyn Metrics>>,
     ) -> Registry {
-        Registry::new(vec![
-            self.requests.clone() as Arc<dyn Metrics>,
+        let mut parts = vec![
+            self.calls.clone() as Arc<dyn Metrics>,
             self.statsd.clone(),
             self.reloads.clone(),
             redis.retries,
             self.tls.clone(),
             Arc::new(engine.metrics()),
             redis.errors,
-            throttle,
             self.resp.clone(),
             self.admin.clone(),
             state,
-            self.quota.clone(),
-            Arc::new(live.clone()),
-        ])
+        ];
+        parts.extend(doors);
+        parts.push(Arc::new(live.clone()));
+        Registry::new(parts)
     }
 
     /// What the status page counts.
     pub(super) fn status(&self) -> StatusStats {
         StatusStats {
             requests: self.requests.clone(),
+            calls: self.calls.clone(),
             shards: self.shards.clone(),
             reloads: self.reloads.clone(),
         }
@@ -110,11 +103,12 @@ struct RedisStats {
 }
 
 /// What the server starts from: the context, the shard actors to deal out to the workers, the
-/// Redis store again as the RLQS fleet's exchange, and the durable counters' journal.
+/// Redis store again (RLQS shares demand with the fleet through it), and the durable counters'
+/// journal.
 pub(super) struct Built {
     pub(super) cx: Context,
     pub(super) shard_tasks: Vec<ShardTask>,
-    pub(super) fleet: Option<Arc<dyn DemandExchange>>,
+    pub(super) redis: Option<Arc<RedisStore>>,
     pub(super) journal: Option<Journal>,
 }
 
@@ -125,15 +119,18 @@ pub(super) struct Starting {
     pub(super) wait: StartWait,
     pub(super) retries: Arc<StartupRetries>,
     pub(super) tls: Arc<TlsStats>,
+    /// The doors' own stats, made before the doors (`doors::DoorStats`), registered here.
+    pub(super) doors: Vec<Arc<dyn Metrics>>,
 }
 
 impl Starting {
-    /// A start that waits as `wait` says, none of its stats counted yet.
-    pub(super) fn new(wait: StartWait) -> Starting {
+    /// A start that waits as `wait` says, none of its stats counted yet; `doors` the doors'.
+    pub(super) fn new(wait: StartWait, doors: Vec<Arc<dyn Metrics>>) -> Starting {
         Starting {
             wait,
             retries: Arc::default(),
             tls: Arc::default(),
+            doors,
         }
     }
 }
@@ -168,16 +165,19 @@ impl Context {
     pub(super) async fn build(
         settings: &Settings,
         config: Config,
-        limitador: Option<Files>,
         clock: Clock,
         starting: Starting,
+        source: Option<String>,
     ) -> Result<Built, StartError> {
         let redis = RedisStats {
             retries: starting.retries,
             errors: Arc::new(RedisErrors::new(settings.shards)),
         };
         let wait = starting.wait;
-        let Connected { store, fleet } = connect_store(settings, &redis, &wait).await?;
+        let Connected {
+            store,
+            redis: shared,
+        } = connect_store(settings, &redis, &wait).await?;
         let sizes = EngineSizes {
             shards: settings.shards,
             messages: settings.shard_queue_capacity,
@@ -195,22 +195,19 @@ impl Context {
         );
         let stats = Stats {
             requests: service.clone(),
+            calls: Arc::default(),
             shards: engine.metrics(),
             reloads: Arc::default(),
             tls: starting.tls,
             admin: Arc::default(),
-            quota: Arc::default(),
             resp: Arc::default(),
             statsd: Arc::default(),
         };
-        let source = settings.config_path.display().to_string();
-        let source = settings.xds.is_none().then_some(source.as_str());
-        reload::record(&stats.reloads, source, Ok(()));
+        reload::record(&stats.reloads, source.as_deref(), Ok(()));
         let top = Arc::new(TopTable::new(settings.top_n).with_sample(settings.top_sample));
         top.tick(engine.clock().now());
         let live = LiveLimits::new(config, service.clone(), top.clone());
-        let throttle = Arc::new(ThrottleStats::default());
-        let registry = stats.register(redis, state, &engine, throttle.clone(), &live);
+        let registry = stats.register(redis, state, &engine, &live, starting.doors);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
             global_shadow_mode: settings.global_shadow_mode,
@@ -220,13 +217,8 @@ impl Context {
             response_dynamic_metadata: settings.response_dynamic_metadata,
             refused_by_metadata: settings.refused_by_metadata,
         };
-        let limitador = (settings.limitador.as_ref())
-            .zip(limitador)
-            .map(|(l, files)| limitador_rls(l, files, &engine));
         let context = Context {
-            limitador,
             limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
-            throttle: ThrottleService::new(engine.clone(), throttle),
             engine,
             live,
             top,
@@ -236,39 +228,23 @@ impl Context {
         Ok(Built {
             cx: context,
             shard_tasks,
-            fleet,
+            redis: shared,
             journal,
         })
     }
 }
 
-/// Limitador's service on `limits`, counting as `settings` say.
-fn limitador_rls(settings: &LimitadorSettings, files: Files, engine: &Engine) -> LimitadorRls {
-    // Checked to compile when the settings were read.
-    let labels =
-        (settings.metric_labels_default.as_deref()).and_then(|t| LabelsExpr::parse(t).ok());
-    let metrics = Arc::new(LimitadorMetrics::new(
-        settings.limit_name_in_labels,
-        labels,
-        files.labels,
-    ));
-    LimitadorRls {
-        limitador: Limitador::new(files.limits, engine.clone(), metrics)
-            .with_reservations(settings.reservations),
-        headers: settings.draft_03_headers,
-    }
-}
-
 /// What the start connected to: with Redis, the store the shards count in (used as its policy
-/// says) and the place replicas exchange RLQS demand, one connection for both; neither otherwise.
+/// says), and the same store for the doors that share it with replicas (RLQS's demand), one
+/// connection for both; neither otherwise.
 #[derive(Default)]
 struct Connected {
     store: Option<(Arc<dyn Store>, StorePolicy)>,
-    fleet: Option<Arc<dyn DemandExchange>>,
+    redis: Option<Arc<RedisStore>>,
 }
 
-/// With Redis, the store and the RLQS fleet's exchange (`Connected`), connected while the start
-/// waits for it; nothing otherwise.
+/// With Redis, the store (`Connected`), connected while the start waits for it; nothing
+/// otherwise.
 async fn connect_store(
     settings: &Settings,
     redis: &RedisStats,
@@ -280,10 +256,10 @@ async fn connect_store(
     wait.set(Some(WaitingFor::Redis));
     let store = RedisStore::connect(r, &redis.retries, &redis.errors).await;
     let store = Arc::new(store.map_err(StartError::Redis)?);
-    let fleet = store.clone() as Arc<dyn DemandExchange>;
+    let shared = store.clone();
     let store: Arc<dyn Store> = store;
     Ok(Connected {
         store: Some((store, r.policy.clone())),
-        fleet: Some(fleet),
+        redis: Some(shared),
     })
 }

@@ -2,10 +2,13 @@
 //! every worker.
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::TcpListener as StdListener;
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use super::http_conn;
+use crate::transport::http::HttpBounds;
 
 /// Completes once the server stops and every gRPC server has drained, or the grace has passed:
 /// the HTTP ports answer until then (health 500), so a load balancer sees the drain.
@@ -21,18 +24,15 @@ pub(super) fn drain_end(
     }
 }
 
-/// Serves `router` until `end` completes.
+/// Serves `router` within `bounds` until `end` completes.
 pub(super) async fn serve_http(
     what: &'static str,
     listener: StdListener,
     router: axum::Router,
+    bounds: HttpBounds,
     end: impl Future<Output = ()> + Send + 'static,
 ) {
     let listener =
         tokio::net::TcpListener::from_std(listener).expect("listener registers with the runtime");
-    // The peer address lets `/throttle` and the admin port answer loopback callers only.
-    let app = router.into_make_service_with_connect_info::<SocketAddr>();
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(end).await {
-        tracing::error!(server = what, error = %e, "HTTP server failed");
-    }
+    http_conn::serve(what, listener, router, bounds, end).await;
 }

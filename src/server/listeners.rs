@@ -33,7 +33,23 @@ pub(super) struct Listeners {
     pub(super) admin: Option<StdListener>,
 }
 
+/// The side thread's HTTP ports, when bound: debug, Prometheus and admin.
+pub(super) struct HttpPorts {
+    pub(super) debug: Option<StdListener>,
+    pub(super) prometheus: Option<StdListener>,
+    pub(super) admin: Option<StdListener>,
+}
+
 impl Listeners {
+    /// The side thread's HTTP ports, taken out: the workers serve the rest.
+    pub(super) fn side_ports(&mut self) -> HttpPorts {
+        HttpPorts {
+            debug: self.debug.take(),
+            prometheus: self.prometheus.take(),
+            admin: self.admin.take(),
+        }
+    }
+
     pub(super) fn bind(settings: &Settings) -> Result<Listeners, StartError> {
         let workers = settings.workers.max(1);
         let (grpc, grpc_addr) = match &settings.grpc_uds {

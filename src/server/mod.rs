@@ -12,7 +12,9 @@
 //! `run` is what the binary calls.
 
 mod context;
+mod doors;
 mod draining;
+mod http_conn;
 mod journal;
 mod linger;
 mod listeners;
@@ -40,21 +42,19 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::config::limitador::Files;
 use crate::config::{Config, ConfigError, Overlay};
 use crate::limiter::Clock;
-use crate::service::rate::RateApiService;
-use crate::settings::limitador::LimitadorSettings;
 use crate::settings::{Settings, Storage};
 use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
-use crate::transport::http::{self, HttpState, MetricsState};
+use crate::transport::http::{self, MetricsState};
 use crate::transport::resp::RespShared;
 use crate::transport::waiting::StartWait;
 use context::Starting;
-use listeners::{local_addr, Listeners};
-use reload::Reloader;
+use doors::{first_source, Doors};
+pub use doors::{DoorFiles, DoorStats};
+use listeners::{local_addr, HttpPorts, Listeners};
 use side_thread::{Polled, Polls, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -79,8 +79,10 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     /// What the server was built from, for callers that drive a part of it (tests, embedders).
     pub context: Context,
-    /// Reloads the config location; none when limits come over xDS.
-    reloader: Option<Arc<Reloader>>,
+    /// What the doors beside the RLS door count in (registered with the context's).
+    pub door_stats: DoorStats,
+    /// The files the doors follow, read again by `reload_config` (SIGHUP); none over xDS.
+    followed: Vec<doors::Followed>,
     tls: Option<Arc<tls::TlsState>>,
     health: Health,
     stop: watch::Sender<bool>,
@@ -169,8 +171,8 @@ impl Health {
 pub struct FirstConfig {
     pub config: Config,
     pub baseline: Option<u64>,
-    /// Served as `limitador-server`: its limits file and `-L` file.
-    pub limitador: Option<Files>,
+    /// What a door reads at start besides the config (`limitador-server`'s files).
+    pub files: Option<DoorFiles>,
     /// Over xDS, the overlay (`TURNSTILE_XDS_OVERLAY`) read with its fingerprint; read at the
     /// start when none is given.
     pub overlay: Option<(Arc<Overlay>, u64)>,
@@ -182,7 +184,7 @@ impl From<Config> for FirstConfig {
         FirstConfig {
             config,
             baseline: None,
-            limitador: None,
+            files: None,
             overlay: None,
         }
     }
@@ -193,14 +195,10 @@ impl From<Config> for FirstConfig {
 /// Envoy Gateway points `RUNTIME_ROOT` at a directory that may be empty), but the overlay
 /// their limits take, which must load.
 pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
-    if let Some(l) = &settings.limitador {
-        let baseline = fingerprint(&limits_file(l));
+    if let Some((files, baseline)) = doors::first_files(settings)? {
         return Ok(FirstConfig {
             baseline: Some(baseline),
-            limitador: Some(Files::read(
-                &l.limits_file,
-                l.custom_metric_labels.as_deref(),
-            )?),
+            files: Some(files),
             ..Config::default().into()
         });
     }
@@ -226,7 +224,7 @@ pub fn first_config(settings: &Settings) -> Result<FirstConfig, ConfigError> {
     Ok(FirstConfig {
         config,
         baseline: Some(baseline),
-        limitador: None,
+        files: None,
         overlay: None,
     })
 }
@@ -251,49 +249,50 @@ async fn start_telling(
     let FirstConfig {
         config,
         baseline,
-        limitador,
+        files,
         overlay,
     } = first.into();
     let overlay = first_overlay(settings, overlay)?;
     let polled = Polled::now(settings, baseline);
-    let listeners = Listeners::bind(settings)?;
+    let mut listeners = Listeners::bind(settings)?;
     let bound = listeners.optional_addrs();
-    let starting = Starting::new(wait.clone());
+    let door_stats = DoorStats::default();
+    let starting = Starting::new(wait.clone(), door_stats.metrics());
     let tls = tls_state(settings, &starting)?;
     let waiting = answer_while_waiting(settings, &listeners, &starting, &tls).await?;
-    let built = Context::build(settings, config, limitador, clock, starting).await?;
+    let built = Context::build(settings, config, clock, starting, first_source(settings)).await?;
     if let Some(w) = waiting {
         w.hand_over();
     }
     let cx = built.cx;
     let domains = cx.live.load_full().config.domains.len();
-    let reloader = reloader(settings, &cx, domains);
     let (health, health_service, gate_health) = Health::start(settings, domains).await;
     let (stop, stop_rx) = watch::channel(false);
-    let workers = settings.workers.max(1);
+    let given = doors::Given {
+        stats: door_stats.clone(),
+        health: &health,
+        files,
+        baseline: polled.config,
+        redis: built.redis,
+        stop: stop_rx.clone(),
+    };
+    let doors = Doors::build(settings, &cx, given);
     // Every runtime keeps its shard actors alive until every server has finished, since a call
     // on one worker may be waiting on a shard of another.
-    let stopping = Stopping::new(stop_rx.clone(), workers, built.journal.is_some());
+    let stopping = Stopping::new(stop_rx, settings.workers.max(1), built.journal.is_some());
     let stopping = || stopping.clone();
-    let (fleet, stop_grpc) = (built.fleet, stop_rx.clone());
-    let grpc = Grpc::new(settings, &cx, health_service, tls.clone(), fleet, stop_grpc);
-    let resp = resp_shared(listeners.resp, settings, &cx);
+    let grpc = Grpc::new(settings, &cx, &doors, health_service, tls.clone());
+    let resp = resp_socket(listeners.resp.take(), &doors);
     let http_addr = local_addr(&listeners.http, settings.http_addr, listeners::HTTP)?;
-    let ports = (
-        listeners.http,
-        listeners.debug,
-        listeners.prometheus,
-        listeners.admin,
-    );
     // The main HTTP port is served by the workers, the others by the side thread.
-    let mut http = http_servers(settings, &cx, &health, ports);
-    let (_, port, router) = http.remove(0);
-    let served = Some((port, router, settings.shutdown_grace));
+    let http = http_servers(settings, &cx, &doors, listeners.side_ports());
+    let served = Some(main_http(listeners.http, &doors, settings));
     let shards = built.shard_tasks;
     let mut threads = worker::spawn_all(listeners.grpc, shards, &grpc, resp, served, &stopping)?;
     let polls = Polls {
-        reloader: &reloader,
-        polled,
+        followed: &doors.rls.followed,
+        domains: doors.rls.domains.clone(),
+        tls_polled: polled.tls,
         tls: &tls,
     };
     let mut side = SideThread::new(settings, &cx, http, &health, gate_health, polls);
@@ -311,7 +310,8 @@ async fn start_telling(
         resp_addr: bound.resp,
         admin_addr: bound.admin,
         context: cx,
-        reloader,
+        door_stats,
+        followed: doors.rls.followed,
         tls,
         health,
         stop,
@@ -363,19 +363,6 @@ fn tls_state(settings: &Settings, starting: &Starting) -> Result<TlsShared, Star
         .map_err(StartError::Tls)
 }
 
-/// Limitador's limits file as the poller watches it (a ConfigMap's `..data` swap included).
-fn limits_file(l: &LimitadorSettings) -> Watched {
-    Watched::Files(vec![l.limits_file.clone()])
-}
-
-/// The reloader of the config files (none with xDS, nor as `limitador-server`).
-fn reloader(settings: &Settings, cx: &Context, domains: usize) -> Option<Arc<Reloader>> {
-    (settings.xds.is_none() && settings.limitador.is_none()).then(|| {
-        let install = reload::Install::new(cx.live.clone(), cx.stats.reloads.clone());
-        Arc::new(Reloader::new(settings.sources(), install, domains))
-    })
-}
-
 /// The config location as the poller watches it.
 fn watched_config(settings: &Settings) -> Watched {
     Watched::Config {
@@ -388,36 +375,45 @@ fn watched_config(settings: &Settings) -> Watched {
 }
 
 /// What `/metrics` and `/rlconfig` read on a port showing client values as `shown`.
-fn metrics_state(cx: &Context, shown: Shown) -> MetricsState {
+fn metrics_state(cx: &Context, doors: &Doors, shown: Shown) -> MetricsState {
     MetricsState {
         registry: cx.registry.clone(),
         live: cx.live.clone(),
+        described: doors.rls.described.clone(),
         shown,
     }
 }
 
-/// The HTTP port and, when bound, the debug, Prometheus and admin ports, each with its router.
-/// The RESP transport's shared state, when it is on; every worker accepts from the socket.
-fn resp_shared(
+/// The RESP socket and the service it serves, when the port is on; every worker accepts from
+/// the socket.
+fn resp_socket(
     listener: Option<StdListener>,
-    settings: &Settings,
-    cx: &Context,
+    doors: &Doors,
 ) -> Option<(StdListener, Arc<RespShared>)> {
-    let (l, s) = listener.zip(settings.resp.as_ref())?;
+    let (l, shared) = listener.zip(doors.resp.clone())?;
     if let Ok(addr) = l.local_addr() {
-        tracing::info!(%addr, max_connections = s.max_connections, "RESP transport listening");
+        tracing::info!(%addr, "RESP transport listening");
     }
-    Some((
-        l,
-        RespShared::new(cx.throttle.clone(), s, cx.stats.resp.clone()),
-    ))
+    Some((l, shared))
 }
 
+/// The main HTTP port, served by every worker: the door's router.
+fn main_http(listener: StdListener, doors: &Doors, settings: &Settings) -> worker::HttpSocket {
+    worker::HttpSocket {
+        listener,
+        router: doors.rls.http.clone(),
+        grace: settings.shutdown_grace,
+        bounds: settings.http_bounds,
+    }
+}
+
+/// The debug, Prometheus and admin ports that are bound, each with its router (the main HTTP
+/// port's is the door's, `Doors::http`).
 fn http_servers(
     settings: &Settings,
     cx: &Context,
-    health: &Health,
-    (port, debug, prometheus, admin): HttpPorts,
+    doors: &Doors,
+    ports: HttpPorts,
 ) -> Vec<(&'static str, StdListener, axum::Router)> {
     let show_clear = settings.client_values.show_clear;
     let shown = |l: &StdListener| match l.local_addr() {
@@ -425,31 +421,11 @@ fn http_servers(
         Err(_) if show_clear => Shown::Clear,
         Err(_) => Shown::Digest,
     };
-    let state = HttpState {
-        shown: shown(&port),
-        limiter: cx.limiter.clone(),
-        serving: health.serving.clone(),
-        throttle: cx.throttle.clone(),
-        throttle_limits: settings.throttle,
-        rate: RateApiService::new(cx.limiter.clone(), settings.rate),
-        metrics: metrics_state(cx, shown(&port)),
-        shards: cx.stats.shards.clone(),
-    };
     let metrics = settings.metrics;
-    let main = match &cx.limitador {
-        // Served as `limitador-server`: Limitador's API on its HTTP port.
-        Some(l) => http::limitador_router(http::LimitadorHttp {
-            limitador: l.limitador.clone(),
-            registry: cx.registry.clone(),
-            shown: state.shown,
-            started_at: l.limitador.loaded().applied_at,
-        }),
-        None => http::router(state, metrics),
-    };
-    let mut out = vec![("HTTP", port, main)];
-    if let Some(l) = debug {
+    let mut out = Vec::new();
+    if let Some(l) = ports.debug {
         let state = http::DebugState {
-            metrics: metrics_state(cx, shown(&l)),
+            metrics: metrics_state(cx, doors, shown(&l)),
             status: cx.stats.status(),
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
@@ -458,7 +434,7 @@ fn http_servers(
         };
         out.push(("debug", l, http::debug_router(state, metrics)));
     }
-    if let (Some(l), Some(p)) = (prometheus, &settings.prometheus) {
+    if let (Some(l), Some(p)) = (ports.prometheus, &settings.prometheus) {
         let now = std::time::Instant::now();
         let exposition = Exposition::new(p.mapper.clone(), cx.registry.clone(), now);
         out.push((
@@ -467,7 +443,7 @@ fn http_servers(
             http::prometheus_router(exposition, &p.path),
         ));
     }
-    if let (Some(l), Some(a)) = (admin, &settings.admin) {
+    if let (Some(l), Some(a)) = (ports.admin, &settings.admin) {
         let state = http::AdminState {
             limiter: cx.limiter.clone(),
             token: a.token.clone(),
@@ -481,22 +457,18 @@ fn http_servers(
     out
 }
 
-/// The HTTP port, then the optional debug, Prometheus and admin ports.
-type HttpPorts = (
-    StdListener,
-    Option<StdListener>,
-    Option<StdListener>,
-    Option<StdListener>,
-);
-
 impl Running {
-    /// Loads the config location again (SIGHUP does this): valid, it goes live with the stats
-    /// of its limits kept; invalid, the old config stays and the error is logged and counted.
+    /// Reads every file the doors follow again (SIGHUP does this): valid, each goes live with
+    /// the stats of its limits kept; invalid, what is live stays and the error is logged and
+    /// counted. The first error is returned, after every file was tried.
     pub fn reload_config(&self) -> Result<(), ConfigError> {
-        match &self.reloader {
-            Some(r) => r.reload(),
-            None => Ok(()),
+        let mut first = Ok(());
+        for f in &self.followed {
+            if let (Err(e), Ok(())) = (f.reload.reload(), &first) {
+                first = Err(e);
+            }
         }
+        first
     }
 
     /// Reads the TLS certificate files again, if gRPC uses TLS.

@@ -1,7 +1,8 @@
 //! The one way a new config goes live, whether it comes from the files (polling, SIGHUP) or
 //! over xDS: valid, it is installed and counted; invalid, the old one stays live and the error
-//! is logged and counted. The sources' updates are consumed here (`follow`), and only here.
-//! Every load, the first one at start included, is recorded here ([`record`]) and nowhere else.
+//! is logged and counted. xDS's updates are consumed here (`Install::follow`); a door's files
+//! are read again by their `doors::Reload`, the config location's by [`Reloader`]. Every load,
+//! the first one at start included, is recorded here ([`record`]) and nowhere else.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,28 +106,9 @@ impl Reloader {
         }
     }
 
-    /// Where the config location's files are, for the source that polls them.
-    pub(super) fn sources(&self) -> Sources {
-        self.sources.clone()
-    }
-
     /// Loads the config location now and applies it (SIGHUP), on the calling thread.
     pub(super) fn reload(&self) -> Result<(), ConfigError> {
         self.apply(self.sources.load())
-    }
-
-    /// Loads the config location and applies it in the background (SIGHUP).
-    pub(super) async fn reload_in_background(self: Arc<Self>) {
-        let _ = in_background(move || self.reload()).await;
-    }
-
-    /// Applies every config the files source yields, until it ends, each in the background.
-    pub(super) async fn follow(self: Arc<Self>, mut updates: Updates) {
-        while let Some(Update { loaded, handled }) = updates.recv().await {
-            let reloader = self.clone();
-            let _ = in_background(move || reloader.apply(loaded)).await;
-            drop(handled);
-        }
     }
 
     /// What the config location's files loaded, put live or refused.

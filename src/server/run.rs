@@ -10,6 +10,7 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use super::{start_telling, FirstConfig, Running, StartError};
 use crate::limiter::Clock;
 use crate::settings::Settings;
+use crate::source::in_background;
 use crate::transport::waiting::StartWait;
 
 /// Serves `config` as `settings` say until `shutdown` completes, then stops gracefully.
@@ -109,10 +110,11 @@ async fn reload_on_hangup(running: &Running) {
         return std::future::pending().await;
     };
     while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: reloading");
+        tracing::info!(files = running.followed.len(), "SIGHUP: reloading");
         // Errors are logged and counted by the reload itself.
-        if let Some(reloader) = &running.reloader {
-            reloader.clone().reload_in_background().await;
+        for f in &running.followed {
+            let reload = f.reload.clone();
+            let _ = in_background(move || reload.reload()).await;
         }
         running.reload_tls();
     }

@@ -10,21 +10,22 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::context::Context;
+use super::doors::{first_watched, Followed, Reload};
 use super::draining::{drain_end, serve_http};
 use super::overlay::{self, Loaded};
-use super::reload::{Install, Reloader};
+use super::reload::Install;
 use super::tls::TlsState;
 use super::worker::Stopping;
-use super::{limits_file, runtime, tls, watched_config, Health, StartError, TlsShared};
-use crate::config::limitador::{CustomLabels, Limits};
+use super::{runtime, tls, Health, StartError, TlsShared};
 use crate::hitters::TopTable;
 use crate::limiter::Clock;
-use crate::service::limitador::{Limitador, LimitadorMetrics};
 use crate::settings::Settings;
-use crate::source::files::{config_updates, fingerprint, poll, Watched};
+use crate::source::files::{fingerprint, poll, Watched};
+use crate::source::in_background;
 use crate::source::xds::XdsSettings;
 use crate::telemetry::statsd::{self, StatsdSettings};
 use crate::telemetry::{Registry, StatsdStats};
+use crate::transport::http::HttpBounds;
 
 /// What the side thread serves and watches.
 pub(super) struct SideThread {
@@ -37,17 +38,12 @@ pub(super) struct SideThread {
     pub(super) overlay: Option<Loaded>,
     /// How xDS's configs go live.
     pub(super) install: Install,
-    /// The config location to poll (none over xDS), from the fingerprint taken before loading.
-    pub(super) config_poll: Option<(Watched, u64, Arc<Reloader>)>,
+    /// Every file a door follows (none over xDS), and TLS's certificates: polled alike, each
+    /// from the fingerprint taken before it was read.
+    pub(super) followed: Vec<Followed>,
     /// Files and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health follows the live config's
     /// domain count (SERVING with at least one).
     pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
-    pub(super) tls_poll: Option<(Watched, u64, Arc<TlsState>)>,
-    /// As `limitador-server`: its limits file, reloaded when it changes.
-    pub(super) limits_poll: Option<(Watched, u64, Limitador)>,
-    /// As `limitador-server` with `-L`: that file's fingerprint at the start, and the metrics
-    /// whose labels it gives.
-    pub(super) labels_poll: Option<(u64, Watched, Arc<LimitadorMetrics>)>,
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
@@ -56,33 +52,44 @@ pub(super) struct SideThread {
     pub(super) top: (Arc<TopTable>, Clock),
     /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
     pub(super) grace: Duration,
+    /// What every HTTP port keeps: read timeouts and the body's bound.
+    pub(super) bounds: HttpBounds,
 }
 
-/// What the pollers watch and its fingerprint when the start began: the config location, and
-/// TLS's certificate files when gRPC uses TLS.
+/// What the start saw of the files it polls, before anything else: the fingerprint of the
+/// door's config files (taken before they were read, when they were), and TLS's certificate
+/// files when gRPC uses TLS. A change made from then on is a change to reload.
 pub(super) struct Polled {
-    config: (u64, Watched),
-    tls: Option<(u64, Watched)>,
+    pub(super) config: u64,
+    pub(super) tls: Option<(u64, Watched)>,
 }
 
 impl Polled {
-    /// Taken before the config was read (`baseline`), or now, before anything else: a change
-    /// made from then on is a change to reload.
     pub(super) fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
-        let config = watched_config(settings);
         Polled {
-            config: (baseline.unwrap_or_else(|| fingerprint(&config)), config),
+            config: baseline.unwrap_or_else(|| fingerprint(&first_watched(settings))),
             tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
         }
     }
 }
 
-/// What the side thread polls: the config (reloaded by `reloader`), from what `polled` saw at
-/// the start, and TLS's certificates.
+/// What the side thread polls: the files the doors follow, and TLS's certificates from what
+/// the start saw of them; with files, the live config's domain count, for health.
 pub(super) struct Polls<'a> {
-    pub(super) reloader: &'a Option<Arc<Reloader>>,
-    pub(super) polled: Polled,
+    pub(super) followed: &'a [Followed],
+    pub(super) domains: Option<watch::Receiver<usize>>,
+    pub(super) tls_polled: Option<(u64, Watched)>,
     pub(super) tls: &'a TlsShared,
+}
+
+/// TLS's certificate files, read again when they change.
+struct TlsFiles(Arc<TlsState>);
+
+impl Reload for TlsFiles {
+    fn reload(&self) -> Result<(), crate::config::ConfigError> {
+        self.0.reload();
+        Ok(())
+    }
 }
 
 impl SideThread {
@@ -95,43 +102,36 @@ impl SideThread {
         health: &Health,
         gate_health: bool,
         Polls {
-            reloader,
-            polled,
+            followed,
+            domains,
+            tls_polled,
             tls,
         }: Polls<'_>,
     ) -> SideThread {
-        let (config_baseline, config_watched) = polled.config;
+        let mut followed = followed.to_vec();
+        if let (Some((baseline, watched)), Some(state)) = (tls_polled, tls.clone()) {
+            let reload = Arc::new(TlsFiles(state));
+            followed.push(Followed {
+                watched,
+                baseline,
+                reload,
+            });
+        }
         SideThread {
             http,
             xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
             overlay: None,
             install: Install::new(cx.live.clone(), cx.stats.reloads.clone()),
-            config_poll: (reloader.clone()).map(|r| (config_watched, config_baseline, r)),
-            limits_poll: (settings.limitador.as_ref())
-                .zip(cx.limitador.as_ref())
-                .map(|(l, rls)| (limits_file(l), config_baseline, rls.limitador.clone())),
-            labels_poll: (settings.limitador.as_ref())
-                .and_then(|l| l.custom_metric_labels.clone())
-                .zip(cx.limitador.as_ref())
-                .map(|(path, rls)| {
-                    let watched = Watched::Files(vec![path]);
-                    (
-                        fingerprint(&watched),
-                        watched,
-                        rls.limitador.metrics().clone(),
-                    )
-                }),
-            health_by_domains: (reloader.as_ref())
+            followed,
+            health_by_domains: (domains)
                 .filter(|_| settings.healthy_only_with_config)
-                .map(|r| (r.domains(), health.clone())),
-            tls_poll: (polled.tls)
-                .zip(tls.clone())
-                .map(|((baseline, w), state)| (w, baseline, state)),
+                .map(|d| (d, health.clone())),
             interval: settings.reload_interval,
             statsd: (settings.statsd.clone())
                 .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
             top: (cx.top.clone(), cx.engine.clock().clone()),
             grace: settings.shutdown_grace,
+            bounds: settings.http_bounds,
         }
     }
 }
@@ -162,30 +162,11 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
                 }
                 for (what, listener, router) in side.http {
                     let end = drain_end(stop.clone(), &stopping.grpc_draining, side.grace);
-                    tasks.push(tokio::spawn(serve_http(what, listener, router, end)));
+                    let served = serve_http(what, listener, router, side.bounds, end);
+                    tasks.push(tokio::spawn(served));
                 }
-                if let Some((watched, baseline, reloader)) = side.config_poll {
-                    let sources = reloader.sources();
-                    let (p, updates) =
-                        config_updates(watched, baseline, side.interval, sources, stop.clone());
-                    tasks.push(tokio::spawn(p));
-                    tasks.push(tokio::spawn(async move { reloader.follow(updates).await }));
-                }
-                if let Some((watched, baseline, limitador)) = side.limits_poll {
-                    let p = poll_limits(watched, baseline, side.interval, limitador, stop.clone());
-                    tasks.push(tokio::spawn(p));
-                }
-                if let Some((baseline, watched, metrics)) = side.labels_poll {
-                    let p = poll_labels(watched, baseline, side.interval, metrics, stop.clone());
-                    tasks.push(tokio::spawn(p));
-                }
-                if let Some((watched, baseline, tls)) = side.tls_poll {
-                    let reload = move || {
-                        tls.reload();
-                        std::future::ready(())
-                    };
-                    let p = poll(watched, baseline, side.interval, reload, stop.clone());
-                    tasks.push(tokio::spawn(p));
+                for f in side.followed {
+                    tasks.push(tokio::spawn(follow(f, side.interval, stop.clone())));
                 }
                 for t in tasks {
                     let _ = t.await;
@@ -197,48 +178,17 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
         .map_err(StartError::Runtime)
 }
 
-/// Reloads Limitador's limits file each time it changes, on the blocking pool (a file may be
-/// large, and its CEL is compiled anew).
-async fn poll_limits(
-    watched: Watched,
-    baseline: u64,
-    interval: Duration,
-    limitador: Limitador,
-    stop: watch::Receiver<bool>,
-) {
-    let Watched::Files(files) = &watched else {
-        return;
-    };
-    let path = files[0].clone();
-    let reload = move || {
-        let (path, limitador) = (path.clone(), limitador.clone());
+/// Reloads a followed file each time it changes, on the blocking pool (a file may be large, and
+/// its limits are built anew).
+async fn follow(f: Followed, interval: Duration, stop: watch::Receiver<bool>) {
+    let reload = f.reload;
+    let on_change = move || {
+        let reload = reload.clone();
         async move {
-            let read = tokio::task::spawn_blocking(move || Limits::read(&path)).await;
-            if let Ok(read) = read {
-                limitador.reload(read);
-            }
+            let _ = in_background(move || reload.reload()).await;
         }
     };
-    poll(watched.clone(), baseline, interval, reload, stop).await;
-}
-
-/// Reloads a `-L` file each time it changes.
-async fn poll_labels(
-    watched: Watched,
-    baseline: u64,
-    interval: Duration,
-    metrics: Arc<LimitadorMetrics>,
-    stop: watch::Receiver<bool>,
-) {
-    let Watched::Files(files) = &watched else {
-        return;
-    };
-    let path = files[0].clone();
-    let reload = move || {
-        metrics.reload_custom_labels(CustomLabels::read(&path));
-        std::future::ready(())
-    };
-    poll(watched.clone(), baseline, interval, reload, stop).await;
+    poll(f.watched, f.baseline, interval, on_change, stop).await;
 }
 
 /// Moves the heavy hitters' coarse clock every second, so values are stamped and windows

@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tonic_health::ServingStatus;
 
+use super::http_conn;
 use super::listeners::{GrpcListener, Listeners};
 use super::tls::{self, Accept, TlsState};
 use super::HEALTH_NAMES;
@@ -20,7 +20,7 @@ use crate::settings::Settings;
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::Registry;
 use crate::transport::http;
-use crate::transport::waiting::{http_router, resp_error, NotYet, StartWait};
+use crate::transport::waiting::{http_router, resp_error, NotYetLayer, StartWait};
 
 /// The ports' answers during the wait; dropped or handed over, they stop accepting.
 pub(super) struct Waiting {
@@ -46,11 +46,8 @@ impl Waiting {
                 stop: rx.clone(),
             };
             let end = stopped(rx.clone());
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, router)
-                    .with_graceful_shutdown(end)
-                    .await;
-            });
+            let bounds = settings.http_bounds;
+            tokio::spawn(http_conn::serve("waiting", listener, router, bounds, end));
             Ok(())
         };
         // turnstile's own series (the start's counters, for now) where they are served.
@@ -81,7 +78,7 @@ impl Waiting {
     }
 }
 
-/// gRPC health NOT_SERVING (both names), `ShouldRateLimit` UNAVAILABLE, and reflection (so
+/// gRPC health NOT_SERVING (both names), every door's calls UNAVAILABLE, and reflection (so
 /// grpcurl's health check works as it does once serving), over TLS when the port speaks it.
 async fn serve_grpc(
     l: &GrpcListener,
@@ -95,10 +92,10 @@ async fn serve_grpc(
     }
     let (reflection_v1, reflection_v1alpha) = super::worker::reflection_services();
     let router = tonic::transport::Server::builder()
+        .layer(NotYetLayer(wait.clone()))
         .add_service(health)
         .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::new(NotYet(wait.clone())));
+        .add_service(reflection_v1alpha);
     let end = stopped(rx.clone());
     let stop = rx.clone();
     match (l, tls) {

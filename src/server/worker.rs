@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tokio::sync::{watch, Barrier};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
@@ -15,6 +14,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_reflection::server as reflection;
 use tower_layer::{Identity, Stack};
 
+use super::doors::{DoorGrpc, Doors, QuotaGrpc};
 use super::draining::{drain_end, serve_http};
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
@@ -22,13 +22,11 @@ use super::tls::{self, TlsState};
 use super::Context;
 use super::{runtime, StartError};
 use crate::limiter::ShardTask;
-use crate::quota::{DemandExchange, QuotaHub};
-use crate::service::RateLimiter;
+use crate::service::metrics::DoorCalls;
 use crate::settings::Settings;
-use crate::transport::grpc::{RequestLayer, RlsService, ShouldRateLimit};
-use crate::transport::kuadrant::{KuadrantService, LimitadorRls};
+use crate::transport::grpc::{CallLayer, RlsAnswerer, RlsService, ShouldRateLimit};
+use crate::transport::http::HttpBounds;
 use crate::transport::resp::{self, RespShared};
-use crate::transport::rlqs::RlqsService;
 
 /// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server
 /// reflection.
@@ -36,13 +34,14 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 
 /// What every worker serves, the same way.
 pub(super) struct Grpc<H> {
-    pub(super) limiter: RateLimiter,
-    /// Served as `limitador-server`: `ShouldRateLimit` and Kuadrant's service on its limits.
-    pub(super) limitador: Option<LimitadorRls>,
-    /// The RLQS state every worker's quota streams share.
-    pub(super) quota: QuotaHub,
-    /// Turns true when the server stops; RLQS streams end on it.
-    pub(super) stop: watch::Receiver<bool>,
+    /// Who answers `ShouldRateLimit`.
+    pub(super) rls: RlsAnswerer,
+    /// The door's gRPC service beside it, if any.
+    pub(super) door: Option<DoorGrpc>,
+    /// Every door's calls, counted by the per-call layer.
+    pub(super) calls: Arc<DoorCalls>,
+    /// The quota service (RLQS), one state for every worker's streams.
+    pub(super) quota: QuotaGrpc,
     pub(super) health: HealthServer<H>,
     pub(super) max_message_bytes: usize,
     pub(super) max_age: Duration,
@@ -53,28 +52,19 @@ pub(super) struct Grpc<H> {
 }
 
 impl<H> Grpc<H> {
-    /// The services from the context's parts; one RLQS hub for every worker, with `fleet` (the
-    /// Redis store) to share limits with other replicas.
+    /// The services from the context's parts and the doors'.
     pub(super) fn new(
         settings: &Settings,
         cx: &Context,
+        doors: &Doors,
         health: HealthServer<H>,
         tls: Option<Arc<TlsState>>,
-        fleet: Option<Arc<dyn DemandExchange>>,
-        stop: watch::Receiver<bool>,
     ) -> Grpc<H> {
-        let quota = QuotaHub::new(
-            cx.live.clone(),
-            cx.engine.clock().clone(),
-            cx.stats.quota.clone(),
-            fleet,
-            settings.global_shadow_mode,
-        );
         Grpc {
-            limiter: cx.limiter.clone(),
-            limitador: cx.limitador.clone(),
-            quota,
-            stop,
+            rls: doors.rls.answerer.clone(),
+            door: doors.rls.grpc.clone(),
+            calls: cx.stats.calls.clone(),
+            quota: doors.quota.clone(),
             health,
             max_message_bytes: settings.request_limits.max_message_bytes,
             max_age: settings.grpc_max_connection_age,
@@ -114,29 +104,23 @@ impl Stopping {
 }
 
 /// The gRPC services every worker serves: the rate-limit service (called by the per-call layer
-/// itself, past the router), the rate-limit quota service (RLQS), health, reflection (v1 and
-/// v1alpha, for grpcurl).
-fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<RequestLayer<ShouldRateLimit>, Identity>> {
-    let rlqs =
-        RateLimitQuotaServiceServer::new(RlqsService::new(grpc.quota.clone(), grpc.stop.clone()))
-            .max_decoding_message_size(grpc.max_message_bytes);
+/// itself, past the router), the door's service beside it, the rate-limit quota service (RLQS),
+/// health, reflection (v1 and v1alpha, for grpcurl).
+fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<CallLayer<ShouldRateLimit>, Identity>> {
     let (reflection_v1, reflection_v1alpha) = reflection_services();
     tonic::transport::Server::builder()
         .max_connection_age(grpc.max_age)
         .max_connection_age_grace(grpc.max_age_grace)
-        .layer(RequestLayer {
-            rls: ShouldRateLimit::new(
-                RlsService::new(grpc.limiter.clone(), grpc.limitador.clone()),
-                grpc.max_message_bytes,
-            ),
+        .layer(CallLayer {
+            rls: ShouldRateLimit::new(RlsService::new(grpc.rls.clone()), grpc.max_message_bytes),
+            rls_door: grpc.rls.door(),
+            calls: grpc.calls.clone(),
         })
-        .add_optional_service(
-            (grpc.limitador.clone()).map(|l| KuadrantService::new(l, grpc.max_message_bytes)),
-        )
+        .add_optional_service(grpc.door.clone())
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(rlqs)
+        .add_service(grpc.quota.clone())
 }
 
 /// gRPC reflection, v1 and v1alpha, for grpcurl: the rate-limit services' descriptors and
@@ -184,11 +168,12 @@ pub(super) fn spawn_all<H: Health>(
         };
         // And HTTP connections from the main HTTP socket, so `POST /throttle` decides in place.
         let http = match &http {
-            Some((l, router, grace)) => Some((
-                l.try_clone().map_err(StartError::Runtime)?,
-                router.clone(),
-                *grace,
-            )),
+            Some(h) => Some(HttpSocket {
+                listener: h.listener.try_clone().map_err(StartError::Runtime)?,
+                router: h.router.clone(),
+                grace: h.grace,
+                bounds: h.bounds,
+            }),
             None => None,
         };
         let served = Served { resp, http };
@@ -199,9 +184,14 @@ pub(super) fn spawn_all<H: Health>(
 
 /// The RESP socket and the transport's state, shared by every worker.
 pub(super) type RespSocket = (std::net::TcpListener, Arc<RespShared>);
-/// The main HTTP socket, its router, and the longest it keeps answering after the stop while
-/// gRPC drains.
-pub(super) type HttpSocket = (std::net::TcpListener, axum::Router, Duration);
+/// The main HTTP socket and what every worker serves on it.
+pub(super) struct HttpSocket {
+    pub(super) listener: std::net::TcpListener,
+    pub(super) router: axum::Router,
+    /// The longest it keeps answering after the stop while gRPC drains.
+    pub(super) grace: Duration,
+    pub(super) bounds: HttpBounds,
+}
 
 /// What a worker serves besides gRPC: its handles on the RESP and the main HTTP sockets.
 struct Served {
@@ -224,9 +214,10 @@ impl Served {
                 }
             }));
         }
-        if let Some((l, router, grace)) = self.http {
-            let end = drain_end(stopping.stop.clone(), &stopping.grpc_draining, grace);
-            tasks.push(tokio::spawn(serve_http("HTTP", l, router, end)));
+        if let Some(h) = self.http {
+            let end = drain_end(stopping.stop.clone(), &stopping.grpc_draining, h.grace);
+            let served = serve_http("HTTP", h.listener, h.router, h.bounds, end);
+            tasks.push(tokio::spawn(served));
         }
         tasks
     }

@@ -21,7 +21,6 @@ mod settings;
 pub mod throttle;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
@@ -31,7 +30,7 @@ pub use error::RlsError;
 pub use live::{Live, LiveLimits};
 use refusal::RefusalLog;
 pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
-pub use request::{validate, Descriptor, Override, Request, RequestLimits};
+pub use request::{validate, within_bounds, Descriptor, Override, Request, RequestLimits};
 pub use settings::{AnswerSettings, CountingRule, HeaderNames};
 pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};
 
@@ -79,21 +78,9 @@ impl RateLimiter {
         self.live.load_full()
     }
 
-    /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues,
-    /// and counts it: the call, its error if it got no decision, and its latency from `arrived`
-    /// (the adapter's clock: gRPC's from the call's arrival, decoding included). Every adapter
-    /// of `ShouldRateLimit` comes through here, so none counts for itself.
-    pub async fn decide(
-        &self,
-        req: &Request<'_>,
-        arrived: Instant,
-    ) -> Result<RateLimitResponse, RlsError> {
-        let result = self.decide_uncounted(req).await;
-        self.count(&result, arrived.elapsed());
-        result
-    }
-
-    async fn decide_uncounted(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
+    /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.
+    /// The call itself is counted where the door is wired (`metrics::DoorCalls`).
+    pub async fn decide(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
         validate(req, &self.answer.request_limits)?;
         let live = self.live.load_full();
         let Some(domain) = live.config.domain(req.domain) else {
@@ -119,20 +106,5 @@ impl RateLimiter {
             &self.answer,
             recorders,
         ))
-    }
-
-    /// Counts a call's result (answered, or which kind of error) and its latency.
-    fn count(&self, result: &Result<RateLimitResponse, RlsError>, latency: Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let m = &self.metrics;
-        m.observe_latency(latency);
-        m.requests.fetch_add(1, Relaxed);
-        let c = match result {
-            Ok(_) => return,
-            Err(RlsError::InvalidArgument(_)) => &m.invalid_argument,
-            Err(RlsError::Overloaded) => &m.overloaded,
-            Err(RlsError::Unavailable) => &m.unavailable,
-        };
-        c.fetch_add(1, Relaxed);
     }
 }

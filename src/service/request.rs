@@ -86,7 +86,8 @@ impl Default for RequestLimits {
     }
 }
 
-/// Bad input gets INVALID_ARGUMENT naming what is wrong.
+/// Bad input gets INVALID_ARGUMENT naming what is wrong: what Envoy's door refuses (an empty
+/// domain, descriptor, entry or key), then the bounds every door keeps ([`within_bounds`]).
 pub fn validate(req: &Request<'_>, limits: &RequestLimits) -> Result<(), RlsError> {
     let bad = |m: String| Err(RlsError::InvalidArgument(m));
     if req.domain.is_empty() {
@@ -95,30 +96,53 @@ pub fn validate(req: &Request<'_>, limits: &RequestLimits) -> Result<(), RlsErro
     if req.descriptors.is_empty() {
         return bad("descriptors must not be empty".into());
     }
-    if req.descriptors.len() > limits.max_descriptors {
-        return bad(format!(
-            "too many descriptors: {} (limit {})",
-            req.descriptors.len(),
-            limits.max_descriptors
-        ));
-    }
     for (i, d) in req.descriptors.iter().enumerate() {
         if d.entries.is_empty() {
             return bad(format!("descriptors[{i}] has no entries"));
         }
-        if d.entries.len() > limits.max_entries {
+        if let Some(j) = d.entries.iter().position(|e| e.key.is_empty()) {
+            return bad(format!(
+                "descriptors[{i}].entries[{j}].key must not be empty"
+            ));
+        }
+    }
+    let descriptors = req.descriptors.iter().map(|d| d.entries.as_slice());
+    within_bounds(req.domain, descriptors, limits)
+}
+
+/// The bounds every door keeps on what a caller sends, whatever its protocol: how many
+/// descriptors and entries, and the bytes of the domain (a namespace, a key's prefix), of each
+/// key and of each value, so what a caller can add to what is kept (counters, series, logs) is
+/// bounded in bytes as well as in count. INVALID_ARGUMENT naming the field and the bound.
+pub fn within_bounds<'a>(
+    domain: &str,
+    descriptors: impl ExactSizeIterator<Item = &'a [Entry<'a>]>,
+    limits: &RequestLimits,
+) -> Result<(), RlsError> {
+    let bad = |m: String| Err(RlsError::InvalidArgument(m));
+    if domain.len() > limits.max_value_len {
+        return bad(format!(
+            "domain is {} bytes (limit {})",
+            domain.len(),
+            limits.max_value_len
+        ));
+    }
+    if descriptors.len() > limits.max_descriptors {
+        return bad(format!(
+            "too many descriptors: {} (limit {})",
+            descriptors.len(),
+            limits.max_descriptors
+        ));
+    }
+    for (i, entries) in descriptors.enumerate() {
+        if entries.len() > limits.max_entries {
             return bad(format!(
                 "descriptors[{i}] has too many entries: {} (limit {})",
-                d.entries.len(),
+                entries.len(),
                 limits.max_entries
             ));
         }
-        for (j, e) in d.entries.iter().enumerate() {
-            if e.key.is_empty() {
-                return bad(format!(
-                    "descriptors[{i}].entries[{j}].key must not be empty"
-                ));
-            }
+        for (j, e) in entries.iter().enumerate() {
             if e.key.len() > limits.max_key_len {
                 return bad(format!(
                     "descriptors[{i}].entries[{j}].key is {} bytes (limit {})",

@@ -288,6 +288,7 @@ impl LimitadorArgs {
             ..Overrides::default()
         };
         let mut s = Settings::from_process_over(flags, &vars)?;
+        refuse_other_sources(&self.limits_file, |k| std::env::var(k).ok())?;
         match self.verbose {
             0 => {}
             1 => s.log.level = "info".into(),
@@ -316,6 +317,39 @@ impl LimitadorArgs {
         });
         Ok(s)
     }
+}
+
+/// The settings that say where Envoy's door reads its limits from: none applies to
+/// `limitador-server`, which serves its limits file, so one set stops the start naming it (it
+/// would otherwise be half applied: xDS subscribed to, its limits shown, none enforced).
+const OTHER_SOURCES: [&str; 6] = [
+    "CONFIG_TYPE",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "CONFIG_FILE",
+    "TURNSTILE_XDS_OVERLAY",
+];
+
+/// Refuses a setting of [`OTHER_SOURCES`] (`CONFIG_TYPE=FILE`, the default, aside).
+fn refuse_other_sources(
+    limits_file: &std::path::Path,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    for k in OTHER_SOURCES {
+        let Some(v) = var(k).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        if k == "CONFIG_TYPE" && v.eq_ignore_ascii_case("FILE") {
+            continue;
+        }
+        return Err(format!(
+            "limitador-server: {k}={v} does not apply: limitador-server serves the limits of \
+             {} alone; unset {k}",
+            limits_file.display()
+        ));
+    }
+    Ok(())
 }
 
 /// `--max-reservation-fraction`: a number from 0 to 1.

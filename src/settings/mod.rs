@@ -28,7 +28,7 @@ use crate::telemetry::client_values::DigestKey;
 use crate::telemetry::mapped::Mapper;
 use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{LogSettings, TracingSettings};
-use crate::transport::http::AdminSettings;
+use crate::transport::http::{AdminSettings, HttpBounds};
 use crate::transport::resp::RespSettings;
 
 /// `GRPC_SERVER_USE_TLS` and its files: TLS, and mTLS when a client CA is given.
@@ -102,6 +102,10 @@ pub struct Settings {
     pub global_shadow_mode: bool,
     pub near_limit_ratio: f64,
     pub request_limits: RequestLimits,
+    /// What every HTTP port keeps: `TURNSTILE_HTTP_HEADER_TIMEOUT` (60s),
+    /// `TURNSTILE_HTTP_BODY_TIMEOUT` (60s), `TURNSTILE_HTTP_IDLE_TIMEOUT` (120s), and a body of
+    /// at most the request bound (`request_limits.max_message_bytes`).
+    pub http_bounds: HttpBounds,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: which hits of a refused request are kept.
     pub counting_rule: CountingRule,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health is SERVING only while a config with at
@@ -275,6 +279,7 @@ impl Settings {
             global_shadow_mode: env.flag("SHADOW_MODE", false)?,
             near_limit_ratio: env.fraction("NEAR_LIMIT_RATIO", 0.8)?,
             request_limits: RequestLimits::default(),
+            http_bounds: http_bounds(&env, RequestLimits::default().max_message_bytes)?,
             global_quota_mode: env.flag("QUOTA_MODE", false)?,
             healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             response_dynamic_metadata: env.flag("RESPONSE_DYNAMIC_METADATA", false)?,
@@ -485,3 +490,22 @@ fn tls(env: &Env<'_>) -> Result<Option<TlsSettings>, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// The HTTP ports' read timeouts, each a Go duration above zero (a port without one can be
+/// held by a client that never finishes its headers), and the body's bound.
+fn http_bounds(env: &Env<'_>, max_body_bytes: usize) -> Result<HttpBounds, String> {
+    let d = HttpBounds::default();
+    let timeout = |k: &str, default: Duration| match env.duration(k, default)? {
+        t if t.is_zero() => Err(format!(
+            "{k}={}: must be more than 0 (a port must close a slow client)",
+            env.get(k).unwrap_or_default()
+        )),
+        t => Ok(t),
+    };
+    Ok(HttpBounds {
+        headers: timeout("TURNSTILE_HTTP_HEADER_TIMEOUT", d.headers)?,
+        body: timeout("TURNSTILE_HTTP_BODY_TIMEOUT", d.body)?,
+        idle: timeout("TURNSTILE_HTTP_IDLE_TIMEOUT", d.idle)?,
+        max_body_bytes,
+    })
+}

@@ -52,16 +52,36 @@ impl Histogram {
     /// Prometheus text for a histogram named `name` (`_bucket`, `_sum`, `_count`).
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// One histogram's series, without the family's HELP and TYPE, each with `labels`
+    /// (`door="envoy"`; empty for none) before `le`.
+    pub fn render_series(&self, out: &mut String, name: &str, labels: &str) {
+        let (open, sep) = if labels.is_empty() {
+            (String::new(), "")
+        } else {
+            (format!("{{{labels}}}"), ",")
+        };
         let mut cumulative = 0u64;
         for (i, bound) in BUCKETS_US.iter().enumerate() {
             cumulative += self.counts[i].load(Ordering::Relaxed);
             let le = *bound as f64 / 1e6;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
+            );
         }
         cumulative += self.counts[BUCKETS_US.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
         let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {cumulative}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{open} {sum}\n{name}_count{open} {cumulative}"
+        );
     }
 }
 

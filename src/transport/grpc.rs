@@ -1,9 +1,11 @@
-//! `ShouldRateLimit` over gRPC, on top of [`RateLimiter`]. A tower layer in front of tonic's
-//! router sends each call straight to [`ShouldRateLimit`] (the router's path matching and boxed
-//! services are for the other methods), runs it in its request span (request id, Envoy's trace
-//! as parent) and logs its time; [`ShouldRateLimit`] takes the call's arrival, from which
-//! [`RateLimiter::decide`] counts its latency. The request is read where it lies and the answer
-//! written in one pass (`codec`); errors are mapped here and nowhere else.
+//! `ShouldRateLimit` over gRPC, answered by the RLS port's answerer (Envoy's [`RateLimiter`] or
+//! Limitador's, chosen at start), and the per-call layer every gRPC door is served through. The
+//! layer sends each `ShouldRateLimit` straight to [`ShouldRateLimit`] (the router's path
+//! matching and boxed services are for the other methods); every door's call (Kuadrant's
+//! methods too) runs in its request span (request id, Envoy's trace as parent), has one set of
+//! codes for bytes that are not a request, and is counted in the door's calls, errors and
+//! latency (`DoorCalls`). The request is read where it lies and the answer written in one pass
+//! (`codec`); errors are mapped here and nowhere else.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,25 +24,44 @@ use tracing::Span;
 
 use super::codec::{self, RlsCodec};
 use super::kuadrant::{self, LimitadorRls};
+use crate::service::metrics::{Door, DoorCalls, Failed};
 use crate::service::{RateLimiter, Request, RlsError};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
+
+/// Who answers `ShouldRateLimit` on the RLS port, chosen once at start: a match, not a
+/// dynamic call, on the hot path.
+#[derive(Clone)]
+pub enum RlsAnswerer {
+    /// Envoy's door: the limits of the YAML, xDS or GoCC config.
+    Envoy(RateLimiter),
+    /// As `limitador-server`: Limitador's limits and answers.
+    Limitador(LimitadorRls),
+}
+
+impl RlsAnswerer {
+    /// The door its calls are counted under.
+    pub fn door(&self) -> Door {
+        match self {
+            RlsAnswerer::Envoy(_) => Door::Envoy,
+            RlsAnswerer::Limitador(_) => Door::Limitador,
+        }
+    }
+}
 
 /// The Envoy rate-limit service; a thin adapter, errors mapped here and nowhere else.
 #[derive(Clone)]
 pub struct RlsService {
-    limiter: RateLimiter,
-    /// Served as `limitador-server`: Limitador's limits and answers instead.
-    limitador: Option<LimitadorRls>,
+    answerer: RlsAnswerer,
 }
 
 impl RlsService {
-    pub fn new(limiter: RateLimiter, limitador: Option<LimitadorRls>) -> RlsService {
-        RlsService { limiter, limitador }
+    pub fn new(answerer: RlsAnswerer) -> RlsService {
+        RlsService { answerer }
     }
 
     /// Answers the request in `body`, read where it lies (prost decodes what the reader does
     /// not take; bytes that are not a request are refused before anything is counted).
-    async fn answer(&self, body: Bytes, arrived: Instant) -> Result<RateLimitResponse, Status> {
+    async fn answer(&self, body: Bytes) -> Result<RateLimitResponse, Status> {
         let decoded;
         let req = match codec::read_request(&body) {
             Some(req) => req,
@@ -49,10 +70,10 @@ impl RlsService {
                 Request::of(&decoded)
             }
         };
-        if let Some(l) = &self.limitador {
-            return kuadrant::should_rate_limit(l, &req).await;
+        match &self.answerer {
+            RlsAnswerer::Envoy(limiter) => Ok(limiter.decide(&req).await?),
+            RlsAnswerer::Limitador(l) => kuadrant::should_rate_limit(l, &req).await,
         }
-        Ok(self.limiter.decide(&req, arrived).await?)
     }
 }
 
@@ -95,10 +116,9 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
         Poll::Ready(Ok(()))
     }
 
-    /// Called by the per-call layer as the call arrives, before its body is read: the call's
-    /// latency runs from here, decoding included.
+    /// Called by the per-call layer as the call arrives, before its body is read.
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let unary = Unary(self.rls.clone(), Instant::now());
+        let unary = Unary(self.rls.clone());
         let max = self.max_message_bytes;
         Box::pin(async move {
             let mut grpc = Grpc::new(RlsCodec).apply_max_message_size_config(Some(max), None);
@@ -107,48 +127,53 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
     }
 }
 
-/// The service and the call's arrival.
-struct Unary(Arc<RlsService>, Instant);
+struct Unary(Arc<RlsService>);
 
 impl UnaryService<Bytes> for Unary {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let (rls, arrived) = (self.0.clone(), self.1);
+        let rls = self.0.clone();
         Box::pin(async move {
-            let answer = rls.answer(request.into_inner(), arrived).await;
+            let answer = rls.answer(request.into_inner()).await;
             answer.map(Response::new)
         })
     }
 }
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+/// Kuadrant's service, served as `limitador-server`.
+const KUADRANT: &str = "/kuadrant.service.ratelimit.v1.";
 
-/// `rls` serves `ShouldRateLimit`, called directly (the router serves every other method).
+/// The per-call layer every gRPC door is served through: `rls` serves `ShouldRateLimit`, called
+/// directly (the router serves every other method); each door's call is traced and counted in
+/// `calls`, `ShouldRateLimit`'s under `rls_door`.
 #[derive(Clone)]
-pub struct RequestLayer<R> {
+pub struct CallLayer<R> {
     pub rls: R,
+    pub rls_door: Door,
+    pub calls: Arc<DoorCalls>,
 }
 
-impl<S, R: Clone> Layer<S> for RequestLayer<R> {
-    type Service = RequestService<S, R>;
+impl<S, R: Clone> Layer<S> for CallLayer<R> {
+    type Service = CallService<S, R>;
 
-    fn layer(&self, inner: S) -> RequestService<S, R> {
-        RequestService {
+    fn layer(&self, inner: S) -> CallService<S, R> {
+        CallService {
             inner,
-            rls: self.rls.clone(),
+            layer: self.clone(),
         }
     }
 }
 
 #[derive(Clone)]
-pub struct RequestService<S, R> {
+pub struct CallService<S, R> {
     inner: S,
-    rls: R,
+    layer: CallLayer<R>,
 }
 
-impl<S, R, B, RB> Service<http::Request<B>> for RequestService<S, R>
+impl<S, R, B, RB> Service<http::Request<B>> for CallService<S, R>
 where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
     R: Service<http::Request<B>, Response = http::Response<RB>, Error = S::Error>,
@@ -158,24 +183,38 @@ where
     type Future = ResponseFuture<S::Future, R::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        match self.rls.poll_ready(cx)? {
+        match self.layer.rls.poll_ready(cx)? {
             Poll::Ready(()) => self.inner.poll_ready(cx),
             Poll::Pending => Poll::Pending,
         }
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.uri().path() != SHOULD_RATE_LIMIT {
+        let path = req.uri().path();
+        let rls = path == SHOULD_RATE_LIMIT;
+        let door = if rls {
+            self.layer.rls_door
+        } else if path.starts_with(KUADRANT) {
+            Door::Limitador
+        } else {
             return ResponseFuture::Other {
                 inner: self.inner.call(req),
             };
+        };
+        let span = request_span(req.headers(), "grpc", &path[1..]);
+        let call = Some(Call {
+            start: Instant::now(),
+            span: span.clone(),
+            door,
+            calls: self.layer.calls.clone(),
+        });
+        if rls {
+            let inner = span.in_scope(|| self.layer.rls.call(req));
+            return ResponseFuture::Rls { inner, call };
         }
-        let start = Instant::now();
-        let span = request_span(req.headers());
-        let inner = span.in_scope(|| self.rls.call(req));
-        ResponseFuture::Rls {
-            inner,
-            call: Some(Call { start, span }),
+        ResponseFuture::Routed {
+            inner: span.in_scope(|| self.inner.call(req)),
+            call,
         }
     }
 }
@@ -183,14 +222,18 @@ where
 pub struct Call {
     start: Instant,
     span: Span,
+    door: Door,
+    calls: Arc<DoorCalls>,
 }
 
 pin_project_lite::pin_project! {
     #[project = Projected]
     pub enum ResponseFuture<F, G> {
-        /// Any other call, through the router.
+        /// Health, reflection, RLQS: through the router, not counted.
         Other { #[pin] inner: F },
-        /// `ShouldRateLimit`, traced and logged with its time.
+        /// A door's call through the router (Kuadrant's), traced and counted.
+        Routed { #[pin] inner: F, call: Option<Call> },
+        /// `ShouldRateLimit`, traced and counted.
         Rls { #[pin] inner: G, call: Option<Call> },
     }
 }
@@ -243,18 +286,25 @@ where
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let (inner, call) = match self.project() {
+        let (out, call) = match self.project() {
             Projected::Other { inner } => return inner.poll(cx),
-            Projected::Rls { inner, call } => (inner, call),
+            Projected::Routed { inner, call } => {
+                let entered = call.as_ref().map(|c| c.span.enter());
+                let out = std::task::ready!(inner.poll(cx));
+                drop(entered);
+                (out, call)
+            }
+            Projected::Rls { inner, call } => {
+                let entered = call.as_ref().map(|c| c.span.enter());
+                let out = std::task::ready!(inner.poll(cx));
+                drop(entered);
+                (out, call)
+            }
         };
-        let Some(c) = call.as_ref() else {
-            return inner.poll(cx);
+        let Some(c) = call.take() else {
+            return Poll::Ready(out);
         };
         let _entered = c.span.enter();
-        let out = match inner.poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(out) => out,
-        };
         let mut out = out;
         let status = match &mut out {
             Ok(resp) => status_of(resp),
@@ -263,15 +313,15 @@ where
         if status != 0 {
             c.span.record("otel.status_code", "ERROR");
         }
-        // The clock is read only when the line is logged.
+        let took = c.start.elapsed();
+        c.calls.door(c.door).count(Failed::of_grpc(status), took);
         tracing::debug!(
             target: REQUEST_TARGET,
+            door = c.door.name(),
             grpc_status = status,
-            micros = c.start.elapsed().as_micros() as u64,
+            micros = took.as_micros() as u64,
             "answered"
         );
-        drop(_entered);
-        *call = None;
         Poll::Ready(out)
     }
 }

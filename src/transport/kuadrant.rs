@@ -20,7 +20,7 @@ use tower_service::Service;
 
 use crate::descriptor::Entry;
 use crate::service::limitador::{draft_03, Ask, Limitador, LimitadorError, Reserved, Verdict};
-use crate::service::Request;
+use crate::service::{within_bounds, Request, RequestLimits};
 
 /// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).
 pub mod pb {
@@ -53,12 +53,16 @@ pub struct LimitadorRls {
     pub limitador: Limitador,
     /// `--rate-limit-headers DRAFT_VERSION_03`.
     pub headers: bool,
+    /// The bounds every door keeps on what a caller sends.
+    pub bounds: RequestLimits,
 }
 
 impl LimitadorRls {
     /// A request as Limitador reads it: `domain` the namespace, the request's `hits_addend`
     /// (0 counts as 1), each descriptor's entries (its own `limit` and `hits_addend` ignored).
     pub async fn answer(&self, req: &Request<'_>, ask: Ask) -> Result<RateLimitResponse, Status> {
+        let descriptors = req.descriptors.iter().map(|d| d.entries.as_slice());
+        within_bounds(req.domain, descriptors, &self.bounds)?;
         // Limitador answers an empty domain UNKNOWN, and nothing else.
         if req.domain.is_empty() {
             return Ok(RateLimitResponse {
@@ -88,13 +92,14 @@ impl LimitadorRls {
                 "reservations are disabled (--disable-reservations)",
             ));
         }
+        let entries = entries_of(&req.descriptors);
+        within_bounds(&req.domain, slices(&entries).into_iter(), &self.bounds)?;
         if req.domain.is_empty() {
             return Ok(ReserveResponse {
                 code: Code::Unknown.into(),
                 ..ReserveResponse::default()
             });
         }
-        let entries = entries_of(&req.descriptors);
         // A negative ttl holds for no time.
         let ttl = (req.ttl.as_ref()).map(|d| {
             let (s, n) = (d.seconds.max(0), d.nanos.max(0));
@@ -119,10 +124,11 @@ impl LimitadorRls {
     /// `Commit`: `actual_amount` counted as `Report` counts, the hold ended; an empty domain
     /// counts nothing.
     pub async fn commit(&self, req: &CommitRequest) -> Result<CommitResponse, Status> {
+        let entries = entries_of(&req.descriptors);
+        within_bounds(&req.domain, slices(&entries).into_iter(), &self.bounds)?;
         if req.domain.is_empty() {
             return Ok(CommitResponse::default());
         }
-        let entries = entries_of(&req.descriptors);
         let released = (self.limitador)
             .commit(
                 &req.domain,

@@ -2,7 +2,7 @@
 //! read back), before the server proper serves them: at once, never a held connection. HTTP
 //! answers 503 naming the wait (`/healthcheck` included, so readiness fails), `/metrics` serves
 //! the start's counters (its Redis retries: a liveness probe there passes), gRPC health
-//! answers NOT_SERVING and `ShouldRateLimit` UNAVAILABLE (Envoy's `failure_mode_deny` decides).
+//! answers NOT_SERVING and every door's calls UNAVAILABLE (Envoy's `failure_mode_deny` decides).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -11,8 +11,6 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use crate::telemetry::{Registry, Shown};
 
@@ -85,17 +83,61 @@ pub fn http_router(wait: StartWait, metrics: Option<Registry>) -> Router {
     })
 }
 
-/// `ShouldRateLimit` during the wait: UNAVAILABLE, naming the wait.
+/// Every door's gRPC calls during the wait (health and reflection aside, which answer as they
+/// do once serving): UNAVAILABLE, naming the wait, whichever service and method was called, so
+/// no door answers UNIMPLEMENTED while the server starts.
 #[derive(Debug, Clone)]
-pub struct NotYet(pub StartWait);
+pub struct NotYetLayer(pub StartWait);
 
-#[tonic::async_trait]
-impl RateLimitService for NotYet {
-    async fn should_rate_limit(
-        &self,
-        _: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        Err(tonic::Status::unavailable(self.0.text()))
+impl<S> tower_layer::Layer<S> for NotYetLayer {
+    type Service = NotYet<S>;
+
+    fn layer(&self, inner: S) -> NotYet<S> {
+        NotYet {
+            inner,
+            wait: self.0.clone(),
+        }
+    }
+}
+
+/// See [`NotYetLayer`].
+#[derive(Debug, Clone)]
+pub struct NotYet<S> {
+    inner: S,
+    wait: StartWait,
+}
+
+/// Services that answer during the wait as they do once serving.
+const ANSWERED_WHILE_WAITING: [&str; 2] = ["/grpc.health.", "/grpc.reflection."];
+
+impl<S, B, RB> tower_service::Service<http::Request<B>> for NotYet<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = S::Error;
+    type Future = futures_util::future::Either<
+        S::Future,
+        std::future::Ready<Result<http::Response<RB>, S::Error>>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path();
+        if ANSWERED_WHILE_WAITING.iter().any(|p| path.starts_with(p)) {
+            return futures_util::future::Either::Left(self.inner.call(req));
+        }
+        let status = tonic::Status::unavailable(self.wait.text());
+        futures_util::future::Either::Right(std::future::ready(Ok(status.into_http())))
     }
 }
 

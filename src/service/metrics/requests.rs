@@ -1,28 +1,15 @@
-//! `ShouldRateLimit`'s counters: calls, errors by kind, latency, and the per-limit stats the
-//! answer counts in; the calls' families rendered and pushed here (the per-limit series with the
-//! live config, by `limit_series`).
-
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+//! The per-limit stats Envoy's door's answer counts in (rendered with the live config, by
+//! `limit_series`); the calls themselves are counted with every door's (`calls`).
 
 use super::{DetailedSeries, LimitStats, LimitStatsTable, Tally, DEFAULT_MAX_DETAILED_SERIES};
-use crate::telemetry::exposition::{family, single, Metrics, Pushed};
-use crate::telemetry::Histogram;
 
-/// `ShouldRateLimit`'s counters (over gRPC and `/json`): calls, errors, latency, and
-/// envoyproxy/ratelimit's per-limit stats. The request path holds them.
+/// envoyproxy/ratelimit's per-limit stats, as `ShouldRateLimit` (over gRPC and `/json`) counts
+/// them. The request path holds them.
 #[derive(Debug)]
 pub struct RequestStats {
     pub near_limit_ratio: f64,
     /// Sums over every limit, including Envoy's `limit` overrides that have no config node.
     pub all: LimitStats,
-    pub requests: AtomicU64,
-    pub invalid_argument: AtomicU64,
-    pub overloaded: AtomicU64,
-    pub unavailable: AtomicU64,
-    /// Time to answer `ShouldRateLimit`, from the request's arrival to its answer.
-    pub latency: Histogram,
     /// `detailed_metric` series, bounded.
     pub detailed: DetailedSeries,
     /// envoyproxy/ratelimit's per-limit stats, by stat key.
@@ -34,11 +21,6 @@ impl Default for RequestStats {
         RequestStats {
             near_limit_ratio: 0.8,
             all: LimitStats::default(),
-            requests: AtomicU64::new(0),
-            invalid_argument: AtomicU64::new(0),
-            overloaded: AtomicU64::new(0),
-            unavailable: AtomicU64::new(0),
-            latency: Histogram::default(),
             detailed: DetailedSeries::new(DEFAULT_MAX_DETAILED_SERIES),
             limit_stats: LimitStatsTable::default(),
         }
@@ -57,11 +39,6 @@ impl RequestStats {
     pub fn with_max_detailed_series(mut self, cap: usize) -> RequestStats {
         self.detailed = DetailedSeries::new(cap);
         self
-    }
-
-    /// One `ShouldRateLimit` answered (or failed) after `d`.
-    pub fn observe_latency(&self, d: Duration) {
-        self.latency.observe(d);
     }
 
     /// Hits beyond floor(limit × ratio) but within the limit: of a count over the limit,
@@ -126,50 +103,5 @@ impl Counted {
     /// The part of the hits over the limit: all of them when the key was full before.
     fn over_hits(&self) -> u64 {
         self.hits.min(self.past)
-    }
-}
-
-/// The gRPC call's timer (`metrics/metrics.go:25`, scope `ratelimit_server`, `runner.go:181`).
-const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
-
-impl Metrics for RequestStats {
-    fn render(&self, out: &mut String) {
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        single(
-            out,
-            "ratelimit_service_requests_total",
-            "ShouldRateLimit calls answered or failed.",
-            "counter",
-            load(&self.requests),
-        );
-        let name = "ratelimit_service_errors_total";
-        family(out, name, "Calls that got no decision, by kind.", "counter");
-        for (kind, c) in [
-            ("invalid_argument", &self.invalid_argument),
-            ("overloaded", &self.overloaded),
-            ("unavailable", &self.unavailable),
-        ] {
-            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", load(c));
-        }
-        self.latency.render(
-            out,
-            "ratelimit_service_request_duration_seconds",
-            "Time from a ShouldRateLimit call's arrival to its answer, queued waits included.",
-        );
-    }
-
-    /// `service/ratelimit.go:427-432`: Redis errors, and the service's own errors; the calls
-    /// and their timer.
-    fn push(&self, out: &mut Pushed) {
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let call = "ratelimit.service.call.should_rate_limit";
-        out.add(format!("{call}.redis_error"), load(&self.unavailable));
-        let service_errors = load(&self.invalid_argument) + load(&self.overloaded);
-        out.add(format!("{call}.service_error"), service_errors);
-        out.add(
-            "ratelimit_server.ShouldRateLimit.total_requests".into(),
-            load(&self.requests),
-        );
-        out.timer(RESPONSE_TIME, &self.latency);
     }
 }

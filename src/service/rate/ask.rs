@@ -4,6 +4,7 @@
 
 use super::RateError;
 use crate::config::grammar::{parse_bool, BOOL_GRAMMAR};
+use crate::service::RequestLimits;
 
 /// GoCC's "no change" value (`pkg/limiter/limiter_api/limiter_api.go:54-56`): an override
 /// equal to it counts as not given.
@@ -41,11 +42,20 @@ pub struct Ask {
     pub max_in_queue: Option<u32>,
 }
 
-/// The key, trimmed as Go's `strings.TrimSpace` (`endpoint_rate.go:70`); empty is a 400.
+/// The key, trimmed as Go's `strings.TrimSpace` (`endpoint_rate.go:70`); empty is a 400, and
+/// so is one over the bound every door keeps on a value a caller sends (a key is kept, as a
+/// counter and in `/debug`).
 pub(super) fn key(raw: &str) -> Result<&str, RateError> {
     let k = raw.trim();
     if k.is_empty() {
         return Err(RateError::BadRequest("empty key provided".into()));
+    }
+    let max = RequestLimits::default().max_value_len;
+    if k.len() > max {
+        let n = k.len();
+        return Err(RateError::BadRequest(format!(
+            "key is {n} bytes (limit {max})"
+        )));
     }
     Ok(k)
 }

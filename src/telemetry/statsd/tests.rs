@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::{Config, LoadOptions};
-use crate::service::metrics::{LimitSeries, RequestStats};
+use crate::service::metrics::{Door, DoorCalls, LimitSeries, RequestStats};
 use crate::telemetry::Metrics;
 
 /// The per-limit series of `config`, as the live limits push them.
@@ -23,11 +23,15 @@ impl Metrics for Limits {
     }
 }
 
-/// `ShouldRateLimit`'s counters and the per-limit series of `config`, registered as the server
-/// registers them.
-fn registered(metrics: &Arc<RequestStats>, config: &Arc<Config>) -> Registry {
+/// Every door's calls and the per-limit series of `config`, registered as the server registers
+/// them.
+fn registered(
+    calls: &Arc<DoorCalls>,
+    metrics: &Arc<RequestStats>,
+    config: &Arc<Config>,
+) -> Registry {
     let limits = Limits(metrics.clone(), config.clone());
-    Registry::new(vec![metrics.clone(), Arc::new(limits)])
+    Registry::new(vec![calls.clone(), Arc::new(limits)])
 }
 
 fn mogrifier(pattern: &str, name: &str, tags: &[(&str, &str)]) -> Mogrifier {
@@ -86,7 +90,7 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
         Config::from_sources(&[("d.yaml".into(), YAML.into())], LoadOptions::default()).unwrap();
     let config = Arc::new(config);
     let metrics = Arc::new(RequestStats::default());
-    let all = registered(&metrics, &config);
+    let all = registered(&Arc::default(), &metrics, &config);
     let stats = metrics.limit_stats.bind(&config);
     let mut node = None;
     config.for_each_node(&mut |n| node = Some(n));
@@ -125,9 +129,11 @@ fn a_flush_sends_changes_and_nothing_when_nothing_changed() {
 fn response_times_go_as_one_sampled_line_per_bucket() {
     let config = Arc::new(Config::default());
     let metrics = Arc::new(RequestStats::default());
-    let all = registered(&metrics, &config);
+    let calls = Arc::new(DoorCalls::default());
+    let all = registered(&calls, &metrics, &config);
     for _ in 0..4 {
-        metrics.observe_latency(Duration::from_micros(30));
+        let envoy = calls.door(Door::Envoy);
+        envoy.count(None, Duration::from_micros(30));
     }
     let f = Exporter::default().collect(Format::Statsd { tags: &[] }, &all);
     assert!(

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::extract::rejection::JsonRejection;
@@ -19,6 +20,8 @@ use crate::descriptor::limitador::{namespace_prefix, parse_counter_key};
 use crate::descriptor::Entry;
 use crate::limiter::State as KeyState;
 use crate::service::limitador::{draft_03, set_variables, Ask, Limitador};
+use crate::service::metrics::{Door, DoorCalls};
+use crate::service::{within_bounds, RequestLimits};
 use crate::telemetry::{Registry, Shown};
 
 /// What the Limitador routes share.
@@ -30,17 +33,23 @@ pub struct LimitadorHttp {
     /// How the port shows client values (the metrics' labels from descriptors).
     pub shown: Shown,
     pub started_at: SystemTime,
+    /// Every door's calls: `/check`, `/report` and `/check_and_report` count in Limitador's.
+    pub calls: Arc<DoorCalls>,
+    /// The bounds every door keeps on what a caller sends.
+    pub bounds: RequestLimits,
 }
 
 pub fn limitador_router(state: LimitadorHttp) -> Router {
+    let calls = Router::new()
+        .route("/check", post(check))
+        .route("/report", post(report))
+        .route("/check_and_report", post(check_and_report));
     Router::new()
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/limits/{namespace}", get(limits))
         .route("/counters/{namespace}", get(counters))
-        .route("/check", post(check))
-        .route("/report", post(report))
-        .route("/check_and_report", post(check_and_report))
+        .merge(super::calls::counted(calls, Door::Limitador, &state.calls))
         .with_state(state)
 }
 
@@ -51,6 +60,15 @@ fn naive_utc(t: SystemTime) -> String {
         .to_datetime(ts)
         .strftime("%Y-%m-%dT%H:%M:%S%.f")
         .to_string()
+}
+
+/// Every limit served, one per line as `/limits` shows it, for `/rlconfig` and the status page.
+pub fn describe_limits(l: &Limitador) -> Vec<String> {
+    let loaded = l.loaded();
+    (loaded.limits.namespaces())
+        .flat_map(|(_, n)| n.limits.iter())
+        .filter_map(|limit| serde_json::to_string(&LimitJson::from(limit)).ok())
+        .collect()
 }
 
 /// `/status`, its fields in Limitador's order.
@@ -157,7 +175,10 @@ async fn counters(State(s): State<LimitadorHttp>, Path(ns): Path<String>) -> Res
         }
         out.push(CounterJson {
             limit: LimitJson::from(limit),
-            set_variables: set_variables(limit, &values).into_iter().collect(),
+            // A value a client sent, shown as the port shows client values.
+            set_variables: (set_variables(limit, &values).into_iter())
+                .map(|(k, v)| (k, s.shown.value(&v).into_owned()))
+                .collect(),
             remaining: Some(limit.max_value.saturating_sub(u64::from(count))),
             expires_in_seconds: Some((end - k.now) / 1_000_000_000),
         });
@@ -220,6 +241,10 @@ async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask
     let entries: Vec<Entry<'_>> = (a.values.iter())
         .map(|(k, v)| Entry { key: k, value: v })
         .collect();
+    let bounded = within_bounds(&a.namespace, [entries.as_slice()].into_iter(), &s.bounds);
+    if let Err(e) = bounded {
+        return text(StatusCode::BAD_REQUEST, e.to_string());
+    }
     let metered = ask == Ask::CheckAndReport;
     let descriptors: [&[Entry<'_>]; 1] = [&entries];
     let called = (s.limitador).call(&a.namespace, &descriptors, a.delta, ask, metered);

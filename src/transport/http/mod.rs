@@ -3,6 +3,8 @@
 
 mod admin;
 mod admin_stats;
+mod bounds;
+mod calls;
 mod json;
 mod limitador;
 mod rate;
@@ -22,12 +24,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
 pub use admin_stats::AdminStats;
+pub use bounds::{bound_body, HttpBounds};
 pub use json::{response_json, JsonError, JsonRequest};
-pub use limitador::{limitador_router, LimitadorHttp};
+pub use limitador::{describe_limits, limitador_router, LimitadorHttp};
 pub use status::StatusStats;
 
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, EngineStats};
+use crate::service::metrics::{Door, DoorCalls};
 use crate::service::rate::RateApiService;
 use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::mapped::Exposition;
@@ -39,8 +43,23 @@ use crate::telemetry::{Registry, Shown};
 pub struct MetricsState {
     pub registry: Registry,
     pub live: LiveLimits,
+    /// The limits a door serves besides the live config (Limitador's), one per line.
+    pub described: Option<Described>,
     /// How the port shows the client values some series carry (RLQS's bucket values).
     pub shown: Shown,
+}
+
+/// The limits a door serves, one per line, as `/rlconfig` and the status page list them.
+pub type Described = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+impl MetricsState {
+    /// The limits served, one per line: the door's, or the live config's.
+    pub fn describe(&self) -> Vec<String> {
+        match &self.described {
+            Some(d) => d(),
+            None => self.live.load_full().config.describe(),
+        }
+    }
 }
 
 /// What the HTTP handlers share.
@@ -61,6 +80,8 @@ pub struct HttpState {
     pub shown: Shown,
     /// The shards' counters: the health check names breakers that are open.
     pub shards: EngineStats,
+    /// Every door's calls: `/json`, `/rate` and `/throttle` count in their door's.
+    pub calls: Arc<DoorCalls>,
 }
 
 impl FromRef<HttpState> for MetricsState {
@@ -129,18 +150,23 @@ async fn mapped(State(x): State<Exposition>) -> Response {
 
 /// The HTTP port (`HOST:PORT`); `/metrics` with `metrics` (`USE_PROMETHEUS` on).
 pub fn router(state: HttpState, metrics: bool) -> Router {
-    let router = Router::new()
-        .route("/healthcheck", get(healthcheck))
-        .route("/json", post(json))
-        .route("/rlconfig", get(rlconfig))
+    let envoy = Router::new().route("/json", post(json));
+    let gocc = Router::new()
         .route("/rate/{key}", get(rate::take).post(rate::take))
         .route("/rate/", get(rate::empty_key).post(rate::empty_key))
         .route("/rate/{key}/{request_id}", delete(rate::release))
-        .route("/rate/{key}/", delete(rate::empty_id))
+        .route("/rate/{key}/", delete(rate::empty_id));
+    let throttle = Router::new().route("/throttle", post(throttle::handle));
+    let calls = &state.calls;
+    let router = Router::new()
+        .route("/healthcheck", get(healthcheck))
+        .route("/rlconfig", get(rlconfig))
         .route("/debug", get(rate::debug_all))
         .route("/debug/{key}", get(rate::debug_key))
         .route("/healthz", get(rate::healthz))
-        .route("/throttle", post(throttle::handle));
+        .merge(calls::counted(envoy, Door::Envoy, calls))
+        .merge(calls::counted(gocc, Door::Gocc, calls))
+        .merge(calls::counted(throttle, Door::Throttle, calls));
     with_metrics(router, metrics).with_state(state)
 }
 
@@ -181,8 +207,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
-    let arrived = std::time::Instant::now();
-    let result = s.limiter.decide(&Request::of(&req), arrived).await;
+    let result = s.limiter.decide(&Request::of(&req)).await;
     match result {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {
@@ -206,7 +231,7 @@ async fn metrics(State(s): State<MetricsState>) -> Response {
 }
 
 async fn rlconfig(State(s): State<MetricsState>) -> Response {
-    let mut body = s.live.load_full().config.describe().join("\n");
+    let mut body = s.describe().join("\n");
     body.push('\n');
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }

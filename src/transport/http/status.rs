@@ -18,7 +18,7 @@ use super::DebugState;
 use crate::config::{Config, Level, Node};
 use crate::hitters::{TopLists, TopTable, WINDOW_SECS};
 use crate::limiter::{BreakerState, EngineStats};
-use crate::service::metrics::RequestStats;
+use crate::service::metrics::{CallStats, Door, DoorCalls, Failed, RequestStats};
 use crate::service::LiveLimits;
 use crate::service::ReloadStats;
 use crate::telemetry::{digest, Shown};
@@ -228,13 +228,18 @@ fn load(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 
+/// Every door's calls, summed.
+fn summed(calls: &DoorCalls, f: &dyn Fn(&CallStats) -> u64) -> u64 {
+    (Door::ALL.iter()).map(|d| f(calls.door(*d))).sum()
+}
+
 /// `/debug/status`: what the status page shows besides the heavy hitters. Counters are
 /// totals since start; the page turns them into rates between two reads.
 pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let live = s.metrics.live.load_full();
     let counters = &s.status;
     let m = &*counters.requests;
-    let lines = live.config.describe();
+    let lines = s.metrics.describe();
     let mut rules: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for line in &lines {
         if let Some((key, rule)) = line.split_once(": ") {
@@ -278,6 +283,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
         version.write(line.as_bytes());
         version.write(b"\n");
     }
+    let calls = |f: &dyn Fn(&CallStats) -> u64| summed(&counters.calls, f);
     let reloads = &counters.reloads;
     let (live_load, last_attempt) = reloads.log.last();
     let (loads, load_errors) = reloads.counts();
@@ -296,12 +302,12 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
             "last_attempt": last_attempt,
         },
         "requests": {
-            "total": load(&m.requests),
+            "total": calls(&|c: &CallStats| load(&c.requests)),
             "total_hits": load(&m.all.total_hits),
             "over_limit": load(&m.all.over_limit),
-            "invalid_argument": load(&m.invalid_argument),
-            "overloaded": load(&m.overloaded),
-            "unavailable": load(&m.unavailable),
+            "invalid_argument": calls(&|c: &CallStats| c.failed(Failed::InvalidArgument)),
+            "overloaded": calls(&|c: &CallStats| c.failed(Failed::Overloaded)),
+            "unavailable": calls(&|c: &CallStats| c.failed(Failed::Unavailable)),
         },
         "limits": limits,
         "shards": shards,
@@ -314,6 +320,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
 #[derive(Clone)]
 pub struct StatusStats {
     pub requests: Arc<RequestStats>,
+    /// Every door's calls.
+    pub calls: Arc<DoorCalls>,
     pub shards: EngineStats,
     pub reloads: Arc<ReloadStats>,
 }

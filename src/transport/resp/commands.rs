@@ -5,8 +5,14 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::encode::extend_encode_borrowed;
 use redis_protocol::resp2::types::BorrowedFrame;
 
+use std::time::Instant;
+
+use tracing::Instrument;
+
 use super::Ctx;
+use crate::service::metrics::{Door, Failed};
 use crate::service::throttle::{ThrottleError, ThrottleRequest};
+use crate::telemetry::trace::{request_span, REQUEST_TARGET};
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -28,13 +34,33 @@ pub(super) async fn execute(
     session: &mut Session,
     out: &mut BytesMut,
 ) -> Flow {
-    // The two hot commands are matched without copying the name.
-    if args[0].eq_ignore_ascii_case(b"THROTTLE") {
-        throttle_command(&args[1..], ctx, out).await;
-        return Flow::Continue;
-    }
-    if args[0].eq_ignore_ascii_case(b"CL.THROTTLE") {
-        cl_throttle_command(&args[1..], ctx, out).await;
+    // The two hot commands are matched without copying the name; each is a call of the
+    // throttle door, traced and counted as every door's are.
+    let cl = args[0].eq_ignore_ascii_case(b"CL.THROTTLE");
+    if cl || args[0].eq_ignore_ascii_case(b"THROTTLE") {
+        let start = Instant::now();
+        let name = if cl { "CL.THROTTLE" } else { "THROTTLE" };
+        let span = request_span(&http::HeaderMap::new(), "resp", name);
+        let failed = if cl {
+            cl_throttle_command(&args[1..], ctx, out)
+                .instrument(span.clone())
+                .await
+        } else {
+            throttle_command(&args[1..], ctx, out)
+                .instrument(span.clone())
+                .await
+        };
+        let took = start.elapsed();
+        ctx.calls.door(Door::Throttle).count(failed, took);
+        span.in_scope(|| {
+            tracing::debug!(
+                target: REQUEST_TARGET,
+                door = Door::Throttle.name(),
+                failed = failed.is_some(),
+                micros = took.as_micros() as u64,
+                "answered"
+            )
+        });
         return Flow::Continue;
     }
     let name = args[0].to_ascii_uppercase();
@@ -142,9 +168,9 @@ fn hello(out: &mut BytesMut, resp3: bool) {
 /// `THROTTLE key max_burst count_per_period period [quantity]`, answered as ThrottleCrab does
 /// (`throttlecrab-server/src/transport/redis/mod.rs:277-283`): `[allowed, limit, remaining,
 /// reset_after, retry_after]`.
-async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
+async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Option<Failed> {
     let Some(req) = parse_throttle("throttle", args, ctx, out) else {
-        return;
+        return Some(Failed::InvalidArgument);
     };
     match ctx.throttle.throttle(&ctx.limits, &req).await {
         Ok(a) => integers(
@@ -157,16 +183,17 @@ async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
                 a.retry_after,
             ],
         ),
-        Err(e) => throttle_error(out, e),
+        Err(e) => return Some(throttle_error(out, e)),
     }
+    None
 }
 
 /// `CL.THROTTLE key max_burst count_per_period period [quantity]`, answered as redis-cell does
 /// (`src/lib.rs:82-87` in brandur/redis-cell): `[limited, max_burst + 1, remaining, retry_after,
 /// reset_after]`.
-async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
+async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Option<Failed> {
     let Some(req) = parse_throttle("cl.throttle", args, ctx, out) else {
-        return;
+        return Some(Failed::InvalidArgument);
     };
     match ctx.throttle.cl_throttle(&ctx.limits, &req).await {
         Ok(a) => integers(
@@ -179,8 +206,9 @@ async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) {
                 a.reset_after,
             ],
         ),
-        Err(e) => throttle_error(out, e),
+        Err(e) => return Some(throttle_error(out, e)),
     }
+    None
 }
 
 /// The arguments both commands take, `key max_burst count_per_period period [quantity]`; on
@@ -239,8 +267,14 @@ fn integers(out: &mut BytesMut, values: [i64; 5]) {
     }
 }
 
-fn throttle_error(out: &mut BytesMut, e: ThrottleError) {
-    error(out, &format!("ERR {e}"))
+/// Writes the error; says which kind of failure it is.
+fn throttle_error(out: &mut BytesMut, e: ThrottleError) -> Failed {
+    error(out, &format!("ERR {e}"));
+    match e {
+        ThrottleError::Invalid(_) => Failed::InvalidArgument,
+        ThrottleError::Overloaded => Failed::Overloaded,
+        ThrottleError::Unavailable => Failed::Unavailable,
+    }
 }
 
 fn encode(out: &mut BytesMut, frame: &BorrowedFrame<'_>) {

@@ -27,6 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::service::metrics::DoorCalls;
 use crate::service::throttle::ThrottleLimits;
 use crate::service::ThrottleService;
 use codec::next_command;
@@ -104,6 +105,8 @@ impl RespSettings {
 struct Ctx {
     throttle: ThrottleService,
     stats: Arc<RespStats>,
+    /// Every door's calls: `THROTTLE` and `CL.THROTTLE` count in the throttle door's.
+    calls: Arc<DoorCalls>,
     limits: ThrottleLimits,
     idle_timeout: Duration,
 }
@@ -124,6 +127,7 @@ impl RespShared {
         throttle: ThrottleService,
         settings: &RespSettings,
         stats: Arc<RespStats>,
+        calls: Arc<DoorCalls>,
     ) -> Arc<RespShared> {
         let max = settings
             .max_connections
@@ -133,6 +137,7 @@ impl RespShared {
         Arc::new(RespShared {
             ctx: Arc::new(Ctx {
                 throttle,
+                calls,
                 stats,
                 limits: settings.limits,
                 idle_timeout: settings.idle_timeout,
@@ -156,7 +161,7 @@ pub async fn serve(
     stats: Arc<RespStats>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let shared = RespShared::new(throttle, &settings, stats);
+    let shared = RespShared::new(throttle, &settings, stats, Arc::default());
     serve_shared(listener, shared, shutdown).await
 }
 

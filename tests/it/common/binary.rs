@@ -27,6 +27,8 @@ pub struct Ports {
     pub metrics: Option<SocketAddr>,
     /// The admin listener (`TURNSTILE_ADMIN_ADDR`), when on.
     pub admin: Option<SocketAddr>,
+    /// The RESP port (`TURNSTILE_RESP_ADDR`), when on.
+    pub resp: Option<SocketAddr>,
 }
 
 impl Ports {
@@ -193,6 +195,7 @@ impl Starting {
             debug: addr("debug"),
             metrics: addr("metrics"),
             admin: addr("admin"),
+            resp: addr("resp"),
         };
         Server {
             child: self.child.take().expect("running"),

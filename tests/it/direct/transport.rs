@@ -55,7 +55,10 @@ impl Resp {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(resp::serve(
             listener,
-            s.running().context.throttle.clone(),
+            turnstile::service::ThrottleService::new(
+                s.running().context.engine.clone(),
+                s.running().door_stats.throttle.clone(),
+            ),
             settings,
             s.running().context.stats.resp.clone(),
             async move {
@@ -1402,7 +1405,10 @@ async fn a_non_loopback_listener_is_refused_unless_allowed() {
     let listener = TcpListener::bind("0.0.0.0:0").await.unwrap();
     let e = resp::serve(
         listener,
-        s.running().context.throttle.clone(),
+        turnstile::service::ThrottleService::new(
+            s.running().context.engine.clone(),
+            s.running().door_stats.throttle.clone(),
+        ),
         RespSettings::default(),
         s.running().context.stats.resp.clone(),
         std::future::pending(),

@@ -283,7 +283,7 @@ async fn default_ratelimit_headers() {
 /// answers an error (gRPC UNKNOWN) "rate limit domain must not be empty" / "rate limit
 /// descriptor list must not be empty" and counts `call.should_rate_limit.service_error`;
 /// turnstile answers INVALID_ARGUMENT naming the problem (docs/configuration.md, "Where turnstile differs, on
-/// purpose") and counts it as `errors_total{kind="invalid_argument"}`.
+/// purpose") and counts it as `errors_total{door="envoy",kind="invalid_argument"}`.
 #[tokio::test]
 async fn empty_domain_and_empty_descriptors() {
     let s = start_at(NOW, DIFFERENT_DOMAIN, &[]).await;
@@ -294,7 +294,7 @@ async fn empty_domain_and_empty_descriptors() {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("domain"), "{}", e.message());
     let m = metrics(&s).await;
-    let errors = "ratelimit_service_errors_total{kind=\"invalid_argument\"}";
+    let errors = "ratelimit_service_errors_total{door=\"envoy\",kind=\"invalid_argument\"}";
     assert_eq!(series(&m, errors), Some(1.0));
 
     let e = s

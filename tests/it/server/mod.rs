@@ -2,6 +2,7 @@
 //! unix socket, shutdown (SIGTERM under load, the grace's end, health during the drain), and
 //! what stops a start (`start`: a taken port).
 
+mod doors;
 mod reload;
 mod shutdown;
 mod start;

@@ -132,14 +132,32 @@ async fn each_limit_is_enforced_at_its_boundary_and_named() {
 async fn an_oversized_message_is_refused_by_the_transport_and_the_service_keeps_answering() {
     let s = TestServer::start(CONFIG).await;
     let max = RequestLimits::default().max_message_bytes;
-    // An unknown domain limits nothing, so the domain's length sets the message size exactly.
-    let sized = |len: usize| one(&"d".repeat(len), &[("k", "v")]);
-    let base = sized(0).encoded_len();
-    // The length prefix of the domain field grows by one byte past 2^14 and 2^21; find the
-    // largest domain that still encodes to `max` bytes.
-    let mut len = max - base;
-    while sized(len).encoded_len() > max {
-        len -= 1;
+    // An unknown domain limits nothing, so the values' bytes set the message size exactly:
+    // `len` bytes in values of at most 4 096 bytes (each within the bounds every door keeps),
+    // 32 to a descriptor.
+    let sized = |len: usize| {
+        let values: Vec<String> = (0..len.div_ceil(4096))
+            .map(|i| "v".repeat((len - i * 4096).min(4096)))
+            .collect();
+        let descriptors = (values.chunks(32))
+            .map(|chunk| {
+                let pairs: Vec<(&str, &str)> = chunk.iter().map(|v| ("k", v.as_str())).collect();
+                desc(&pairs)
+            })
+            .collect();
+        req("d", descriptors)
+    };
+    // Each entry adds a few bytes of framing; step to the longest that still encodes to `max`.
+    let mut len = max;
+    for _ in 0..20 {
+        let over = sized(len).encoded_len() as i64 - max as i64;
+        if over <= 0 {
+            break;
+        }
+        len -= over as usize;
+    }
+    while sized(len + 1).encoded_len() <= max {
+        len += 1;
     }
     assert_eq!(sized(len).encoded_len(), max);
 

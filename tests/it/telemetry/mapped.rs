@@ -309,7 +309,7 @@ fn turnstiles_own_series_stay_on_the_http_and_debug_ports() {
     for port in [s.ports.http, s.ports.debug.expect("the debug port")] {
         let text = http_get(port, "/metrics");
         assert_eq!(
-            value(&text, "ratelimit_service_requests_total"),
+            value(&text, "ratelimit_service_requests_total{door=\"envoy\"}"),
             Some(5.0),
             "{text}"
         );

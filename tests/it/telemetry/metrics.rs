@@ -175,26 +175,39 @@ async fn metrics_after_known_traffic() {
     assert_eq!(
         metric(
             &m,
-            "ratelimit_service_errors_total{kind=\"invalid_argument\"}"
+            "ratelimit_service_errors_total{door=\"envoy\",kind=\"invalid_argument\"}"
         ),
         Some(1.0)
     );
     // 6 + 2 + 1 + 2 calls, every one in the histogram.
-    assert_eq!(metric(&m, "ratelimit_service_requests_total"), Some(11.0));
     assert_eq!(
-        metric(&m, "ratelimit_service_request_duration_seconds_count"),
+        metric(&m, "ratelimit_service_requests_total{door=\"envoy\"}"),
+        Some(11.0)
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ratelimit_service_request_duration_seconds_count{door=\"envoy\"}"
+        ),
         Some(11.0),
         "{m}"
     );
     assert_eq!(
         metric(
             &m,
-            "ratelimit_service_request_duration_seconds_bucket{le=\"+Inf\"}"
+            "ratelimit_service_request_duration_seconds_bucket{door=\"envoy\",le=\"+Inf\"}"
         ),
         Some(11.0)
     );
     // The waiter waited for a manual clock the test moved, in real time a few ms at least.
-    assert!(metric(&m, "ratelimit_service_request_duration_seconds_sum").unwrap() > 0.0);
+    assert!(
+        metric(
+            &m,
+            "ratelimit_service_request_duration_seconds_sum{door=\"envoy\"}"
+        )
+        .unwrap()
+            > 0.0
+    );
     let sum_over = |name: &str| -> f64 {
         (0..2)
             .filter_map(|i| metric(&m, &format!("{name}{{shard=\"{i}\"}}")))
