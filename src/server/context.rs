@@ -15,7 +15,9 @@ use crate::quota::{DemandExchange, QuotaStats};
 use crate::service::limitador::{Limitador, LimitadorMetrics};
 use crate::service::metrics::RequestStats;
 use crate::service::ReloadStats;
-use crate::service::{AnswerSettings, LiveLimits, RateLimiter, ThrottleService, ThrottleStats};
+use crate::service::{
+    AnswerSettings, ConfigCheck, LiveLimits, RateLimiter, ThrottleService, ThrottleStats,
+};
 use crate::settings::limitador::LimitadorSettings;
 use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
@@ -177,7 +179,12 @@ impl Context {
             errors: Arc::new(RedisErrors::new(settings.shards)),
         };
         let wait = starting.wait;
-        let Connected { store, fleet } = connect_store(settings, &redis, &wait).await?;
+        let connected = connect_store(settings, &config, &redis, &wait).await?;
+        let Connected {
+            store,
+            fleet,
+            check,
+        } = connected;
         let sizes = EngineSizes {
             shards: settings.shards,
             messages: settings.shard_queue_capacity,
@@ -208,7 +215,7 @@ impl Context {
         reload::record(&stats.reloads, source, Ok(()));
         let top = Arc::new(TopTable::new(settings.top_n).with_sample(settings.top_sample));
         top.tick(engine.clock().now());
-        let live = LiveLimits::new(config, service.clone(), top.clone());
+        let live = LiveLimits::new(config, service.clone(), top.clone()).checked_by(check);
         let throttle = Arc::new(ThrottleStats::default());
         let registry = stats.register(redis, state, &engine, throttle.clone(), &live);
         let answer = AnswerSettings {
@@ -265,12 +272,16 @@ fn limitador_rls(settings: &LimitadorSettings, files: Files, engine: &Engine) ->
 struct Connected {
     store: Option<(Arc<dyn Store>, StorePolicy)>,
     fleet: Option<Arc<dyn DemandExchange>>,
+    /// The store's check of every config before it goes live, the first one included.
+    check: Option<ConfigCheck>,
 }
 
 /// With Redis, the store and the RLQS fleet's exchange (`Connected`), connected while the start
-/// waits for it; nothing otherwise.
+/// waits for it, and the store's check of `config` (the first of the configs it checks);
+/// nothing otherwise.
 async fn connect_store(
     settings: &Settings,
+    config: &Config,
     redis: &RedisStats,
     wait: &StartWait,
 ) -> Result<Connected, StartError> {
@@ -280,10 +291,17 @@ async fn connect_store(
     wait.set(Some(WaitingFor::Redis));
     let store = RedisStore::connect(r, &redis.retries, &redis.errors).await;
     let store = Arc::new(store.map_err(StartError::Redis)?);
+    if settings.limitador.is_some() {
+        store.check_first_hit().map_err(StartError::Redis)?;
+    }
     let fleet = store.clone() as Arc<dyn DemandExchange>;
+    let checked = store.clone();
+    let check: ConfigCheck = Arc::new(move |c: &Config| checked.check_config(c));
+    check(config).map_err(|e| StartError::Redis(e.to_string()))?;
     let store: Arc<dyn Store> = store;
     Ok(Connected {
         store: Some((store, r.policy.clone())),
         fleet: Some(fleet),
+        check: Some(check),
     })
 }
