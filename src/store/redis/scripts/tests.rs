@@ -380,8 +380,7 @@ fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
 fn keys_called(src: &str) -> Vec<&str> {
     src.split("redis.call(")
         .skip(1)
-        .map(|call| call.split(',').nth(1).unwrap_or("").trim())
-        .map(|key| key.trim_end_matches(')'))
+        .map(|call| call.split([',', ')']).nth(1).unwrap_or("").trim())
         .collect()
 }
 
