@@ -20,15 +20,6 @@ fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
-/// A Valkey that runs no scripts: its Lua engine, a module since Valkey 9.1, unloaded.
-fn valkey_without_lua() -> Redis {
-    let v = Redis::start_program("valkey-server", &["--enable-module-command", "yes"]);
-    assert_eq!(v.cli(&["MODULE", "UNLOAD", "lua"]), "OK");
-    let refused = v.cli(&["EVAL", "return 1", "0"]);
-    assert!(refused.contains("scripting engine"), "{refused}");
-    v
-}
-
 /// The name and version `INFO server` gives, as the start should log them.
 fn named(r: &Redis) -> (String, String) {
     let info = r.cli(&["INFO", "server"]);
@@ -62,7 +53,7 @@ fn the_store_is_named_at_start_with_its_version() {
 
 #[test]
 fn a_store_without_scripts_is_named_at_start_and_fixed_windows_count_there() {
-    let v = valkey_without_lua();
+    let v = Redis::valkey_without_lua();
     let (_, version) = named(&v);
     let t = TempDir::new("no-scripts");
     let path = t.write("limits.yaml", FIXED);
@@ -120,7 +111,7 @@ fn a_store_without_scripts_is_named_at_start_and_fixed_windows_count_there() {
 
 #[test]
 fn a_limit_that_needs_scripts_stops_the_start_on_a_store_without_them() {
-    let v = valkey_without_lua();
+    let v = Redis::valkey_without_lua();
     let t = TempDir::new("no-scripts-start");
     let env = env(&v);
     let cases = [

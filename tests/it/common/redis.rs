@@ -59,6 +59,16 @@ impl Redis {
         Self::start_program(&server_program(), extra)
     }
 
+    /// A Valkey that runs no scripts: its Lua engine, a module since Valkey 9.1, unloaded
+    /// (`EVAL` answers `ERR Could not find scripting engine 'lua'`).
+    pub fn valkey_without_lua() -> Redis {
+        let v = Redis::start_program("valkey-server", &["--enable-module-command", "yes"]);
+        assert_eq!(v.cli(&["MODULE", "UNLOAD", "lua"]), "OK");
+        let refused = v.cli(&["EVAL", "return 1", "0"]);
+        assert!(refused.contains("scripting engine"), "{refused}");
+        v
+    }
+
     /// `program` (`valkey-server`, say, whichever the tests run) with `extra` arguments.
     pub fn start_program(program: &str, extra: &[&str]) -> Redis {
         let dir = TempDir::new("redis");
