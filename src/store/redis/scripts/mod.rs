@@ -148,7 +148,7 @@ return tat
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Cmd<'a> {
     /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
-    /// ([`Then::expire`]).
+    /// ([`Then::follow_up`]).
     Fixed {
         key: Name<'a>,
         hits: u64,
