@@ -1,8 +1,8 @@
 //! What a deployment's store is and can do, asked once at connect: its name and version
 //! (`INFO server`: Redis, Valkey, or another store speaking RESP), and whether it runs
-//! turnstile's scripts. Logged at start; a store that refuses scripts is kept in the
-//! deployment, so a limit that needs them is refused before it is served
-//! (`RedisStore::check_config`), and a fixed window's refund goes without a script there
+//! turnstile's scripts. Logged at start; the store keeps which deployments refused scripts
+//! ([`Refusals`]), so a limit that needs them is refused before it is served
+//! ([`RedisStore::check_config`]), and a fixed window's refund goes without a script there
 //! (`scripts`).
 
 use std::time::Duration;
@@ -45,21 +45,21 @@ pub(super) struct Refusals {
 }
 
 /// What counts with a script, as the start's log and the refusals name it.
-pub(super) const WHAT_NEEDS_SCRIPTS: &str = "sliding windows, token buckets (THROTTLE and \
+const WHAT_NEEDS_SCRIPTS: &str = "sliding windows, token buckets (THROTTLE and \
     CL.THROTTLE too), windows from the first hit (limitador-server's limits), limits with \
     `reserve`, and RLQS's demand exchange between replicas";
 
 /// The store's name and version, and whether it ran a script.
-pub(super) struct Probed {
-    pub(super) name: String,
-    pub(super) version: String,
+struct Probed {
+    name: String,
+    version: String,
     /// The store's answer when it refused a script.
-    pub(super) refused: Option<String>,
+    refused: Option<String>,
 }
 
 impl Probed {
     /// `valkey 9.1.2`.
-    pub(super) fn store(&self) -> String {
+    fn store(&self) -> String {
         format!("{} {}", self.name, self.version)
     }
 }
