@@ -47,7 +47,7 @@ TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
 # outage replayed, local-first syncs, reservations, Limitador's first-hit windows and storages,
 # RLQS's exchange, the admin's scan and reset, TTLs and jitter (docs/redis-and-fleets.md, "Which
 # stores"). Not TLS (that build has none), nor what no store changes (memory and durable
-# variants, Envoy end to end). 113 tests, 34-50 s on 2 busy cores; all 149 Redis-backed tests
+# variants, Envoy end to end). 114 tests, 34-50 s on 2 busy cores; all 149 Redis-backed tests
 # but those would take about 63 s.
 TURNSTILE_TEST_REDIS_SERVER=valkey-server cargo test --all-features --test it -- \
     backing:: limitador::redis:: limitador::reserve::on_redis:: service::reservations:: \
