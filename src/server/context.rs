@@ -12,7 +12,7 @@ use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
 use crate::service::metrics::{DoorCalls, RequestStats};
 use crate::service::ReloadStats;
-use crate::service::{AnswerSettings, LiveLimits, RateLimiter};
+use crate::service::{AnswerSettings, ConfigCheck, LiveLimits, RateLimiter};
 use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};
@@ -174,10 +174,12 @@ impl Context {
             errors: Arc::new(RedisErrors::new(settings.shards)),
         };
         let wait = starting.wait;
+        let connected = connect_store(settings, &config, &redis, &wait).await?;
         let Connected {
             store,
             redis: shared,
-        } = connect_store(settings, &redis, &wait).await?;
+            check,
+        } = connected;
         let sizes = EngineSizes {
             shards: settings.shards,
             messages: settings.shard_queue_capacity,
@@ -206,7 +208,7 @@ impl Context {
         reload::record(&stats.reloads, source.as_deref(), Ok(()));
         let top = Arc::new(TopTable::new(settings.top_n).with_sample(settings.top_sample));
         top.tick(engine.clock().now());
-        let live = LiveLimits::new(config, service.clone(), top.clone());
+        let live = LiveLimits::new(config, service.clone(), top.clone()).checked_by(check);
         let registry = stats.register(redis, state, &engine, &live, starting.doors);
         let answer = AnswerSettings {
             response_headers: settings.response_headers.clone(),
@@ -241,12 +243,15 @@ impl Context {
 struct Connected {
     store: Option<(Arc<dyn Store>, StorePolicy)>,
     redis: Option<Arc<RedisStore>>,
+    /// The store's check of every config before it goes live, the first one included.
+    check: Option<ConfigCheck>,
 }
 
-/// With Redis, the store (`Connected`), connected while the start waits for it; nothing
-/// otherwise.
+/// With Redis, the store (`Connected`), connected while the start waits for it, and the store's
+/// check of `config` (the first of the configs it checks); nothing otherwise.
 async fn connect_store(
     settings: &Settings,
+    config: &Config,
     redis: &RedisStats,
     wait: &StartWait,
 ) -> Result<Connected, StartError> {
@@ -256,10 +261,18 @@ async fn connect_store(
     wait.set(Some(WaitingFor::Redis));
     let store = RedisStore::connect(r, &redis.retries, &redis.errors).await;
     let store = Arc::new(store.map_err(StartError::Redis)?);
+    // Limitador's limits all count from their first hit, through a script.
+    if settings.limitador.is_some() {
+        store.check_first_hit().map_err(StartError::Redis)?;
+    }
+    let checked = store.clone();
+    let check: ConfigCheck = Arc::new(move |c: &Config| checked.check_config(c));
+    check(config).map_err(|e| StartError::Redis(e.to_string()))?;
     let shared = store.clone();
     let store: Arc<dyn Store> = store;
     Ok(Connected {
         store: Some((store, r.policy.clone())),
         redis: Some(shared),
+        check: Some(check),
     })
 }

@@ -52,7 +52,8 @@ impl Install {
         source: &str,
         loaded: Result<Config, ConfigError>,
     ) -> Result<(), ConfigError> {
-        match loaded {
+        // The store's check too: a store that runs no scripts keeps out limits that need them.
+        match loaded.and_then(|c| self.live.check(&c).map(|()| c)) {
             Ok(config) => {
                 let domains = config.domains.len();
                 let replaced = self.live.install(config);

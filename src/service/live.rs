@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::metrics::{BoundStats, LimitSeries, RequestStats};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::hitters::BoundTop;
 use crate::hitters::TopTable;
 use crate::telemetry::{Metrics, Pushed};
@@ -32,7 +32,13 @@ pub struct LiveLimits {
     now: Arc<ArcSwap<Live>>,
     metrics: Arc<RequestStats>,
     top: Arc<TopTable>,
+    /// What a config must pass besides its own validation to go live, from files or xDS
+    /// alike: the store's (one that runs no scripts refuses the limits that need them).
+    check: Option<ConfigCheck>,
 }
+
+/// A check of a config against what counts it, set once at start (see [`LiveLimits::check`]).
+pub type ConfigCheck = Arc<dyn Fn(&Config) -> Result<(), ConfigError> + Send + Sync>;
 
 impl LiveLimits {
     /// `config` live, its limits bound to `metrics`' per-limit stats and to `top`.
@@ -42,7 +48,19 @@ impl LiveLimits {
             now: Arc::new(ArcSwap::from_pointee(live)),
             metrics,
             top,
+            check: None,
         }
+    }
+
+    /// The same, a config going live after this one checked by `check` first.
+    pub fn checked_by(self, check: Option<ConfigCheck>) -> LiveLimits {
+        LiveLimits { check, ..self }
+    }
+
+    /// Whether `config` may go live here: a reload calls it before [`LiveLimits::install`], and
+    /// keeps the live config on an error.
+    pub fn check(&self, config: &Config) -> Result<(), ConfigError> {
+        self.check.as_ref().map_or(Ok(()), |c| c(config))
     }
 
     /// The limits being served now.

@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::WAITED_HEADER;
 pub use error::RlsError;
-pub use live::{Live, LiveLimits};
+pub use live::{ConfigCheck, Live, LiveLimits};
 use refusal::RefusalLog;
 pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
 pub use request::{validate, within_bounds, Descriptor, Override, Request, RequestLimits};

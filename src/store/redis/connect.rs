@@ -341,7 +341,6 @@ impl RedisStore {
                         )))
                     }
                 }
-                load_scripts(c, check).await;
             }
         }
         Ok(RedisStore {
@@ -351,6 +350,8 @@ impl RedisStore {
             jitter_max_secs: s.jitter_max_secs,
             fleet_deadline: deadline.max(Duration::from_secs(1)),
             errors: errors.clone(),
+            // Asked next (`probe`).
+            no_scripts: Default::default(),
         })
     }
 }
@@ -490,24 +491,6 @@ pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, Stri
             }
             r.map_err(|e| e.to_string())
         }
-    }
-}
-
-/// Loads every script, so decisions do not meet NOSCRIPT (see `exec`) unless Redis forgets them
-/// later. Best effort: a Redis that refuses `SCRIPT LOAD` (an ACL) still runs `EVAL`. A
-/// Cluster's nodes each learn the scripts on first use instead.
-async fn load_scripts(conn: &Conn, within: Duration) {
-    if matches!(conn, Conn::Cluster(_)) {
-        return;
-    }
-    let mut pipe = redis::pipe();
-    for src in super::scripts::ALL {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(src);
-    }
-    match tokio::time::timeout(within, query(conn.clone(), pipe)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "SCRIPT LOAD failed; scripts load on first use"),
-        Err(_) => tracing::debug!("SCRIPT LOAD timed out; scripts load on first use"),
     }
 }
 

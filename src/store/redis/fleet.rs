@@ -134,4 +134,13 @@ mod tests {
         assert_eq!(decode(&encode(&d)), Some(d));
         assert_eq!(decode("1,x"), None, "garbage is dropped, not guessed");
     }
+
+    /// The exchange touches only the key it declares, as every script does (`scripts`).
+    #[test]
+    fn the_exchange_touches_only_its_declared_key() {
+        for call in EXCHANGE.split("redis.call(").skip(1) {
+            let key = call.split([',', ')']).nth(1).unwrap_or("").trim();
+            assert_eq!(key, "KEYS[1]", "{call}");
+        }
+    }
 }

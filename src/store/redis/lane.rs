@@ -188,7 +188,7 @@ mod tests {
         );
         // The key made by this round trip (its count is all the hits) gets one TTL.
         let mut expire = Packed::default();
-        then[0].expire(&cmds, 0, &[7], 0, &mut expire);
+        then[0].follow_up(&cmds, 0, &[7], 0, &mut expire);
         assert_eq!(expire.len(), 1);
         let mut out = vec![Ints::new(); 3];
         answers.answer(vec![ints(&[17])], &mut out);

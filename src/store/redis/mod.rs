@@ -9,6 +9,7 @@ pub mod fleet;
 mod lane;
 mod packed;
 mod plain;
+mod probe;
 mod scan;
 mod scripts;
 mod settings;
@@ -22,6 +23,7 @@ use decode::Asked;
 pub use errors::RedisErrors;
 use lane::Lane;
 use packed::Packed;
+use probe::Refusals;
 pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 pub use startup::StartupRetries;
 
@@ -30,7 +32,8 @@ use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, S
 /// Shared by the shards: connections and key layout.
 ///
 /// Its methods are split across this module's files on purpose, each beside what it needs:
-/// the store contract here, connecting in `connect.rs` and `startup.rs`, the commands an op
+/// the store contract here, connecting in `connect.rs` and `startup.rs`, what the store is and
+/// whether it runs scripts (and so which limits it can count) in `probe.rs`, the commands an op
 /// becomes in `scripts/` (`holds.rs` and `first_hit.rs` for their scripts), look-ups and resets
 /// in `admin.rs`, the key scan in `scan.rs`, RLQS's demand exchange in `fleet.rs`.
 pub struct RedisStore {
@@ -42,6 +45,9 @@ pub struct RedisStore {
     fleet_deadline: Duration,
     /// Round trips that failed or were too slow, per lane.
     errors: Arc<RedisErrors>,
+    /// The deployments whose store refused turnstile's scripts at connect (`probe`): limits
+    /// that need them are refused, and a fixed window's refund goes by `DECRBY` there.
+    no_scripts: Refusals,
 }
 
 impl Store for RedisStore {
@@ -97,13 +103,14 @@ impl Store for RedisStore {
                 let mut out = vec![decode::Ints::new(); asked.len()];
                 for (conn, answers, then, cmds) in lists.into_iter().flatten() {
                     let replies = exec(&conn, &cmds).await?;
-                    // Keys this round trip created get their TTL before it answers.
-                    let mut expire = Packed::default();
+                    // Keys this round trip created get their TTL before it answers (a key a
+                    // refund's DECRBY made is deleted).
+                    let mut follow = Packed::default();
                     for (i, (t, r)) in then.iter().zip(&replies).enumerate() {
-                        t.expire(&cmds, i, r, jitter, &mut expire);
+                        t.follow_up(&cmds, i, r, jitter, &mut follow);
                     }
-                    if !expire.is_empty() {
-                        exec(&conn, &expire).await?;
+                    if !follow.is_empty() {
+                        exec(&conn, &follow).await?;
                     }
                     answers.answer(replies, &mut out);
                 }
@@ -179,6 +186,7 @@ impl RedisStore {
             jitter_max_secs: 0,
             fleet_deadline: Duration::from_secs(1),
             errors: Arc::new(RedisErrors::new(1)),
+            no_scripts: Refusals::default(),
         }
     }
 }

@@ -31,7 +31,8 @@ impl Metrics for StartupRetries {
 impl RedisStore {
     /// Connects as `connect_once` does, retrying while Redis cannot be reached,
     /// each retry logged and counted in `retries`; the store counts its round trips' errors in
-    /// `errors`.
+    /// `errors`. Connected, each deployment's store is asked what it is and whether it runs
+    /// scripts (`probe`).
     pub async fn connect(
         s: &RedisSettings,
         retries: &StartupRetries,
@@ -49,7 +50,12 @@ impl RedisStore {
         };
         loop {
             let e = match RedisStore::connect_once(s, errors).await {
-                Ok(store) => return Ok(store),
+                Ok(mut store) => {
+                    store
+                        .probe(Duration::from_secs(5).max(s.policy.deadline))
+                        .await;
+                    return Ok(store);
+                }
                 Err(ConnectError::Setting(e)) => return Err(e),
                 Err(e @ ConnectError::Unreachable(_)) => e,
             };

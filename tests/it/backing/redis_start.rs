@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::common::redis::{cli_auth, free_port, Redis};
+use crate::common::redis::{cli_auth, free_port, server_program, Redis};
 use crate::common::*;
 
 const CONFIG: &str = "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
@@ -46,7 +46,7 @@ fn sentinel(master: &Redis, passwords: Option<(&str, &str)>) -> Sentinel {
         ));
     }
     std::fs::write(&conf, text).unwrap();
-    let child = Command::new("redis-server")
+    let child = Command::new(server_program())
         .arg(&conf)
         .arg("--sentinel")
         .stdout(Stdio::null())

@@ -1,10 +1,17 @@
-//! Real Redis servers for tests: started on free ports, stopped on drop.
+//! Real Redis servers for tests: started on free ports, stopped on drop. The program is
+//! `redis-server`, or the one `TURNSTILE_TEST_REDIS_SERVER` names (`scripts/test.sh` runs the
+//! Redis-backed tests a second time with `valkey-server`).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::tempdir::TempDir;
+
+/// The server program the Redis-backed tests start (and their Sentinels, `--sentinel`).
+pub fn server_program() -> String {
+    std::env::var("TURNSTILE_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -39,6 +46,8 @@ pub struct Redis {
     pub dir: TempDir,
     extra: Vec<String>,
     auth: Option<String>,
+    /// `redis-server`, `valkey-server`, ... (see [`server_program`]).
+    program: String,
 }
 
 impl Redis {
@@ -47,6 +56,21 @@ impl Redis {
     }
 
     pub fn start_with(extra: &[&str]) -> Redis {
+        Self::start_program(&server_program(), extra)
+    }
+
+    /// A Valkey that runs no scripts: its Lua engine, a module since Valkey 9.1, unloaded
+    /// (`EVAL` answers `ERR Could not find scripting engine 'lua'`).
+    pub fn valkey_without_lua() -> Redis {
+        let v = Redis::start_program("valkey-server", &["--enable-module-command", "yes"]);
+        assert_eq!(v.cli(&["MODULE", "UNLOAD", "lua"]), "OK");
+        let refused = v.cli(&["EVAL", "return 1", "0"]);
+        assert!(refused.contains("scripting engine"), "{refused}");
+        v
+    }
+
+    /// `program` (`valkey-server`, say, whichever the tests run) with `extra` arguments.
+    pub fn start_program(program: &str, extra: &[&str]) -> Redis {
         let dir = TempDir::new("redis");
         let mut r = Redis {
             port: free_port(),
@@ -58,6 +82,7 @@ impl Redis {
                 .map(|s| s.to_string()),
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            program: program.to_owned(),
         };
         r.spawn(false);
         r
@@ -69,7 +94,7 @@ impl Redis {
     /// server under test knows this port, so another would fail the test for the wrong reason).
     fn spawn(&mut self, same_port: bool) {
         for _ in 0..5 {
-            let mut child = Command::new("redis-server")
+            let mut child = Command::new(&self.program)
                 .args([
                     "--port",
                     &self.port.to_string(),
@@ -86,7 +111,10 @@ impl Redis {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("redis-server is on PATH (scripts/install-test-deps.sh installs it)");
+                .unwrap_or_else(|e| {
+                    let p = &self.program;
+                    panic!("{p} is on PATH (scripts/install-test-deps.sh installs it): {e}")
+                });
             let pid = format!("process_id:{}", child.id());
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
@@ -100,7 +128,8 @@ impl Redis {
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "redis-server on {} did not start",
+                    "{} on {} did not start",
+                    self.program,
                     self.port
                 );
                 std::thread::sleep(Duration::from_millis(20));
@@ -112,7 +141,7 @@ impl Redis {
                 self.port = free_port();
             }
         }
-        panic!("could not start redis-server on port {}", self.port);
+        panic!("could not start {} on port {}", self.program, self.port);
     }
 
     pub fn url(&self) -> String {

@@ -252,6 +252,21 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// On a store that runs no scripts (a Valkey with its Lua module unloaded) the start stops,
+/// naming the store's answer: every limit of Limitador's counts from its first hit, by a script.
+#[test]
+fn a_store_without_scripts_stops_the_start() {
+    let v = Redis::valkey_without_lua();
+    let stderr = refused(&["redis", &url(&v)], &[ROOMY]);
+    for want in [
+        "limitador-server's limits count from their first hit through a script",
+        "REDIS_URL (valkey",
+        "Could not find scripting engine 'lua'",
+    ] {
+        assert!(stderr.contains(want), "{want:?} not in:\n{stderr}");
+    }
+}
+
 /// A storage's arguments, the environment beside them, and what the refusal names.
 type Refusal = (
     &'static [&'static str],

@@ -43,6 +43,7 @@ use first_hit::FIRST_HIT;
 pub(in crate::store::redis) use first_hit::{first_hit_read, held_of, Beside, Named, FIRST_SUFFIX};
 pub(in crate::store::redis) use name::Name;
 use name::WindowStart;
+pub(in crate::store::redis) use then::Then;
 
 use super::RedisStore;
 use crate::config::Algorithm;
@@ -147,7 +148,7 @@ return tat
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Cmd<'a> {
     /// `INCRBY key hits`: answers the count after; a key it created needs a `PEXPIRE` next
-    /// ([`Then::expire`]).
+    /// ([`Then::follow_up`]).
     Fixed {
         key: Name<'a>,
         hits: u64,
@@ -198,6 +199,10 @@ pub(super) enum Cmd<'a> {
         interval_us: u64,
         hits: u64,
     },
+    /// `DECRBY key hits`: a fixed window's refund on a store that runs no scripts (`probe`).
+    /// Not floored at zero as [`REFUND_COUNT`] is: a key it made (the window's key expired or
+    /// was reset meanwhile) answers below zero and is deleted next ([`Then::DeleteIfMade`]).
+    Decrement { key: Name<'a>, hits: u64 },
     /// A check of a limit with `reserve`, or a report releasing one of its holds
     /// (`holds::HOLD`).
     Hold(holds::HoldCmd<'a>),
@@ -213,20 +218,13 @@ pub(super) enum Cmd<'a> {
     Del { key: Name<'a> },
 }
 
-/// What to do once a packed command is answered: a fixed window's `INCRBY` that made its key
-/// (it answers exactly its own hits) gives the key its TTL.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Then {
-    Nothing,
-    ExpireIfCreated { hits: u64, window_ms: u64 },
-}
-
 impl Cmd<'_> {
     pub(super) fn then(&self) -> Then {
         match *self {
             Cmd::Fixed {
                 hits, window_ms, ..
             } => Then::ExpireIfCreated { hits, window_ms },
+            Cmd::Decrement { .. } => Then::DeleteIfMade,
             _ => Then::Nothing,
         }
     }
@@ -234,37 +232,6 @@ impl Cmd<'_> {
     pub(super) fn per_second(&self, p: &Params) -> bool {
         let _ = self;
         p.window_ms == 1000
-    }
-}
-
-impl Then {
-    /// Adds to `out` the `PEXPIRE` of the key of command `i` of `sent` when its reply shows it
-    /// made the key: TTL one window plus up to `jitter_max_secs` (drawn only for keys being
-    /// created).
-    pub(super) fn expire(
-        &self,
-        sent: &Packed,
-        i: usize,
-        reply: &[i64],
-        jitter_max_secs: u64,
-        out: &mut Packed,
-    ) {
-        let Then::ExpireIfCreated { hits, window_ms } = *self else {
-            return;
-        };
-        if reply.first() != Some(&(hits as i64)) {
-            return;
-        }
-        let jitter = if jitter_max_secs > 0 {
-            rand::random_range(0..jitter_max_secs) * 1000
-        } else {
-            0
-        };
-        let args = sent.args(i);
-        out.start(3);
-        out.encoded(&PEXPIRE);
-        out.arg(args.get(1).copied().unwrap_or_default());
-        out.int(window_ms.max(1) + jitter);
     }
 }
 
@@ -329,7 +296,9 @@ impl RedisStore {
         match p.algorithm {
             Algorithm::FixedWindow => {
                 let key = self.key(op, "", "", start(span.start));
-                if refund {
+                if refund && self.no_scripts(p).is_some() {
+                    Cmd::Decrement { key, hits: op.hits }
+                } else if refund {
                     Cmd::RefundCount {
                         key,
                         hits: op.hits,
@@ -419,6 +388,7 @@ static REFUND_GCRA_SHA: LazyLock<String> = LazyLock::new(|| sha1(REFUND_GCRA));
 /// A command's name, or `EVALSHA` with a script's SHA1, encoded once.
 type Head = LazyLock<Encoded>;
 static INCRBY: Head = LazyLock::new(|| Encoded::new(&[b"INCRBY"]));
+static DECRBY: Head = LazyLock::new(|| Encoded::new(&[b"DECRBY"]));
 static GET: Head = LazyLock::new(|| Encoded::new(&[b"GET"]));
 static DEL: Head = LazyLock::new(|| Encoded::new(&[b"DEL"]));
 static HDEL: Head = LazyLock::new(|| Encoded::new(&[b"HDEL"]));
@@ -452,6 +422,7 @@ fn script(p: &mut Packed, head: &Head, keys: &[&Name<'_>], args: &[u64]) {
 pub(super) fn pack(c: &Cmd<'_>, p: &mut Packed) {
     match c {
         Cmd::Fixed { key, hits, .. } => plain(p, &INCRBY, key, Some(*hits)),
+        Cmd::Decrement { key, hits } => plain(p, &DECRBY, key, Some(*hits)),
         Cmd::FirstHit {
             key,
             hits,
@@ -580,3 +551,4 @@ mod holds;
 mod name;
 #[cfg(test)]
 mod tests;
+mod then;

@@ -1,6 +1,7 @@
 use super::super::test_op;
 use super::*;
 use crate::limiter::Reservation;
+use crate::store::redis::probe::NoScripts;
 
 fn store(prefix: &str) -> RedisStore {
     RedisStore::for_tests(prefix)
@@ -72,14 +73,14 @@ fn a_created_key_gets_one_window_of_ttl() {
     let c = s.cmd(&o, NOW, false);
     let sent = packed(&c);
     let mut e = Packed::default();
-    c.then().expire(&sent, 0, &[4], 0, &mut e);
+    c.then().follow_up(&sent, 0, &[4], 0, &mut e);
     assert!(e.is_empty());
-    c.then().expire(&sent, 0, &[3], 0, &mut e);
+    c.then().follow_up(&sent, 0, &[3], 0, &mut e);
     assert_eq!(
         text(&e),
         reference(&[b"PEXPIRE", b"dom_k_v_1700000123", b"1000"])
     );
-    c.then().expire(&sent, 0, &[3], 5, &mut e);
+    c.then().follow_up(&sent, 0, &[3], 5, &mut e);
     let ttl: u64 = std::str::from_utf8(e.args(1)[2]).unwrap().parse().unwrap();
     assert!((1000..6000).contains(&ttl), "{ttl}");
 }
@@ -373,4 +374,52 @@ fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
         (r.allowed, r.holds.named, r.holds.released),
         (None, 600, false)
     );
+}
+
+/// The key each `redis.call` of `src` names (its first argument after the command), in order.
+fn keys_called(src: &str) -> Vec<&str> {
+    src.split("redis.call(")
+        .skip(1)
+        .map(|call| call.split([',', ')']).nth(1).unwrap_or("").trim())
+        .collect()
+}
+
+/// Every script declares every key it touches (`KEYS[i]`, never a name built inside it): Redis
+/// Cluster routes a script by its declared keys, and Dragonfly refuses undeclared ones.
+#[test]
+fn every_script_touches_only_the_keys_it_declares() {
+    for src in ALL {
+        let keys = keys_called(src);
+        assert!(!keys.is_empty(), "{src}");
+        for k in keys {
+            assert!(k.starts_with("KEYS[") && k.ends_with(']'), "{k:?} in {src}");
+        }
+    }
+}
+
+/// A fixed window's refund on a store without scripts: `DECRBY`, and a `DEL` of a key it made.
+#[test]
+fn a_refund_without_scripts_decrements_and_deletes_a_key_it_made() {
+    let mut s = store("p_");
+    s.no_scripts.main = Some(NoScripts {
+        setting: "REDIS_URL",
+        store: "valkey 9.1.2".into(),
+        answer: "ERR Could not find scripting engine 'lua'".into(),
+    });
+    let o = op(Algorithm::FixedWindow, 60_000);
+    let c = s.cmd(&o, NOW, true);
+    let sent = packed(&c);
+    assert_eq!(
+        text(&sent),
+        reference(&[b"DECRBY", b"p_dom_k_v_1700000100", b"3"]),
+        "{c:?}"
+    );
+    let mut after = Packed::default();
+    c.then().follow_up(&sent, 0, &[1], 0, &mut after);
+    assert!(after.is_empty(), "a key that was there stays");
+    c.then().follow_up(&sent, 0, &[-3], 0, &mut after);
+    assert_eq!(text(&after), reference(&[b"DEL", b"p_dom_k_v_1700000100"]));
+    // With scripts, the refund stays the script floored at zero.
+    let with = store("p_");
+    assert!(matches!(with.cmd(&o, NOW, true), Cmd::RefundCount { .. }));
 }
