@@ -6,10 +6,12 @@
 
 mod command_line;
 mod envoy;
+mod environment;
 mod grpc;
 mod http;
 mod redis;
 mod reserve;
+mod start_errors;
 
 use std::path::{Path, PathBuf};
 

@@ -231,7 +231,7 @@ async fn a_check_or_a_refused_call_leaves_no_key() {
 }
 
 /// The binary under Limitador's name with `args`, expected to stop at start: its stderr.
-fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+pub(super) fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = crate::common::tempdir::TempDir::new("limitador-refused");
     let file = dir.path().join("limits.yaml");
     std::fs::write(&file, LIMITS).unwrap();
