@@ -11,6 +11,7 @@ mod grpc;
 mod http;
 mod redis;
 mod reserve;
+mod reserve_contract;
 mod start_errors;
 
 use std::path::{Path, PathBuf};
