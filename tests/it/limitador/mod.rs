@@ -9,6 +9,7 @@ mod envoy;
 mod environment;
 mod grpc;
 mod http;
+mod partitioned;
 mod redis;
 mod reserve;
 mod reserve_contract;
