@@ -9,6 +9,7 @@ mod envoy;
 mod environment;
 mod grpc;
 mod http;
+mod limits_file;
 mod partitioned;
 mod redis;
 mod reserve;
