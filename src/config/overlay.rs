@@ -231,7 +231,8 @@ impl Overlay {
             let twin = level.iter().position(|e| e.key == key && e.value == value);
             // The same descriptor twice (in two files, or two places of one) is one entry: the
             // path to a limit is written again beside another, and only two limits for it clash.
-            if let Some(t) = twin.filter(|t| level[*t].limit.is_some() && raw.rate_limit.is_some()) {
+            if let Some(t) = twin.filter(|t| level[*t].limit.is_some() && raw.rate_limit.is_some())
+            {
                 return Err(err(format!(
                     "this descriptor's rate_limit is in the overlay already, at {}",
                     level[t].place

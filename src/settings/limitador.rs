@@ -359,7 +359,7 @@ const OPTIMIZE_DISK: &str = "--optimize disk (DISK_OPTIMIZE) changes nothing in 
      written anew as a snapshot whenever the log outgrows it, so the disk used stays about \
      twice the counters' size";
 
-/// Limitador's switches in its environment (`config::env` in limitador-server/src/config.rs).
+/// Limitador's switches in its environment (limitador-server/src/config.rs).
 const NAME_IN_LABELS: &str = "LIMIT_NAME_IN_PROMETHEUS_LABELS";
 const CACHE_ENABLED: &str = "REDIS_LOCAL_CACHE_ENABLED";
 

@@ -192,11 +192,7 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
         socket_unix,
         kind,
         auth: env.get(&var("AUTH")),
-        auth_named: if p == "REDIS" {
-            "REDIS_AUTH"
-        } else {
-            "REDIS_PERSECOND_AUTH"
-        },
+        auth_named: "REDIS_AUTH",
         sentinel_auth: env.get(&var("SENTINEL_AUTH")),
         tls,
         tls_ca: env.get(&var("TLS_CACERT")),

@@ -96,7 +96,9 @@ impl Limits {
         };
         let raw = raw::parse(text).map_err(|e| {
             let at = (e.location()).and_then(|l| raw::limit_at(text, l.line() as usize));
-            let path = at.map_or(String::new(), |(i, line)| format!("line {line}: limits[{i}]"));
+            let path = at.map_or(String::new(), |(i, line)| {
+                format!("line {line}: limits[{i}]")
+            });
             error(path, e.to_string())
         })?;
         let mut limits = Limits::default();

@@ -79,10 +79,7 @@ impl LimitadorMetrics {
     /// and closes when one goes through, as Limitador's flag flips on a flush's failure and
     /// back on a success). Never with counters in memory.
     fn partitioned(&self) -> bool {
-        (self.store.get()).is_some_and(|s| {
-            s.breakers()
-                .any(|b| b != BreakerState::Closed.gauge())
-        })
+        (self.store.get()).is_some_and(|s| s.breakers().any(|b| b != BreakerState::Closed.gauge()))
     }
 
     /// A `-L` file read again: valid, its labels apply from the next call (series counted so far

@@ -63,8 +63,8 @@ impl Limitador {
         let fraction = self.reservations.max_fraction;
         let ops: Vec<Op> = (found.iter())
             .map(|a| {
-                let cap = (a.limit.max_value as f64 * fraction).floor() as u64;
-                let hits = u32::try_from(amount.min(cap)).unwrap_or(u32::MAX);
+                let hits =
+                    u32::try_from(amount.min(cap(a.limit.max_value, fraction))).unwrap_or(u32::MAX);
                 Op {
                     hits: 0,
                     reserve: Reservation::Reserve { hits, for_ms, id },
@@ -109,6 +109,13 @@ impl Limitador {
     }
 }
 
+/// The most one hold takes of a counter of `max_value`: the maximum fraction of it, rounded
+/// down, but never none, or a `Reserve` would answer OK holding nothing (`max_value` 1 at 0.5)
+/// and one on a `max_value` of 0 would pass (such a counter refuses a hold of 1, as every call).
+fn cap(max_value: u64, fraction: f64) -> u64 {
+    ((max_value as f64 * fraction).floor() as u64).max(1)
+}
+
 /// How long a hold holds, in whole milliseconds (rounded up): the call's `ttl`, at most
 /// `max_ttl`. A `ttl` that could hold for no time (zero, negative, which the transport reads as
 /// zero, or under a millisecond) holds as an unset one does, for `max_ttl`, as Limitador holds
@@ -147,11 +154,23 @@ mod tests {
     #[test]
     fn a_ttl_that_could_hold_nothing_holds_for_the_maximum() {
         let max = Duration::from_secs(60);
-        for none in [None, Some(Duration::ZERO), Some(Duration::from_nanos(999_999))] {
+        for none in [
+            None,
+            Some(Duration::ZERO),
+            Some(Duration::from_nanos(999_999)),
+        ] {
             assert_eq!(hold_ms(none, max), 60_000, "{none:?}");
         }
         assert_eq!(hold_ms(Some(Duration::from_micros(1_500)), max), 2);
         assert_eq!(hold_ms(Some(Duration::from_secs(30)), max), 30_000);
         assert_eq!(hold_ms(Some(Duration::from_secs(90)), max), 60_000);
+    }
+
+    #[test]
+    fn a_hold_is_capped_at_the_fraction_but_never_at_nothing() {
+        assert_eq!(cap(1000, 0.5), 500);
+        assert_eq!(cap(1001, 0.5), 500);
+        assert_eq!(cap(1, 0.5), 1);
+        assert_eq!(cap(0, 0.5), 1);
     }
 }

@@ -1,5 +1,5 @@
 //! Limitador's environment variables, taking the values Limitador takes and read as it reads
-//! them (limitador-server/src/config.rs, `config::env`): a switch is on when it is exactly `1`
+//! them (limitador-server/src/config.rs, its `env` module): a switch is on when it is exactly `1`
 //! and off for anything else, never a refused start.
 
 use super::*;
@@ -22,10 +22,19 @@ fn limit_name_in_prometheus_labels_is_on_at_1_as_limitador_reads_it() {
     let named = r#"limited_calls{limit_name="zero",limitador_namespace="zero"} 1"#;
     let unnamed = r#"limited_calls{limitador_namespace="zero"} 1"#;
     // Limitador's docs: "set to "1" to enable"; its code: `value == "1"`.
-    for (value, want) in [("1", named), ("0", unnamed), ("true", unnamed), ("yes", unnamed)] {
+    for (value, want) in [
+        ("1", named),
+        ("0", unnamed),
+        ("true", unnamed),
+        ("yes", unnamed),
+    ] {
         let env = [("LIMIT_NAME_IN_PROMETHEUS_LABELS", value)];
         let l = Limitador::start_with(&[], LIMITS, &env);
-        assert_eq!(limited_zero(&l), want, "LIMIT_NAME_IN_PROMETHEUS_LABELS={value}");
+        assert_eq!(
+            limited_zero(&l),
+            want,
+            "LIMIT_NAME_IN_PROMETHEUS_LABELS={value}"
+        );
         // A value that reads as off but may have been meant as on is said at start.
         let warned = "LIMIT_NAME_IN_PROMETHEUS_LABELS=true reads as off";
         if value == "true" {
@@ -53,7 +62,10 @@ fn disk_path_and_disk_optimize_are_read() {
     let path = state.path().to_str().unwrap().to_owned();
     let env = [("DISK_PATH", path.as_str()), ("DISK_OPTIMIZE", "disk")];
     let l = Limitador::start_on(&[], LIMITS, &["disk"], &env);
-    assert!(state.path().join("lock").exists(), "the counters' dir is DISK_PATH");
+    assert!(
+        state.path().join("lock").exists(),
+        "the counters' dir is DISK_PATH"
+    );
     let warned = "--optimize disk (DISK_OPTIMIZE) changes nothing";
     let stderr = || l.server.stderr();
     wait_for("the warning", || (!stderr().contains(warned)).then(stderr));

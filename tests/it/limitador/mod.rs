@@ -5,8 +5,8 @@
 //! (docs/limitador.md lists each difference).
 
 mod command_line;
-mod envoy;
 mod environment;
+mod envoy;
 mod grpc;
 mod http;
 mod limits_file;

@@ -55,7 +55,12 @@ pub(super) fn commit_req(user: &str, id: &str, actual_amount: u64) -> CommitRequ
     }
 }
 
-pub(super) async fn reserve(l: &Limitador, user: &str, amount: u64, ttl: Option<i64>) -> ReserveResponse {
+pub(super) async fn reserve(
+    l: &Limitador,
+    user: &str,
+    amount: u64,
+    ttl: Option<i64>,
+) -> ReserveResponse {
     call(&l.grpc(), RESERVE, reserve_req(user, amount, ttl))
         .await
         .unwrap()

@@ -65,3 +65,27 @@ async fn reservation_ids_cannot_be_guessed_from_one_another() {
     let near = ids.windows(2).filter(|w| w[1] - w[0] < 1 << 32).count();
     assert_eq!(near, 0, "ids close to one another: {ids:?}");
 }
+
+/// A counter whose `max_value × --max-reservation-fraction` is below 1 still holds what a
+/// `Reserve` answered OK says (one hit), and a `max_value` of 0 refuses it, as every call.
+#[tokio::test]
+async fn a_small_counter_holds_one_hit_or_refuses() {
+    let small = "- namespace: ns/llm\n  max_value: 1\n  seconds: 60\n  conditions: []\n  variables: []\n\
+                 - namespace: zero\n  max_value: 0\n  seconds: 60\n  conditions: []\n  variables: []\n";
+    let l = Limitador::start(&[], small);
+    let r: ReserveResponse = call(&l.grpc(), RESERVE, reserve_req("u", 5, None))
+        .await
+        .unwrap();
+    assert_eq!(code_of(&r), "OK");
+    assert_eq!(
+        should(&l, "u", 1).await,
+        "OVER_LIMIT",
+        "the one hit is held"
+    );
+    let zero = ReserveRequest {
+        domain: "zero".into(),
+        ..reserve_req("u", 5, None)
+    };
+    let r: ReserveResponse = call(&l.grpc(), RESERVE, zero).await.unwrap();
+    assert_eq!(code_of(&r), "OVER_LIMIT");
+}

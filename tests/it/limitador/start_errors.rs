@@ -17,7 +17,10 @@ fn a_refused_redis_password_names_the_url() {
         stderr.contains("check the password in the Redis URL"),
         "{stderr}"
     );
-    assert!(!stderr.contains("REDIS_AUTH") && !stderr.contains("wrong"), "{stderr}");
+    assert!(
+        !stderr.contains("REDIS_AUTH") && !stderr.contains("wrong"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -41,7 +44,10 @@ fn a_taken_port_names_the_flag() {
     let file = dir.path().join("limits.yaml");
     std::fs::write(&file, LIMITS).unwrap();
     let exe = limitador_server(dir.path());
-    let env = [("ENVOY_RLS_HOST", "127.0.0.1"), ("HTTP_API_HOST", "127.0.0.1")];
+    let env = [
+        ("ENVOY_RLS_HOST", "127.0.0.1"),
+        ("HTTP_API_HOST", "127.0.0.1"),
+    ];
     for (flag, other, named) in [
         ("-P", "--rls-port", "-P/--http-port"),
         ("-p", "--http-port", "-p/--rls-port"),
@@ -53,7 +59,10 @@ fn a_taken_port_names_the_flag() {
             .expect("refused at start");
         assert!(!status.success(), "{stderr}");
         assert!(stderr.contains(named), "{flag}: {stderr}");
-        assert!(!stderr.contains("GRPC_PORT") && !stderr.contains("(HOST, PORT)"), "{stderr}");
+        assert!(
+            !stderr.contains("GRPC_PORT") && !stderr.contains("(HOST, PORT)"),
+            "{stderr}"
+        );
     }
 }
 
@@ -61,5 +70,8 @@ fn a_taken_port_names_the_flag() {
 #[test]
 fn a_port_out_of_range_says_so() {
     let stderr = crate::common::binary::start_fails(&["serve"], &[("GRPC_PORT", "99999")]);
-    assert!(stderr.contains("GRPC_PORT=99999 is out of range"), "{stderr}");
+    assert!(
+        stderr.contains("GRPC_PORT=99999 is out of range"),
+        "{stderr}"
+    );
 }

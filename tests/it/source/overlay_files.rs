@@ -24,7 +24,11 @@ fn check(overlay: &Path) -> (bool, String, String) {
     ];
     let out = (binary::command(Path::new(BIN), &["check"], &env).output()).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    (out.status.success(), stdout, String::from_utf8_lossy(&out.stderr).to_string())
+    (
+        out.status.success(),
+        stdout,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
 }
 
 #[test]
