@@ -2,7 +2,9 @@
 //! `limitador-server [OPTIONS] <LIMITS_FILE> [STORAGE]`, each flag with the environment
 //! variable Limitador reads for it (a flag beats its variable). What it says is mapped onto
 //! turnstile's settings, which still apply beside it; a flag or storage turnstile cannot honour
-//! is refused at start, naming it, never ignored.
+//! is refused at start, naming it, and one whose purpose it serves its own way (`--batch-size`,
+//! `--optimize disk`, a flush period past its range) is taken with a warning: none is dropped
+//! without a word.
 
 mod redis;
 
@@ -172,7 +174,7 @@ enum StorageCommand {
         /// Timeout for Redis commands in milliseconds (turnstile: TURNSTILE_REDIS_DEADLINE_MS)
         #[arg(long = "response-timeout")]
         response_timeout: Option<u64>,
-        /// Size of entries to flush in as single flush (refused: turnstile flushes them all)
+        /// Size of entries to flush in as single flush (changes nothing: turnstile flushes them all)
         #[arg(long = "batch-size", env = "REDIS_LOCAL_CACHE_BATCH_SIZE")]
         batch_size: Option<u64>,
     },
@@ -212,7 +214,7 @@ impl LimitadorArgs {
     /// The variables the storage stands for (`redis`), checked against the environment. Without
     /// a storage, Limitador's `REDIS_URL` gives Redis (`REDIS_LOCAL_CACHE_ENABLED=1`: cached);
     /// `REDIS_URL` is always Limitador's here (a URL), never turnstile's `host:port`.
-    fn storage_vars(&self) -> Result<redis::Vars, String> {
+    fn storage_vars(&self, warnings: &mut Vec<String>) -> Result<redis::Vars, String> {
         let lookup = |k: &str| std::env::var(k).ok();
         let env = Env::new(&lookup);
         let (what, vars) = match &self.storage {
@@ -230,7 +232,7 @@ impl LimitadorArgs {
                     response_timeout: *response_timeout,
                     batch_size: *batch_size,
                 };
-                ("redis_cached", redis::cached(url, &flags, &env)?)
+                ("redis_cached", redis::cached(url, &flags, &env, warnings)?)
             }
             None => match env.get("REDIS_URL") {
                 Some(url) if switch(&env, CACHE_ENABLED) => {
@@ -244,7 +246,7 @@ impl LimitadorArgs {
                         batch_size: number("REDIS_LOCAL_CACHE_BATCH_SIZE")?.map(|n: i64| n as u64),
                         ..redis::Cached::default()
                     };
-                    ("redis_cached", redis::cached(&url, &flags, &env)?)
+                    ("redis_cached", redis::cached(&url, &flags, &env, warnings)?)
                 }
                 Some(url) => ("redis", redis::exact(&url, &env)?),
                 None => ("memory", memory_vars()),
@@ -283,9 +285,10 @@ impl LimitadorArgs {
             return refused("the storage `distributed` (Limitador's CRDT replication)");
         }
         // `--validate` reads the limits file alone, as Limitador's does before its storage.
+        let mut warnings = Vec::new();
         let vars = match self.validate {
             true => memory_vars(),
-            false => self.storage_vars()?,
+            false => self.storage_vars(&mut warnings)?,
         };
         if let Some(text) = &self.metric_labels_default {
             LabelsExpr::parse(text).map_err(|e| format!("--metric-labels-default: {e}"))?;
@@ -299,16 +302,14 @@ impl LimitadorArgs {
         let mut s = Settings::from_process_over(flags, &vars)?;
         let lookup = |k: &str| std::env::var(k).ok();
         let env = Env::new(&lookup);
+        s.ignored.extend(warnings);
         s.ignored.extend(misread_switches(&env));
         if optimize_disk {
             s.ignored.push(OPTIMIZE_DISK.into());
         }
         name_what_the_user_wrote(&mut s, disk, &vars, &env);
-        match self.verbose {
-            0 => {}
-            1 => s.log.level = "info".into(),
-            2 => s.log.level = "debug".into(),
-            _ => s.log.level = "trace".into(),
+        if let Some(level) = log_level(self.verbose, &env) {
+            s.log.level = level.into();
         }
         s.log.json |= self.structured_logs;
         if let Some(endpoint) = self.tracing_endpoint.as_deref().filter(|e| !e.is_empty()) {
@@ -358,6 +359,34 @@ const OPTIMIZE_DISK: &str = "--optimize disk (DISK_OPTIMIZE) changes nothing in 
      state dir has one layout, a snapshot of the counters and a log of what changed since, \
      written anew as a snapshot whenever the log outgrows it, so the disk used stays about \
      twice the counters' size";
+
+/// The log level as Limitador sets it (`configure_tracing_subscriber`): `-v` warn, `-vv` info,
+/// `-vvv` debug, `-vvvv` trace; without `-v`, the most verbose level `RUST_LOG` enables (its
+/// invalid directives dropped, as `EnvFilter::from_default_env` drops them), unless turnstile's
+/// own `LOG_LEVEL` is set. `None`: turnstile's `LOG_LEVEL` (info). Limitador's "off" is
+/// turnstile's error, which still explains a refused start.
+fn log_level(verbose: u8, env: &Env<'_>) -> Option<&'static str> {
+    use tracing_subscriber::filter::LevelFilter;
+    match verbose {
+        0 => {}
+        1 => return Some("warn"),
+        2 => return Some("info"),
+        3 => return Some("debug"),
+        _ => return Some("trace"),
+    }
+    if env.get("LOG_LEVEL").is_some() {
+        return None;
+    }
+    let rust_log = env.get("RUST_LOG")?;
+    let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(rust_log);
+    Some(match filter.max_level_hint() {
+        Some(LevelFilter::TRACE) => "trace",
+        Some(LevelFilter::DEBUG) => "debug",
+        Some(LevelFilter::INFO) => "info",
+        Some(LevelFilter::WARN) => "warn",
+        _ => "error",
+    })
+}
 
 /// Limitador's switches in its environment (limitador-server/src/config.rs).
 const NAME_IN_LABELS: &str = "LIMIT_NAME_IN_PROMETHEUS_LABELS";

@@ -74,3 +74,55 @@ fn disk_path_and_disk_optimize_are_read() {
     let stderr = super::redis::refused(&["disk"], &bad);
     assert!(stderr.contains("space"), "{stderr}");
 }
+
+/// With the cache on, REDIS_LOCAL_CACHE_BATCH_SIZE and a flush period Limitador takes start here
+/// too (they stopped the start): each is said in a warning, the nearest period turnstile syncs
+/// at is used.
+#[test]
+fn limitadors_cache_variables_start_with_a_warning() {
+    let r = crate::common::redis::Redis::start();
+    let url = format!("redis://127.0.0.1:{}", r.port);
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_LOCAL_CACHE_ENABLED", "1"),
+        ("REDIS_LOCAL_CACHE_BATCH_SIZE", "100"),
+        ("REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS", "0"),
+    ];
+    let l = Limitador::start_on(&[], LIMITS, &[], &env);
+    let r = block_on(unary(&l.grpc(), SHOULD_RATE_LIMIT, toystore("alice"))).unwrap();
+    assert_eq!(code(&r), "OK");
+    let stderr = || l.server.stderr();
+    for said in [
+        "--batch-size 100 (REDIS_LOCAL_CACHE_BATCH_SIZE) changes nothing",
+        "--flush-period 0 (REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS) is outside",
+    ] {
+        wait_for(said, || (!stderr().contains(said)).then(stderr));
+    }
+}
+
+/// Flags, environment, and whether info lines are logged.
+type Verbosity = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    bool,
+);
+
+/// Limitador's verbosity: `-v` is warn, `-vv` info (turnstile's own default); without `-v`,
+/// `RUST_LOG`'s level, as Limitador reads it.
+#[test]
+fn verbosity_and_rust_log_set_the_level_as_limitador_sets_them() {
+    // The start logs at info (what it serves), never at warn with these settings.
+    let info = " INFO ";
+    let cases: [Verbosity; 5] = [
+        (&[], &[], true),
+        (&["-v"], &[], false),
+        (&["-vv"], &[], true),
+        (&[], &[("RUST_LOG", "warn")], false),
+        (&[], &[("RUST_LOG", "nonsense=,limitador=info")], true),
+    ];
+    for (flags, env, shown) in cases {
+        let l = Limitador::start_with(flags, LIMITS, env);
+        let stderr = l.server.stop();
+        assert_eq!(stderr.contains(info), shown, "{flags:?} {env:?}: {stderr}");
+    }
+}

@@ -261,7 +261,7 @@ type Refusal = (
 
 #[test]
 fn what_turnstile_cannot_do_as_the_url_or_a_flag_says_is_refused_naming_it() {
-    let cases: [Refusal; 7] = [
+    let cases: [Refusal; 5] = [
         (&["redis", "redis://127.0.0.1:1/3"], &[], "database `3`"),
         (
             &["redis", "rediss://127.0.0.1:1/#insecure"],
@@ -270,16 +270,6 @@ fn what_turnstile_cannot_do_as_the_url_or_a_flag_says_is_refused_naming_it() {
         ),
         (&["redis", "redis://bob@127.0.0.1:1"], &[], "user `bob`"),
         (&["redis", "127.0.0.1:6379"], &[], "Redis URL"),
-        (
-            &["redis_cached", "redis://127.0.0.1:1", "--batch-size", "10"],
-            &[],
-            "--batch-size 10",
-        ),
-        (
-            &["redis_cached", "redis://127.0.0.1:1", "--flush-period", "0"],
-            &[],
-            "--flush-period 0",
-        ),
         // The URL's password and REDIS_AUTH disagree: neither wins, and neither shows.
         (
             &["redis", "redis://:hunter2@127.0.0.1:1"],
