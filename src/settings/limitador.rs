@@ -141,7 +141,7 @@ enum StorageCommand {
     },
     /// Counters kept on disk in PATH (turnstile's durable counters)
     Disk {
-        /// Limitador's RocksDB tuning; turnstile's state dir has one layout (a warning says so)
+        /// Limitador's RocksDB tuning: `disk` changes nothing here (one layout), said at start
         #[arg(
             long = "optimize",
             env = "DISK_OPTIMIZE",
