@@ -228,10 +228,14 @@ impl Overlay {
                 return Err(err("descriptor key must not be empty".into()));
             }
             let value = raw.value.filter(|v| !v.is_empty());
-            if let Some(twin) = level.iter().find(|e| e.key == key && e.value == value) {
+            let twin = level.iter().position(|e| e.key == key && e.value == value);
+            // The same descriptor twice (in two files, or two places of one) is one entry: the
+            // path to a limit is written again beside another, and only two limits for it clash.
+            if let Some(t) = twin.filter(|t| level[*t].limit.is_some() && raw.rate_limit.is_some())
+            {
                 return Err(err(format!(
-                    "this descriptor is in the overlay already, at {}",
-                    twin.place
+                    "this descriptor's rate_limit is in the overlay already, at {}",
+                    level[t].place
                 )));
             }
             let limit = match raw.rate_limit {
@@ -246,6 +250,16 @@ impl Overlay {
                 }
                 None => None,
             };
+            let below = format!("{here}.descriptors");
+            if let Some(t) = twin {
+                let entry = &mut level[t];
+                if limit.is_some() {
+                    entry.limit = limit;
+                    entry.place = format!("{file}: {here}");
+                }
+                self.add_level(file, &mut entry.children, raw.descriptors, &below)?;
+                continue;
+            }
             let mut entry = Entry {
                 key,
                 value,
@@ -255,7 +269,6 @@ impl Overlay {
                 index: self.count,
             };
             self.count += 1;
-            let below = format!("{here}.descriptors");
             self.add_level(file, &mut entry.children, raw.descriptors, &below)?;
             level.push(entry);
         }

@@ -47,8 +47,8 @@ pub(super) struct Loaded {
 impl Dir {
     /// Opens (creating it if need be) and locks the state dir. Errors name the dir and what is
     /// wrong with it.
-    pub(super) fn open(path: &Path) -> Result<Dir, String> {
-        let named = |what: String| format!("TURNSTILE_STATE_DIR {}: {what}", path.display());
+    pub(super) fn open(path: &Path, setting: &str) -> Result<Dir, String> {
+        let named = |what: String| format!("{setting} {}: {what}", path.display());
         if path.exists() && !path.is_dir() {
             return Err(named("is not a directory".into()));
         }

@@ -38,6 +38,9 @@ pub use stats::StateStats;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSettings {
     pub dir: PathBuf,
+    /// The setting that named `dir`, as errors about it say (`TURNSTILE_STATE_DIR`, or what
+    /// stands for it on another command line).
+    pub named: &'static str,
     /// How often what changed is saved (written, and synced to disk): at most this much is
     /// lost at a crash.
     pub save_interval: Duration,
@@ -75,12 +78,13 @@ impl Journal {
         stats: Arc<StateStats>,
     ) -> Result<Journal, String> {
         let started = Instant::now();
-        let mut dir = Dir::open(&settings.dir)?;
+        let mut dir = Dir::open(&settings.dir, settings.named)?;
         let loaded = dir
             .load(|r| engine.restore(tasks, r.key, r.state, r.expires_s))
             .map_err(|e| {
                 format!(
-                    "TURNSTILE_STATE_DIR {}: cannot be read: {e}",
+                    "{} {}: cannot be read: {e}",
+                    settings.named,
                     dir.path().display()
                 )
             })?;

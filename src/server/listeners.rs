@@ -61,8 +61,9 @@ impl Listeners {
                 SocketAddr::from(([0, 0, 0, 0], 0)),
             ),
             None => {
-                let l = bind_shared(settings.grpc_addr, workers, GRPC)?;
-                let addr = local_addr(&l[0], settings.grpc_addr, GRPC)?;
+                let port = settings.port_names.grpc;
+                let l = bind_shared(settings.grpc_addr, workers, port)?;
+                let addr = local_addr(&l[0], settings.grpc_addr, port)?;
                 (l.into_iter().map(GrpcListener::Tcp).collect(), addr)
             }
         };
@@ -75,7 +76,7 @@ impl Listeners {
             None => None,
         };
         let one = |addr, port| bind_shared(addr, 1, port).map(|mut l| l.remove(0));
-        let http = one(settings.http_addr, HTTP)?;
+        let http = one(settings.http_addr, settings.port_names.http)?;
         let admin = (settings.admin.as_ref())
             .map(|a| one(a.addr, "the admin listener (TURNSTILE_ADMIN_ADDR)"))
             .transpose()?;
@@ -116,10 +117,6 @@ impl Listeners {
         }
     }
 }
-
-/// The gRPC and HTTP ports, as a bind error names them.
-const GRPC: &str = "the gRPC port (GRPC_HOST, GRPC_PORT)";
-pub(super) const HTTP: &str = "the HTTP port (HOST, PORT)";
 
 /// The address a listener got (the port the OS chose for port 0).
 pub(super) fn local_addr(

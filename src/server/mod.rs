@@ -283,7 +283,11 @@ async fn start_telling(
     let stopping = || stopping.clone();
     let grpc = Grpc::new(settings, &cx, &doors, health_service, tls.clone());
     let resp = resp_socket(listeners.resp.take(), &doors);
-    let http_addr = local_addr(&listeners.http, settings.http_addr, listeners::HTTP)?;
+    let http_addr = local_addr(
+        &listeners.http,
+        settings.http_addr,
+        settings.port_names.http,
+    )?;
     // The main HTTP port is served by the workers, the others by the side thread.
     let http = http_servers(settings, &cx, &doors, listeners.side_ports());
     let served = Some(main_http(listeners.http, &doors, settings));

@@ -55,10 +55,14 @@ impl<'a> Env<'a> {
     pub fn number<T: FromStr + fmt::Display>(&self, k: &str, default: T) -> Result<T> {
         match self.get(k) {
             None => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|_| Self::bad(k, &v, "is not a whole number")),
+            Some(v) => v.trim().parse().map_err(|_| {
+                // A whole number too large (or negative) for the setting is not a typo.
+                let why = match v.trim().parse::<i128>() {
+                    Ok(_) => "is out of range",
+                    Err(_) => "is not a whole number",
+                };
+                Self::bad(k, &v, why)
+            }),
         }
     }
 

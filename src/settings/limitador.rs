@@ -2,7 +2,9 @@
 //! `limitador-server [OPTIONS] <LIMITS_FILE> [STORAGE]`, each flag with the environment
 //! variable Limitador reads for it (a flag beats its variable). What it says is mapped onto
 //! turnstile's settings, which still apply beside it; a flag or storage turnstile cannot honour
-//! is refused at start, naming it, never ignored.
+//! is refused at start, naming it, and one whose purpose it serves its own way (`--batch-size`,
+//! `--optimize disk`, a flush period past its range) is taken with a warning: none is dropped
+//! without a word.
 
 mod redis;
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use super::{Env, Overrides, Settings};
+use super::{Env, Overrides, PortNames, Settings, Storage};
 use crate::config::grammar::parse_duration;
 use crate::config::limitador::LabelsExpr;
 use crate::service::limitador::ReservationSettings;
@@ -78,12 +80,9 @@ pub struct LimitadorArgs {
         default_value_t = 8080
     )]
     http_port: u16,
-    /// Include the limit's name as a `limit_name` label of `limited_calls`
-    #[arg(
-        short = 'l',
-        long = "limit-name-in-labels",
-        env = "LIMIT_NAME_IN_PROMETHEUS_LABELS"
-    )]
+    /// Include the limit's name as a `limit_name` label of `limited_calls` (or
+    /// LIMIT_NAME_IN_PROMETHEUS_LABELS=1)
+    #[arg(short = 'l', long = "limit-name-in-labels")]
     limit_name_in_labels: bool,
     /// A YAML file of metric labels (label: CEL expression)
     #[arg(short = 'L', long = "custom-metric-labels", value_name = "FILE")]
@@ -142,9 +141,16 @@ enum StorageCommand {
     },
     /// Counters kept on disk in PATH (turnstile's durable counters)
     Disk {
-        #[arg(long = "optimize", value_parser = ["throughput", "disk"])]
-        optimize: Option<String>,
-        #[arg(value_name = "PATH")]
+        /// Limitador's RocksDB tuning: `disk` changes nothing here (one layout), said at start
+        #[arg(
+            long = "optimize",
+            env = "DISK_OPTIMIZE",
+            default_value = "throughput",
+            value_parser = ["throughput", "disk"]
+        )]
+        optimize: String,
+        /// Path to the counters' directory
+        #[arg(value_name = "PATH", env = "DISK_PATH")]
         path: PathBuf,
     },
     /// Counters in Redis, exact
@@ -168,7 +174,7 @@ enum StorageCommand {
         /// Timeout for Redis commands in milliseconds (turnstile: TURNSTILE_REDIS_DEADLINE_MS)
         #[arg(long = "response-timeout")]
         response_timeout: Option<u64>,
-        /// Size of entries to flush in as single flush (refused: turnstile flushes them all)
+        /// Size of entries to flush in as single flush (changes nothing: turnstile flushes them all)
         #[arg(long = "batch-size", env = "REDIS_LOCAL_CACHE_BATCH_SIZE")]
         batch_size: Option<u64>,
     },
@@ -208,7 +214,7 @@ impl LimitadorArgs {
     /// The variables the storage stands for (`redis`), checked against the environment. Without
     /// a storage, Limitador's `REDIS_URL` gives Redis (`REDIS_LOCAL_CACHE_ENABLED=1`: cached);
     /// `REDIS_URL` is always Limitador's here (a URL), never turnstile's `host:port`.
-    fn storage_vars(&self) -> Result<redis::Vars, String> {
+    fn storage_vars(&self, warnings: &mut Vec<String>) -> Result<redis::Vars, String> {
         let lookup = |k: &str| std::env::var(k).ok();
         let env = Env::new(&lookup);
         let (what, vars) = match &self.storage {
@@ -226,10 +232,10 @@ impl LimitadorArgs {
                     response_timeout: *response_timeout,
                     batch_size: *batch_size,
                 };
-                ("redis_cached", redis::cached(url, &flags, &env)?)
+                ("redis_cached", redis::cached(url, &flags, &env, warnings)?)
             }
             None => match env.get("REDIS_URL") {
-                Some(url) if env.get("REDIS_LOCAL_CACHE_ENABLED").as_deref() == Some("1") => {
+                Some(url) if switch(&env, CACHE_ENABLED) => {
                     let number = |k: &str| {
                         (env.get(k).map(|v| v.parse()))
                             .transpose()
@@ -240,7 +246,7 @@ impl LimitadorArgs {
                         batch_size: number("REDIS_LOCAL_CACHE_BATCH_SIZE")?.map(|n: i64| n as u64),
                         ..redis::Cached::default()
                     };
-                    ("redis_cached", redis::cached(&url, &flags, &env)?)
+                    ("redis_cached", redis::cached(&url, &flags, &env, warnings)?)
                 }
                 Some(url) => ("redis", redis::exact(&url, &env)?),
                 None => ("memory", memory_vars()),
@@ -270,13 +276,19 @@ impl LimitadorArgs {
         if let Some(StorageCommand::Disk { path, .. }) = &self.storage {
             state_dir = Some(path.clone());
         }
+        let disk = state_dir.is_some();
+        let optimize_disk = matches!(
+            &self.storage,
+            Some(StorageCommand::Disk { optimize, .. }) if optimize == "disk"
+        );
         if let Some(StorageCommand::Distributed { .. }) = &self.storage {
             return refused("the storage `distributed` (Limitador's CRDT replication)");
         }
         // `--validate` reads the limits file alone, as Limitador's does before its storage.
+        let mut warnings = Vec::new();
         let vars = match self.validate {
             true => memory_vars(),
-            false => self.storage_vars()?,
+            false => self.storage_vars(&mut warnings)?,
         };
         if let Some(text) = &self.metric_labels_default {
             LabelsExpr::parse(text).map_err(|e| format!("--metric-labels-default: {e}"))?;
@@ -289,11 +301,16 @@ impl LimitadorArgs {
         };
         let mut s = Settings::from_process_over(flags, &vars)?;
         refuse_other_sources(&self.limits_file, |k| std::env::var(k).ok())?;
-        match self.verbose {
-            0 => {}
-            1 => s.log.level = "info".into(),
-            2 => s.log.level = "debug".into(),
-            _ => s.log.level = "trace".into(),
+        let lookup = |k: &str| std::env::var(k).ok();
+        let env = Env::new(&lookup);
+        s.ignored.extend(warnings);
+        s.ignored.extend(misread_switches(&env));
+        if optimize_disk {
+            s.ignored.push(OPTIMIZE_DISK.into());
+        }
+        name_what_the_user_wrote(&mut s, disk, &vars, &env);
+        if let Some(level) = log_level(self.verbose, &env) {
+            s.log.level = level.into();
         }
         s.log.json |= self.structured_logs;
         if let Some(endpoint) = self.tracing_endpoint.as_deref().filter(|e| !e.is_empty()) {
@@ -305,7 +322,7 @@ impl LimitadorArgs {
         s.limitador = Some(LimitadorSettings {
             limits_file: self.limits_file,
             draft_03_headers: self.rate_limit_headers == "DRAFT_VERSION_03",
-            limit_name_in_labels: self.limit_name_in_labels,
+            limit_name_in_labels: self.limit_name_in_labels || switch(&env, NAME_IN_LABELS),
             metric_labels_default: self.metric_labels_default,
             custom_metric_labels: self.custom_metric_labels,
             validate: self.validate,
@@ -352,20 +369,111 @@ fn refuse_other_sources(
     Ok(())
 }
 
-/// `--max-reservation-fraction`: a number from 0 to 1.
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    (text.trim().parse::<f64>().ok())
-        .filter(|f| (0.0..=1.0).contains(f))
-        .ok_or_else(|| "is not a number from 0 to 1".to_owned())
-}
-
-/// `--max-reservation-ttl`: whole seconds (Limitador's unit), or a duration with its unit.
-fn parse_ttl(text: &str) -> Result<Duration, String> {
-    match text.trim().parse::<u64>() {
-        Ok(secs) => Ok(Duration::from_secs(secs)),
-        Err(_) => parse_duration(text),
+/// Errors name the settings a `limitador-server` user writes, not those they stand for: the
+/// ports' flags and variables, `disk PATH`, the Redis URL's password.
+fn name_what_the_user_wrote(s: &mut Settings, disk: bool, vars: &redis::Vars, env: &Env<'_>) {
+    s.port_names = PortNames {
+        grpc: "the RLS port (-b/--rls-ip, -p/--rls-port; ENVOY_RLS_HOST, ENVOY_RLS_PORT)",
+        http: "the HTTP port (-B/--http-ip, -P/--http-port; HTTP_API_HOST, HTTP_API_PORT)",
+    };
+    match &mut s.storage {
+        Storage::Durable(state) if disk => {
+            state.named = "the storage `disk PATH`";
+        }
+        // A password beside a URL without one is the environment's REDIS_AUTH.
+        Storage::Redis(r) if vars.contains_key("REDIS_AUTH") || env.get("REDIS_AUTH").is_none() => {
+            r.main.auth_named = "the password in the Redis URL";
+        }
+        _ => {}
     }
 }
+
+/// `disk --optimize disk` (`DISK_OPTIMIZE=disk`) tunes Limitador's RocksDB for space.
+const OPTIMIZE_DISK: &str = "--optimize disk (DISK_OPTIMIZE) changes nothing in turnstile: its \
+     state dir has one layout, a snapshot of the counters and a log of what changed since, \
+     written anew as a snapshot whenever the log outgrows it, so the disk used stays about \
+     twice the counters' size";
+
+/// The log level as Limitador sets it (`configure_tracing_subscriber`): `-v` warn, `-vv` info,
+/// `-vvv` debug, `-vvvv` trace; without `-v`, the most verbose level `RUST_LOG` enables (its
+/// invalid directives dropped, as `EnvFilter::from_default_env` drops them), unless turnstile's
+/// own `LOG_LEVEL` is set. `None`: turnstile's `LOG_LEVEL` (info). Limitador's "off" is
+/// turnstile's error, which still explains a refused start.
+fn log_level(verbose: u8, env: &Env<'_>) -> Option<&'static str> {
+    use tracing_subscriber::filter::LevelFilter;
+    match verbose {
+        0 => {}
+        1 => return Some("warn"),
+        2 => return Some("info"),
+        3 => return Some("debug"),
+        _ => return Some("trace"),
+    }
+    if env.get("LOG_LEVEL").is_some() {
+        return None;
+    }
+    let rust_log = env.get("RUST_LOG")?;
+    let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(rust_log);
+    Some(match filter.max_level_hint() {
+        Some(LevelFilter::TRACE) => "trace",
+        Some(LevelFilter::DEBUG) => "debug",
+        Some(LevelFilter::INFO) => "info",
+        Some(LevelFilter::WARN) => "warn",
+        _ => "error",
+    })
+}
+
+/// Limitador's switches in its environment (limitador-server/src/config.rs).
+const NAME_IN_LABELS: &str = "LIMIT_NAME_IN_PROMETHEUS_LABELS";
+const CACHE_ENABLED: &str = "REDIS_LOCAL_CACHE_ENABLED";
+
+/// A switch of Limitador's environment, read as Limitador reads it (`env_option_is_enabled`):
+/// on when it is exactly `1`, off whatever else it says (`true`, `yes`, `on` included). Never
+/// refused: a value Limitador starts with, turnstile starts with.
+fn switch(env: &Env<'_>, k: &str) -> bool {
+    env.get(k).as_deref() == Some("1")
+}
+
+/// A warning for each switch set to what reads as off but may have been meant as on (anything
+/// but `1` and `0`), logged at start: Limitador reads `true` as off without a word.
+fn misread_switches(env: &Env<'_>) -> Vec<String> {
+    [NAME_IN_LABELS, CACHE_ENABLED]
+        .into_iter()
+        .filter_map(|k| {
+            let v = env.get(k).filter(|v| !matches!(v.as_str(), "1" | "0"))?;
+            Some(format!(
+                "{k}={v} reads as off, as Limitador reads it: only 1 turns it on"
+            ))
+        })
+        .collect()
+}
+
+/// `--max-reservation-fraction`: a number above 0, at most 1. Limitador takes 0 too, which
+/// caps every hold at nothing: each `Reserve` would answer OK and hold nothing.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let f = (text.trim().parse::<f64>().ok())
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| "is not a number from 0 to 1".to_owned())?;
+    match f > 0.0 {
+        true => Ok(f),
+        false => Err(NOTHING_HELD.into()),
+    }
+}
+
+/// `--max-reservation-ttl`: whole seconds (Limitador's unit), or a duration with its unit; at
+/// least a millisecond, as a hold of no time would answer OK and hold nothing.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = match text.trim().parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => parse_duration(text)?,
+    };
+    match ttl >= Duration::from_millis(1) {
+        true => Ok(ttl),
+        false => Err(NOTHING_HELD.into()),
+    }
+}
+
+const NOTHING_HELD: &str = "would make every Reserve answer OK holding nothing (to turn \
+                            reservations off, give --disable-reservations)";
 
 /// Counters in this process (memory, or made durable on disk): `REDIS_URL` is Limitador's, not
 /// turnstile's.

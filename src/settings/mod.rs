@@ -54,6 +54,23 @@ pub struct PrometheusSettings {
     pub mapper: Mapper,
 }
 
+/// The gRPC and HTTP ports, as errors name them: with the settings that give them, those the
+/// user wrote (`GRPC_HOST`, `GRPC_PORT` under `serve`; `--rls-port` as `limitador-server`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortNames {
+    pub grpc: &'static str,
+    pub http: &'static str,
+}
+
+impl Default for PortNames {
+    fn default() -> PortNames {
+        PortNames {
+            grpc: "the gRPC port (GRPC_HOST, GRPC_PORT)",
+            http: "the HTTP port (HOST, PORT)",
+        }
+    }
+}
+
 /// The variables that name the config location (`Settings::config_optional`).
 const LOCATION_VARS: [&str; 3] = [
     "RUNTIME_ROOT",
@@ -91,6 +108,8 @@ pub struct Settings {
     pub load: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The settings that give `grpc_addr` and `http_addr`, as a bind error names them.
+    pub port_names: PortNames,
     /// Threads serving gRPC, each a current-thread runtime that also hosts shard actors.
     pub workers: usize,
     /// Shard actors; keys are spread over them by FNV-1a.
@@ -272,6 +291,7 @@ impl Settings {
             },
             grpc_addr: env.host_and_port("GRPC_HOST", "GRPC_PORT", 8081)?,
             http_addr: env.host_and_port("HOST", "PORT", 8080)?,
+            port_names: PortNames::default(),
             workers: workers.max(1),
             shards: shards.max(1),
             shard_queue_capacity: env.number("TURNSTILE_SHARD_QUEUE", 4096usize)?.max(1),

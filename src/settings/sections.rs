@@ -36,6 +36,7 @@ fn state(env: &Env<'_>) -> Result<Option<StateSettings>> {
     let dir = env.get("TURNSTILE_STATE_DIR").filter(|d| !d.is_empty());
     Ok(dir.map(|dir| StateSettings {
         dir: dir.into(),
+        named: "TURNSTILE_STATE_DIR",
         save_interval,
     }))
 }
@@ -191,6 +192,7 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
         socket_unix,
         kind,
         auth: env.get(&var("AUTH")),
+        auth_named: "REDIS_AUTH",
         sentinel_auth: env.get(&var("SENTINEL_AUTH")),
         tls,
         tls_ca: env.get(&var("TLS_CACERT")),

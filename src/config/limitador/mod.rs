@@ -94,7 +94,13 @@ impl Limits {
             path,
             message,
         };
-        let raw = raw::parse(text).map_err(|e| error(String::new(), e.to_string()))?;
+        let raw = raw::parse(text).map_err(|e| {
+            let at = (e.location()).and_then(|l| raw::limit_at(text, l.line() as usize));
+            let path = at.map_or(String::new(), |(i, line)| {
+                format!("line {line}: limits[{i}]")
+            });
+            error(path, e.to_string())
+        })?;
         let mut limits = Limits::default();
         for (i, spanned) in raw.into_iter().enumerate() {
             let line = spanned.referenced.line() as usize;
@@ -224,8 +230,17 @@ impl CustomLabels {
                     "not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)".into(),
                 ));
             }
-            let value = LabelValue::parse(&expr).map_err(|e| error(name.clone(), e))?;
-            labels.push((name, value));
+            // As Limitador: a label whose CEL does not parse is logged and dropped, the rest
+            // apply.
+            match LabelValue::parse(&expr) {
+                Ok(value) => labels.push((name, value)),
+                Err(e) => tracing::error!(
+                    file = %file,
+                    label = %name,
+                    error = %e,
+                    "custom metric label dropped: its CEL does not parse"
+                ),
+            }
         }
         Ok(CustomLabels { labels })
     }
@@ -241,15 +256,19 @@ pub fn entry_hash(index: usize, key: &str, value: &str) -> u64 {
     h.finish()
 }
 
+/// The largest `max_value` turnstile counts to (its counters are u32).
+pub const MAX_VALUE: u64 = u32::MAX as u64;
+
 /// A limit as written → compiled; an error says where in the limit (`.conditions[1]`).
 fn compile(r: raw::RawLimit, line: usize) -> Result<Limit, (String, String)> {
     let namespace = match r.namespace {
         Some(n) if !n.is_empty() => n,
         _ => return Err((String::new(), "missing field `namespace`".into())),
     };
-    let max_value = r
-        .max_value
-        .ok_or((String::new(), "missing field `max_value`".into()))?;
+    // turnstile counts to u32::MAX: a larger maximum is that cap, everywhere the limit shows
+    // (`/limits`, `/counters`' `remaining`, `X-RateLimit-Limit`), never a number it cannot keep.
+    // Unwritten, 0 (refusing every call), as Limitador's serde default.
+    let max_value = r.max_value.unwrap_or(0).min(MAX_VALUE);
     let seconds = match r.seconds {
         None => return Err((String::new(), "missing field `seconds`".into())),
         Some(0) => {

@@ -35,3 +35,33 @@ pub(super) fn parse(text: &str) -> Result<Vec<Spanned<RawLimit>>, serde_saphyr::
         serde_saphyr::from_str_with_options(text, super::super::yaml_options())?;
     Ok(read.unwrap_or_default())
 }
+
+/// The limit (its index and first line) that line `line` of `text` belongs to: the last list
+/// item begun at or before it, at the indentation of the file's first item.
+pub(super) fn limit_at(text: &str, line: usize) -> Option<(usize, usize)> {
+    let item = |l: &str| {
+        let t = l.trim_start();
+        (t == "-" || t.starts_with("- ")).then(|| l.len() - t.len())
+    };
+    let indent = text.lines().find_map(item)?;
+    let starts = (text.lines().enumerate())
+        .take(line)
+        .filter(|(_, l)| item(l) == Some(indent))
+        .map(|(n, _)| n + 1);
+    let (i, first) = starts.enumerate().last()?;
+    Some((i, first))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_line_belongs_to_the_last_limit_begun() {
+        let text = "# limits\n- namespace: a\n  max_value: 1\n- namespace: b\n  max_value: -3\n";
+        assert_eq!(super::limit_at(text, 3), Some((0, 2)));
+        assert_eq!(super::limit_at(text, 5), Some((1, 4)));
+        assert_eq!(super::limit_at(text, 1), None);
+        let nested = "  - namespace: a\n    conditions:\n      - x\n  - namespace: b\n";
+        assert_eq!(super::limit_at(nested, 3), Some((0, 1)));
+        assert_eq!(super::limit_at(nested, 4), Some((1, 4)));
+    }
+}

@@ -194,7 +194,7 @@ fn fields_the_push_owns_and_unknown_ones_are_refused_with_the_line() {
     assert!(m.contains("rate_limit sets nothing"), "{m}");
     let twice = "domain: d\ndescriptors:\n  - {key: k, rate_limit: {reserve: 1}}\n  - {key: k, rate_limit: {reserve: 2}}\n";
     let m = overlay(twice).unwrap_err().to_string();
-    assert!(m.contains("descriptors[1]: this descriptor is in the overlay already, at overlay/ai.yaml: descriptors[0]"), "{m}");
+    assert!(m.contains("descriptors[1]: this descriptor's rate_limit is in the overlay already, at overlay/ai.yaml: descriptors[0]"), "{m}");
 }
 
 #[test]

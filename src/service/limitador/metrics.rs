@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use super::{Ask, Verdict};
 use arc_swap::ArcSwap;
@@ -16,6 +16,7 @@ use fnv::FnvHashMap;
 use crate::config::limitador::{CustomLabels, LabelsExpr};
 use crate::descriptor::limitador::Sent;
 use crate::descriptor::Entry;
+use crate::limiter::{BreakerState, EngineStats};
 use crate::telemetry::Shown;
 
 /// Label sets kept a family.
@@ -50,6 +51,8 @@ pub struct LimitadorMetrics {
     custom_labels: ArcSwap<CustomLabels>,
     families: Mutex<Families>,
     dropped: AtomicU64,
+    /// The engine's links to its store, whose breakers say `datastore_partitioned`.
+    store: OnceLock<EngineStats>,
 }
 
 impl LimitadorMetrics {
@@ -64,6 +67,19 @@ impl LimitadorMetrics {
             custom_labels: ArcSwap::from_pointee(custom_labels),
             ..LimitadorMetrics::default()
         }
+    }
+
+    /// `datastore_partitioned` from now on follows `store`'s breakers.
+    pub(super) fn watch_store(&self, store: EngineStats) {
+        let _ = self.store.set(store);
+    }
+
+    /// Whether the store cannot be reached, as Limitador's `datastore_partitioned` says it: a
+    /// shard's breaker to it is open or probing (it opens on failed round trips and flushes,
+    /// and closes when one goes through, as Limitador's flag flips on a flush's failure and
+    /// back on a success). Never with counters in memory.
+    fn partitioned(&self) -> bool {
+        (self.store.get()).is_some_and(|s| s.breakers().any(|b| b != BreakerState::Closed.gauge()))
     }
 
     /// A `-L` file read again: valid, its labels apply from the next call (series counted so far
@@ -174,7 +190,11 @@ impl LimitadorMetrics {
         out.push_str(
             "# HELP datastore_partitioned Limitador is partitioned from backing datastore\n",
         );
-        out.push_str("# TYPE datastore_partitioned gauge\ndatastore_partitioned 0\n\n");
+        let partitioned = u8::from(self.partitioned());
+        let _ = writeln!(
+            out,
+            "# TYPE datastore_partitioned gauge\ndatastore_partitioned {partitioned}\n"
+        );
         let _ = writeln!(
             out,
             "# HELP turnstile_limitador_series_dropped_total Calls not counted in a Limitador series: \

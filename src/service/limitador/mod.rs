@@ -104,6 +104,7 @@ pub struct Limitador {
 
 impl Limitador {
     pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> Limitador {
+        metrics.watch_store(engine.metrics());
         let loaded = Loaded {
             limits,
             applied_at: SystemTime::now(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{op, Ask, Limitador, LimitadorError};
 use crate::descriptor::limitador::{applicable, Applicable, Sent};
 use crate::descriptor::Entry;
-use crate::limiter::{hold_id, Op, Reservation};
+use crate::limiter::{Op, Reservation};
 
 /// `--disable-reservations`, `--max-reservation-fraction`, `--max-reservation-ttl`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,21 +51,20 @@ impl Limitador {
         amount: u64,
         ttl: Option<Duration>,
     ) -> Result<Reserved, LimitadorError> {
-        let id = hold_id();
+        // Drawn at random (a CSPRNG), never the next of a sequence: a caller holding one id
+        // cannot guess another's.
+        let id: u64 = rand::random();
         let loaded = self.loaded();
         let Some(ns) = loaded.limits.namespace(namespace) else {
             return Ok(Reserved::Admitted { id: id.to_string() });
         };
         let found = applicable(ns, &Sent(descriptors))?;
-        let ttl = ttl.map_or(self.reservations.max_ttl, |t| {
-            t.min(self.reservations.max_ttl)
-        });
-        let for_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
+        let for_ms = hold_ms(ttl, self.reservations.max_ttl);
         let fraction = self.reservations.max_fraction;
         let ops: Vec<Op> = (found.iter())
             .map(|a| {
-                let cap = (a.limit.max_value as f64 * fraction).floor() as u64;
-                let hits = u32::try_from(amount.min(cap)).unwrap_or(u32::MAX);
+                let hits =
+                    u32::try_from(amount.min(cap(a.limit.max_value, fraction))).unwrap_or(u32::MAX);
                 Op {
                     hits: 0,
                     reserve: Reservation::Reserve { hits, for_ms, id },
@@ -110,6 +109,27 @@ impl Limitador {
     }
 }
 
+/// The most one hold takes of a counter of `max_value`: the maximum fraction of it, rounded
+/// down, but never none, or a `Reserve` would answer OK holding nothing (`max_value` 1 at 0.5)
+/// and one on a `max_value` of 0 would pass (such a counter refuses a hold of 1, as every call).
+fn cap(max_value: u64, fraction: f64) -> u64 {
+    ((max_value as f64 * fraction).floor() as u64).max(1)
+}
+
+/// How long a hold holds, in whole milliseconds (rounded up): the call's `ttl`, at most
+/// `max_ttl`. A `ttl` that could hold for no time (zero, negative, which the transport reads as
+/// zero, or under a millisecond) holds as an unset one does, for `max_ttl`, as Limitador holds
+/// a negative one (its `Duration::try_from` fails, and it passes none): a client answered OK
+/// holds what it asked for, never nothing.
+fn hold_ms(ttl: Option<Duration>, max_ttl: Duration) -> u32 {
+    let ttl = match ttl {
+        Some(t) if t >= Duration::from_millis(1) => t.min(max_ttl),
+        _ => max_ttl,
+    };
+    let ms = ttl.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms).unwrap_or(u32::MAX).max(1)
+}
+
 /// Holds are made and ended in the store, with Redis (`redis_cached` too: a hold kept in one
 /// replica's memory would not hold on the others), and in memory otherwise.
 const EXACT: Option<bool> = Some(false);
@@ -124,5 +144,33 @@ fn commit_op(a: &Applicable<'_>, actual: u64, id: Option<u64>) -> Op {
             ..report
         },
         None => report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_that_could_hold_nothing_holds_for_the_maximum() {
+        let max = Duration::from_secs(60);
+        for none in [
+            None,
+            Some(Duration::ZERO),
+            Some(Duration::from_nanos(999_999)),
+        ] {
+            assert_eq!(hold_ms(none, max), 60_000, "{none:?}");
+        }
+        assert_eq!(hold_ms(Some(Duration::from_micros(1_500)), max), 2);
+        assert_eq!(hold_ms(Some(Duration::from_secs(30)), max), 30_000);
+        assert_eq!(hold_ms(Some(Duration::from_secs(90)), max), 60_000);
+    }
+
+    #[test]
+    fn a_hold_is_capped_at_the_fraction_but_never_at_nothing() {
+        assert_eq!(cap(1000, 0.5), 500);
+        assert_eq!(cap(1001, 0.5), 500);
+        assert_eq!(cap(1, 0.5), 1);
+        assert_eq!(cap(0, 0.5), 1);
     }
 }

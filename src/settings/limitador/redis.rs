@@ -43,13 +43,20 @@ pub(super) fn exact(url: &str, env: &Env<'_>) -> Result<Vars, String> {
     Ok(vars)
 }
 
-/// The variables of `redis_cached URL …`: local-first, synced every `--flush-period`.
-pub(super) fn cached(url: &str, flags: &Cached, env: &Env<'_>) -> Result<Vars, String> {
+/// The variables of `redis_cached URL …`: local-first, synced every `--flush-period`. What
+/// Limitador takes and turnstile does otherwise is taken and said in `warnings`: a batch size
+/// (there is no batch to size) and a flush period outside turnstile's 1 ms to 60 s (the
+/// nearest is used).
+pub(super) fn cached(
+    url: &str,
+    flags: &Cached,
+    env: &Env<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Vars, String> {
     if let Some(n) = flags.batch_size {
-        return Err(format!(
-            "limitador-server: --batch-size {n} (REDIS_LOCAL_CACHE_BATCH_SIZE) is not supported \
-             by turnstile: each flush period it sends every counter used since the last in one \
-             pipeline per shard, so there is no batch to size; drop it"
+        warnings.push(format!(
+            "--batch-size {n} (REDIS_LOCAL_CACHE_BATCH_SIZE) changes nothing in turnstile: each \
+             flush period sends every counter used since the last, in one pipeline per shard"
         ));
     }
     let mut vars = url_vars(url)?;
@@ -60,13 +67,19 @@ pub(super) fn cached(url: &str, flags: &Cached, env: &Env<'_>) -> Result<Vars, S
         (given, _) => Some(given.unwrap_or(DEFAULT_FLUSH_PERIOD_MS)),
     };
     if let Some(ms) = period {
-        if !(1..=60_000).contains(&ms) {
-            return Err(format!(
-                "limitador-server: --flush-period {ms} (REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS) is \
-                 out of range for turnstile's sync interval (1 to 60000 ms)"
+        // Limitador flushes without a pause at 0, and reads a negative period as a huge one.
+        let synced = match ms {
+            1..=60_000 => ms,
+            0 => 1,
+            _ => 60_000,
+        };
+        if synced != ms {
+            warnings.push(format!(
+                "--flush-period {ms} (REDIS_LOCAL_CACHE_FLUSHING_PERIOD_MS) is outside \
+                 turnstile's sync interval, 1 to 60000 ms: it syncs every {synced} ms"
             ));
         }
-        vars.insert(sync, Some(format!("{ms}ms")));
+        vars.insert(sync, Some(format!("{synced}ms")));
     }
     if let Some(ms) = flags.response_timeout {
         vars.insert("TURNSTILE_REDIS_DEADLINE_MS", Some(ms.to_string()));
@@ -328,23 +341,24 @@ mod tests {
     }
 
     #[test]
-    fn cached_flags_map_or_refuse() {
+    fn cached_flags_map_or_warn() {
         let none = |_: &str| None;
         let env = Env::new(&none);
+        let mut warned = Vec::new();
         let flags = Cached {
             flush_period: Some(250),
             max_cached: Some(500),
             response_timeout: Some(350),
             batch_size: None,
         };
-        let v = cached("redis://h:1", &flags, &env).unwrap();
+        let v = cached("redis://h:1", &flags, &env, &mut warned).unwrap();
         assert_eq!(
             v["TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL"].as_deref(),
             Some("250ms")
         );
         assert_eq!(v["TURNSTILE_REDIS_DEADLINE_MS"].as_deref(), Some("350"));
         assert_eq!(v["TURNSTILE_MAX_KEYS"].as_deref(), Some("500"));
-        let default = cached("redis://h:1", &Cached::default(), &env).unwrap();
+        let default = cached("redis://h:1", &Cached::default(), &env, &mut warned).unwrap();
         assert_eq!(
             default["TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL"].as_deref(),
             Some("1000ms")
@@ -353,16 +367,23 @@ mod tests {
             batch_size: Some(100),
             ..Cached::default()
         };
-        assert!(cached("redis://h:1", &batch, &env)
-            .unwrap_err()
-            .contains("--batch-size"));
-        let zero = Cached {
-            flush_period: Some(0),
-            ..Cached::default()
-        };
-        assert!(cached("redis://h:1", &zero, &env)
-            .unwrap_err()
-            .contains("--flush-period 0"));
+        assert!(warned.is_empty(), "{warned:?}");
+        cached("redis://h:1", &batch, &env, &mut warned).unwrap();
+        assert!(warned[0].starts_with("--batch-size 100"), "{warned:?}");
+        // Taken as Limitador takes them, at the nearest interval turnstile syncs at.
+        for (ms, synced) in [(0, "1ms"), (120_000, "60000ms"), (-5, "60000ms")] {
+            let period = Cached {
+                flush_period: Some(ms),
+                ..Cached::default()
+            };
+            let v = cached("redis://h:1", &period, &env, &mut warned).unwrap();
+            assert_eq!(
+                v["TURNSTILE_LOCAL_FIRST_SYNC_INTERVAL"].as_deref(),
+                Some(synced)
+            );
+            let said = format!("--flush-period {ms} (");
+            assert!(warned.last().unwrap().starts_with(&said), "{warned:?}");
+        }
     }
 
     #[test]

@@ -524,6 +524,7 @@ mod tests {
             socket_unix: true,
             kind: RedisType::Single,
             auth: Some("pw".into()),
+            auth_named: "REDIS_AUTH",
             sentinel_auth: None,
             tls: false,
             tls_ca: None,

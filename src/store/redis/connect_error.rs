@@ -27,7 +27,7 @@ impl Password {
         let var = if per_second {
             "REDIS_PERSECOND_AUTH"
         } else {
-            "REDIS_AUTH"
+            t.auth_named
         };
         (t.kind != RedisType::Sentinel).then_some(Password {
             var,

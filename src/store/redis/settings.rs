@@ -20,6 +20,10 @@ pub struct RedisTarget {
     pub socket_unix: bool,
     pub kind: RedisType,
     pub auth: Option<String>,
+    /// The setting errors name for the main deployment's `auth` (`REDIS_AUTH`, or what stands
+    /// for it on another command line: limitador-server's Redis URL); `REDIS_PERSECOND_AUTH`'s
+    /// is always its own.
+    pub auth_named: &'static str,
     /// `REDIS_SENTINEL_AUTH`: the Sentinels' own password (`user:password` for an ACL user);
     /// `auth` is the master's.
     pub sentinel_auth: Option<String>,

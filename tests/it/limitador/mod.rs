@@ -5,11 +5,16 @@
 //! (docs/limitador.md lists each difference).
 
 mod command_line;
+mod environment;
 mod envoy;
 mod grpc;
 mod http;
+mod limits_file;
+mod partitioned;
 mod redis;
 mod reserve;
+mod reserve_contract;
+mod start_errors;
 
 use std::path::{Path, PathBuf};
 

@@ -231,7 +231,7 @@ async fn a_check_or_a_refused_call_leaves_no_key() {
 }
 
 /// The binary under Limitador's name with `args`, expected to stop at start: its stderr.
-fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+pub(super) fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = crate::common::tempdir::TempDir::new("limitador-refused");
     let file = dir.path().join("limits.yaml");
     std::fs::write(&file, LIMITS).unwrap();
@@ -276,7 +276,7 @@ type Refusal = (
 
 #[test]
 fn what_turnstile_cannot_do_as_the_url_or_a_flag_says_is_refused_naming_it() {
-    let cases: [Refusal; 7] = [
+    let cases: [Refusal; 5] = [
         (&["redis", "redis://127.0.0.1:1/3"], &[], "database `3`"),
         (
             &["redis", "rediss://127.0.0.1:1/#insecure"],
@@ -285,16 +285,6 @@ fn what_turnstile_cannot_do_as_the_url_or_a_flag_says_is_refused_naming_it() {
         ),
         (&["redis", "redis://bob@127.0.0.1:1"], &[], "user `bob`"),
         (&["redis", "127.0.0.1:6379"], &[], "Redis URL"),
-        (
-            &["redis_cached", "redis://127.0.0.1:1", "--batch-size", "10"],
-            &[],
-            "--batch-size 10",
-        ),
-        (
-            &["redis_cached", "redis://127.0.0.1:1", "--flush-period", "0"],
-            &[],
-            "--flush-period 0",
-        ),
         // The URL's password and REDIS_AUTH disagree: neither wins, and neither shows.
         (
             &["redis", "redis://:hunter2@127.0.0.1:1"],

@@ -13,7 +13,7 @@ use super::*;
 use crate::common::binary::command;
 
 /// A token budget: 1 000 a minute per user.
-const TOKENS: &str = r#"
+pub(super) const TOKENS: &str = r#"
 - name: tokens
   namespace: ns/llm
   max_value: 1000
@@ -22,10 +22,10 @@ const TOKENS: &str = r#"
   variables: ['descriptors[0]["auth.identity.userid"]']
 "#;
 
-const RESERVE: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Reserve";
-const COMMIT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Commit";
+pub(super) const RESERVE: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Reserve";
+pub(super) const COMMIT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Commit";
 
-fn descriptors(user: &str) -> Vec<RateLimitDescriptor> {
+pub(super) fn descriptors(user: &str) -> Vec<RateLimitDescriptor> {
     request(
         "ns/llm",
         &[&[
@@ -37,7 +37,7 @@ fn descriptors(user: &str) -> Vec<RateLimitDescriptor> {
     .descriptors
 }
 
-fn reserve_req(user: &str, amount: u64, ttl_s: Option<i64>) -> ReserveRequest {
+pub(super) fn reserve_req(user: &str, amount: u64, ttl_s: Option<i64>) -> ReserveRequest {
     ReserveRequest {
         domain: "ns/llm".into(),
         descriptors: descriptors(user),
@@ -46,7 +46,7 @@ fn reserve_req(user: &str, amount: u64, ttl_s: Option<i64>) -> ReserveRequest {
     }
 }
 
-fn commit_req(user: &str, id: &str, actual_amount: u64) -> CommitRequest {
+pub(super) fn commit_req(user: &str, id: &str, actual_amount: u64) -> CommitRequest {
     CommitRequest {
         domain: "ns/llm".into(),
         descriptors: descriptors(user),
@@ -55,13 +55,18 @@ fn commit_req(user: &str, id: &str, actual_amount: u64) -> CommitRequest {
     }
 }
 
-async fn reserve(l: &Limitador, user: &str, amount: u64, ttl: Option<i64>) -> ReserveResponse {
+pub(super) async fn reserve(
+    l: &Limitador,
+    user: &str,
+    amount: u64,
+    ttl: Option<i64>,
+) -> ReserveResponse {
     call(&l.grpc(), RESERVE, reserve_req(user, amount, ttl))
         .await
         .unwrap()
 }
 
-async fn commit(l: &Limitador, user: &str, id: &str, actual: u64) -> bool {
+pub(super) async fn commit(l: &Limitador, user: &str, id: &str, actual: u64) -> bool {
     let r: CommitResponse = call(&l.grpc(), COMMIT, commit_req(user, id, actual))
         .await
         .unwrap();
@@ -69,7 +74,7 @@ async fn commit(l: &Limitador, user: &str, id: &str, actual: u64) -> bool {
 }
 
 /// `ShouldRateLimit` of `hits` for `user` on the budget.
-async fn should(l: &Limitador, user: &str, hits: u32) -> &'static str {
+pub(super) async fn should(l: &Limitador, user: &str, hits: u32) -> &'static str {
     let req = RateLimitRequest {
         hits_addend: hits,
         ..request(
@@ -84,7 +89,7 @@ async fn should(l: &Limitador, user: &str, hits: u32) -> &'static str {
     code(&unary(&l.grpc(), SHOULD_RATE_LIMIT, req).await.unwrap())
 }
 
-fn code_of(r: &ReserveResponse) -> &'static str {
+pub(super) fn code_of(r: &ReserveResponse) -> &'static str {
     code(&RateLimitResponse {
         overall_code: r.code,
         ..RateLimitResponse::default()

@@ -2,4 +2,5 @@
 //! ADS management server.
 
 mod overlay;
+mod overlay_files;
 mod xds;
