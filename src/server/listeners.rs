@@ -41,6 +41,11 @@ pub(super) struct HttpPorts {
 }
 
 impl Listeners {
+    /// The address the HTTP port got (the port the OS chose for port 0).
+    pub(super) fn http_addr(&self, settings: &Settings) -> Result<SocketAddr, StartError> {
+        local_addr(&self.http, settings.http_addr, settings.port_names.http)
+    }
+
     /// The side thread's HTTP ports, taken out: the workers serve the rest.
     pub(super) fn side_ports(&mut self) -> HttpPorts {
         HttpPorts {

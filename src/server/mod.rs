@@ -54,7 +54,7 @@ use crate::transport::waiting::StartWait;
 use context::Starting;
 use doors::{first_source, Doors};
 pub use doors::{DoorFiles, DoorStats};
-use listeners::{local_addr, HttpPorts, Listeners};
+use listeners::{HttpPorts, Listeners};
 use side_thread::{Polled, Polls, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -283,11 +283,7 @@ async fn start_telling(
     let stopping = || stopping.clone();
     let grpc = Grpc::new(settings, &cx, &doors, health_service, tls.clone());
     let resp = resp_socket(listeners.resp.take(), &doors);
-    let http_addr = local_addr(
-        &listeners.http,
-        settings.http_addr,
-        settings.port_names.http,
-    )?;
+    let http_addr = listeners.http_addr(settings)?;
     // The main HTTP port is served by the workers, the others by the side thread.
     let http = http_servers(settings, &cx, &doors, listeners.side_ports());
     let served = Some(main_http(listeners.http, &doors, settings));
