@@ -14,7 +14,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::context::Context;
-use super::reload::{record, Install, Reloader};
+use super::overlay::{Loaded, OverlayFile, Overlays};
+use super::reload::{record, Followed, Install, Reload, Reloader};
 use super::Health;
 use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
 use crate::config::ConfigError;
@@ -68,6 +69,8 @@ pub(super) struct Door {
     /// Over files, the live config's domain count as reloads change it (health under
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
     pub(super) domains: Option<watch::Receiver<usize>>,
+    /// Over xDS, the overlay in force, for the xDS client (its files are followed).
+    pub(super) overlays: Option<Overlays>,
 }
 
 /// What the doors beside the RLS door count in: made before the context, whose registry shows
@@ -90,6 +93,8 @@ impl DoorStats {
 /// read for them, the fleet RLQS shares demand with (the Redis store), and the stop.
 pub(super) struct Given<'a> {
     pub(super) stats: DoorStats,
+    /// Over xDS, the overlay the start read, with its files' fingerprint before.
+    pub(super) overlay: Option<Loaded>,
     pub(super) health: &'a Health,
     pub(super) files: Option<DoorFiles>,
     /// The fingerprint of the door's files taken before they were read.
@@ -98,27 +103,6 @@ pub(super) struct Given<'a> {
     pub(super) redis: Option<Arc<RedisStore>>,
     /// RLQS streams end on it.
     pub(super) stop: watch::Receiver<bool>,
-}
-
-/// A file (or set of files) a door follows: polled every `TURNSTILE_RELOAD_INTERVAL_MS` from
-/// `baseline`, read again on SIGHUP, each load recorded as every config load is (`ReloadStats`,
-/// `ratelimit_service_config_load_*`, the status page).
-#[derive(Clone)]
-pub(super) struct Followed {
-    pub(super) watched: Watched,
-    pub(super) baseline: u64,
-    pub(super) reload: Arc<dyn Reload>,
-}
-
-/// Reads a followed file again and puts it live, or keeps what is live and says why.
-pub(super) trait Reload: Send + Sync {
-    fn reload(&self) -> Result<(), ConfigError>;
-}
-
-impl Reload for Reloader {
-    fn reload(&self) -> Result<(), ConfigError> {
-        Reloader::reload(self)
-    }
 }
 
 /// What `limitador-server` reads at start, and the fingerprint of its limits file taken before
@@ -178,7 +162,10 @@ impl Doors {
         let baseline = given.baseline;
         let rls = match (&settings.limitador, given.files) {
             (Some(l), Some(files)) => limitador_door(settings, l, files, cx, shown, baseline),
-            _ => envoy_door(settings, cx, given.health, throttle, shown, baseline),
+            _ => {
+                let door = envoy_door(settings, cx, given.health, throttle, shown, baseline);
+                with_overlay(door, settings, cx, given.overlay)
+            }
         };
         Doors { rls, quota, resp }
     }
@@ -216,6 +203,7 @@ fn envoy_door(
         followed: Vec::new(),
         described: None,
         domains: None,
+        overlays: None,
     };
     // Over xDS the limits are pushed, not read: no file to follow.
     if settings.xds.is_none() {
@@ -297,7 +285,28 @@ fn limitador_door(
         followed,
         described: Some(described),
         domains: None,
+        overlays: None,
     }
+}
+
+/// Over xDS, Envoy's door with the overlay its pushes take: the one the start read, its files
+/// followed when `TURNSTILE_XDS_OVERLAY` names them.
+fn with_overlay(mut door: Door, settings: &Settings, cx: &Context, first: Option<Loaded>) -> Door {
+    let Some(x) = &settings.xds else {
+        return door;
+    };
+    let (first, baseline) = first.map_or((None, 0), |(o, b)| (Some(o), b));
+    let overlays: Overlays = Arc::new(watch::Sender::new(first));
+    if let Some(path) = &x.overlay {
+        let file = OverlayFile {
+            path: path.clone(),
+            overlays: overlays.clone(),
+            install: Install::new(cx.live.clone(), cx.stats.reloads.clone()),
+        };
+        door.followed.push(file.followed(baseline));
+    }
+    door.overlays = Some(overlays);
+    door
 }
 
 /// Limitador's limits file: read again, its CEL compiled anew; counters are kept.

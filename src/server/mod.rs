@@ -82,7 +82,7 @@ pub struct Running {
     /// What the doors beside the RLS door count in (registered with the context's).
     pub door_stats: DoorStats,
     /// The files the doors follow, read again by `reload_config` (SIGHUP); none over xDS.
-    followed: Vec<doors::Followed>,
+    followed: Vec<reload::Followed>,
     tls: Option<Arc<tls::TlsState>>,
     health: Health,
     stop: watch::Sender<bool>,
@@ -270,6 +270,7 @@ async fn start_telling(
     let (stop, stop_rx) = watch::channel(false);
     let given = doors::Given {
         stats: door_stats.clone(),
+        overlay,
         health: &health,
         files,
         baseline: polled.config,
@@ -289,14 +290,9 @@ async fn start_telling(
     let served = Some(main_http(listeners.http, &doors, settings));
     let shards = built.shard_tasks;
     let mut threads = worker::spawn_all(listeners.grpc, shards, &grpc, resp, served, &stopping)?;
-    let polls = Polls {
-        followed: &doors.rls.followed,
-        domains: doors.rls.domains.clone(),
-        tls_polled: polled.tls,
-        tls: &tls,
-    };
+    let polls = Polls::of(&doors.rls, polled.tls, &tls);
     let mut side = SideThread::new(settings, &cx, http, &health, gate_health, polls);
-    side.overlay = overlay.filter(|_| settings.xds.is_some());
+    side.overlays = doors.rls.overlays.clone();
     threads.push(side_thread::spawn(side, stopping())?);
     if let Some(j) = built.journal {
         threads.push(journal::spawn(j, cx.engine.clone(), stopping())?);

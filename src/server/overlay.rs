@@ -1,19 +1,17 @@
 //! The xDS overlay's files (`TURNSTILE_XDS_OVERLAY`): read at start, where a bad one stops the
-//! start; polled as the config location is (a ConfigMap's `..data` swap included) and read again
-//! on a change, each good one handed to the xDS client, which builds the last push again with
-//! it and every push after. A bad one is logged and counted as a refused reload, and the last
-//! good one stays.
+//! start; then a file the xDS door follows (`doors::Followed`), polled as the config location is
+//! (a ConfigMap's `..data` swap included) and read again on a change or SIGHUP, each good one
+//! handed to the xDS client, which builds the last push again with it and every push after. A
+//! bad one is logged and counted as a refused reload, and the last good one stays.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::reload::Install;
+use super::reload::{Followed, Install, Reload};
 use crate::config::{ConfigError, Overlay};
-use crate::source::files::{fingerprint, poll, Watched};
-use crate::source::in_background;
+use crate::source::files::{fingerprint, Watched};
 
 /// An overlay read from its files, and their fingerprint taken before they were read.
 pub(super) type Loaded = (Arc<Overlay>, u64);
@@ -34,38 +32,40 @@ pub(super) fn load(path: &Path) -> Result<Loaded, ConfigError> {
     Ok((Arc::new(Overlay::load(path)?), baseline))
 }
 
-/// Polls the overlay at `path` every `interval` until `stop`, from the fingerprint `baseline`:
-/// each change is read in the background and, good, sent on `overlays`; bad, refused through
-/// `install` (logged, counted), the last good overlay staying.
-pub(super) async fn follow(
-    path: PathBuf,
-    baseline: u64,
-    interval: Duration,
-    overlays: Arc<watch::Sender<Option<Arc<Overlay>>>>,
-    install: Install,
-    stop: watch::Receiver<bool>,
-) {
-    let source = path.display().to_string();
-    let read = path.clone();
-    let on_change = move || {
-        let (read, source, overlays, install) = (
-            read.clone(),
-            source.clone(),
-            overlays.clone(),
-            install.clone(),
-        );
-        async move {
-            match in_background(move || Overlay::load(&read)).await {
-                Ok(Ok(overlay)) => {
-                    tracing::info!(source, "xDS overlay read");
-                    overlays.send_replace(Some(Arc::new(overlay)));
-                }
-                Ok(Err(e)) => {
-                    let _ = install.apply(&source, Err(e));
-                }
-                Err(e) => tracing::error!(error = %e, "xDS overlay read did not finish"),
-            }
+/// The overlay's files as the xDS door follows them: polled and read again on SIGHUP as every
+/// followed file is; a good read goes to the xDS client on `overlays`, which builds the last
+/// push again with it; a bad one is refused through `install` (logged, counted), the last good
+/// overlay staying.
+pub(super) struct OverlayFile {
+    pub(super) path: PathBuf,
+    pub(super) overlays: Overlays,
+    pub(super) install: Install,
+}
+
+/// The overlay in force, for the xDS client: none without one.
+pub(super) type Overlays = Arc<watch::Sender<Option<Arc<Overlay>>>>;
+
+impl OverlayFile {
+    /// Followed from `baseline`, its fingerprint before the start read it.
+    pub(super) fn followed(self, baseline: u64) -> Followed {
+        Followed {
+            watched: watched(&self.path),
+            baseline,
+            reload: Arc::new(self),
         }
-    };
-    poll(watched(&path), baseline, interval, on_change, stop).await;
+    }
+}
+
+impl Reload for OverlayFile {
+    fn reload(&self) -> Result<(), ConfigError> {
+        let source = self.path.display().to_string();
+        match Overlay::load(&self.path) {
+            Ok(overlay) => {
+                tracing::info!(source, "xDS overlay read");
+                self.overlays.send_replace(Some(Arc::new(overlay)));
+                Ok(())
+            }
+            Err(e) => self.install.apply(&source, Err(e)),
+        }
+    }
 }

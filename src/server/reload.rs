@@ -11,7 +11,29 @@ use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError, LiveConfig, Sources};
 use crate::service::{Live, LiveLimits, ReloadStats};
+use crate::source::files::Watched;
 use crate::source::{in_background, Update, Updates};
+
+/// A file (or set of files) a door follows: polled every `TURNSTILE_RELOAD_INTERVAL_MS` from
+/// `baseline`, read again on SIGHUP, each load recorded as every config load is (`ReloadStats`,
+/// `ratelimit_service_config_load_*`, the status page).
+#[derive(Clone)]
+pub(super) struct Followed {
+    pub(super) watched: Watched,
+    pub(super) baseline: u64,
+    pub(super) reload: Arc<dyn Reload>,
+}
+
+/// Reads a followed file again and puts it live, or keeps what is live and says why.
+pub(super) trait Reload: Send + Sync {
+    fn reload(&self) -> Result<(), ConfigError>;
+}
+
+impl Reload for Reloader {
+    fn reload(&self) -> Result<(), ConfigError> {
+        Reloader::reload(self)
+    }
+}
 
 /// Records a config load: the success or error counter, the time of the last success, and the
 /// load log's entry under `source` (none for the empty config xDS starts from, which nothing

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::context::Context;
-use super::doors::{first_watched, Followed, Reload};
+use super::doors::{first_watched, Door};
 use super::draining::{drain_end, serve_http};
-use super::overlay::{self, Loaded};
-use super::reload::Install;
+use super::overlay::Overlays;
+use super::reload::{Followed, Install, Reload};
 use super::tls::TlsState;
 use super::worker::Stopping;
 use super::{runtime, tls, Health, StartError, TlsShared};
@@ -34,8 +34,8 @@ pub(super) struct SideThread {
     pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
     /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
     pub(super) xds: Option<(XdsSettings, Option<Health>)>,
-    /// With xDS and `TURNSTILE_XDS_OVERLAY`: the overlay read at start, to apply and poll.
-    pub(super) overlay: Option<Loaded>,
+    /// With xDS: the overlay in force, for the client (its files are among `followed`).
+    pub(super) overlays: Option<Overlays>,
     /// How xDS's configs go live.
     pub(super) install: Install,
     /// Every file a door follows (none over xDS), and TLS's certificates: polled alike, each
@@ -82,6 +82,22 @@ pub(super) struct Polls<'a> {
     pub(super) tls: &'a TlsShared,
 }
 
+impl<'a> Polls<'a> {
+    /// What `door` follows, and TLS's certificates as the start saw them.
+    pub(super) fn of(
+        door: &'a Door,
+        tls_polled: Option<(u64, Watched)>,
+        tls: &'a TlsShared,
+    ) -> Polls<'a> {
+        Polls {
+            followed: &door.followed,
+            domains: door.domains.clone(),
+            tls_polled,
+            tls,
+        }
+    }
+}
+
 /// TLS's certificate files, read again when they change.
 struct TlsFiles(Arc<TlsState>);
 
@@ -120,7 +136,7 @@ impl SideThread {
         SideThread {
             http,
             xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
-            overlay: None,
+            overlays: None,
             install: Install::new(cx.live.clone(), cx.stats.reloads.clone()),
             followed,
             health_by_domains: (domains)
@@ -148,8 +164,14 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
                 if let Some((settings, gate)) = side.xds {
-                    let (overlay, interval, install) = (side.overlay, side.interval, side.install);
-                    tasks.extend(run_xds(settings, gate, overlay, interval, install, &stop));
+                    let overlays = (side.overlays.clone()).unwrap_or_default();
+                    tasks.extend(run_xds(
+                        settings,
+                        gate,
+                        overlays,
+                        side.install.clone(),
+                        &stop,
+                    ));
                 }
                 let (top, clock) = side.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
@@ -236,14 +258,13 @@ async fn follow_domains(
     }
 }
 
-/// The xDS client, applying every config through the one reload path; the overlay's poller
-/// (every `interval`), which hands it each good overlay; and the health gate that turns SERVING
-/// once the first config is live.
+/// The xDS client, applying every config through the one reload path, with the overlay in
+/// `overlays` (a good overlay read from its files replaces it); and the health gate that turns
+/// SERVING once the first config is live.
 fn run_xds(
     settings: XdsSettings,
     gate: Option<Health>,
-    overlay: Option<Loaded>,
-    interval: Duration,
+    overlays: Overlays,
     install: Install,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -251,21 +272,8 @@ fn run_xds(
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let live = install.live();
     let mut stopped = stop.clone();
-    let (first, baseline) = overlay.map_or((None, 0), |(o, b)| (Some(o), b));
-    let overlays = Arc::new(watch::Sender::new(first));
     let overlays_rx = overlays.subscribe();
     let mut tasks = Vec::new();
-    if let Some(path) = settings.overlay.clone() {
-        let poll = overlay::follow(
-            path,
-            baseline,
-            interval,
-            overlays,
-            install.clone(),
-            stop.clone(),
-        );
-        tasks.push(tokio::spawn(poll));
-    }
     tasks.extend([
         tokio::spawn(async move {
             let client = crate::source::xds::run(settings, live, overlays_rx, updates_tx, ready_tx);

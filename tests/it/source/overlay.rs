@@ -247,6 +247,37 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
     server.stop();
 }
 
+/// The overlay is a file the xDS door follows like any other: with polling off
+/// (`TURNSTILE_RELOAD_INTERVAL_MS=0`), an edit is read on SIGHUP, and only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_overlay_again_with_polling_off() {
+    let mut ads = Ads::start().await;
+    ads.push("v1", vec![pushed(pb::RateLimitUnit::Hour, 1000)]);
+    let dir = TempDir::new("xds-overlay-hup");
+    let volume = dir.path().join("overlay");
+    configmap(&volume, &overlay("reserve: 300"));
+    let (url, at) = (ads.addr.to_string(), volume.display().to_string());
+    let server = Server::start(
+        Path::new(BIN),
+        &["serve"],
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", &url),
+            ("TURNSTILE_XDS_OVERLAY", &at),
+            ("TURNSTILE_RELOAD_INTERVAL_MS", "0"),
+        ],
+    );
+    ads.wait_ack(1, "v1").await;
+    rlconfig_with(&server, "reserve=300").await;
+    configmap_edit(&volume, "..v2", &overlay("reserve: 500"));
+    // Nothing polls: the edit waits for the signal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rlconfig(&server).await.contains("reserve=300"));
+    server.signal("HUP");
+    rlconfig_with(&server, "reserve=500").await;
+    server.stop();
+}
+
 /// Waits until the server's log holds `what` (the overlay's poll is another thread's), or the
 /// test fails after 20 s.
 async fn logged(server: &Server, what: &str) {
