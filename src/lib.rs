@@ -39,7 +39,7 @@
 //! own worker decides synchronously. One more thread, the side thread, serves the debug,
 //! Prometheus and admin ports and runs the background tasks; with durable counters, another
 //! runs their journal. A door's files, polled or on SIGHUP, are read again through
-//! one path (`server/doors.rs`'s `Reload`), and xDS's pushes go live through `server::reload`,
+//! one path (`server/reload.rs`'s `Reload`), and xDS's pushes go live through `server::reload`,
 //! which records every load; per-limit stats, bound by stat key, survive them. Each is built beside the config it replaces
 //! (`config::LiveConfig`), whose keys, stat keys and lists of limits it shares where they are the
 //! same, so a reload holds less than two configs.
@@ -119,7 +119,7 @@
 //! (`service::within_bounds`, `transport/http/bounds.rs`), client values as the listener shows
 //! them (`telemetry::Shown`), its calls, errors, latency and span (`transport/grpc.rs`'s
 //! `CallLayer`, `transport/http/calls.rs`, the RESP command loop), one reload path
-//! (`server/doors.rs`'s `Followed`), the wait's answers (`transport/waiting.rs`), HTTP read
+//! (`server/reload.rs`'s `Followed`), the wait's answers (`transport/waiting.rs`), HTTP read
 //! timeouts (`server/http_conn.rs`). `scripts/check-house.py` checks every file named here.
 //!
 //! | door | settings | config | service | transport |
