@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::context::Context;
 use super::overlay::{Loaded, OverlayFile, Overlays};
-use super::reload::{record, Followed, Install, Reload, Reloader};
+use super::reload::{recorded, Followed, Install, Reload, Reloader};
 use super::Health;
 use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
 use crate::config::ConfigError;
@@ -319,9 +319,7 @@ struct LimitsFile {
 impl Reload for LimitsFile {
     fn reload(&self) -> Result<(), ConfigError> {
         let read = Limits::read(&self.path);
-        let source = self.path.display().to_string();
-        record(&self.stats, Some(&source), read.as_ref().map(|_| ()));
-        let result = read.as_ref().map(|_| ()).map_err(Clone::clone);
+        let result = recorded(&self.stats, &self.path, &read);
         self.limitador.reload(read);
         result
     }
@@ -337,9 +335,7 @@ struct LabelsFile {
 impl Reload for LabelsFile {
     fn reload(&self) -> Result<(), ConfigError> {
         let read = CustomLabels::read(&self.path);
-        let source = self.path.display().to_string();
-        record(&self.stats, Some(&source), read.as_ref().map(|_| ()));
-        let result = read.as_ref().map(|_| ()).map_err(Clone::clone);
+        let result = recorded(&self.stats, &self.path, &read);
         self.metrics.reload_custom_labels(read);
         result
     }

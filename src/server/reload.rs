@@ -49,6 +49,18 @@ pub(super) fn record(stats: &ReloadStats, source: Option<&str>, loaded: Result<(
     }
 }
 
+/// Records a read of the file at `path` as a load ([`record`]), and says how it went.
+pub(super) fn recorded<T>(
+    stats: &ReloadStats,
+    path: &std::path::Path,
+    read: &Result<T, ConfigError>,
+) -> Result<(), ConfigError> {
+    let source = path.display().to_string();
+    let result = read.as_ref().map(|_| ()).map_err(Clone::clone);
+    record(stats, Some(&source), result.as_ref().map(|_| ()));
+    result
+}
+
 /// What a reload uses: the live limits it replaces, and the counters it records loads in.
 #[derive(Clone)]
 pub(super) struct Install {

@@ -131,29 +131,56 @@ async fn rlconfig_with(server: &Server, what: &str) -> String {
     }
 }
 
+/// The binary over xDS, a real ADS server having pushed one limit of 1000 an hour (and acked),
+/// with an overlay of `fields` in a ConfigMap-like volume, and one more setting.
+struct Overlaid {
+    ads: Ads,
+    server: Server,
+    volume: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl Overlaid {
+    async fn start(fields: &str, setting: (&str, &str)) -> Overlaid {
+        let mut ads = Ads::start().await;
+        ads.push("v1", vec![pushed(pb::RateLimitUnit::Hour, 1000)]);
+        let dir = TempDir::new("xds-overlay");
+        let volume = dir.path().join("overlay");
+        configmap(&volume, &overlay(fields));
+        let (url, at) = (ads.addr.to_string(), volume.display().to_string());
+        let server = Server::start(
+            Path::new(BIN),
+            &["serve"],
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_SERVER_URL", &url),
+                ("TURNSTILE_XDS_OVERLAY", &at),
+                setting,
+            ],
+        );
+        ads.wait_ack(1, "v1").await;
+        Overlaid {
+            ads,
+            server,
+            volume,
+            _dir: dir,
+        }
+    }
+}
+
 /// Through the binary, from a real ADS push: `reserve: 300` on a budget of 1000 an hour holds it
 /// as a file's does; a push that raises the limit keeps the overlay, and the counts and holds;
 /// an edited ConfigMap applies without a restart; a bad edit is refused and the last good
 /// overlay stays; a path nothing pushed is a warning and a line of `/rlconfig`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_budget_takes_reserve_from_the_overlay() {
-    let mut ads = Ads::start().await;
-    ads.push("v1", vec![pushed(pb::RateLimitUnit::Hour, 1000)]);
-    let dir = TempDir::new("xds-overlay");
-    let volume = dir.path().join("overlay");
-    configmap(&volume, &overlay("reserve: 300, reserve_for: 10m"));
-    let (url, at) = (ads.addr.to_string(), volume.display().to_string());
-    let server = Server::start(
-        Path::new(BIN),
-        &["serve"],
-        &[
-            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-            ("CONFIG_GRPC_XDS_SERVER_URL", &url),
-            ("TURNSTILE_XDS_OVERLAY", &at),
-            ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
-        ],
-    );
-    ads.wait_ack(1, "v1").await;
+    let overlaid = Overlaid::start(
+        "reserve: 300, reserve_for: 10m",
+        ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
+    )
+    .await;
+    let (mut ads, server, volume) = (overlaid.ads, overlaid.server, overlaid.volume);
+    let at = volume.display().to_string();
     clear_of_window_edge(3600, 120).await;
 
     let text = rlconfig_with(&server, "reserve=300").await;
@@ -251,31 +278,16 @@ async fn a_pushed_budget_takes_reserve_from_the_overlay() {
 /// (`TURNSTILE_RELOAD_INTERVAL_MS=0`), an edit is read on SIGHUP, and only then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reads_the_overlay_again_with_polling_off() {
-    let mut ads = Ads::start().await;
-    ads.push("v1", vec![pushed(pb::RateLimitUnit::Hour, 1000)]);
-    let dir = TempDir::new("xds-overlay-hup");
-    let volume = dir.path().join("overlay");
-    configmap(&volume, &overlay("reserve: 300"));
-    let (url, at) = (ads.addr.to_string(), volume.display().to_string());
-    let server = Server::start(
-        Path::new(BIN),
-        &["serve"],
-        &[
-            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-            ("CONFIG_GRPC_XDS_SERVER_URL", &url),
-            ("TURNSTILE_XDS_OVERLAY", &at),
-            ("TURNSTILE_RELOAD_INTERVAL_MS", "0"),
-        ],
-    );
-    ads.wait_ack(1, "v1").await;
-    rlconfig_with(&server, "reserve=300").await;
-    configmap_edit(&volume, "..v2", &overlay("reserve: 500"));
+    let overlaid = Overlaid::start("reserve: 300", ("TURNSTILE_RELOAD_INTERVAL_MS", "0")).await;
+    let (server, volume) = (&overlaid.server, &overlaid.volume);
+    rlconfig_with(server, "reserve=300").await;
+    configmap_edit(volume, "..v2", &overlay("reserve: 500"));
     // Nothing polls: the edit waits for the signal.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(rlconfig(&server).await.contains("reserve=300"));
+    assert!(rlconfig(server).await.contains("reserve=300"));
     server.signal("HUP");
-    rlconfig_with(&server, "reserve=500").await;
-    server.stop();
+    rlconfig_with(server, "reserve=500").await;
+    overlaid.server.stop();
 }
 
 /// Waits until the server's log holds `what` (the overlay's poll is another thread's), or the
