@@ -124,7 +124,7 @@ impl Listeners {
 }
 
 /// The address a listener got (the port the OS chose for port 0).
-pub(super) fn local_addr(
+fn local_addr(
     l: &StdListener,
     asked: SocketAddr,
     port: &'static str,

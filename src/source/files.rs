@@ -1,6 +1,6 @@
 //! Noticing change: a poller compares a fingerprint of the config location (or of certificate
-//! files) with the last one seen and calls back when it differs; for the config location, it
-//! loads the files then and yields what it read ([`config_updates`]).
+//! files) with the last one seen and calls back when it differs ([`poll`]); what a change
+//! reads again is the caller's (`server`'s followed files).
 //!
 //! Polling, not inotify: a fingerprint of names, sizes, mtimes and resolved symlink targets is
 //! cheap at one a second, works on every filesystem (overlay, NFS, ConfigMap volumes), and sees
@@ -13,10 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fnv::FnvHasher;
-use tokio::sync::{mpsc, watch};
-
-use super::{in_background, Update, Updates};
-use crate::config::Sources;
+use tokio::sync::watch;
 
 /// What a change of is worth a reload.
 #[derive(Debug, Clone)]
@@ -135,37 +132,6 @@ pub async fn poll<F: Future<Output = ()>>(
             on_change().await;
         }
     }
-}
-
-/// The config location as a source: the poller (to run until `stop`, as [`poll`]) and the
-/// updates it yields, one for each change it notices, loaded from `sources` then. The files
-/// are read and built in the background ([`in_background`]): a big config holds up neither the
-/// thread that serves the admin ports nor the workers.
-pub fn config_updates(
-    watched: Watched,
-    baseline: u64,
-    interval: Duration,
-    sources: Sources,
-    stop: watch::Receiver<bool>,
-) -> (impl Future<Output = ()>, Updates) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let on_change = move || {
-        let (sources, tx) = (sources.clone(), tx.clone());
-        async move {
-            let loaded = match in_background(move || sources.load()).await {
-                Ok(loaded) => loaded,
-                Err(e) => {
-                    tracing::error!(error = %e, "config load did not finish");
-                    return;
-                }
-            };
-            let _ = tx.send(Update {
-                loaded,
-                handled: None,
-            });
-        }
-    };
-    (poll(watched, baseline, interval, on_change, stop), rx)
 }
 
 #[cfg(test)]
