@@ -15,7 +15,7 @@
 //!   Limits are high (1e9 per second) so answers are OK, except in `over_limit`.
 //! - `engine_concurrent`: 64 decides joined at once, so the shard's `recv_many` gets batches.
 //! - `state_eval`: `State::eval` alone, per algorithm: the counting maths, the ceiling.
-//! - `service_decide`: `RateLimiter::decide` (validation, matching, key building, engine,
+//! - `service_decide`: `EnvoyService::decide` (validation, matching, key building, engine,
 //!   answer) against `benches/load/bench.conf.yaml`, for the load harness's request mixes. Each
 //!   call clones the request (as decoding would allocate it). Heavy hitters are kept as the
 //!   server keeps them (20 per limit); the `*_no_top` rows turn them off (`TURNSTILE_TOP_N=0`),
@@ -48,7 +48,7 @@ use turnstile::hitters::TopTable;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::metrics::RequestStats;
-use turnstile::service::{AnswerSettings, LiveLimits, RateLimiter, RequestLimits};
+use turnstile::service::{AnswerSettings, LiveLimits, EnvoyService, RequestLimits};
 use turnstile::transport::codec::read_request;
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.
@@ -333,7 +333,7 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
 
 /// The limiter `service_decide` runs against: one shard on the caller's thread, heavy hitters
 /// kept for `top_n` values per limit (the server's default is 20; 0 keeps none).
-fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
+fn bench_limiter(top_n: usize) -> (Rt, EnvoyService) {
     let yaml = include_str!("load/bench.conf.yaml").to_owned();
     let config = Config::from_sources(&[("bench.conf.yaml".into(), yaml)], LoadOptions::default())
         .expect("bench config");
@@ -342,7 +342,7 @@ fn bench_limiter(top_n: usize) -> (Rt, RateLimiter) {
     let top = Arc::new(TopTable::new(top_n).with_sample(turnstile::hitters::DEFAULT_SAMPLE));
     top.tick(e.clock().now());
     let live = LiveLimits::new(config, metrics.clone(), top);
-    let limiter = RateLimiter::new(
+    let limiter = EnvoyService::new(
         live,
         e,
         AnswerSettings {

@@ -239,8 +239,8 @@ else:
         if not path.startswith("tests/") and path not in every:
             failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
 DOOR_NAMES = re.compile(
-    r"\b(Limitador\w*|Kuadrant\w*|RateApi\w*|ThrottleService|ThrottleLimits|Rlqs\w*|QuotaHub"
-    r"|LabelsExpr|CustomLabels)\b|\b(limitador|kuadrant|rlqs|throttle|rate|quota|gocc)::")
+    r"\b(Limitador\w*|Kuadrant\w*|Gocc\w*|Throttle\w*|Rlqs\w*"
+    r"|LabelsExpr|CustomLabels)\b|\b(limitador|kuadrant|rlqs|throttle|gocc|quota)::")
 for p in sorted(every):
     if p.startswith("server/") and p != "server/doors.rs":
         for n, line in enumerate(texts[p].splitlines(), 1):

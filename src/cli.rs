@@ -151,7 +151,7 @@ pub fn check(settings: &crate::settings::Settings) -> Result<(), crate::config::
         eprintln!("GoCC key file OK: {} ({} key(s))", g.file, g.entries.len());
     }
     // Valid for ShouldRateLimit; only Envoy's quota filter (RLQS) cannot use these.
-    for why in crate::quota::refusals(&c) {
+    for why in crate::service::rlqs::refusals(&c) {
         eprintln!("RLQS: {why}");
     }
     let keys = c.rate_api.as_ref().map_or(0, |r| r.keys.len());

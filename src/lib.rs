@@ -1,7 +1,7 @@
 //! turnstile: a rate-limit service for Envoy, a drop-in for envoyproxy/ratelimit.
 //!
 //! Envoy's ratelimit filter calls `ShouldRateLimit` with a domain and descriptors. The gRPC
-//! adapter (`transport`) hands the request to [`service::RateLimiter`], which validates it,
+//! adapter (`transport`) hands the request to [`service::EnvoyService`], which validates it,
 //! matches each descriptor against the limit tree (`descriptor`) and plans an op for every
 //! limit that applies: a counter key, its hash, the limit's parameters and the hits. The
 //! `limiter` engine sends the ops to the shard actors owning their keys (the hash picks one of
@@ -144,7 +144,7 @@
 //! - (1) `transport/grpc.rs`: the per-call layer starts its clock and opens the request span,
 //!   `telemetry/trace.rs` (2); the service reads the request where it lies in the call's bytes,
 //!   `transport/codec/mod.rs` (3).
-//! - (4) `service/mod.rs`: `RateLimiter::decide` validates the request, `service/request.rs`
+//! - (4) `service/mod.rs`: `EnvoyService::decide` validates the request, `service/request.rs`
 //!   (5), takes the live limits, `service/live.rs` (6), and the domain in them, `config/mod.rs`
 //!   (7).
 //! - (8) `service/plan.rs`: the limits that apply, matched in `descriptor/mod.rs` (9), each
@@ -237,7 +237,6 @@ pub mod descriptor;
 pub mod durable;
 pub mod hitters;
 pub mod limiter;
-pub mod quota;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -12,19 +12,18 @@ use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
 use crate::service::metrics::{DoorCalls, RequestStats};
 use crate::service::ReloadStats;
-use crate::service::{AnswerSettings, ConfigCheck, LiveLimits, RateLimiter};
+use crate::service::{AnswerSettings, ConfigCheck, LiveLimits, EnvoyService};
 use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};
 use crate::transport::http::{AdminStats, StatusStats};
-use crate::transport::resp::RespStats;
 use crate::transport::waiting::{StartWait, WaitingFor};
 
 /// The parts the adapters are built from. Cheap to clone.
 #[derive(Clone)]
 pub struct Context {
     /// `ShouldRateLimit` (gRPC, `/json`), `/rate` and the admin listener's look-ups.
-    pub limiter: RateLimiter,
+    pub envoy: EnvoyService,
     /// The shards every decision goes to: their clock, their stats, their drain at shutdown.
     pub engine: Engine,
     /// The limits being served, which the reload replaces and RLQS matches buckets against.
@@ -51,7 +50,6 @@ pub struct Stats {
     pub reloads: Arc<ReloadStats>,
     pub(crate) tls: Arc<TlsStats>,
     pub admin: Arc<AdminStats>,
-    pub resp: Arc<RespStats>,
     pub statsd: Arc<StatsdStats>,
 }
 
@@ -75,7 +73,6 @@ impl Stats {
             self.tls.clone(),
             Arc::new(engine.metrics()),
             redis.errors,
-            self.resp.clone(),
             self.admin.clone(),
             state,
         ];
@@ -202,7 +199,6 @@ impl Context {
             reloads: Arc::default(),
             tls: starting.tls,
             admin: Arc::default(),
-            resp: Arc::default(),
             statsd: Arc::default(),
         };
         reload::record(&stats.reloads, source.as_deref(), Ok(()));
@@ -220,7 +216,7 @@ impl Context {
             refused_by_metadata: settings.refused_by_metadata,
         };
         let context = Context {
-            limiter: RateLimiter::new(live.clone(), engine.clone(), answer, service),
+            envoy: EnvoyService::new(live.clone(), engine.clone(), answer, service),
             engine,
             live,
             top,

@@ -19,9 +19,9 @@ use super::reload::{recorded, Followed, Install, Reload, Reloader};
 use super::Health;
 use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
 use crate::config::ConfigError;
-use crate::quota::{DemandExchange, QuotaHub, QuotaStats};
-use crate::service::limitador::{Limitador, LimitadorMetrics};
-use crate::service::rate::RateApiService;
+use crate::service::rlqs::{DemandExchange, RlqsHub, QuotaStats};
+use crate::service::limitador::{LimitadorMetrics, LimitadorService};
+use crate::service::gocc::GoccService;
 use crate::service::ReloadStats;
 use crate::service::{ThrottleService, ThrottleStats};
 use crate::settings::limitador::LimitadorSettings;
@@ -31,13 +31,14 @@ use crate::store::redis::RedisStore;
 use crate::telemetry::{Metrics, Shown};
 use crate::transport::grpc::RlsAnswerer;
 use crate::transport::http::{self, Described, HttpState, MetricsState};
-use crate::transport::kuadrant::{KuadrantService, LimitadorRls};
-use crate::transport::resp::RespShared;
+use crate::transport::limitador::{LimitadorGrpc, LimitadorRls};
+pub(super) use crate::transport::throttle::{serve_shared as serve_resp, RespShared};
+use crate::transport::throttle::RespStats;
 use crate::transport::rlqs::RlqsService;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 
 /// A gRPC service a door serves beside `ShouldRateLimit`, through the same per-call layer.
-pub(super) type DoorGrpc = KuadrantService;
+pub(super) type DoorGrpc = LimitadorGrpc;
 /// The rate-limit quota service (RLQS), on every worker's gRPC port.
 pub(super) type QuotaGrpc = RateLimitQuotaServiceServer<RlqsService>;
 /// What a door reads at start besides the config: `limitador-server`'s limits and `-L` files.
@@ -80,12 +81,14 @@ pub struct DoorStats {
     pub quota: Arc<QuotaStats>,
     /// The direct APIs' decisions (`THROTTLE`, `/throttle`).
     pub throttle: Arc<ThrottleStats>,
+    /// The RESP port's connections and commands.
+    pub resp: Arc<RespStats>,
 }
 
 impl DoorStats {
     /// For the registry, in the order `/metrics` shows them.
     pub(super) fn metrics(&self) -> Vec<Arc<dyn Metrics>> {
-        vec![self.throttle.clone(), self.quota.clone()]
+        vec![self.resp.clone(), self.throttle.clone(), self.quota.clone()]
     }
 }
 
@@ -147,10 +150,10 @@ impl Doors {
         let shown = Shown::for_listener(settings.http_addr, settings.client_values.show_clear);
         let throttle = ThrottleService::new(cx.engine.clone(), given.stats.throttle.clone());
         let resp = (settings.resp.as_ref()).map(|r| {
-            let (stats, calls) = (cx.stats.resp.clone(), cx.stats.calls.clone());
+            let (stats, calls) = (given.stats.resp.clone(), cx.stats.calls.clone());
             RespShared::new(throttle.clone(), r, stats, calls)
         });
-        let hub = QuotaHub::new(
+        let hub = RlqsHub::new(
             cx.live.clone(),
             cx.engine.clock().clone(),
             given.stats.quota.clone(),
@@ -182,11 +185,11 @@ fn envoy_door(
 ) -> Door {
     let state = HttpState {
         shown,
-        limiter: cx.limiter.clone(),
+        envoy: cx.envoy.clone(),
         serving: health.serving.clone(),
         throttle,
         throttle_limits: settings.throttle,
-        rate: RateApiService::new(cx.limiter.clone(), settings.rate),
+        rate: GoccService::new(cx.live.clone(), cx.engine.clone(), settings.rate),
         metrics: MetricsState {
             registry: cx.registry.clone(),
             live: cx.live.clone(),
@@ -197,7 +200,7 @@ fn envoy_door(
         calls: cx.stats.calls.clone(),
     };
     let mut door = Door {
-        answerer: RlsAnswerer::Envoy(cx.limiter.clone()),
+        answerer: RlsAnswerer::Envoy(cx.envoy.clone()),
         grpc: None,
         http: http::router(state, settings.metrics),
         followed: Vec::new(),
@@ -237,7 +240,7 @@ fn limitador_door(
         labels,
         files.labels,
     ));
-    let limitador = Limitador::new(files.limits, cx.engine.clone(), metrics.clone())
+    let limitador = LimitadorService::new(files.limits, cx.engine.clone(), metrics.clone())
         .with_reservations(l.reservations);
     let bounds = settings.request_limits;
     let rls = LimitadorRls {
@@ -280,7 +283,7 @@ fn limitador_door(
     }
     Door {
         answerer: RlsAnswerer::Limitador(rls.clone()),
-        grpc: Some(KuadrantService::new(rls, bounds.max_message_bytes)),
+        grpc: Some(LimitadorGrpc::new(rls, bounds.max_message_bytes)),
         http: router,
         followed,
         described: Some(described),
@@ -312,7 +315,7 @@ fn with_overlay(mut door: Door, settings: &Settings, cx: &Context, first: Option
 /// Limitador's limits file: read again, its CEL compiled anew; counters are kept.
 struct LimitsFile {
     path: PathBuf,
-    limitador: Limitador,
+    limitador: LimitadorService,
     stats: Arc<ReloadStats>,
 }
 

@@ -49,7 +49,7 @@ use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, MetricsState};
-use crate::transport::resp::RespShared;
+use doors::RespShared;
 use crate::transport::waiting::StartWait;
 use context::Starting;
 use doors::{first_source, Doors};
@@ -441,7 +441,7 @@ fn http_servers(
     }
     if let (Some(l), Some(a)) = (ports.admin, &settings.admin) {
         let state = http::AdminState {
-            limiter: cx.limiter.clone(),
+            envoy: cx.envoy.clone(),
             token: a.token.clone(),
             stats: cx.stats.admin.clone(),
             live: cx.live.clone(),

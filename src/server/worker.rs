@@ -26,7 +26,7 @@ use crate::service::metrics::DoorCalls;
 use crate::settings::Settings;
 use crate::transport::grpc::{CallLayer, RlsAnswerer, RlsService, ShouldRateLimit};
 use crate::transport::http::HttpBounds;
-use crate::transport::resp::{self, RespShared};
+use super::doors::{serve_resp, RespShared};
 
 /// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server
 /// reflection.
@@ -209,7 +209,7 @@ impl Served {
                 let _ = stop.wait_for(|s| *s).await;
             };
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = resp::serve_shared(tcp(l), shared, shutdown).await {
+                if let Err(e) = serve_resp(tcp(l), shared, shutdown).await {
                     tracing::error!(worker = w, error = %e, "RESP transport failed");
                 }
             }));

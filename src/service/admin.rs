@@ -5,7 +5,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::plan::{self, Applied, LimitRef, Plan};
-use super::{validate, AnswerSettings, Live, RateLimiter, Request};
+use super::{validate, AnswerSettings, Live, EnvoyService, Request};
 use crate::config::{Algorithm, Unit};
 use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
 use crate::telemetry::digest;
@@ -78,7 +78,7 @@ pub struct Acted<T> {
 /// A limit's planned op, if it counts.
 type Target = (Applies, Option<Op>);
 
-impl RateLimiter {
+impl EnvoyService {
     /// Every limit that applies to the request's descriptors, with what each has used. Counts
     /// nothing anywhere: a decision after a look-up is the decision without it.
     pub async fn look_up(&self, req: &RateLimitRequest) -> Result<Vec<Acted<Usage>>, AdminError> {

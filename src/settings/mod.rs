@@ -20,7 +20,7 @@ pub use env::{host_port, resolve, Env};
 
 use crate::config::{LoadOptions, Sources};
 use crate::hitters::{DEFAULT_SAMPLE, DEFAULT_TOP_N};
-use crate::service::rate::RateDefaults;
+use crate::service::gocc::GoccDefaults;
 use crate::service::{CountingRule, HeaderNames, RequestLimits, ThrottleLimits};
 use crate::source::xds::XdsSettings;
 use crate::store::redis::RedisSettings;
@@ -29,7 +29,7 @@ use crate::telemetry::mapped::Mapper;
 use crate::telemetry::statsd::StatsdSettings;
 use crate::telemetry::{LogSettings, TracingSettings};
 use crate::transport::http::{AdminSettings, HttpBounds};
-use crate::transport::resp::RespSettings;
+use crate::transport::throttle::RespSettings;
 
 /// `GRPC_SERVER_USE_TLS` and its files: TLS, and mTLS when a client CA is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub struct Settings {
     pub gocc_file: Option<PathBuf>,
     /// GoCC's `MAX_REQUESTS`, `MAX_REQUESTS_IN_QUEUE`, `WINDOW_MILLIS`,
     /// `REQUESTS_CAN_SET_RATE`, `REQUESTS_CAN_MOD_QUEUE`: the `/rate` API's defaults.
-    pub rate: RateDefaults,
+    pub rate: GoccDefaults,
     /// Keys held in memory in all (`TURNSTILE_MAX_KEYS`); a key flood evicts past it.
     pub max_keys: usize,
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come over ADS, not from files.

@@ -13,13 +13,13 @@ use crate::config::gocc::MAX_COUNT;
 use crate::config::{KeyLimits, LoadOptions};
 use crate::durable::StateSettings;
 use crate::limiter::{FailureMode, StorePolicy};
-use crate::service::rate::RateDefaults;
+use crate::service::gocc::GoccDefaults;
 use crate::service::ThrottleLimits;
 use crate::source::xds::{XdsSettings, XdsTls};
 use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
-use crate::transport::resp::RespSettings;
+use crate::transport::throttle::RespSettings;
 
 /// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`, the journal's save interval (read
 /// whatever the storage).
@@ -499,9 +499,9 @@ pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
 /// `MAX_REQUESTS` (1 to 10⁹, default 100), `MAX_REQUESTS_IN_QUEUE` (0 to 10⁹, default 400),
 /// `WINDOW_MILLIS` (10 to 3600000, default 1000), `REQUESTS_CAN_SET_RATE` and
 /// `REQUESTS_CAN_MOD_QUEUE` (default true); and `CONFIG_FILE`, GoCC's key file.
-pub(super) fn gocc(env: &Env<'_>, xds: bool) -> Result<(RateDefaults, Option<PathBuf>)> {
-    let d = RateDefaults::default();
-    let defaults = RateDefaults {
+pub(super) fn gocc(env: &Env<'_>, xds: bool) -> Result<(GoccDefaults, Option<PathBuf>)> {
+    let d = GoccDefaults::default();
+    let defaults = GoccDefaults {
         limits: KeyLimits {
             max_requests: env.number_in("MAX_REQUESTS", 100, 1, MAX_COUNT)? as u32,
             max_in_queue: env.number_in("MAX_REQUESTS_IN_QUEUE", 400, 0, MAX_COUNT)? as u32,

@@ -333,7 +333,7 @@ fn settings_bad_values_name_the_variable() {
 fn goccs_settings_fill_the_rate_defaults() {
     // kivra/GoCC pkg/config/config.go:26-31: names and defaults.
     let d = ok_settings(&[]);
-    assert_eq!(d.rate, crate::service::rate::RateDefaults::default());
+    assert_eq!(d.rate, crate::service::gocc::GoccDefaults::default());
     assert!(d.config_optional && d.gocc_file.is_none());
     let s = ok_settings(&[
         ("MAX_REQUESTS", "7"),

@@ -1,5 +1,5 @@
 //! The exposition and the push: every part that counts implements [`Metrics`] in its own module (the
-//! shards in `limiter`, the RESP connections in `transport::resp`, the throttle calls in
+//! shards in `limiter`, the RESP connections in `transport::throttle`, the throttle calls in
 //! `service::throttle`, ...), `server` registers them in [`Registry`] at start, and the Prometheus
 //! text and the statsd push loop over them without naming one. Also here: logs and traces, the
 //! latency histogram the parts use, how client values leave the process (`client_values`), and the

@@ -1,4 +1,4 @@
-//! `ShouldRateLimit` over gRPC, answered by the RLS port's answerer (Envoy's [`RateLimiter`] or
+//! `ShouldRateLimit` over gRPC, answered by the RLS port's answerer (Envoy's [`EnvoyService`] or
 //! Limitador's, chosen at start), and the per-call layer every gRPC door is served through. The
 //! layer sends each `ShouldRateLimit` straight to [`ShouldRateLimit`] (the router's path
 //! matching and boxed services are for the other methods); every door's call (Kuadrant's
@@ -23,9 +23,9 @@ use tower_service::Service;
 use tracing::Span;
 
 use super::codec::{self, RlsCodec};
-use super::kuadrant::{self, LimitadorRls};
+use super::limitador::{self, LimitadorRls};
 use crate::service::metrics::{Door, DoorCalls, Failed};
-use crate::service::{RateLimiter, Request, RlsError};
+use crate::service::{EnvoyService, Request, RlsError};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
 
 /// Who answers `ShouldRateLimit` on the RLS port, chosen once at start: a match, not a
@@ -33,7 +33,7 @@ use crate::telemetry::trace::{request_span, REQUEST_TARGET};
 #[derive(Clone)]
 pub enum RlsAnswerer {
     /// Envoy's door: the limits of the YAML, xDS or GoCC config.
-    Envoy(RateLimiter),
+    Envoy(EnvoyService),
     /// As `limitador-server`: Limitador's limits and answers.
     Limitador(LimitadorRls),
 }
@@ -72,7 +72,7 @@ impl RlsService {
         };
         match &self.answerer {
             RlsAnswerer::Envoy(limiter) => Ok(limiter.decide(&req).await?),
-            RlsAnswerer::Limitador(l) => kuadrant::should_rate_limit(l, &req).await,
+            RlsAnswerer::Limitador(l) => limitador::should_rate_limit(l, &req).await,
         }
     }
 }

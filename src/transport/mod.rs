@@ -8,7 +8,7 @@
 pub mod codec;
 pub mod grpc;
 pub mod http;
-pub mod kuadrant;
-pub mod resp;
+pub mod limitador;
+pub mod throttle;
 pub mod rlqs;
 pub mod waiting;

@@ -1,5 +1,5 @@
 //! gRPC adapter: `envoy.service.rate_limit_quota.v3.RateLimitQuotaService` on top of
-//! [`QuotaHub`]. One bidirectional stream per Envoy: its usage reports go to the hub, and the
+//! [`RlqsHub`]. One bidirectional stream per Envoy: its usage reports go to the hub, and the
 //! hub's bucket actions (sent when shares change, not only in answer to a report) come back.
 
 use std::pin::Pin;
@@ -14,8 +14,8 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::quota::hub::Opened;
-use crate::quota::QuotaHub;
+use crate::service::rlqs::hub::Opened;
+use crate::service::rlqs::RlqsHub;
 
 /// How often an open stream lets the hub do its periodic work (refreshes, retries).
 const TICK: Duration = Duration::from_secs(1);
@@ -23,13 +23,13 @@ const TICK: Duration = Duration::from_secs(1);
 /// The RLQS service; a thin adapter, errors mapped here.
 #[derive(Clone)]
 pub struct RlqsService {
-    hub: QuotaHub,
+    hub: RlqsHub,
     /// Turns true when the server stops: every stream ends, so draining does not wait on them.
     stop: watch::Receiver<bool>,
 }
 
 impl RlqsService {
-    pub fn new(hub: QuotaHub, stop: watch::Receiver<bool>) -> RlqsService {
+    pub fn new(hub: RlqsHub, stop: watch::Receiver<bool>) -> RlqsService {
         RlqsService { hub, stop }
     }
 }
@@ -47,7 +47,7 @@ impl RateLimitQuotaService for RlqsService {
         let Some(Opened { id, tx, rx }) = self.hub.open() else {
             return Err(Status::resource_exhausted(format!(
                 "too many RLQS streams open (at most {})",
-                crate::quota::hub::MAX_STREAMS
+                crate::service::rlqs::hub::MAX_STREAMS
             )));
         };
         let (hub, mut stop) = (self.hub.clone(), self.stop.clone());

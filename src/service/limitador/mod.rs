@@ -94,7 +94,7 @@ pub struct Loads {
 /// and `Commit` are in `reserve.rs`, apart on purpose: the reservations' path (named holds,
 /// by id) is one of its own.
 #[derive(Clone)]
-pub struct Limitador {
+pub struct LimitadorService {
     live: Arc<ArcSwap<Loaded>>,
     loads: Arc<Loads>,
     engine: Engine,
@@ -102,14 +102,14 @@ pub struct Limitador {
     reservations: ReservationSettings,
 }
 
-impl Limitador {
-    pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> Limitador {
+impl LimitadorService {
+    pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> LimitadorService {
         metrics.watch_store(engine.metrics());
         let loaded = Loaded {
             limits,
             applied_at: SystemTime::now(),
         };
-        Limitador {
+        LimitadorService {
             live: Arc::new(ArcSwap::from_pointee(loaded)),
             loads: Arc::default(),
             engine,
@@ -119,8 +119,8 @@ impl Limitador {
     }
 
     /// The same, holding reservations as `reservations` say.
-    pub fn with_reservations(self, reservations: ReservationSettings) -> Limitador {
-        Limitador {
+    pub fn with_reservations(self, reservations: ReservationSettings) -> LimitadorService {
+        LimitadorService {
             reservations,
             ..self
         }

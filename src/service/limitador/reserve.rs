@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{op, Ask, Limitador, LimitadorError};
+use super::{op, Ask, LimitadorError, LimitadorService};
 use crate::descriptor::limitador::{applicable, Applicable, Sent};
 use crate::descriptor::Entry;
 use crate::limiter::{Op, Reservation};
@@ -39,7 +39,7 @@ pub enum Reserved {
     Refused,
 }
 
-impl Limitador {
+impl LimitadorService {
     /// `Reserve`: holds `amount` hits (capped on each counter at its `max_value` times the
     /// maximum fraction) on every limit of `namespace` that applies to `descriptors`, when each
     /// has room for them beside what it counts and holds already; for `ttl`, at most the

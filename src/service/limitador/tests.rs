@@ -31,7 +31,7 @@ const LIMITS: &str = r#"
 /// A Limitador on `LIMITS` over an engine of 16 shards on a manual clock, given to `body`.
 fn with_limitador<F, Fut>(reservations: ReservationSettings, body: F)
 where
-    F: FnOnce(Limitador, std::sync::Arc<ManualClock>) -> Fut,
+    F: FnOnce(LimitadorService, std::sync::Arc<ManualClock>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -46,7 +46,7 @@ where
     }
     let limits = Limits::parse("limits.yaml", LIMITS).unwrap();
     let metrics = Arc::new(LimitadorMetrics::new(false, None, Default::default()));
-    let l = Limitador::new(limits, engine, metrics).with_reservations(reservations);
+    let l = LimitadorService::new(limits, engine, metrics).with_reservations(reservations);
     local.block_on(&rt, body(l, manual));
 }
 
@@ -57,7 +57,7 @@ fn all_of_it() -> ReservationSettings {
     }
 }
 
-async fn reserve(l: &Limitador, user: &str, amount: u64, ttl: Option<u64>) -> Option<String> {
+async fn reserve(l: &LimitadorService, user: &str, amount: u64, ttl: Option<u64>) -> Option<String> {
     let d = [
         Entry {
             key: "kind",
@@ -75,7 +75,7 @@ async fn reserve(l: &Limitador, user: &str, amount: u64, ttl: Option<u64>) -> Op
     }
 }
 
-async fn commit(l: &Limitador, user: &str, id: &str, actual: u64) -> bool {
+async fn commit(l: &LimitadorService, user: &str, id: &str, actual: u64) -> bool {
     let d = [
         Entry {
             key: "kind",
@@ -89,7 +89,7 @@ async fn commit(l: &Limitador, user: &str, id: &str, actual: u64) -> bool {
     l.commit("tokens", &[&d], id, actual).await.unwrap()
 }
 
-async fn call(l: &Limitador, user: &str, delta: u64, ask: Ask) -> Verdict {
+async fn call(l: &LimitadorService, user: &str, delta: u64, ask: Ask) -> Verdict {
     let d = [
         Entry {
             key: "kind",
@@ -121,7 +121,7 @@ fn a_reserve_is_admitted_while_value_held_and_amount_fit_every_counter() {
 }
 
 /// Holds made and not ended, over every shard.
-fn live_holds(l: &Limitador) -> (u64, u64) {
+fn live_holds(l: &LimitadorService) -> (u64, u64) {
     let (mut live, mut withdrawn) = (0, 0);
     for s in l.engine().stats() {
         let c = s.read();

@@ -16,7 +16,7 @@ use redis::Value;
 
 use super::connect::query;
 use super::RedisStore;
-use crate::quota::exchange::{DemandExchange, ExchangeFuture, ReplicaDemands};
+use crate::service::rlqs::exchange::{DemandExchange, ExchangeFuture, ReplicaDemands};
 
 /// Publishes this replica's demands of one limit and reads the others'.
 ///

@@ -21,11 +21,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::{json, Value};
 
 use super::admin_stats::{AdminAction, AdminOutcome, AdminStats};
-use super::json::{JsonError, JsonRequest};
+use super::envoy::{JsonError, JsonRequest};
 use super::status::TopView;
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Role};
-use crate::service::{Acted, AdminError, Applies, LiveLimits, RateLimiter, Usage};
+use crate::service::{Acted, AdminError, Applies, LiveLimits, EnvoyService, Usage};
 use crate::telemetry::{digest, Shown};
 
 /// `TURNSTILE_ADMIN_ADDR` with `true` or a bare port: loopback, this port.
@@ -88,7 +88,7 @@ impl fmt::Debug for AdminToken {
 #[derive(Clone)]
 pub struct AdminState {
     /// Look-ups and resets, planned as requests are.
-    pub limiter: RateLimiter,
+    pub envoy: EnvoyService,
     pub token: Option<AdminToken>,
     /// What the listener did, by action and outcome.
     pub stats: Arc<AdminStats>,
@@ -296,7 +296,7 @@ async fn look_up(State(s): State<AdminState>, req: Request) -> Response {
             let m = format!("unknown query parameter {k:?} (a look-up takes none)");
             return Err(Refusal::new(AdminOutcome::BadRequest, m));
         }
-        let found = s.limiter.look_up(&req).await.map_err(failed)?;
+        let found = s.envoy.look_up(&req).await.map_err(failed)?;
         let limits: Vec<Value> = found.iter().map(looked_json).collect();
         Ok(json!({ "domain": req.domain, "limits": limits }))
     };
@@ -327,7 +327,7 @@ async fn reset(State(s): State<AdminState>, req: Request) -> Response {
             };
             return Err(Refusal::new(AdminOutcome::BadRequest, m));
         }
-        let done = s.limiter.reset(&req, only).await.map_err(failed)?;
+        let done = s.envoy.reset(&req, only).await.map_err(failed)?;
         let limits: Vec<Value> = done.iter().map(reset_json).collect();
         Ok(json!({ "domain": req.domain, "limits": limits }))
     };

@@ -19,7 +19,7 @@ use crate::config::limitador::Limit;
 use crate::descriptor::limitador::{namespace_prefix, parse_counter_key};
 use crate::descriptor::Entry;
 use crate::limiter::State as KeyState;
-use crate::service::limitador::{draft_03, set_variables, Ask, Limitador};
+use crate::service::limitador::{draft_03, set_variables, Ask, LimitadorService};
 use crate::service::metrics::{Door, DoorCalls};
 use crate::service::{within_bounds, RequestLimits};
 use crate::telemetry::{Registry, Shown};
@@ -27,7 +27,7 @@ use crate::telemetry::{Registry, Shown};
 /// What the Limitador routes share.
 #[derive(Clone)]
 pub struct LimitadorHttp {
-    pub limitador: Limitador,
+    pub limitador: LimitadorService,
     /// Turnstile's own series, after Limitador's on `/metrics`.
     pub registry: Registry,
     /// How the port shows client values (the metrics' labels from descriptors).
@@ -63,7 +63,7 @@ fn naive_utc(t: SystemTime) -> String {
 }
 
 /// Every limit served, one per line as `/limits` shows it, for `/rlconfig` and the status page.
-pub fn describe_limits(l: &Limitador) -> Vec<String> {
+pub fn describe_limits(l: &LimitadorService) -> Vec<String> {
     let loaded = l.loaded();
     (loaded.limits.namespaces())
         .flat_map(|(_, n)| n.limits.iter())

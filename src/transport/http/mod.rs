@@ -5,9 +5,9 @@ mod admin;
 mod admin_stats;
 mod bounds;
 mod calls;
-mod json;
+mod envoy;
 mod limitador;
-mod rate;
+mod gocc;
 mod status;
 mod throttle;
 
@@ -25,15 +25,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 pub use admin::{admin_router, AdminSettings, AdminState, AdminToken, DEFAULT_ADMIN_ADDR};
 pub use admin_stats::AdminStats;
 pub use bounds::{bound_body, HttpBounds};
-pub use json::{response_json, JsonError, JsonRequest};
+pub use envoy::{response_json, JsonError, JsonRequest};
 pub use limitador::{describe_limits, limitador_router, LimitadorHttp};
 pub use status::StatusStats;
 
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, EngineStats};
 use crate::service::metrics::{Door, DoorCalls};
-use crate::service::rate::RateApiService;
-use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits, ThrottleService};
+use crate::service::gocc::GoccService;
+use crate::service::{LiveLimits, EnvoyService, Request, RlsError, ThrottleLimits, ThrottleService};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 
@@ -66,7 +66,7 @@ impl MetricsState {
 #[derive(Clone)]
 pub struct HttpState {
     /// `/json`: decided as `ShouldRateLimit` is.
-    pub limiter: RateLimiter,
+    pub envoy: EnvoyService,
     /// False from the moment shutdown starts.
     pub serving: Arc<AtomicBool>,
     /// `POST /throttle`'s decisions.
@@ -74,7 +74,7 @@ pub struct HttpState {
     /// Caps on what a `POST /throttle` caller may ask.
     pub throttle_limits: ThrottleLimits,
     /// GoCC's `/rate` API, with its defaults and sticky overrides.
-    pub rate: RateApiService,
+    pub rate: GoccService,
     pub metrics: MetricsState,
     /// How the port shows client values (GoCC's `/debug`, error messages).
     pub shown: Shown,
@@ -152,18 +152,18 @@ async fn mapped(State(x): State<Exposition>) -> Response {
 pub fn router(state: HttpState, metrics: bool) -> Router {
     let envoy = Router::new().route("/json", post(json));
     let gocc = Router::new()
-        .route("/rate/{key}", get(rate::take).post(rate::take))
-        .route("/rate/", get(rate::empty_key).post(rate::empty_key))
-        .route("/rate/{key}/{request_id}", delete(rate::release))
-        .route("/rate/{key}/", delete(rate::empty_id));
+        .route("/rate/{key}", get(gocc::take).post(gocc::take))
+        .route("/rate/", get(gocc::empty_key).post(gocc::empty_key))
+        .route("/rate/{key}/{request_id}", delete(gocc::release))
+        .route("/rate/{key}/", delete(gocc::empty_id));
     let throttle = Router::new().route("/throttle", post(throttle::handle));
     let calls = &state.calls;
     let router = Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/rlconfig", get(rlconfig))
-        .route("/debug", get(rate::debug_all))
-        .route("/debug/{key}", get(rate::debug_key))
-        .route("/healthz", get(rate::healthz))
+        .route("/debug", get(gocc::debug_all))
+        .route("/debug/{key}", get(gocc::debug_key))
+        .route("/healthz", get(gocc::healthz))
         .merge(calls::counted(envoy, Door::Envoy, calls))
         .merge(calls::counted(gocc, Door::Gocc, calls))
         .merge(calls::counted(throttle, Door::Throttle, calls));
@@ -207,7 +207,7 @@ async fn json(State(s): State<HttpState>, body: Bytes) -> Response {
         Ok(r) => r,
         Err(m) => return error(StatusCode::BAD_REQUEST, m),
     };
-    let result = s.limiter.decide(&Request::of(&req)).await;
+    let result = s.envoy.decide(&Request::of(&req)).await;
     match result {
         Ok(resp) => {
             let status = if resp.overall_code == Code::OverLimit as i32 {

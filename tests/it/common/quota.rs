@@ -41,7 +41,7 @@ pub fn shipped_envoy_yaml(upstream: SocketAddr, turnstile_grpc: SocketAddr) -> S
 }
 
 /// turnstile logs what its quota book decides, so a failed test leaves the story behind.
-const LOGS: &[(&str, &str)] = &[("LOG_LEVEL", "turnstile::quota=debug,info")];
+const LOGS: &[(&str, &str)] = &[("LOG_LEVEL", "turnstile::service::rlqs=debug,info")];
 
 /// One turnstile and one upstream, for Envoys to be started in front of them.
 pub struct Fleet {

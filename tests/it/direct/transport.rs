@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use turnstile::service::ThrottleLimits;
-use turnstile::transport::resp::{self, RespSettings};
+use turnstile::transport::throttle::{self, RespSettings};
 
 const GRPC_CONFIG: &str = r#"
 domain: d
@@ -53,14 +53,14 @@ impl Resp {
         let listener = TcpListener::from_std(settings.bind().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(resp::serve(
+        let task = tokio::spawn(throttle::serve(
             listener,
             turnstile::service::ThrottleService::new(
                 s.running().context.engine.clone(),
                 s.running().door_stats.throttle.clone(),
             ),
             settings,
-            s.running().context.stats.resp.clone(),
+            s.running().door_stats.resp.clone(),
             async move {
                 let _ = stopped.await;
             },
@@ -1403,14 +1403,14 @@ async fn shutdown_stops_accepting_and_closes_connections() {
 async fn a_non_loopback_listener_is_refused_unless_allowed() {
     let s = TestServer::start(GRPC_CONFIG).await;
     let listener = TcpListener::bind("0.0.0.0:0").await.unwrap();
-    let e = resp::serve(
+    let e = throttle::serve(
         listener,
         turnstile::service::ThrottleService::new(
             s.running().context.engine.clone(),
             s.running().door_stats.throttle.clone(),
         ),
         RespSettings::default(),
-        s.running().context.stats.resp.clone(),
+        s.running().door_stats.resp.clone(),
         std::future::pending(),
     )
     .await

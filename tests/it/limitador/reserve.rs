@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use turnstile::transport::kuadrant::pb::{
+use turnstile::transport::limitador::pb::{
     CommitRequest, CommitResponse, ReserveRequest, ReserveResponse,
 };
 

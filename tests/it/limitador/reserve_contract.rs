@@ -4,7 +4,7 @@
 //! make every hold hold nothing stop the start); its id cannot be guessed from another's (the
 //! wasm-shim treats ids as opaque strings).
 
-use turnstile::transport::kuadrant::pb::{ReserveRequest, ReserveResponse};
+use turnstile::transport::limitador::pb::{ReserveRequest, ReserveResponse};
 
 use super::redis::refused;
 use super::reserve::{code_of, reserve_req, should, RESERVE, TOKENS};

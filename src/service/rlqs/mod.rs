@@ -18,5 +18,5 @@ mod stats;
 pub use book::{Book, LimitView, Outbox, StreamId, Usage};
 pub use bucket::refusals;
 pub use exchange::{DemandExchange, ReplicaDemands};
-pub use hub::QuotaHub;
+pub use hub::RlqsHub;
 pub use stats::{QuotaLimit, QuotaStats, MAX_SHARE_SERIES};

@@ -2,7 +2,7 @@
 //! (kivra/GoCC `pkg/server/endpoints/endpoint_rate.go:70-122`), so a call with several faults
 //! gets GoCC's answer to the first.
 
-use super::RateError;
+use super::GoccError;
 use crate::config::grammar::{parse_bool, BOOL_GRAMMAR};
 use crate::service::RequestLimits;
 
@@ -45,15 +45,15 @@ pub struct Ask {
 /// The key, trimmed as Go's `strings.TrimSpace` (`endpoint_rate.go:70`); empty is a 400, and
 /// so is one over the bound every door keeps on a value a caller sends (a key is kept, as a
 /// counter and in `/debug`).
-pub(super) fn key(raw: &str) -> Result<&str, RateError> {
+pub(super) fn key(raw: &str) -> Result<&str, GoccError> {
     let k = raw.trim();
     if k.is_empty() {
-        return Err(RateError::BadRequest("empty key provided".into()));
+        return Err(GoccError::BadRequest("empty key provided".into()));
     }
     let max = RequestLimits::default().max_value_len;
     if k.len() > max {
         let n = k.len();
-        return Err(RateError::BadRequest(format!(
+        return Err(GoccError::BadRequest(format!(
             "key is {n} bytes (limit {max})"
         )));
     }
@@ -62,7 +62,7 @@ pub(super) fn key(raw: &str) -> Result<&str, RateError> {
 
 /// Checks `raw` against `rules`, in GoCC's order: `canWait`, `maxRequests` parsed then allowed,
 /// `maxRequestsInQueue` parsed then allowed, then both bounded.
-pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<Ask, RateError> {
+pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<Ask, GoccError> {
     let key = key(&raw.key)?.to_owned();
     let can_wait = match blank(&raw.can_wait) {
         None => false,
@@ -95,12 +95,12 @@ pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<Ask, RateError> {
     })
 }
 
-fn bad(m: String) -> RateError {
-    RateError::BadRequest(m)
+fn bad(m: String) -> GoccError {
+    GoccError::BadRequest(m)
 }
 
-fn disabled(name: &str, setting: &str) -> RateError {
-    RateError::Forbidden(format!("{name} query parameter is disabled ({setting})"))
+fn disabled(name: &str, setting: &str) -> GoccError {
+    GoccError::Forbidden(format!("{name} query parameter is disabled ({setting})"))
 }
 
 /// The value trimmed (`strings.TrimSpace`), `None` when absent or blank: GoCC's "unset"
@@ -111,7 +111,7 @@ fn blank(v: &Option<String>) -> Option<&str> {
 
 /// Go's `strconv.ParseInt(t, 10, 32)` (`endpoint_rate.go:245`): an optional sign, decimal
 /// digits, within 32 bits; GoCC's [`NO_CHANGE`] is unset.
-fn int(name: &str, v: &Option<String>) -> Result<Option<i32>, RateError> {
+fn int(name: &str, v: &Option<String>) -> Result<Option<i32>, GoccError> {
     let Some(t) = blank(v) else {
         return Ok(None);
     };
@@ -125,7 +125,7 @@ fn int(name: &str, v: &Option<String>) -> Result<Option<i32>, RateError> {
     }
 }
 
-fn bounded(name: &str, v: Option<i32>, min: u32, max: u32) -> Result<Option<u32>, RateError> {
+fn bounded(name: &str, v: Option<i32>, min: u32, max: u32) -> Result<Option<u32>, GoccError> {
     match v {
         None => Ok(None),
         Some(n) if n >= 0 && (min..=max).contains(&(n as u32)) => Ok(Some(n as u32)),
@@ -174,11 +174,11 @@ mod tests {
             [None, Some("1000000001"), None],
             [None, None, Some("-1")],
         ] {
-            assert!(matches!(err(q), RateError::BadRequest(_)), "{q:?}");
+            assert!(matches!(err(q), GoccError::BadRequest(_)), "{q:?}");
         }
         assert!(matches!(
             check(&ask("  ", [None; 3]), &OPEN),
-            Err(RateError::BadRequest(m)) if m == "empty key provided"
+            Err(GoccError::BadRequest(m)) if m == "empty key provided"
         ));
     }
 
@@ -191,10 +191,10 @@ mod tests {
         // A bad canWait is reported before a forbidden override, which is reported before
         // a bad maxRequestsInQueue and any bound.
         let e = check(&ask("k", [Some("x"), Some("5"), Some("y")]), &closed);
-        assert!(matches!(e, Err(RateError::BadRequest(m)) if m.contains("canWait")));
+        assert!(matches!(e, Err(GoccError::BadRequest(m)) if m.contains("canWait")));
         let e = check(&ask("k", [None, Some("0"), Some("y")]), &closed);
-        assert!(matches!(e, Err(RateError::Forbidden(m)) if m.contains("(A)")));
+        assert!(matches!(e, Err(GoccError::Forbidden(m)) if m.contains("(A)")));
         let e = check(&ask("k", [None, Some("0"), Some("y")]), &OPEN);
-        assert!(matches!(e, Err(RateError::BadRequest(m)) if m.contains("maxRequestsInQueue")));
+        assert!(matches!(e, Err(GoccError::BadRequest(m)) if m.contains("maxRequestsInQueue")));
     }
 }

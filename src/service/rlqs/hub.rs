@@ -58,7 +58,7 @@ pub struct Opened {
 
 /// A cheap `Clone` handle on the quota state of this process.
 #[derive(Clone)]
-pub struct QuotaHub {
+pub struct RlqsHub {
     inner: Arc<Inner>,
 }
 
@@ -93,7 +93,7 @@ struct State {
     view_due: bool,
 }
 
-impl QuotaHub {
+impl RlqsHub {
     /// The hub of this process, matching buckets against `live`'s limits and counting in
     /// `stats`; with an `exchange` (Redis), limits are split over every replica's streams.
     /// Under `global_shadow` (`SHADOW_MODE`) every bucket is allowed everything.
@@ -103,7 +103,7 @@ impl QuotaHub {
         stats: Arc<QuotaStats>,
         exchange: Option<Arc<dyn DemandExchange>>,
         global_shadow: bool,
-    ) -> QuotaHub {
+    ) -> RlqsHub {
         let replica = rand::random::<u64>();
         let fleet = exchange.map(|exchange| Fleet {
             exchange,
@@ -111,7 +111,7 @@ impl QuotaHub {
             last: Mutex::new(None),
             published: Mutex::new(BTreeSet::new()),
         });
-        QuotaHub {
+        RlqsHub {
             inner: Arc::new(Inner {
                 fleet,
                 last_tick: Mutex::new(None),
@@ -205,7 +205,7 @@ impl QuotaHub {
         });
     }
 
-    /// Whether limits are split over the fleet (Redis), so streams call [`QuotaHub::sync_fleet`].
+    /// Whether limits are split over the fleet (Redis), so streams call [`RlqsHub::sync_fleet`].
     pub fn shares_fleet(&self) -> bool {
         self.inner.fleet.is_some()
     }

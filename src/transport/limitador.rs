@@ -19,7 +19,7 @@ use tonic_prost::ProstCodec;
 use tower_service::Service;
 
 use crate::descriptor::Entry;
-use crate::service::limitador::{draft_03, Ask, Limitador, LimitadorError, Reserved, Verdict};
+use crate::service::limitador::{draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict};
 use crate::service::{within_bounds, Request, RequestLimits};
 
 /// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).
@@ -50,7 +50,7 @@ fn slices<'a>(entries: &'a Entries<'_>) -> SmallVec<[&'a [Entry<'a>]; 4]> {
 /// Limitador's answers on the RLS port, and whether they carry draft 03's headers.
 #[derive(Clone)]
 pub struct LimitadorRls {
-    pub limitador: Limitador,
+    pub limitador: LimitadorService,
     /// `--rate-limit-headers DRAFT_VERSION_03`.
     pub headers: bool,
     /// The bounds every door keeps on what a caller sends.
@@ -190,27 +190,27 @@ enum Method {
 
 /// Kuadrant's service, routed by the gRPC router by its name.
 #[derive(Clone)]
-pub struct KuadrantService {
+pub struct LimitadorGrpc {
     rls: LimitadorRls,
     max_message_bytes: usize,
 }
 
-impl KuadrantService {
-    pub fn new(rls: LimitadorRls, max_message_bytes: usize) -> KuadrantService {
-        KuadrantService {
+impl LimitadorGrpc {
+    pub fn new(rls: LimitadorRls, max_message_bytes: usize) -> LimitadorGrpc {
+        LimitadorGrpc {
             rls,
             max_message_bytes,
         }
     }
 }
 
-impl NamedService for KuadrantService {
+impl NamedService for LimitadorGrpc {
     const NAME: &'static str = "kuadrant.service.ratelimit.v1.RateLimitService";
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-impl Service<http::Request<tonic::body::Body>> for KuadrantService {
+impl Service<http::Request<tonic::body::Body>> for LimitadorGrpc {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Result<Self::Response, Infallible>>;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use fnv::{FnvHashMap, FnvHashSet};
 
 mod domain;
-mod rate_api;
+mod gocc;
 mod reserve;
 mod shared;
 
@@ -95,7 +95,7 @@ impl Builder {
                 format!("rate_api is already defined in {first}; define it once"),
             ));
         }
-        self.rate_api = Some(rate_api::build_rate_api(&ctx, api)?);
+        self.rate_api = Some(gocc::build_rate_api(&ctx, api)?);
         self.rate_api_file = Some(file.to_owned());
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! GoCC's direct API over HTTP: `/rate/{key}`, release, `/debug`, `/healthz`; decided by
-//! `service::rate`. Answers are GoCC's (kivra/GoCC `pkg/server/endpoints/endpoint_rate.go`):
+//! `service::gocc`. Answers are GoCC's (kivra/GoCC `pkg/server/endpoints/endpoint_rate.go`):
 //! 200 with the request id as the text body, 429 with no body, 400 and 403 with a text reason,
 //! and release always 200 with no body. Text is `text/plain; charset=UTF-8`, as echo's
 //! `c.String` writes it.
@@ -13,7 +13,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::HttpState;
-use crate::service::rate::{RateAnswer, RateError, RateWindow, RawAsk};
+use crate::service::gocc::{GoccAnswer, GoccError, GoccWindow, RawAsk};
 use crate::telemetry::{digest, Shown};
 
 /// echo's `MIMETextPlainCharsetUTF8`.
@@ -25,11 +25,11 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
     r
 }
 
-fn error(e: RateError) -> Response {
+fn error(e: GoccError) -> Response {
     match e {
-        RateError::BadRequest(m) => text(StatusCode::BAD_REQUEST, m),
-        RateError::Forbidden(m) => text(StatusCode::FORBIDDEN, m),
-        RateError::Unavailable(e) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        GoccError::BadRequest(m) => text(StatusCode::BAD_REQUEST, m),
+        GoccError::Forbidden(m) => text(StatusCode::FORBIDDEN, m),
+        GoccError::Unavailable(e) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
@@ -52,8 +52,8 @@ pub(crate) async fn take(
     };
     match s.rate.take(&raw).await {
         Err(e) => error(e),
-        Ok(RateAnswer::Admitted { id, .. }) => text(StatusCode::OK, id.to_string()),
-        Ok(RateAnswer::Refused { retry_after, .. }) => {
+        Ok(GoccAnswer::Admitted { id, .. }) => text(StatusCode::OK, id.to_string()),
+        Ok(GoccAnswer::Refused { retry_after, .. }) => {
             // No body, as GoCC's `c.NoContent(429)`; Retry-After is turnstile's addition.
             let mut resp = StatusCode::TOO_MANY_REQUESTS.into_response();
             let secs = retry_after.map(|d| d.as_nanos().div_ceil(1_000_000_000) as u64);
@@ -88,7 +88,7 @@ pub(crate) async fn release(
 }
 
 /// GoCC's `/debug` form of one key's window, the key as the port shows client values.
-fn describe(w: &RateWindow, shown: Shown) -> Value {
+fn describe(w: &GoccWindow, shown: Shown) -> Value {
     json!({
         "Key": shown.value(&w.key),
         "Config": {
@@ -112,7 +112,7 @@ pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
                 .collect();
             Json(json!({ "Instances": instances })).into_response()
         }
-        Err(e) => error(RateError::Unavailable(e)),
+        Err(e) => error(GoccError::Unavailable(e)),
     }
 }
 
@@ -122,13 +122,13 @@ pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
 pub(crate) async fn debug_key(State(s): State<HttpState>, Path(key): Path<String>) -> Response {
     let found = match s.rate.windows(Some(&key)).await {
         Ok(ws) => ws.into_iter().find(|w| w.key == key),
-        Err(e) => return error(RateError::Unavailable(e)),
+        Err(e) => return error(GoccError::Unavailable(e)),
     };
     let found = match found {
         Some(w) => Some(w),
         None if key.starts_with('#') => match s.rate.windows(None).await {
             Ok(ws) => ws.into_iter().find(|w| digest(&w.key) == key),
-            Err(e) => return error(RateError::Unavailable(e)),
+            Err(e) => return error(GoccError::Unavailable(e)),
         },
         None => None,
     };

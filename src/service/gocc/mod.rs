@@ -2,7 +2,7 @@
 //! `release` it again, and the keys' windows for `/debug`.
 //!
 //! A key's limits: the first `rate_api` key of the YAML whose pattern matches; otherwise GoCC's
-//! defaults ([`RateDefaults`], from `MAX_REQUESTS`, `MAX_REQUESTS_IN_QUEUE`, `WINDOW_MILLIS`)
+//! defaults ([`GoccDefaults`], from `MAX_REQUESTS`, `MAX_REQUESTS_IN_QUEUE`, `WINDOW_MILLIS`)
 //! with every matching entry of GoCC's key file applied over them (`Config::gocc`). Every key is
 //! served, as GoCC serves every key. Overrides a caller passes are sticky, as in GoCC
 //! (`sticky`). Decisions go through the same shard actors as Envoy's, in a key space of their
@@ -18,11 +18,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use ask::{Ask, RawAsk, Rules};
 pub use sticky::{Overrides, Sticky, MAX_STICKY_KEYS};
 
-use super::{Live, RateLimiter};
+use super::{Live, LiveLimits};
 use crate::config::gocc::MAX_COUNT;
 use crate::config::{default_max_wait, Algorithm, KeyLimits, QueueSpec};
 use crate::limiter::key::Key;
-use crate::limiter::{EngineError, KeyInfo, Op, Params, Role};
+use crate::limiter::{Engine, EngineError, KeyInfo, Op, Params, Role};
 
 /// Counter keys of the direct API start with this, so they never meet an Envoy domain's keys
 /// (those start with the domain name, which cannot hold a NUL in practice).
@@ -31,7 +31,7 @@ pub const PREFIX: &str = "\0rate/";
 /// GoCC's global settings (kivra/GoCC `pkg/config/config.go:26-30`): the limits of a key no
 /// `rate_api` key matches (before GoCC's key file), and whether callers may override them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateDefaults {
+pub struct GoccDefaults {
     pub limits: KeyLimits,
     /// `REQUESTS_CAN_SET_RATE`: `maxRequests` is honoured (else 403).
     pub can_set_rate: bool,
@@ -39,10 +39,10 @@ pub struct RateDefaults {
     pub can_mod_queue: bool,
 }
 
-impl Default for RateDefaults {
+impl Default for GoccDefaults {
     /// GoCC's defaults: 100 a window, 400 in the queue, 1000 ms windows, overrides on.
-    fn default() -> RateDefaults {
-        RateDefaults {
+    fn default() -> GoccDefaults {
+        GoccDefaults {
             limits: KeyLimits {
                 max_requests: 100,
                 max_in_queue: 400,
@@ -56,15 +56,16 @@ impl Default for RateDefaults {
 
 /// The direct API: the limiter, GoCC's defaults and the sticky overrides. Cheap to clone.
 #[derive(Clone)]
-pub struct RateApiService {
-    limiter: RateLimiter,
-    defaults: RateDefaults,
+pub struct GoccService {
+    live: LiveLimits,
+    engine: Engine,
+    defaults: GoccDefaults,
     sticky: Arc<Sticky>,
 }
 
 /// Why a call got no hit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateError {
+pub enum GoccError {
     /// A bad key or parameter (GoCC's 400).
     BadRequest(String),
     /// An override the settings switch off (GoCC's 403).
@@ -74,7 +75,7 @@ pub enum RateError {
 
 /// The verdict on a `take`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateAnswer {
+pub enum GoccAnswer {
     Admitted {
         /// Releases the hit (`DELETE /rate/{key}/{id}`).
         id: u64,
@@ -99,10 +100,12 @@ struct Resolved {
     rules: Rules,
 }
 
-impl RateApiService {
-    pub fn new(limiter: RateLimiter, defaults: RateDefaults) -> RateApiService {
-        RateApiService {
-            limiter,
+impl GoccService {
+    /// Decides on `live`'s `rate_api` keys (GoCC's defaults else) with `engine`.
+    pub fn new(live: LiveLimits, engine: Engine, defaults: GoccDefaults) -> GoccService {
+        GoccService {
+            live,
+            engine,
             defaults,
             sticky: Arc::new(Sticky::default()),
         }
@@ -149,7 +152,7 @@ impl RateApiService {
     /// A key's limits now: as `r` configures them, with its sticky overrides (after `set`)
     /// over them.
     fn limits(&self, live: &Arc<Live>, key: &str, r: &Resolved, set: Overrides) -> KeyLimits {
-        let now = self.limiter.engine().clock().now();
+        let now = self.engine.clock().now();
         let window_ns = r.limits.window.as_nanos() as u64;
         let o = self.sticky.touch(live, key, now, window_ns, set);
         let mut l = r.limits;
@@ -159,8 +162,8 @@ impl RateApiService {
     }
 
     /// Takes one hit of the key, waiting in its queue when asked and allowed.
-    pub async fn take(&self, raw: &RawAsk) -> Result<RateAnswer, RateError> {
-        let live = self.limiter.live();
+    pub async fn take(&self, raw: &RawAsk) -> Result<GoccAnswer, GoccError> {
+        let live = self.live.load_full();
         let key = ask::key(&raw.key)?;
         let resolved = self.resolve(&live, key);
         let ask = ask::check(raw, &resolved.rules)?;
@@ -194,17 +197,17 @@ impl RateApiService {
             key: &ask.key,
             armed: queue.is_some(),
         };
-        let decided = self.limiter.engine().decide(vec![op], false).await;
+        let decided = self.engine.decide(vec![op], false).await;
         gave_up.armed = false;
-        let d = decided.map_err(RateError::Unavailable)?;
+        let d = decided.map_err(GoccError::Unavailable)?;
         let out = d.outcomes[0];
         if out.over || out.blocked || d.timed_out {
-            return Ok(RateAnswer::Refused {
+            return Ok(GoccAnswer::Refused {
                 timed_out: d.timed_out,
                 retry_after: (out.retry_ns != u64::MAX).then(|| Duration::from_nanos(out.retry_ns)),
             });
         }
-        Ok(RateAnswer::Admitted {
+        Ok(GoccAnswer::Admitted {
             id,
             remaining: out.remaining,
             reset: Duration::from_nanos(out.reset_ns),
@@ -215,29 +218,29 @@ impl RateApiService {
     /// Refunds the hit admitted as `id` on `key`, as GoCC's `DELETE` (always 200 there,
     /// `endpoint_rate.go:148-183`): an id that is unknown, released already or of an ended
     /// window changes nothing. Only an empty key or id is an error.
-    pub async fn release(&self, raw_key: &str, raw_id: &str) -> Result<(), RateError> {
+    pub async fn release(&self, raw_key: &str, raw_id: &str) -> Result<(), GoccError> {
         let key = ask::key(raw_key)?;
         let id = raw_id.trim();
         if id.is_empty() {
-            return Err(RateError::BadRequest("empty id provided".into()));
+            return Err(GoccError::BadRequest("empty id provided".into()));
         }
         // A release is a use of the key (`limiter_instance.go:192`).
-        let live = self.limiter.live();
+        let live = self.live.load_full();
         self.limits(&live, key, &self.resolve(&live, key), Overrides::default());
         let Ok(id) = id.parse::<u64>() else {
             return Ok(());
         };
         let counter = Key::new(format!("{PREFIX}{key}"));
-        (self.limiter.engine().release(counter, id).await)
+        (self.engine.release(counter, id).await)
             .map(drop)
-            .map_err(RateError::Unavailable)
+            .map_err(GoccError::Unavailable)
     }
 
     /// The windows of the direct API's keys: all, or only `key`.
-    pub async fn windows(&self, key: Option<&str>) -> Result<Vec<RateWindow>, EngineError> {
-        let live = self.limiter.live();
+    pub async fn windows(&self, key: Option<&str>) -> Result<Vec<GoccWindow>, EngineError> {
+        let live = self.live.load_full();
         let prefix = format!("{PREFIX}{}", key.unwrap_or(""));
-        let infos = self.limiter.engine().inspect(Some(prefix.clone())).await?;
+        let infos = self.engine.inspect(Some(prefix.clone())).await?;
         Ok(infos
             .iter()
             .filter(|i| key.is_none() || i.key == prefix)
@@ -245,7 +248,7 @@ impl RateApiService {
             .collect())
     }
 
-    fn window(&self, live: &Arc<Live>, info: &KeyInfo) -> Option<RateWindow> {
+    fn window(&self, live: &Arc<Live>, info: &KeyInfo) -> Option<GoccWindow> {
         let key = info.key.strip_prefix(PREFIX)?.to_owned();
         let r = self.resolve(live, &key);
         let o = self.sticky.peek(live, &key, info.now);
@@ -254,7 +257,7 @@ impl RateApiService {
         l.max_in_queue = o.max_in_queue.unwrap_or(l.max_in_queue);
         let p = params(&l);
         let current = info.now / (p.window_ms * 1_000_000);
-        Some(RateWindow {
+        Some(GoccWindow {
             window_ms: p.window_ms,
             max_requests: l.max_requests,
             max_in_queue: l.max_in_queue,
@@ -282,7 +285,7 @@ fn params(l: &KeyLimits) -> Params {
 
 /// One direct API key's window, as `/debug` shows it.
 #[derive(Debug, Clone)]
-pub struct RateWindow {
+pub struct GoccWindow {
     pub key: String,
     pub window_ms: u64,
     pub max_requests: u32,
