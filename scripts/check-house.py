@@ -175,7 +175,7 @@ for root, _, fs in os.walk(SRC):
                 failures.append(f"{p}:{i + 1}: fn {m.group(1)} has {j - i + 1} lines "
                                 f"(at most {MAX_FN_LINES})")
 
-# 5. The walks in src/lib.rs: every file they name exists, and each one after the first is
+# 5. The walks in docs/architecture.md: every file they name exists, and each one after the first is
 # called by a file named before it: that file names its module (`mod x`, `x::`), a type it
 # defines (`pub struct`, `enum`, `trait`, `type`) or one of its free functions, the names
 # many files define left out.
@@ -208,24 +208,27 @@ def calls(caller, callee):
     return any(re.search(rf"\b{re.escape(n)}\b", t) for n in items)
 
 
-for title in ("# The walk of one decision", "# The walk of a decision through Redis",
-              "# The walk of a save"):
-    at = lib.find(title)
+ARCH = os.path.join(os.path.dirname(os.path.abspath(SRC.rstrip("/"))), "docs", "architecture.md")
+arch = open(ARCH, encoding="utf-8").read() if os.path.exists(ARCH) else ""
+for title in ("## The walk of one decision", "## The walk of a decision through Redis",
+              "## The walk of a save", "## The walk of a Limitador call"):
+    at = arch.find(title)
     if at < 0:
-        failures.append(f"src/lib.rs has no walk titled {title!r}")
+        failures.append(f"docs/architecture.md has no walk titled {title!r}")
         continue
-    end = lib.find("\n//! # ", at + 1)
-    text = lib[at:end if end > 0 else len(lib)]
-    text = text[:text.find("\n//!\n//! At start")] if "At start" in text else text
+    end = arch.find("\n## ", at + 1)
+    text = arch[at:end if end > 0 else len(arch)]
+    text = text[:text.find("\nAt start")] if "\nAt start" in text else text
     named = []
-    for path in re.findall(r"`([a-z_/]+\.rs)`", text):
+    for path in re.findall(r"`src/([a-z_/]+\.rs)`", text):
         if path not in named:
             named.append(path)
     for i, path in enumerate(named):
         if path not in every:
-            failures.append(f"src/lib.rs's walk names {path}, which does not exist")
+            failures.append(f"docs/architecture.md's walk names src/{path}, which does not exist")
         elif i and not any(calls(c, path) for c in named[:i] if c in every):
-            failures.append(f"src/lib.rs's walk names {path}, which no file before it calls")
+            failures.append(f"docs/architecture.md's walk names src/{path}, which no file before "
+                            "it calls")
 
 # 5b. The doors: every file src/lib.rs's doors section names exists, and `server/` names no
 # door's module or service outside `server/doors.rs`, where doors are built (a door wired
@@ -235,7 +238,7 @@ if at < 0:
     failures.append("src/lib.rs has no section titled '# The doors'")
 else:
     end = lib.find("\n//! # ", at + 1)
-    for path in set(re.findall(r"`([a-z_/]+\.rs)`", lib[at:end])):
+    for path in set(re.findall(r"`([a-z_]+/[a-z_/]+\.rs)`", lib[at:end])):
         if not path.startswith("tests/") and path not in every:
             failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
 DOOR_NAMES = re.compile(
@@ -326,6 +329,48 @@ for p, text in said:
             wrong = resolve(m.group(1), m.group(2).split("::")[1:], "tests/it")
         if wrong:
             failures.append(f"{where} names `{quoted}`: {wrong}")
+
+# 7. Each module's `//!` opener names what src/lib.rs's tables give it: a child module the
+# module table's "what it holds" names in backquotes, and on the way to each file of a door,
+# the child module that leads to it (`transport/http/gocc.rs`: `http` in transport's opener,
+# `gocc` in transport/http's); a door whose file is a top-level module's own names the door.
+
+
+def opener(path):
+    """The leading `//!` lines of the file of module `path` (`service`, `transport/http`)."""
+    for f in (os.path.join(SRC, path + ".rs"), os.path.join(SRC, path, "mod.rs")):
+        if os.path.exists(f):
+            text = []
+            for line in open(f, encoding="utf-8"):
+                if not line.startswith("//!"):
+                    break
+                text.append(line[3:])
+            return " ".join(text)
+    return None
+
+
+def must_name(module, word, why):
+    said = opener(module)
+    if said is not None and not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", said, re.I):
+        failures.append(f"src/{module}'s //! opener does not name {word} ({why})")
+
+
+for first, holds in re.findall(r"^//! \| (`[^|]*`) \| ([^|]*) \| [^|]* \|$", lib, re.M):
+    for m in re.findall(r"`([a-z_]+)`", first):
+        for word in re.findall(r"`([a-z_]+)`", holds):
+            if module_file([m, word]):
+                must_name(m, word, "src/lib.rs's module table")
+at = lib.find("# The doors")
+for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], re.M):
+    door, cells = row
+    for path in re.findall(r"`([a-z_/]+\.rs)`", cells):
+        parts = path.removesuffix(".rs").split("/")
+        if parts[-1] == "mod":
+            parts = parts[:-1]
+        if len(parts) == 1:
+            must_name(parts[0], door, "src/lib.rs's doors table")
+        for i in range(1, len(parts)):
+            must_name("/".join(parts[:i]), parts[i], f"the {door} door's {path}")
 
 for f in failures:
     print(f"check-house: {f}", file=sys.stderr)

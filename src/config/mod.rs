@@ -1,4 +1,7 @@
 //! YAML files and environment → a validated, typed config; `turnstile check` uses the same code.
+//! The Envoy and RLQS doors' limits are the YAML's (validated in `build`), or xDS's resources
+//! (`xds`) with turnstile's own fields from the overlay (`overlay`); GoCC's door reads its key
+//! file too (`gocc`), and Limitador's door its limits file (`limitador`).
 //!
 //! Parsing is done by serde (which reports the path and line of a type error or an unknown
 //! key); validation then walks the parsed tree and reports rule violations with the file and the

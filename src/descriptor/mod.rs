@@ -1,5 +1,6 @@
 //! Request descriptor → matched config node → counter key text (pure functions; the limiter
-//! hashes the key and picks its shard).
+//! hashes the key and picks its shard), for the Envoy and RLQS doors; Limitador's limits matched
+//! by their index and CEL (`limitador`).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry as PbEntry;
 use smallvec::SmallVec;

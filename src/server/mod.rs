@@ -1,4 +1,5 @@
-//! Starts the listeners and the runtimes, and stops them in order.
+//! Starts the listeners and the runtimes, and stops them in order. The doors are built from
+//! the settings in one place (`doors`); the rest of this module names none.
 //!
 //! Layout, chosen for speed: `workers` threads, each a tokio current-thread runtime polling its
 //! own handle to one shared gRPC listening socket (an idle worker accepts the next connection),
@@ -8,8 +9,8 @@
 //! the one RESP socket and of the HTTP socket each), so a `THROTTLE` or a `POST /throttle` whose
 //! key lives on its worker decides in place too. The debug, Prometheus and admin ports, xDS and
 //! the pollers run on the side thread (`side_thread`); the durable counters' journal on another
-//! (`journal`). Sockets are bound first (`listeners`); a new config goes live through `reload`;
-//! `run` is what the binary calls.
+//! (`journal`). Sockets are bound first (`listeners`); a door's files are read again through
+//! one path (`reload`); `run` is what the binary calls.
 
 mod context;
 mod doors;
@@ -49,9 +50,9 @@ use crate::source::files::{fingerprint, Watched};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 use crate::transport::http::{self, MetricsState};
-use doors::RespShared;
 use crate::transport::waiting::StartWait;
 use context::Starting;
+use doors::RespShared;
 use doors::{first_source, Doors};
 pub use doors::{DoorFiles, DoorStats};
 use listeners::{HttpPorts, Listeners};

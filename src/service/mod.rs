@@ -1,8 +1,10 @@
-//! A request's way through: validate → plan (descriptors → ops) → engine → answer. The gRPC
-//! adapter and the HTTP `/json` endpoint both call [`EnvoyService::decide`], which counts the
-//! call and its latency; the direct APIs' decisions (`throttle`) use the same engine, and so do
-//! the admin listener's look-ups and resets (`admin`), planned as a request is. The live limits
-//! (`live`) and the counters of the config loads that replace them (`reloads`) are here too.
+//! Each door's service, in a module of the door's name, and what they share. Envoy's
+//! (`envoy`, [`EnvoyService::decide`]) takes a request its way through: validate (`request`,
+//! the bounds every door keeps) → plan (descriptors → ops) → engine → answer. Limitador's
+//! (`limitador`), GoCC's (`gocc`) and ThrottleCrab's (`throttle`) decide on the same engine,
+//! and RLQS's hub (`rlqs`) splits the same limits among Envoys. Also here: the admin listener's
+//! look-ups and resets (`admin`), planned as a request is; the live limits (`live`) and the
+//! stats of the config loads that replace them (`reloads`); the request series (`metrics`).
 
 mod admin;
 mod answer;

@@ -1,9 +1,11 @@
-//! Process settings: envoyproxy/ratelimit's environment variables, overridden by CLI flags.
+//! Process settings: envoyproxy/ratelimit's environment variables, overridden by CLI flags,
+//! for the Envoy and RLQS doors and the whole process; Limitador's command line and environment,
+//! as `limitador-server` reads them, mapped onto the same structs (`limitador`).
 //!
 //! The only module that reads the environment. Every value goes through one grammar (`env`):
 //! Go's booleans and durations, whole numbers, `HOST:PORT` addresses; an error names the
 //! variable and its value and stops the start. Each subsystem receives a plain typed struct
-//! (`sections` fills the Redis, xDS, RESP, THROTTLE, admin and tracing ones).
+//! (`sections` fills the Redis, xDS, RESP, THROTTLE, GoCC, admin and tracing ones).
 
 mod env;
 pub mod limitador;

@@ -1,6 +1,6 @@
 //! Limitador's gRPC on the RLS port: Envoy's `ShouldRateLimit` answered as Limitador answers
 //! it, and Kuadrant's `kuadrant.service.ratelimit.v1.RateLimitService` (`CheckRateLimit`,
-//! `Report`, `Reserve`, `Commit`), all on [`Limitador`]. Errors are mapped here and nowhere
+//! `Report`, `Reserve`, `Commit`), all on [`LimitadorService`]. Errors are mapped here and nowhere
 //! else.
 
 use std::convert::Infallible;
@@ -19,7 +19,9 @@ use tonic_prost::ProstCodec;
 use tower_service::Service;
 
 use crate::descriptor::Entry;
-use crate::service::limitador::{draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict};
+use crate::service::limitador::{
+    draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict,
+};
 use crate::service::{within_bounds, Request, RequestLimits};
 
 /// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).

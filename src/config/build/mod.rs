@@ -1,5 +1,6 @@
 //! Validation: parsed YAML (or xDS resources) → the typed limit tree, every rule violation
-//! reported with the file and the path inside it.
+//! reported with the file and the path inside it; the YAML's `rate_api` keys for GoCC's door
+//! (`gocc`).
 
 use std::sync::Arc;
 

@@ -1,13 +1,14 @@
-//! HTTP: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`, the direct APIs (`rate`,
-//! `throttle`), and the debug, Prometheus and admin ports' routers.
+//! HTTP: `/healthcheck`, `/metrics`, `/rlconfig`; each door's endpoints, in a file of its name
+//! (`envoy`'s `/json`, `gocc`'s `/rate`, `throttle`'s `/throttle`, `limitador`'s API); the debug,
+//! Prometheus and admin ports' routers.
 
 mod admin;
 mod admin_stats;
 mod bounds;
 mod calls;
 mod envoy;
-mod limitador;
 mod gocc;
+mod limitador;
 mod status;
 mod throttle;
 
@@ -31,9 +32,11 @@ pub use status::StatusStats;
 
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, EngineStats};
-use crate::service::metrics::{Door, DoorCalls};
 use crate::service::gocc::GoccService;
-use crate::service::{LiveLimits, EnvoyService, Request, RlsError, ThrottleLimits, ThrottleService};
+use crate::service::metrics::{Door, DoorCalls};
+use crate::service::{
+    EnvoyService, LiveLimits, Request, RlsError, ThrottleLimits, ThrottleService,
+};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 
