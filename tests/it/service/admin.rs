@@ -7,8 +7,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::backing::{test_with_every_backing, Backing};
 use crate::common::redis::{env as redis_env, Redis};
+use crate::common::storage::{test_with_every_storage, Storage};
 use crate::common::tempdir::TempDir;
 use crate::common::*;
 use serde_json::{json, Value};
@@ -92,8 +92,8 @@ fn usage(l: &Value) -> (u64, u64, u64) {
 
 /// A look-up reports each algorithm's use after known traffic, and counts nothing: the calls
 /// after it are answered exactly as a twin descriptor's calls without look-ups are.
-async fn a_look_up_shows_use_and_counts_nothing(backing: &Backing) {
-    let s = backing.start_with(CONFIG, &ADMIN).await;
+async fn a_look_up_shows_use_and_counts_nothing(storage: &Storage) {
+    let s = storage.start_with(CONFIG, &ADMIN).await;
     for key in ["api_key", "sliding", "bucket"] {
         for who in ["alice", "bob"] {
             for _ in 0..2 {
@@ -141,7 +141,7 @@ async fn a_look_up_shows_use_and_counts_nothing(backing: &Backing) {
     // A descriptor never seen reads empty, and the look-up leaves nothing behind in Redis.
     let l = &look_up(&s, &[("api_key", "carol")]).await[0];
     assert_eq!(usage(l), (0, 3, 40));
-    if let Backing::Redis(r) | Backing::LocalFirst(r) = backing {
+    if let Storage::Redis(r) | Storage::LocalFirst(r) = storage {
         assert_eq!(r.cli(&["KEYS", "*carol*"]), "");
     }
     // An unlimited limit is listed as such, with nothing to count.
@@ -151,11 +151,11 @@ async fn a_look_up_shows_use_and_counts_nothing(backing: &Backing) {
 
 /// A reset counts a descriptor from zero on every limit that applies, or on the one named; in
 /// Redis it deletes the keys decisions count in.
-async fn a_reset_counts_the_descriptor_from_zero(backing: &Backing) {
-    let s = backing.start_with(CONFIG, &ADMIN).await;
-    let redis = match backing {
-        Backing::Redis(r) | Backing::LocalFirst(r) => Some(r),
-        Backing::Memory | Backing::Durable(_) => None,
+async fn a_reset_counts_the_descriptor_from_zero(storage: &Storage) {
+    let s = storage.start_with(CONFIG, &ADMIN).await;
+    let redis = match storage {
+        Storage::Redis(r) | Storage::LocalFirst(r) => Some(r),
+        Storage::Memory | Storage::Durable(_) => None,
     };
     for key in ["api_key", "sliding", "bucket"] {
         for _ in 0..3 {
@@ -198,7 +198,7 @@ async fn a_reset_counts_the_descriptor_from_zero(backing: &Backing) {
     assert_eq!(done.len(), 2);
 }
 
-test_with_every_backing!(
+test_with_every_storage!(
     a_look_up_shows_use_and_counts_nothing,
     a_reset_counts_the_descriptor_from_zero
 );
@@ -263,7 +263,7 @@ async fn another_replicas_over_limit_cache_refuses_until_the_window_ends() {
 /// A reset gives the room to the key's waiters first: the queued call is admitted at once.
 #[tokio::test]
 async fn a_reset_admits_the_keys_waiters() {
-    let s = Backing::memory().start_with(CONFIG, &ADMIN).await;
+    let s = Storage::memory().start_with(CONFIG, &ADMIN).await;
     let job = [("job", "nightly")];
     assert_eq!(hit(&s, &job).await.0, OK);
     let mut client = s.client.clone();
@@ -308,7 +308,7 @@ async fn the_token_guards_the_listener_and_every_call_is_counted() {
         ("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"),
         ("TURNSTILE_ADMIN_TOKEN_FILE", file.to_str().unwrap()),
     ];
-    let s = Backing::memory().start_with(CONFIG, &env).await;
+    let s = Storage::memory().start_with(CONFIG, &env).await;
     let alice = body("edge", &[("api_key", "alice")]);
     let url = admin_url(&s, "/admin/look-up");
     let r = reqwest::Client::new()
@@ -362,7 +362,7 @@ fn an_admin_listener_off_loopback_without_a_token_stops_the_start() {
 /// Bad input is a 4xx whose message names the problem, and is counted as such.
 #[tokio::test]
 async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
-    let s = Backing::memory().start_with(CONFIG, &ADMIN).await;
+    let s = Storage::memory().start_with(CONFIG, &ADMIN).await;
     let look = admin_url(&s, "/admin/look-up");
     let cases: [(&str, Value, u16, &str); 8] = [
         (

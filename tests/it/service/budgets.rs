@@ -1,12 +1,12 @@
 //! Usage budgets: usage Envoy reports after the response (a descriptor's own `hits_addend`,
 //! e.g. LLM tokens from `apply_on_stream_done`) counts in full, so a budget closes once usage
-//! passes it, on every algorithm and backing; plain requests keep "a refused request consumes
+//! passes it, on every algorithm and storage; plain requests keep "a refused request consumes
 //! nothing". The expected counts follow envoyproxy/ratelimit's rule (`INCRBY`, never undone;
 //! over when count > limit: `src/limiter/base_limiter.go`, `GetResponseDescriptorStatus`).
 
 use std::time::Duration;
 
-use crate::common::backing::{test_with_every_backing, Backing};
+use crate::common::storage::{test_with_every_storage, Storage};
 use crate::common::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
@@ -49,13 +49,13 @@ descriptors:
 /// The Redis key's value (fixed windows: envoyproxy/ratelimit's key) once it reads `want`, or
 /// after a few seconds. Local-first replicas sync every 100 ms of their clock: it is moved on a
 /// sync interval at a time meanwhile.
-async fn stored(s: &TestServer, backing: &Backing, pattern: &str, want: &str) -> Option<String> {
-    let (Backing::Redis(r) | Backing::LocalFirst(r)) = backing else {
+async fn stored(s: &TestServer, storage: &Storage, pattern: &str, want: &str) -> Option<String> {
+    let (Storage::Redis(r) | Storage::LocalFirst(r)) = storage else {
         return None;
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        if let Backing::LocalFirst(_) = backing {
+        if let Storage::LocalFirst(_) = storage {
             s.advance(Duration::from_millis(100));
         }
         let keys = r.cli(&["KEYS", pattern]);
@@ -72,8 +72,8 @@ async fn stored(s: &TestServer, backing: &Backing, pattern: &str, want: &str) ->
     }
 }
 
-async fn reports_that_cross_the_budget_close_it(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn reports_that_cross_the_budget_close_it(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let alice = [("user", "alice")];
     assert_eq!(
         codes(&s.call(report("ai", &alice, 0)).await),
@@ -108,8 +108,8 @@ async fn reports_that_cross_the_budget_close_it(backing: &Backing) {
     // A plain request (no hits_addend) on a closed budget is refused too.
     assert_eq!(s.call(one("ai", &alice)).await.overall_code, OVER);
     assert_eq!(
-        stored(&s, backing, "*ai_user_alice_*", "6400").await,
-        backing_has_store(backing).then(|| "6400".to_owned()),
+        stored(&s, storage, "*ai_user_alice_*", "6400").await,
+        storage_has_store(storage).then(|| "6400".to_owned()),
         "the Redis key holds every report: 900 + 500 + 10 x 500"
     );
 
@@ -145,12 +145,12 @@ async fn reports_that_cross_the_budget_close_it(backing: &Backing) {
     );
 }
 
-fn backing_has_store(backing: &Backing) -> bool {
-    !matches!(backing, Backing::Memory | Backing::Durable(_))
+fn storage_has_store(storage: &Storage) -> bool {
+    !matches!(storage, Storage::Memory | Storage::Durable(_))
 }
 
-async fn a_token_bucket_goes_into_debt(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn a_token_bucket_goes_into_debt(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let b = [("bucket", "b")];
     // 60 tokens a minute (one a second), a full bucket of 60. 90 used: 30 tokens of debt.
     assert_eq!(codes(&s.call(report("ai", &b, 90)).await), vec![(OVER, 0)]);
@@ -166,8 +166,8 @@ async fn a_token_bucket_goes_into_debt(backing: &Backing) {
     assert_eq!(codes(&s.call(one("ai", &b)).await), vec![(OK, 0)]);
 }
 
-async fn a_sliding_window_passes_its_limit(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn a_sliding_window_passes_its_limit(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let w = [("sliding", "w")];
     assert_eq!(codes(&s.call(report("ai", &w, 150)).await), vec![(OVER, 0)]);
     assert_eq!(codes(&s.call(report("ai", &w, 0)).await), vec![(OVER, 0)]);
@@ -179,8 +179,8 @@ async fn a_sliding_window_passes_its_limit(backing: &Backing) {
     assert_eq!(codes(&s.call(report("ai", &w, 0)).await), vec![(OK, 25)]);
 }
 
-async fn input_and_output_budgets_per_member_and_per_team(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn input_and_output_budgets_per_member_and_per_team(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let call = |member: &str, input: u64, output: u64, team: u64| {
         req(
             "ai",
@@ -228,8 +228,8 @@ async fn input_and_output_budgets_per_member_and_per_team(backing: &Backing) {
     assert_eq!(r.overall_code, OK);
 }
 
-async fn queued_requests_behind_a_passed_budget_wait_for_the_window(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn queued_requests_behind_a_passed_budget_wait_for_the_window(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let q = [("queued", "q")];
     assert_eq!(s.call(report("ai", &q, 25)).await.overall_code, OVER);
     // A request on the closed key waits for the next second's window, and is admitted there.
@@ -270,8 +270,8 @@ async fn wait_for_waiters(s: &TestServer, n: u64) {
     }
 }
 
-async fn plain_requests_refused_consume_nothing(backing: &Backing) {
-    let s = backing
+async fn plain_requests_refused_consume_nothing(storage: &Storage) {
+    let s = storage
         .start("domain: ai\ndescriptors:\n  - key: api\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: blocked\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
         .await;
     let both = || req("ai", vec![desc(&[("api", "k")]), desc(&[("blocked", "x")])]);
@@ -288,8 +288,8 @@ async fn plain_requests_refused_consume_nothing(backing: &Backing) {
 }
 
 /// Several limits on one descriptor: a report counts on every one of them.
-async fn every_limit_of_a_descriptor_counts_the_usage(backing: &Backing) {
-    let s = backing.start(BUDGETS).await;
+async fn every_limit_of_a_descriptor_counts_the_usage(storage: &Storage) {
+    let s = storage.start(BUDGETS).await;
     let b = [("both", "b")];
     let limit_name = |r: &RateLimitResponse| {
         let l = r.statuses[0].current_limit.as_ref().expect("a limit");
@@ -312,7 +312,7 @@ async fn every_limit_of_a_descriptor_counts_the_usage(backing: &Backing) {
     );
 }
 
-test_with_every_backing!(
+test_with_every_storage!(
     every_limit_of_a_descriptor_counts_the_usage,
     reports_that_cross_the_budget_close_it,
     a_token_bucket_goes_into_debt,

@@ -1,13 +1,13 @@
 //! Reservations: a check (a descriptor's own `hits_addend` of 0) of a limit with `reserve` holds
 //! that many hits for its request, so concurrent requests cannot all pass a budget that none
 //! has reported against yet; the report of the request's usage counts in full and releases one
-//! hold; a hold nobody reports releases itself after `reserve_for`. On every backing and every
+//! hold; a hold nobody reports releases itself after `reserve_for`. On every storage and every
 //! algorithm that counts a budget.
 
 use std::time::Duration;
 
-use crate::common::backing::{test_with_every_backing, Backing};
 use crate::common::redis::{self, Redis};
+use crate::common::storage::{test_with_every_storage, Storage};
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -37,8 +37,8 @@ async fn usage(s: &TestServer, key: &str, user: &str, hits: u64) -> (i32, u32) {
     codes(&s.call(report("ai", &[(key, user)], hits)).await)[0]
 }
 
-async fn three_checks_hold_the_budget_and_a_fourth_is_refused(backing: &Backing) {
-    let s = backing.start(RESERVING).await;
+async fn three_checks_hold_the_budget_and_a_fourth_is_refused(storage: &Storage) {
+    let s = storage.start(RESERVING).await;
     for key in ALGORITHMS {
         let answers = [
             check(&s, key, "alice").await,
@@ -58,8 +58,8 @@ async fn three_checks_hold_the_budget_and_a_fourth_is_refused(backing: &Backing)
     }
 }
 
-async fn a_report_counts_its_usage_and_releases_one_hold(backing: &Backing) {
-    let s = backing.start(RESERVING).await;
+async fn a_report_counts_its_usage_and_releases_one_hold(storage: &Storage) {
+    let s = storage.start(RESERVING).await;
     for key in ALGORITHMS {
         assert_eq!(check(&s, key, "bob").await, (OK, 700), "{key}");
         // 250 used, the hold of 300 released: 750 left, and the next check holds 300 of it.
@@ -76,8 +76,8 @@ async fn a_report_counts_its_usage_and_releases_one_hold(backing: &Backing) {
     }
 }
 
-async fn a_hold_nobody_reports_releases_itself_after_reserve_for(backing: &Backing) {
-    let s = backing.start(RESERVING).await;
+async fn a_hold_nobody_reports_releases_itself_after_reserve_for(storage: &Storage) {
+    let s = storage.start(RESERVING).await;
     for key in ALGORITHMS {
         for _ in 0..3 {
             assert_eq!(check(&s, key, "carol").await.0, OK, "{key}");
@@ -123,8 +123,8 @@ async fn reservations(s: &TestServer, what: &str) -> u64 {
     family_sum(s.http.trim_start_matches("http://"), &family).await
 }
 
-async fn the_operator_sees_what_is_held_and_how_holds_end(backing: &Backing) {
-    let s = backing
+async fn the_operator_sees_what_is_held_and_how_holds_end(storage: &Storage) {
+    let s = storage
         .start_with(
             RESERVING,
             &[("TURNSTILE_ADMIN_ADDR", "127.0.0.1:0"), ("DEBUG_PORT", "0")],
@@ -166,7 +166,7 @@ async fn status_page_holds(s: &TestServer) -> (u64, u64) {
     (sum("holds"), sum("holds_expired"))
 }
 
-test_with_every_backing!(
+test_with_every_storage!(
     three_checks_hold_the_budget_and_a_fourth_is_refused,
     a_report_counts_its_usage_and_releases_one_hold,
     a_hold_nobody_reports_releases_itself_after_reserve_for,

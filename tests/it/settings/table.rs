@@ -1,7 +1,7 @@
 //! docs/settings.md: "anything else stops the start with an error naming the variable and its
 //! value". Every setting its table names, given a bad value, is refused by the binary (exit 1,
-//! the name on stderr), whatever the backing and whether its feature is on: a typo must not
-//! wait for the day the backing changes. A setting the table gains must be added here.
+//! the name on stderr), whatever the storage and whether its feature is on: a typo must not
+//! wait for the day the storage changes. A setting the table gains must be added here.
 
 use crate::common::run::*;
 use crate::common::tempdir::TempDir;
@@ -249,7 +249,7 @@ fn every_documented_setting_is_covered_here() {
     );
 }
 
-/// Each bad value alone, memory backing, config from files: `turnstile check` reads the
+/// Each bad value alone, memory storage, config from files: `turnstile check` reads the
 /// settings as `serve` does and exits 1 on a bad one, naming it and echoing the value as it was
 /// written (`TURNSTILE_STATE_SYNC_INTERVAL=0`, not the `0ns` it parsed to).
 #[test]

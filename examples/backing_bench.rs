@@ -4,7 +4,7 @@
 //! `CONCURRENCY` callers (default 256) each deciding single-descriptor requests on one of
 //! `KEYS` keys (default 10000) for `SECONDS` (default 5) each.
 //!
-//!     cargo run --release --example backend_bench
+//!     cargo run --release --example backing_bench
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,7 +162,7 @@ fn main() {
     let _ = redis.kill();
     let _ = redis.wait();
     let base = rows[0].1 .0;
-    println!("| backend | decisions/s | p50 | p99 | vs memory |");
+    println!("| backing | decisions/s | p50 | p99 | vs memory |");
     println!("|---|---:|---:|---:|---:|");
     for (name, (rate, p50, p99)) in rows {
         println!(

@@ -1,15 +1,15 @@
-//! One scenario suite, every backing: the same behaviour in memory and through Redis, each
-//! scenario a test of its own on each backing (`negative_hits_refund::memory`,
+//! One scenario suite, every storage: the same behaviour in memory and through Redis, each
+//! scenario a test of its own on each storage (`negative_hits_refund::memory`,
 //! `negative_hits_refund::redis`, ...).
 
 use std::time::Duration;
 
-use crate::common::backing::{test_with_every_backing, Backing};
+use crate::common::storage::{test_with_every_storage, Storage};
 use crate::common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
-test_with_every_backing!(
+test_with_every_storage!(
     counts_to_the_limit_then_over_limit_with_full_status,
     window_rolls_over_on_the_aligned_boundary,
     hits_addend_request_level_and_descriptor_level,
@@ -26,8 +26,8 @@ test_with_every_backing!(
 // ------------------------------------------------------------------------------------------
 // Counting, on the config of `service::answers` (envoyproxy/ratelimit's answers).
 
-async fn counts_to_the_limit_then_over_limit_with_full_status(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn counts_to_the_limit_then_over_limit_with_full_status(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     let mut got = Vec::new();
     for _ in 0..4 {
         got.push(s.call(one("edge", &[("api_key", "alice")])).await);
@@ -54,8 +54,8 @@ async fn counts_to_the_limit_then_over_limit_with_full_status(backing: &Backing)
     );
 }
 
-async fn window_rolls_over_on_the_aligned_boundary(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn window_rolls_over_on_the_aligned_boundary(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     for _ in 0..3 {
         s.call(one("edge", &[("api_key", "a")])).await;
     }
@@ -79,8 +79,8 @@ async fn window_rolls_over_on_the_aligned_boundary(backing: &Backing) {
     );
 }
 
-async fn hits_addend_request_level_and_descriptor_level(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn hits_addend_request_level_and_descriptor_level(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     let mut r = one("edge", &[("api_key", "h")]);
     r.hits_addend = 2;
     assert_eq!(codes(&s.call(r.clone()).await), vec![(OK, 1)]);
@@ -117,8 +117,8 @@ async fn hits_addend_request_level_and_descriptor_level(backing: &Backing) {
     );
 }
 
-async fn negative_hits_refund(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn negative_hits_refund(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     for _ in 0..3 {
         s.call(one("edge", &[("api_key", "r")])).await;
     }
@@ -133,8 +133,8 @@ async fn negative_hits_refund(backing: &Backing) {
     );
 }
 
-async fn a_refused_request_consumes_nothing_across_shards(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn a_refused_request_consumes_nothing_across_shards(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     // `blocked` always refuses; the api_key counters of the same requests must stay untouched,
     // wherever their shards are.
     for i in 0..20 {
@@ -154,8 +154,8 @@ async fn a_refused_request_consumes_nothing_across_shards(backing: &Backing) {
     }
 }
 
-async fn concurrent_callers_never_get_more_than_the_limit(backing: &Backing) {
-    let s = backing.start(EDGE).await;
+async fn concurrent_callers_never_get_more_than_the_limit(storage: &Storage) {
+    let s = storage.start(EDGE).await;
     let mut tasks = Vec::new();
     for _ in 0..200 {
         let c = s.client.clone();
@@ -206,8 +206,8 @@ descriptors:
       queue: {max_waiting: 5, max_wait: 5s}
 "#;
 
-async fn algorithms(backing: &Backing) {
-    let s = backing.start(CONFIG).await;
+async fn algorithms(storage: &Storage) {
+    let s = storage.start(CONFIG).await;
     let sl: Vec<_> = {
         let mut v = Vec::new();
         for _ in 0..5 {
@@ -232,8 +232,8 @@ async fn algorithms(backing: &Backing) {
     );
 }
 
-async fn several_limits(backing: &Backing) {
-    let s = backing.start(CONFIG).await;
+async fn several_limits(storage: &Storage) {
+    let s = storage.start(CONFIG).await;
     let mut v = Vec::new();
     for _ in 0..3 {
         v.push(s.call(one("s", &[("multi", "m")])).await.overall_code);
@@ -252,8 +252,8 @@ async fn several_limits(backing: &Backing) {
     );
 }
 
-async fn queued_waiter_is_admitted_at_rollover(backing: &Backing) {
-    let s = backing.start(CONFIG).await;
+async fn queued_waiter_is_admitted_at_rollover(storage: &Storage) {
+    let s = storage.start(CONFIG).await;
     assert_eq!(s.call(one("s", &[("queued", "q")])).await.overall_code, OK);
     let waiter = s.queued(one("s", &[("queued", "q")])).await;
     s.advance(Duration::from_secs(1));
@@ -281,9 +281,9 @@ fn with_override(
     req("edge", vec![d])
 }
 
-async fn a_raised_override_admits_at_once(backing: &Backing) {
+async fn a_raised_override_admits_at_once(storage: &Storage) {
     // The over-limit cache on, as envoyproxy/ratelimit#1077 reports it.
-    let s = (backing.start_with(EDGE, &[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")])).await;
+    let s = (storage.start_with(EDGE, &[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")])).await;
     // Each call a second after the last, all in one minute: local-first views are stale by
     // then, so each call asks the store, and the refusal comes from it as it does on Redis.
     let mut low = Vec::new();
@@ -306,7 +306,7 @@ async fn a_raised_override_admits_at_once(backing: &Backing) {
 
 /// A queued limit raised by a reload while someone waits at its key: the waiter and a newcomer
 /// are admitted at once, judged by the raised limit (the clock does not move).
-async fn a_raised_queued_limit_admits_its_waiters_at_once(backing: &Backing) {
+async fn a_raised_queued_limit_admits_its_waiters_at_once(storage: &Storage) {
     let limits = |per_minute: u32| {
         format!(
             "domain: q\ndescriptors:\n  - key: queued\n    rate_limit:\n      unit: minute\n      requests_per_unit: {per_minute}\n      queue: {{max_waiting: 5, max_wait: 60s}}\n"
@@ -320,7 +320,7 @@ async fn a_raised_queued_limit_admits_its_waiters_at_once(backing: &Backing) {
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("RUNTIME_WATCH_ROOT", "false"),
     ];
-    let s = backing.start_from_env(&env).await;
+    let s = storage.start_from_env(&env).await;
     assert_eq!(s.call(one("q", &[("queued", "a")])).await.overall_code, OK);
     let waiter = s.queued(one("q", &[("queued", "a")])).await;
     dir.write("ratelimit/config/q.yaml", &limits(100));

@@ -1,4 +1,4 @@
-//! The store contract over a real Redis, below the shards: a sync that gives back more hits
+//! The store contract over a real Redis, below the shards: a sync that refunds more hits
 //! than it took since the last one (a local-first view's net, or hits replayed after an outage
 //! netting out refunds) takes them out of the window, as the contract says (`StoreOp::sync_at`
 //! with `refund`).
@@ -68,9 +68,9 @@ async fn a_sync_that_gives_hits_back_takes_them_out_of_the_window() {
         State::Fixed { count, .. } => count,
         other => panic!("a fixed window's state, not {other:?}"),
     };
-    // Five admitted locally, synced; then a net of two given back, synced.
+    // Five admitted locally, synced; then a net of two refunded, synced.
     sync(&op(5), false).await.expect("the first sync");
     sync(&op(2), true).await.expect("the second sync");
     let peeked = store.peek(0, &op(0), now, deadline).await.expect("a read");
-    assert_eq!(count(peeked[0].before), 3, "5 taken, 2 given back");
+    assert_eq!(count(peeked[0].before), 3, "5 taken, 2 refunded");
 }

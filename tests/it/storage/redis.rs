@@ -54,14 +54,14 @@ async fn fixed_window_keys_and_ttls_match_envoyproxy_ratelimit() {
             .overall_code,
         OVER
     );
-    // The refused call's hit is given back in the shard's next pipeline: wait for that round
+    // The refused call's hit is refunded in the shard's next pipeline: wait for that round
     // trip (a readiness wait on Redis, not a sleep through a window).
-    let given_back = || redis.cli(&["GET", key]) == "3";
+    let refunded = || redis.cli(&["GET", key]) == "3";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !given_back() && std::time::Instant::now() < deadline {
+    while !refunded() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    assert_eq!(redis.cli(&["GET", key]), "3", "refused hits are given back");
+    assert_eq!(redis.cli(&["GET", key]), "3", "refused hits are refunded");
     // Sliding window and token bucket keys carry a Cluster hash tag.
     s.call(one("edge", &[("sliding", "s")])).await;
     s.call(one("edge", &[("bucket", "b")])).await;

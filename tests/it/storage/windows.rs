@@ -1,13 +1,13 @@
 //! Windows of N units (`unit_multiplier`), calendar windows (`calendar: <zone>`) and what a
-//! refused call is told about when to retry, on every backing; Redis's key names and TTLs for
+//! refused call is told about when to retry, on every storage; Redis's key names and TTLs for
 //! them.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::backing::{test_with_every_backing, Backing};
 use crate::common::redis::{env, Redis};
+use crate::common::storage::{test_with_every_storage, Storage};
 use crate::common::*;
 
 const CONFIG: &str = r#"
@@ -75,7 +75,7 @@ async fn admin(s: &TestServer, path: &str, pairs: &[(&str, &str)]) -> Vec<Value>
     v["limits"].as_array().expect("limits").clone()
 }
 
-test_with_every_backing!(
+test_with_every_storage!(
     five_minute_windows_count_reset_and_roll_over,
     calendar_months_follow_the_zone,
     quarters_and_calendar_sliding_days,
@@ -85,8 +85,8 @@ test_with_every_backing!(
     headers_describe_the_limit_that_refused,
 );
 
-async fn five_minute_windows_count_reset_and_roll_over(backing: &Backing) {
-    let s = backing.start_with(CONFIG, &ADMIN).await;
+async fn five_minute_windows_count_reset_and_roll_over(storage: &Storage) {
+    let s = storage.start_with(CONFIG, &ADMIN).await;
     for left in [2, 1, 0] {
         assert_eq!(hit(&s, "five", "a").await, (OK, left, FIVE_MINUTES_LEFT));
     }
@@ -108,8 +108,8 @@ async fn five_minute_windows_count_reset_and_roll_over(backing: &Backing) {
     assert_eq!(hit(&s, "five", "a").await, (OK, 2, 300));
 }
 
-async fn calendar_months_follow_the_zone(backing: &Backing) {
-    let s = backing.start_with(CONFIG, &ADMIN).await;
+async fn calendar_months_follow_the_zone(storage: &Storage) {
+    let s = storage.start_with(CONFIG, &ADMIN).await;
     assert_eq!(hit(&s, "month", "m").await, (OK, 1, BERLIN_MONTH_LEFT));
     assert_eq!(hit(&s, "month", "m").await, (OK, 0, BERLIN_MONTH_LEFT));
     assert_eq!(hit(&s, "month", "m").await, (OVER, 0, BERLIN_MONTH_LEFT));
@@ -128,8 +128,8 @@ async fn calendar_months_follow_the_zone(backing: &Backing) {
     assert_eq!(hit(&s, "month", "m").await, (OK, 1, 31 * 86_400));
 }
 
-async fn quarters_and_calendar_sliding_days(backing: &Backing) {
-    let s = backing.start(CONFIG).await;
+async fn quarters_and_calendar_sliding_days(storage: &Storage) {
+    let s = storage.start(CONFIG).await;
     // The quarter of T0 (2023-10-01 .. 2024-01-01 UTC) ends 4_067_200 s later.
     assert_eq!(hit(&s, "quarter", "q").await, (OK, 1, 4_067_200));
     // New York's 2023-11-14 ends at 05:00Z on the 15th: 24_400 s after T0.
@@ -145,8 +145,8 @@ async fn quarters_and_calendar_sliding_days(backing: &Backing) {
     assert_eq!(hit(&s, "sliding_day", "d").await.0, OK);
 }
 
-async fn a_refused_token_bucket_is_told_its_next_token(backing: &Backing) {
-    let s = backing.start(RETRY).await;
+async fn a_refused_token_bucket_is_told_its_next_token(storage: &Storage) {
+    let s = storage.start(RETRY).await;
     // 1000 an hour, bursts of 10: a token every 3.6 s.
     for _ in 0..10 {
         assert_eq!(hit(&s, "bucket", "b").await.0, OK);
@@ -156,8 +156,8 @@ async fn a_refused_token_bucket_is_told_its_next_token(backing: &Backing) {
     assert_eq!(hit(&s, "bucket", "b").await.0, OK);
 }
 
-async fn a_five_minute_token_bucket_refills_over_five_minutes(backing: &Backing) {
-    let s = backing.start(CONFIG).await;
+async fn a_five_minute_token_bucket_refills_over_five_minutes(storage: &Storage) {
+    let s = storage.start(CONFIG).await;
     // 5 per 5 minutes, burst 1: a token a minute.
     assert_eq!(hit(&s, "slow_bucket", "b").await, (OK, 0, 60));
     assert_eq!(hit(&s, "slow_bucket", "b").await, (OVER, 0, 60));
@@ -167,8 +167,8 @@ async fn a_five_minute_token_bucket_refills_over_five_minutes(backing: &Backing)
     assert_eq!(hit(&s, "slow_bucket", "b").await.0, OK);
 }
 
-async fn a_refused_sliding_window_is_told_when_the_estimate_admits(backing: &Backing) {
-    let s = backing.start(RETRY).await;
+async fn a_refused_sliding_window_is_told_when_the_estimate_admits(storage: &Storage) {
+    let s = storage.start(RETRY).await;
     for _ in 0..10 {
         assert_eq!(hit(&s, "sliding", "s").await.0, OK);
     }
@@ -181,8 +181,8 @@ async fn a_refused_sliding_window_is_told_when_the_estimate_admits(backing: &Bac
     assert_eq!(hit(&s, "sliding", "s").await.0, OK);
 }
 
-async fn headers_describe_the_limit_that_refused(backing: &Backing) {
-    let s = backing
+async fn headers_describe_the_limit_that_refused(storage: &Storage) {
+    let s = storage
         .start_with(RETRY, &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")])
         .await;
     for _ in 0..10 {

@@ -1,4 +1,4 @@
-//! Where counters live: every scenario on every backing, Redis specifics, local-first, usage
+//! Where counters live: every scenario on every storage, Redis specifics, local-first, usage
 //! while Redis is away, what the store is (and a store that runs no scripts).
 
 mod local_first;
