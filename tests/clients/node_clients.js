@@ -1,4 +1,4 @@
-// ioredis and node-redis, unmodified, against the RESP transport (tests/it/direct/transport.rs
+// ioredis and node-redis, unmodified, against the RESP transport (tests/it/direct/throttle.rs
 // runs it).
 // ioredis checks readiness with INFO; node-redis opens with HELLO 3 and does not fall back.
 const assert = require('assert');

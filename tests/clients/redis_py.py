@@ -1,4 +1,4 @@
-"""redis-py, unmodified, against the RESP transport (tests/it/direct/transport.rs runs it).
+"""redis-py, unmodified, against the RESP transport (tests/it/direct/throttle.rs runs it).
 
 redis-py opens with `HELLO 3` and does not fall back to RESP2: the transport must speak it.
 Prints one line per check; exits non-zero on the first failure.

@@ -6,8 +6,8 @@
 pub mod ads;
 pub mod binary;
 pub mod envoy;
-pub mod quota;
 pub mod redis;
+pub mod rlqs;
 pub mod run;
 pub mod storage;
 pub mod tempdir;

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::quota::{Fleet, Load};
+use crate::common::rlqs::{Fleet, Load};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
