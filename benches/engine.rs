@@ -48,7 +48,7 @@ use turnstile::hitters::TopTable;
 use turnstile::limiter::key::Key;
 use turnstile::limiter::{Clock, Engine, Op, Params, Role, State};
 use turnstile::service::metrics::RequestStats;
-use turnstile::service::{AnswerSettings, LiveLimits, EnvoyService, RequestLimits};
+use turnstile::service::{AnswerSettings, EnvoyService, LiveLimits, RequestLimits};
 use turnstile::transport::codec::read_request;
 
 /// The allocator the `turnstile` binary uses, so allocation costs match the server's.

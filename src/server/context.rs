@@ -12,7 +12,7 @@ use crate::hitters::TopTable;
 use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
 use crate::service::metrics::{DoorCalls, RequestStats};
 use crate::service::ReloadStats;
-use crate::service::{AnswerSettings, ConfigCheck, LiveLimits, EnvoyService};
+use crate::service::{AnswerSettings, ConfigCheck, EnvoyService, LiveLimits};
 use crate::settings::{Settings, Storage};
 use crate::store::redis::{RedisErrors, RedisStore, StartupRetries};
 use crate::telemetry::{Metrics, Registry, StatsdStats};

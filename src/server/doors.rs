@@ -19,9 +19,9 @@ use super::reload::{recorded, Followed, Install, Reload, Reloader};
 use super::Health;
 use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
 use crate::config::ConfigError;
-use crate::service::rlqs::{DemandExchange, RlqsHub, QuotaStats};
-use crate::service::limitador::{LimitadorMetrics, LimitadorService};
 use crate::service::gocc::GoccService;
+use crate::service::limitador::{LimitadorMetrics, LimitadorService};
+use crate::service::rlqs::{DemandExchange, QuotaStats, RlqsHub};
 use crate::service::ReloadStats;
 use crate::service::{ThrottleService, ThrottleStats};
 use crate::settings::limitador::LimitadorSettings;
@@ -32,9 +32,9 @@ use crate::telemetry::{Metrics, Shown};
 use crate::transport::grpc::RlsAnswerer;
 use crate::transport::http::{self, Described, HttpState, MetricsState};
 use crate::transport::limitador::{LimitadorGrpc, LimitadorRls};
-pub(super) use crate::transport::throttle::{serve_shared as serve_resp, RespShared};
-use crate::transport::throttle::RespStats;
 use crate::transport::rlqs::RlqsService;
+use crate::transport::throttle::RespStats;
+pub(super) use crate::transport::throttle::{serve_shared as serve_resp, RespShared};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 
 /// A gRPC service a door serves beside `ShouldRateLimit`, through the same per-call layer.

@@ -14,6 +14,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_reflection::server as reflection;
 use tower_layer::{Identity, Stack};
 
+use super::doors::{serve_resp, RespShared};
 use super::doors::{DoorGrpc, Doors, QuotaGrpc};
 use super::draining::{drain_end, serve_http};
 use super::linger::{Linger, LingeringListener};
@@ -26,7 +27,6 @@ use crate::service::metrics::DoorCalls;
 use crate::settings::Settings;
 use crate::transport::grpc::{CallLayer, RlsAnswerer, RlsService, ShouldRateLimit};
 use crate::transport::http::HttpBounds;
-use super::doors::{serve_resp, RespShared};
 
 /// The encoded descriptors of the Envoy rate-limit and rate-limit-quota protos, for server
 /// reflection.

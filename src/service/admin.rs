@@ -5,7 +5,7 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::plan::{self, Applied, LimitRef, Plan};
-use super::{validate, AnswerSettings, Live, EnvoyService, Request};
+use super::{validate, AnswerSettings, EnvoyService, Live, Request};
 use crate::config::{Algorithm, Unit};
 use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
 use crate::telemetry::digest;

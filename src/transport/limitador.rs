@@ -19,7 +19,9 @@ use tonic_prost::ProstCodec;
 use tower_service::Service;
 
 use crate::descriptor::Entry;
-use crate::service::limitador::{draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict};
+use crate::service::limitador::{
+    draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict,
+};
 use crate::service::{within_bounds, Request, RequestLimits};
 
 /// Kuadrant's `Reserve` and `Commit` messages (`proto/kuadrant/…/kuadrantrls.proto`).

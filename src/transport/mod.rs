@@ -9,6 +9,6 @@ pub mod codec;
 pub mod grpc;
 pub mod http;
 pub mod limitador;
-pub mod throttle;
 pub mod rlqs;
+pub mod throttle;
 pub mod waiting;

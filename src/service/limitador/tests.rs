@@ -57,7 +57,12 @@ fn all_of_it() -> ReservationSettings {
     }
 }
 
-async fn reserve(l: &LimitadorService, user: &str, amount: u64, ttl: Option<u64>) -> Option<String> {
+async fn reserve(
+    l: &LimitadorService,
+    user: &str,
+    amount: u64,
+    ttl: Option<u64>,
+) -> Option<String> {
     let d = [
         Entry {
             key: "kind",

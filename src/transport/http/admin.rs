@@ -25,7 +25,7 @@ use super::envoy::{JsonError, JsonRequest};
 use super::status::TopView;
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, Role};
-use crate::service::{Acted, AdminError, Applies, LiveLimits, EnvoyService, Usage};
+use crate::service::{Acted, AdminError, Applies, EnvoyService, LiveLimits, Usage};
 use crate::telemetry::{digest, Shown};
 
 /// `TURNSTILE_ADMIN_ADDR` with `true` or a bare port: loopback, this port.

@@ -6,8 +6,8 @@ mod admin_stats;
 mod bounds;
 mod calls;
 mod envoy;
-mod limitador;
 mod gocc;
+mod limitador;
 mod status;
 mod throttle;
 
@@ -31,9 +31,11 @@ pub use status::StatusStats;
 
 use crate::hitters::TopTable;
 use crate::limiter::{Clock, EngineStats};
-use crate::service::metrics::{Door, DoorCalls};
 use crate::service::gocc::GoccService;
-use crate::service::{LiveLimits, EnvoyService, Request, RlsError, ThrottleLimits, ThrottleService};
+use crate::service::metrics::{Door, DoorCalls};
+use crate::service::{
+    EnvoyService, LiveLimits, Request, RlsError, ThrottleLimits, ThrottleService,
+};
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 
