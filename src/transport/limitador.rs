@@ -20,7 +20,7 @@ use tower_service::Service;
 
 use crate::descriptor::Entry;
 use crate::service::limitador::{
-    draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict,
+    draft_03, Ask, LimitadorAnswer, LimitadorError, LimitadorService, Reserved,
 };
 use crate::service::{within_bounds, Request, RequestLimits};
 
@@ -145,7 +145,7 @@ impl LimitadorRls {
         })
     }
 
-    fn response(&self, v: &Verdict, ask: Ask) -> RateLimitResponse {
+    fn response(&self, v: &LimitadorAnswer, ask: Ask) -> RateLimitResponse {
         let over = v.limited && ask != Ask::Report;
         let headers = if self.headers && ask == Ask::CheckAndReport {
             draft_03(&v.counters)

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use super::{Ask, Verdict};
+use super::{Ask, LimitadorAnswer};
 use arc_swap::ArcSwap;
 use fnv::FnvHashMap;
 
@@ -101,7 +101,7 @@ impl LimitadorMetrics {
         descriptors: &[&[Entry<'_>]],
         ask: Ask,
         delta: u64,
-        verdict: &Verdict,
+        answer: &LimitadorAnswer,
     ) {
         let mut labels = (self.default_labels.as_ref())
             .map(|l| l.labels(&Sent(descriptors)))
@@ -115,9 +115,9 @@ impl LimitadorMetrics {
         }
         labels.push(("limitador_namespace".to_owned(), namespace.to_owned()));
         let mut f = self.families.lock().unwrap_or_else(|p| p.into_inner());
-        if verdict.limited {
+        if answer.limited {
             if self.limit_name_in_labels {
-                let name = verdict.limited_by.clone().unwrap_or_default();
+                let name = answer.limited_by.clone().unwrap_or_default();
                 labels.push(("limit_name".to_owned(), name));
             }
             labels.sort();

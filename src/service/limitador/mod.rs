@@ -54,9 +54,9 @@ pub struct Counted {
     pub reset_ns: u64,
 }
 
-/// A call's answer.
+/// Limitador's door's answer to a call (`LimitadorService::call`'s).
 #[derive(Debug, Clone, Default)]
-pub struct Verdict {
+pub struct LimitadorAnswer {
     pub limited: bool,
     /// The name of the first limit that refused, when it has one.
     pub limited_by: Option<String>,
@@ -178,19 +178,19 @@ impl LimitadorService {
         delta: u64,
         ask: Ask,
         metered: bool,
-    ) -> Result<Verdict, LimitadorError> {
+    ) -> Result<LimitadorAnswer, LimitadorError> {
         let loaded = self.loaded();
-        let verdict = match loaded.limits.namespace(namespace) {
-            None => Verdict::default(),
+        let answer = match loaded.limits.namespace(namespace) {
+            None => LimitadorAnswer::default(),
             Some(ns) => {
                 let found = applicable(ns, &Sent(descriptors))?;
                 self.decide(&found, delta, ask).await?
             }
         };
         if metered {
-            (self.metrics).counted(namespace, descriptors, ask, delta, &verdict);
+            (self.metrics).counted(namespace, descriptors, ask, delta, &answer);
         }
-        Ok(verdict)
+        Ok(answer)
     }
 
     async fn decide(
@@ -198,9 +198,9 @@ impl LimitadorService {
         found: &[Applicable<'_>],
         delta: u64,
         ask: Ask,
-    ) -> Result<Verdict, LimitadorError> {
+    ) -> Result<LimitadorAnswer, LimitadorError> {
         if found.is_empty() {
-            return Ok(Verdict::default());
+            return Ok(LimitadorAnswer::default());
         }
         // A check of more than a limit's maximum never passes, whatever its counter holds.
         if ask == Ask::Check {
@@ -211,15 +211,15 @@ impl LimitadorService {
         let ops: Vec<Op> = found.iter().map(|a| op(a, delta, ask)).collect();
         let decision = self.engine.decide(ops, false).await?;
         let refused = decision.refused && ask != Ask::Report;
-        let mut verdict = Verdict {
+        let mut answer = LimitadorAnswer {
             limited: refused,
-            ..Verdict::default()
+            ..LimitadorAnswer::default()
         };
         for (a, o) in found.iter().zip(&decision.outcomes) {
-            if refused && o.over && verdict.limited_by.is_none() {
-                verdict.limited_by = a.limit.name.clone();
+            if refused && o.over && answer.limited_by.is_none() {
+                answer.limited_by = a.limit.name.clone();
             }
-            verdict.counters.push(Counted {
+            answer.counters.push(Counted {
                 max_value: a.limit.max_value,
                 seconds: a.limit.seconds,
                 name: a.limit.name.clone(),
@@ -227,13 +227,13 @@ impl LimitadorService {
                 reset_ns: o.reset_ns,
             });
         }
-        Ok(verdict)
+        Ok(answer)
     }
 }
 
-/// A verdict refusing by `limit`, decided without the engine.
-fn limited_by(limit: &Limit) -> Verdict {
-    Verdict {
+/// An answer refusing by `limit`, decided without the engine.
+fn limited_by(limit: &Limit) -> LimitadorAnswer {
+    LimitadorAnswer {
         limited: true,
         limited_by: limit.name.clone(),
         counters: Vec::new(),

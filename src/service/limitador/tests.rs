@@ -94,7 +94,7 @@ async fn commit(l: &LimitadorService, user: &str, id: &str, actual: u64) -> bool
     l.commit("tokens", &[&d], id, actual).await.unwrap()
 }
 
-async fn call(l: &LimitadorService, user: &str, delta: u64, ask: Ask) -> Verdict {
+async fn call(l: &LimitadorService, user: &str, delta: u64, ask: Ask) -> LimitadorAnswer {
     let d = [
         Entry {
             key: "kind",
