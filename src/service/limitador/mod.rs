@@ -32,7 +32,7 @@ use crate::limiter::{Counting, Engine, EngineError, Op, Params, Reservation, Rol
 
 /// What a call asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ask {
+pub enum LimitadorCall {
     /// Admit `delta` if every applicable limit has room for it, and count it (`ShouldRateLimit`,
     /// `/check_and_report`).
     CheckAndReport,
@@ -44,7 +44,7 @@ pub enum Ask {
 
 /// One applicable limit's counter after the call.
 #[derive(Debug, Clone)]
-pub struct Counted {
+pub struct LimitCounter {
     pub max_value: u64,
     pub seconds: u64,
     pub name: Option<String>,
@@ -61,7 +61,7 @@ pub struct LimitadorAnswer {
     /// The name of the first limit that refused, when it has one.
     pub limited_by: Option<String>,
     /// Every applicable limit's counter, in the limits' order.
-    pub counters: Vec<Counted>,
+    pub counters: Vec<LimitCounter>,
 }
 
 /// Why a call got no answer.
@@ -76,7 +76,7 @@ pub enum LimitadorError {
 
 /// The limits file being served, and when it went live.
 #[derive(Debug)]
-pub struct Loaded {
+pub struct LoadedLimits {
     pub limits: Limits,
     pub applied_at: SystemTime,
 }
@@ -95,7 +95,7 @@ pub struct Loads {
 /// by id) is one of its own.
 #[derive(Clone)]
 pub struct LimitadorService {
-    live: Arc<ArcSwap<Loaded>>,
+    live: Arc<ArcSwap<LoadedLimits>>,
     loads: Arc<Loads>,
     engine: Engine,
     metrics: Arc<LimitadorMetrics>,
@@ -105,7 +105,7 @@ pub struct LimitadorService {
 impl LimitadorService {
     pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> LimitadorService {
         metrics.watch_store(engine.metrics());
-        let loaded = Loaded {
+        let loaded = LoadedLimits {
             limits,
             applied_at: SystemTime::now(),
         };
@@ -131,7 +131,7 @@ impl LimitadorService {
     }
 
     /// The limits being served now.
-    pub fn loaded(&self) -> Arc<Loaded> {
+    pub fn loaded(&self) -> Arc<LoadedLimits> {
         self.live.load_full()
     }
 
@@ -142,7 +142,7 @@ impl LimitadorService {
         match read {
             Ok(limits) => {
                 tracing::info!(limits = limits.count, "limits file reloaded");
-                self.live.store(Arc::new(Loaded {
+                self.live.store(Arc::new(LoadedLimits {
                     limits,
                     applied_at: SystemTime::now(),
                 }));
@@ -176,7 +176,7 @@ impl LimitadorService {
         namespace: &str,
         descriptors: &[&[Entry<'_>]],
         delta: u64,
-        ask: Ask,
+        ask: LimitadorCall,
         metered: bool,
     ) -> Result<LimitadorAnswer, LimitadorError> {
         let loaded = self.loaded();
@@ -197,20 +197,20 @@ impl LimitadorService {
         &self,
         found: &[Applicable<'_>],
         delta: u64,
-        ask: Ask,
+        ask: LimitadorCall,
     ) -> Result<LimitadorAnswer, LimitadorError> {
         if found.is_empty() {
             return Ok(LimitadorAnswer::default());
         }
         // A check of more than a limit's maximum never passes, whatever its counter holds.
-        if ask == Ask::Check {
+        if ask == LimitadorCall::Check {
             if let Some(a) = found.iter().find(|a| a.limit.max_value < delta) {
                 return Ok(limited_by(a.limit));
             }
         }
         let ops: Vec<Op> = found.iter().map(|a| op(a, delta, ask)).collect();
         let decision = self.engine.decide(ops, false).await?;
-        let refused = decision.refused && ask != Ask::Report;
+        let refused = decision.refused && ask != LimitadorCall::Report;
         let mut answer = LimitadorAnswer {
             limited: refused,
             ..LimitadorAnswer::default()
@@ -219,7 +219,7 @@ impl LimitadorService {
             if refused && o.over && answer.limited_by.is_none() {
                 answer.limited_by = a.limit.name.clone();
             }
-            answer.counters.push(Counted {
+            answer.counters.push(LimitCounter {
                 max_value: a.limit.max_value,
                 seconds: a.limit.seconds,
                 name: a.limit.name.clone(),
@@ -244,16 +244,16 @@ fn limited_by(limit: &Limit) -> LimitadorAnswer {
 /// of no hits passes while the count is at most its limit, so its limit is `max_value - delta`.
 /// Every op is judged beside the counter's reservations (`Reserve`), so no call spends room a
 /// reservation holds: beyond Limitador, whose other calls do not see them.
-fn op(a: &Applicable<'_>, delta: u64, ask: Ask) -> Op {
+fn op(a: &Applicable<'_>, delta: u64, ask: LimitadorCall) -> Op {
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     let (limit, hits, counting) = match ask {
-        Ask::CheckAndReport => (a.limit.max_value, delta, Counting::IfAdmitted),
-        Ask::Check => (
+        LimitadorCall::CheckAndReport => (a.limit.max_value, delta, Counting::IfAdmitted),
+        LimitadorCall::Check => (
             a.limit.max_value.saturating_sub(delta),
             0,
             Counting::IfAdmitted,
         ),
-        Ask::Report => (a.limit.max_value, delta, Counting::Usage),
+        LimitadorCall::Report => (a.limit.max_value, delta, Counting::Usage),
     };
     Op {
         key: Key::new(counter_key(a.limit, &a.values)),
