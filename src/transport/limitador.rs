@@ -1,6 +1,6 @@
 //! Limitador's gRPC on the RLS port: Envoy's `ShouldRateLimit` answered as Limitador answers
 //! it, and Kuadrant's `kuadrant.service.ratelimit.v1.RateLimitService` (`CheckRateLimit`,
-//! `Report`, `Reserve`, `Commit`), all on [`Limitador`]. Errors are mapped here and nowhere
+//! `Report`, `Reserve`, `Commit`), all on [`LimitadorRls`]. Errors are mapped here and nowhere
 //! else.
 
 use std::convert::Infallible;
