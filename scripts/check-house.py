@@ -7,6 +7,7 @@
   (`super::sibling`) or an item the sibling defines (`super::Item`, `super::{A, B}`).
   `mod.rs` re-exports are not arrows: a child naming its parent's items points up, not across.
 - No file over 600 lines, no function over 80.
+- No type name defined twice in src/ (test code left out), but for the few listed with why.
 
 Exits 1 naming each failure. Usage: python3 scripts/check-house.py [SRC_DIR]
 """
@@ -371,6 +372,55 @@ for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], r
             must_name(parts[0], door, "src/lib.rs's doors table")
         for i in range(1, len(parts)):
             must_name("/".join(parts[:i]), parts[i], f"the {door} door's {path}")
+# 8. One type name, one thing: no struct, enum, union, trait or type alias is defined twice in
+# src/. Associated types (`type Future = ...` in an `impl`, `type Io;` in a trait) and the test
+# code (`#[cfg(test)]` items and modules, `tests.rs`, `tests/`) are left out: a test's fixture
+# names what it tests. A name two parts need alike is listed here with why.
+SAME_NAME_OK = {
+    # name: "why the two are one thing", e.g. a private adapter each gRPC file keeps alike.
+}
+ITEM_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|b?r(\#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?'(?:\\.|[^'\\])'
+    |'\w+|(\#\[cfg\(test\)\])|\b(impl|trait|struct|enum|union|type|mod|fn)\b\s*(\w+)?|([{};])""",
+                        re.S | re.X)
+
+
+def type_names(path):
+    """The type names `path` defines at item level, test code left out."""
+    names, stack, opening, test = [], [], None, False
+    for m in ITEM_TOKEN.finditer(open(path, encoding="utf-8").read()):
+        if m.group(2):
+            test = True
+        elif m.group(3):
+            kw, name = m.group(3), m.group(4)
+            shown = not test and "test" not in stack
+            in_impl = bool(stack) and stack[-1] in ("impl", "trait")
+            if name and shown and kw in ("trait", "struct", "enum", "union"):
+                names.append(name)
+            elif name and shown and kw == "type" and not in_impl:
+                names.append(name)
+            opening = "test" if test else kw if kw in ("impl", "trait", "mod") else "item"
+            test = False
+        elif m.group(5):
+            if m.group(5) == "{":
+                stack.append("test" if test else opening or "block")
+            elif m.group(5) == "}" and stack:
+                stack.pop()
+            opening, test = None, False
+    return names
+
+
+where_defined = {}
+for root, _, fs in os.walk(SRC):
+    if "tests" in os.path.relpath(root, SRC).split(os.sep):
+        continue
+    for f in sorted(fs):
+        if f.endswith(".rs") and f != "tests.rs":
+            p = os.path.join(root, f)
+            for name in type_names(p):
+                where_defined.setdefault(name, []).append(os.path.relpath(p, SRC))
+for name, ps in sorted(where_defined.items()):
+    if len(ps) > 1 and name not in SAME_NAME_OK:
+        failures.append(f"the type name {name} is defined {len(ps)} times: " + ", ".join(sorted(ps)))
 
 for f in failures:
     print(f"check-house: {f}", file=sys.stderr)

@@ -121,8 +121,8 @@ pub(crate) struct RawQueue {
 /// A scalar where envoyproxy/ratelimit takes a string: strings, integers and booleans are read
 /// as their text (`value: 123` is common), floats are refused as the reference refuses them.
 pub(super) fn opt_scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct Scalar;
-    impl<'de> de::Visitor<'de> for Scalar {
+    struct ScalarVisitor;
+    impl<'de> de::Visitor<'de> for ScalarVisitor {
         type Value = Option<String>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a string, integer or boolean")
@@ -154,8 +154,8 @@ pub(super) fn opt_scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Strin
             Ok(None)
         }
         fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_any(Scalar)
+            d.deserialize_any(ScalarVisitor)
         }
     }
-    d.deserialize_option(Scalar)
+    d.deserialize_option(ScalarVisitor)
 }

@@ -185,7 +185,7 @@ struct FileSeed<'a> {
 
 /// Where read descriptors go: built into the open domain, or kept until the file names its
 /// domain (a file that lists `descriptors` before `domain`).
-enum Target {
+enum DescriptorSink {
     Open(OpenDomain),
     Pending(Vec<RawDescriptor>),
 }
@@ -211,7 +211,7 @@ impl<'de> Visitor<'de> for FileSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         let (mut name, mut domain, mut rate_api) = (None, None, None);
-        let mut target: Option<Target> = None;
+        let mut target: Option<DescriptorSink> = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "name" => once(&mut name, "name", map.next_value_seed(Scalar)?)?,
@@ -224,8 +224,8 @@ impl<'de> Visitor<'de> for FileSeed<'_> {
                     // Built as read once the domain is known; kept until then.
                     let named = domain.clone().flatten().filter(|d: &String| !d.is_empty());
                     let open = match named {
-                        Some(d) => Target::Open(self.open(d)?),
-                        None => Target::Pending(Vec::new()),
+                        Some(d) => DescriptorSink::Open(self.open(d)?),
+                        None => DescriptorSink::Pending(Vec::new()),
                     };
                     let seed = DescriptorsSeed {
                         target: open,
@@ -265,7 +265,7 @@ impl FileSeed<'_> {
         mut self,
         domain: Option<String>,
         rate_api: Option<RawRateApi>,
-        target: Option<Target>,
+        target: Option<DescriptorSink>,
     ) -> Result<(), E> {
         let domain = domain.unwrap_or_default();
         if let Some(api) = rate_api {
@@ -276,8 +276,8 @@ impl FileSeed<'_> {
             }
         }
         let open = match target {
-            Some(Target::Open(open)) => open,
-            Some(Target::Pending(raws)) => {
+            Some(DescriptorSink::Open(open)) => open,
+            Some(DescriptorSink::Pending(raws)) => {
                 let mut open = self.open(domain)?;
                 for raw in raws {
                     open.add(raw).map_err(|e| self.refuse(e))?;
@@ -304,53 +304,56 @@ impl<'de> DeserializeSeed<'de> for Scalar {
 
 /// The top-level `descriptors` list, each element handed to its target as it is read.
 struct DescriptorsSeed<'a> {
-    target: Target,
+    target: DescriptorSink,
     refused: &'a mut Option<ConfigError>,
 }
 
 impl<'de> DeserializeSeed<'de> for DescriptorsSeed<'_> {
     /// The target, or none when the file says `descriptors: ~`.
-    type Value = Option<Target>;
+    type Value = Option<DescriptorSink>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Target>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<DescriptorSink>, D::Error> {
         d.deserialize_option(self)
     }
 }
 
 impl<'de> Visitor<'de> for DescriptorsSeed<'_> {
-    type Value = Option<Target>;
+    type Value = Option<DescriptorSink>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of descriptors")
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<Option<Target>, E> {
+    fn visit_none<E: de::Error>(self) -> Result<Option<DescriptorSink>, E> {
         self.visit_unit()
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Target>, E> {
+    fn visit_unit<E: de::Error>(self) -> Result<Option<DescriptorSink>, E> {
         // An open domain stays open (the file named it), with no descriptors.
         match self.target {
-            Target::Open(open) => Ok(Some(Target::Open(open))),
-            Target::Pending(_) => Ok(None),
+            DescriptorSink::Open(open) => Ok(Some(DescriptorSink::Open(open))),
+            DescriptorSink::Pending(_) => Ok(None),
         }
     }
 
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Target>, D::Error> {
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<DescriptorSink>, D::Error> {
         d.deserialize_seq(self)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Option<Target>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(
+        mut self,
+        mut seq: A,
+    ) -> Result<Option<DescriptorSink>, A::Error> {
         while let Some(raw) = seq.next_element::<RawDescriptor>()? {
             match &mut self.target {
-                Target::Open(open) => {
+                DescriptorSink::Open(open) => {
                     if let Err(e) = open.add(raw) {
                         let shown = de::Error::custom(&e);
                         *self.refused = Some(e);
                         return Err(shown);
                     }
                 }
-                Target::Pending(raws) => raws.push(raw),
+                DescriptorSink::Pending(raws) => raws.push(raw),
             }
         }
         Ok(Some(self.target))

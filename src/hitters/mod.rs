@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::config::{Config, Node};
 use crate::descriptor::Entry;
 pub use sketch::MAX_VALUE_BYTES;
-use sketch::{Key, Slot, SpaceSaving};
+use sketch::{Pieces, Slot, SpaceSaving};
 
 /// Values listed per limit unless `TURNSTILE_TOP_N` says otherwise.
 pub const DEFAULT_TOP_N: usize = 20;
@@ -40,9 +40,9 @@ const KEY_END: u8 = 0x1f;
 const ENTRY_END: u8 = 0x1e;
 
 /// A descriptor's entries as one value, hashed and compared without being joined.
-struct Entries<'a>(&'a [Entry<'a>]);
+struct EntriesValue<'a>(&'a [Entry<'a>]);
 
-impl Key for Entries<'_> {
+impl Pieces for EntriesValue<'_> {
     fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
         for (i, e) in self.0.iter().enumerate() {
             let go = (i == 0 || f(&[ENTRY_END]))
@@ -166,7 +166,7 @@ impl LimitTop {
         self.stripes.get().map_or(&[], |s| &s[..])
     }
 
-    fn record(&self, now_s: u64, key: &(impl Key + ?Sized), hits: u64, over: bool) {
+    fn record(&self, now_s: u64, key: &(impl Pieces + ?Sized), hits: u64, over: bool) {
         let h = sketch::hash(key);
         let stripe = &self.stripes_made()[(h >> 32) as usize % STRIPES];
         let mut s = stripe.lock().unwrap_or_else(|p| p.into_inner());
@@ -461,7 +461,7 @@ impl BoundTop {
             };
             let now_s = self.now_s.load(Ordering::Relaxed);
             let top = cell.get_or_init(|| self.file(node));
-            top.record(now_s, &Entries(entries), hits, over);
+            top.record(now_s, &EntriesValue(entries), hits, over);
         }
     }
 

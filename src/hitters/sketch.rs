@@ -4,7 +4,7 @@
 //! true weight exceeds total / capacity is always tracked, whatever the number of distinct
 //! values.
 //!
-//! Values are byte strings the caller hands over in pieces ([`Key`]), hashed and compared
+//! Values are byte strings the caller hands over in pieces ([`Pieces`]), hashed and compared
 //! piece by piece: a value already tracked is counted without being joined or allocated. A
 //! new value reuses the buffer of the slot it takes. Values longer than [`MAX_VALUE_BYTES`] are
 //! cut there, and values that share those bytes are counted together.
@@ -17,18 +17,18 @@ use hashbrown::HashTable;
 pub const MAX_VALUE_BYTES: usize = 256;
 
 /// A value given as pieces: `pieces` calls `f` with each piece in order until `f` says stop.
-pub(crate) trait Key {
+pub(crate) trait Pieces {
     fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool);
 }
 
-impl Key for str {
+impl Pieces for str {
     fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
         f(self.as_bytes());
     }
 }
 
 /// The pieces of `key`, cut at [`MAX_VALUE_BYTES`] in all.
-fn cut_pieces(key: &(impl Key + ?Sized), f: &mut dyn FnMut(&[u8]) -> bool) {
+fn cut_pieces(key: &(impl Pieces + ?Sized), f: &mut dyn FnMut(&[u8]) -> bool) {
     let mut left = MAX_VALUE_BYTES;
     key.pieces(&mut |p| {
         let p = &p[..p.len().min(left)];
@@ -41,7 +41,7 @@ fn cut_pieces(key: &(impl Key + ?Sized), f: &mut dyn FnMut(&[u8]) -> bool) {
 /// The hash depends on where the pieces break, not only on their bytes: a key type always
 /// breaks a value the same way, and two that render the same bytes differently only end up in
 /// two slots, which a reader merges by value.
-pub(crate) fn hash(key: &(impl Key + ?Sized)) -> u64 {
+pub(crate) fn hash(key: &(impl Pieces + ?Sized)) -> u64 {
     use std::hash::BuildHasher;
     let mut h = foldhash::fast::FixedState::with_seed(0x7475_726e_7374_696c).build_hasher();
     cut_pieces(key, &mut |p| {
@@ -52,7 +52,7 @@ pub(crate) fn hash(key: &(impl Key + ?Sized)) -> u64 {
 }
 
 /// Whether the (cut) bytes of `key` are `stored`.
-fn same(key: &(impl Key + ?Sized), stored: &[u8]) -> bool {
+fn same(key: &(impl Pieces + ?Sized), stored: &[u8]) -> bool {
     let mut at = 0;
     let mut equal = true;
     cut_pieces(key, &mut |p| {
@@ -125,7 +125,7 @@ impl SpaceSaving {
         self.index.clear();
     }
 
-    fn find(&self, h: u64, key: &(impl Key + ?Sized)) -> Option<usize> {
+    fn find(&self, h: u64, key: &(impl Pieces + ?Sized)) -> Option<usize> {
         let slots = &self.slots;
         (self.index)
             .find(h, |&i| {
@@ -139,7 +139,7 @@ impl SpaceSaving {
     pub(crate) fn bump(
         &mut self,
         h: u64,
-        key: &(impl Key + ?Sized),
+        key: &(impl Pieces + ?Sized),
         weight: u64,
         other: u64,
         now_s: u64,
@@ -158,7 +158,7 @@ impl SpaceSaving {
     pub(crate) fn offer(
         &mut self,
         h: u64,
-        key: &(impl Key + ?Sized),
+        key: &(impl Pieces + ?Sized),
         weight: u64,
         other: u64,
         now_s: u64,
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn long_values_are_cut_and_pieces_compare_as_their_join() {
         struct Two<'a>(&'a str, &'a str);
-        impl Key for Two<'_> {
+        impl Pieces for Two<'_> {
             fn pieces(&self, f: &mut dyn FnMut(&[u8]) -> bool) {
                 let _ = f(self.0.as_bytes()) && f(self.1.as_bytes());
             }

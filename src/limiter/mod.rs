@@ -84,11 +84,11 @@ pub struct EngineSizes {
 /// decided by the methods in `spread.rs`, kept apart on purpose: the path of one shard is here.
 #[derive(Clone, Debug)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    inner: Arc<EngineInner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct EngineInner {
     /// Tells this engine's shards apart from another engine's on the same thread.
     id: u64,
     senders: Vec<mpsc::Sender<Msg>>,
@@ -212,7 +212,7 @@ impl Engine {
             deadline: p.deadline.max(std::time::Duration::from_secs(1)),
         };
         let engine = Engine {
-            inner: Arc::new(Inner {
+            inner: Arc::new(EngineInner {
                 id,
                 senders,
                 clock,

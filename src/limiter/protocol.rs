@@ -120,7 +120,7 @@ pub(crate) enum Delivery {
     Later(oneshot::Receiver<Reply>),
 }
 
-/// A shard's answer to one message.
+/// A shard's reply to one message.
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) outcomes: Outcomes,

@@ -63,11 +63,11 @@ impl SameThreadShard {
 }
 
 /// A shard whose task runs on this thread: (engine id, shard index, the shard).
-type Listing = (u64, usize, Rc<RefCell<SameThreadShard>>);
+type ThreadShard = (u64, usize, Rc<RefCell<SameThreadShard>>);
 
 thread_local! {
     /// The shards whose tasks run on this thread, so callers here can decide synchronously.
-    static SHARDS_ON_THIS_THREAD: RefCell<Vec<Listing>> = const { RefCell::new(Vec::new()) };
+    static SHARDS_ON_THIS_THREAD: RefCell<Vec<ThreadShard>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A shard listed in `SHARDS_ON_THIS_THREAD` while its task lives (until this is dropped).

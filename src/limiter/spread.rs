@@ -56,16 +56,16 @@ impl Engine {
     }
 
     /// The request's ops grouped by the shard owning their keys.
-    fn split_by_shard(&self, ops: Vec<Op>) -> (SmallVec<[Part; 4]>, Placed) {
+    fn split_by_shard(&self, ops: Vec<Op>) -> (SmallVec<[ShardPart; 4]>, Placed) {
         let n = self.shard_count();
-        let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
+        let mut parts: SmallVec<[ShardPart; 4]> = SmallVec::new();
         let mut placed = Placed::new();
         for op in ops {
             let s = shard_of(op.key.hash(), n);
             let p = match parts.iter().position(|p| p.shard == s) {
                 Some(p) => p,
                 None => {
-                    parts.push(Part {
+                    parts.push(ShardPart {
                         shard: s,
                         ops: Vec::with_capacity(2),
                         rx: None,
@@ -81,14 +81,14 @@ impl Engine {
     }
 }
 
-struct Part {
+struct ShardPart {
     shard: usize,
     ops: Vec<Op>,
     rx: Option<oneshot::Receiver<Reply>>,
     reply: Option<Reply>,
 }
 
-impl Part {
+impl ShardPart {
     /// Whether the last answer refused a queued op of this part (so the part should wait).
     fn queued_over(&self) -> bool {
         self.reply.as_ref().is_some_and(|r| {
@@ -104,7 +104,7 @@ impl Part {
 /// caller went away, or a send failed), whatever any part consumed is refunded.
 struct SpreadRequest<'e> {
     engine: &'e Engine,
-    parts: SmallVec<[Part; 4]>,
+    parts: SmallVec<[ShardPart; 4]>,
     done: bool,
 }
 

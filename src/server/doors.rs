@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::context::Context;
-use super::overlay::{Loaded, OverlayFile, Overlays};
+use super::overlay::{LoadedOverlay, OverlayFile, Overlays};
 use super::reload::{recorded, Followed, Install, Reload, Reloader};
 use super::Health;
 use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
@@ -47,7 +47,7 @@ pub type DoorFiles = Files;
 /// What the server serves, door by door, and follows.
 pub(super) struct Doors {
     /// The door that answers the RLS port, and what comes with it.
-    pub(super) rls: Door,
+    pub(super) rls: RlsDoor,
     /// RLQS, served beside whichever door answers `ShouldRateLimit`.
     pub(super) quota: QuotaGrpc,
     /// `THROTTLE` and `CL.THROTTLE` on the RESP port, when `TURNSTILE_RESP_ADDR` is set.
@@ -55,7 +55,7 @@ pub(super) struct Doors {
 }
 
 /// The door answering `ShouldRateLimit` (Envoy's or Limitador's), and what comes with it.
-pub(super) struct Door {
+pub(super) struct RlsDoor {
     /// Who answers `ShouldRateLimit` on the RLS port.
     pub(super) answerer: RlsAnswerer,
     /// The door's gRPC service beside it, if any.
@@ -97,7 +97,7 @@ impl DoorStats {
 pub(super) struct Given<'a> {
     pub(super) stats: DoorStats,
     /// Over xDS, the overlay the start read, with its files' fingerprint before.
-    pub(super) overlay: Option<Loaded>,
+    pub(super) overlay: Option<LoadedOverlay>,
     pub(super) health: &'a Health,
     pub(super) files: Option<DoorFiles>,
     /// The fingerprint of the door's files taken before they were read.
@@ -182,7 +182,7 @@ fn envoy_door(
     throttle: ThrottleService,
     shown: Shown,
     baseline: u64,
-) -> Door {
+) -> RlsDoor {
     let state = HttpState {
         shown,
         envoy: cx.envoy.clone(),
@@ -199,7 +199,7 @@ fn envoy_door(
         shards: cx.stats.shards.clone(),
         calls: cx.stats.calls.clone(),
     };
-    let mut door = Door {
+    let mut door = RlsDoor {
         answerer: RlsAnswerer::Envoy(cx.envoy.clone()),
         grpc: None,
         http: http::router(state, settings.metrics),
@@ -232,7 +232,7 @@ fn limitador_door(
     cx: &Context,
     shown: Shown,
     baseline: u64,
-) -> Door {
+) -> RlsDoor {
     // Checked to compile when the settings were read.
     let labels = (l.metric_labels_default.as_deref()).and_then(|t| LabelsExpr::parse(t).ok());
     let metrics = Arc::new(LimitadorMetrics::new(
@@ -281,7 +281,7 @@ fn limitador_door(
             }),
         });
     }
-    Door {
+    RlsDoor {
         answerer: RlsAnswerer::Limitador(rls.clone()),
         grpc: Some(LimitadorGrpc::new(rls, bounds.max_message_bytes)),
         http: router,
@@ -294,11 +294,16 @@ fn limitador_door(
 
 /// Over xDS, Envoy's door with the overlay its pushes take: the one the start read, its files
 /// followed when `TURNSTILE_XDS_OVERLAY` names them.
-fn with_overlay(mut door: Door, settings: &Settings, cx: &Context, first: Option<Loaded>) -> Door {
+fn with_overlay(
+    mut door: RlsDoor,
+    settings: &Settings,
+    cx: &Context,
+    first: Option<LoadedOverlay>,
+) -> RlsDoor {
     let Some(x) = &settings.xds else {
         return door;
     };
-    let (first, baseline) = first.map_or((None, 0), |(o, b)| (Some(o), b));
+    let (first, baseline) = first.map_or((None, 0), |l| (Some(l.overlay), l.baseline));
     let overlays: Overlays = Arc::new(watch::Sender::new(first));
     if let Some(path) = &x.overlay {
         let file = OverlayFile {

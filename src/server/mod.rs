@@ -43,7 +43,7 @@ pub use context::{Context, Stats};
 pub use reload::log_gocc_warnings;
 pub use run::{run, serve_until_terminated, terminated};
 
-use crate::config::{Config, ConfigError, Overlay};
+use crate::config::{Config, ConfigError};
 use crate::limiter::Clock;
 use crate::settings::{Settings, Storage};
 use crate::source::files::{fingerprint, Watched};
@@ -56,6 +56,7 @@ use doors::RespShared;
 use doors::{first_source, Doors};
 pub use doors::{DoorFiles, DoorStats};
 use listeners::{HttpPorts, Listeners};
+pub use overlay::LoadedOverlay;
 use side_thread::{Polled, Polls, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
@@ -176,7 +177,7 @@ pub struct FirstConfig {
     pub files: Option<DoorFiles>,
     /// Over xDS, the overlay (`TURNSTILE_XDS_OVERLAY`) read with its fingerprint; read at the
     /// start when none is given.
-    pub overlay: Option<(Arc<Overlay>, u64)>,
+    pub overlay: Option<LoadedOverlay>,
 }
 
 /// A config given as it is (an embedder's, a test's): the files are fingerprinted at the start.
@@ -321,8 +322,8 @@ async fn start_telling(
 /// The overlay the start was given, or else the one `TURNSTILE_XDS_OVERLAY` names, read now.
 fn first_overlay(
     settings: &Settings,
-    given: Option<(Arc<Overlay>, u64)>,
-) -> Result<Option<(Arc<Overlay>, u64)>, StartError> {
+    given: Option<LoadedOverlay>,
+) -> Result<Option<LoadedOverlay>, StartError> {
     match (
         given,
         settings.xds.as_ref().and_then(|x| x.overlay.as_ref()),

@@ -14,7 +14,12 @@ use crate::config::{ConfigError, Overlay};
 use crate::source::files::{fingerprint, Watched};
 
 /// An overlay read from its files, and their fingerprint taken before they were read.
-pub(super) type Loaded = (Arc<Overlay>, u64);
+#[derive(Debug)]
+pub struct LoadedOverlay {
+    pub overlay: Arc<Overlay>,
+    /// The files' fingerprint before they were read, so a change made meanwhile is read again.
+    pub baseline: u64,
+}
 
 /// The overlay's files as the poller watches them: a file, or a directory's YAML files.
 fn watched(path: &Path) -> Watched {
@@ -27,9 +32,12 @@ fn watched(path: &Path) -> Watched {
 }
 
 /// Reads the overlay at `path`, fingerprinted first, so a change made meanwhile is read again.
-pub(super) fn load(path: &Path) -> Result<Loaded, ConfigError> {
+pub(super) fn load(path: &Path) -> Result<LoadedOverlay, ConfigError> {
     let baseline = fingerprint(&watched(path));
-    Ok((Arc::new(Overlay::load(path)?), baseline))
+    Ok(LoadedOverlay {
+        overlay: Arc::new(Overlay::load(path)?),
+        baseline,
+    })
 }
 
 /// The overlay's files as the xDS door follows them: polled and read again on SIGHUP as every

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::context::Context;
-use super::doors::{first_watched, Door};
+use super::doors::{first_watched, RlsDoor};
 use super::draining::{drain_end, serve_http};
 use super::overlay::Overlays;
 use super::reload::{Followed, Install, Reload};
@@ -85,7 +85,7 @@ pub(super) struct Polls<'a> {
 impl<'a> Polls<'a> {
     /// What `door` follows, and TLS's certificates as the start saw them.
     pub(super) fn of(
-        door: &'a Door,
+        door: &'a RlsDoor,
         tls_polled: Option<(u64, Watched)>,
         tls: &'a TlsShared,
     ) -> Polls<'a> {

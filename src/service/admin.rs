@@ -76,7 +76,7 @@ pub struct Acted<T> {
 }
 
 /// A limit's planned op, if it counts.
-type Target = (Applies, Option<Op>);
+type PlannedOp = (Applies, Option<Op>);
 
 impl EnvoyService {
     /// Every limit that applies to the request's descriptors, with what each has used. Counts
@@ -191,7 +191,7 @@ fn entries(req: &Request<'_>, i: usize, show: &dyn Fn(&str) -> String) -> String
 }
 
 /// What the look-up says of one limit that applies, `a`, and the op it decides with.
-fn target(plan: &Plan<'_>, a: &Applied<'_>, mut op: Option<Op>) -> Target {
+fn target(plan: &Plan<'_>, a: &Applied<'_>, mut op: Option<Op>) -> PlannedOp {
     let (algorithm, unlimited, unit_multiplier, reserve) = match a.limit {
         LimitRef::Config(l) => (l.algorithm, l.unlimited, l.unit_multiplier, l.reserve),
         LimitRef::Override { .. } => (Algorithm::FixedWindow, false, 1, None),
@@ -240,7 +240,7 @@ fn targets(
     req: &Request<'_>,
     answer: &AnswerSettings,
     only: Option<&str>,
-) -> Result<Vec<Target>, AdminError> {
+) -> Result<Vec<PlannedOp>, AdminError> {
     validate(req, &answer.request_limits).map_err(|e| AdminError::BadRequest(e.to_string()))?;
     takes_no_hits(req)?;
     let Some(domain) = live.config.domain(req.domain) else {
@@ -256,7 +256,7 @@ fn targets(
     let ops = plan::plan(&mut plan, domain, req, answer)
         .map_err(|e| AdminError::BadRequest(e.to_string()))?;
     let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
-    let mut out: Vec<Target> = Vec::with_capacity(plan.applied.len());
+    let mut out: Vec<PlannedOp> = Vec::with_capacity(plan.applied.len());
     for (ai, a) in plan.applied.iter().enumerate() {
         let op = (plan.op_of.iter().position(|&o| o == ai)).and_then(|j| ops[j].take());
         out.push(target(&plan, a, op));

@@ -10,6 +10,10 @@ use super::refusal::RefusalLog;
 use super::{answer, plan, validate, AnswerSettings, Live, LiveLimits, Request, RlsError};
 use crate::limiter::Engine;
 
+/// Envoy's door's answer to a call: the protocol's own message, built whole by the service
+/// (`answer.rs`), which the transports encode as it is.
+pub type EnvoyAnswer = RateLimitResponse;
+
 /// A cheap `Clone` handle: the live limits, the engine, and how to answer. `server` builds it
 /// from the parts it hands the other adapters too; it hands none of them out. Its admin
 /// look-ups and resets are in `admin.rs`, apart on purpose: they plan as a request does, and
@@ -48,7 +52,7 @@ impl EnvoyService {
 
     /// Decides a request as envoyproxy/ratelimit would, plus turnstile's algorithms and queues.
     /// The call itself is counted where the door is wired (`metrics::DoorCalls`).
-    pub async fn decide(&self, req: &Request<'_>) -> Result<RateLimitResponse, RlsError> {
+    pub async fn decide(&self, req: &Request<'_>) -> Result<EnvoyAnswer, RlsError> {
         validate(req, &self.answer.request_limits)?;
         let live = self.live.load_full();
         let Some(domain) = live.config.domain(req.domain) else {

@@ -26,7 +26,7 @@ pub mod throttle;
 
 pub use admin::{Acted, AdminError, Applies, Usage};
 pub use answer::WAITED_HEADER;
-pub use envoy::EnvoyService;
+pub use envoy::{EnvoyAnswer, EnvoyService};
 pub use error::RlsError;
 pub use live::{ConfigCheck, Live, LiveLimits};
 pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};

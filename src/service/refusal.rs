@@ -20,7 +20,7 @@ pub(super) type Reported = [Option<(usize, Outcome)>];
 pub(super) const LOG_PER_SECOND: u64 = 10;
 
 /// The limit a status describes, named as an operator finds it in the config.
-pub(super) struct Named<'a> {
+pub(super) struct NamedLimit<'a> {
     /// The request's descriptor it is about.
     pub(super) descriptor: usize,
     /// The applied limit (its index in the plan).
@@ -34,7 +34,7 @@ pub(super) struct Named<'a> {
     pub(super) unit: &'static str,
 }
 
-impl<'a> Named<'a> {
+impl<'a> NamedLimit<'a> {
     /// The limit of descriptor `i`'s status: `best` is the applied limit the answer reported
     /// for each descriptor.
     pub(super) fn of(
@@ -52,7 +52,7 @@ impl<'a> Named<'a> {
             LimitRef::Override { .. } => "override",
         };
         let unit = a.limit.unit();
-        Some(Named {
+        Some(NamedLimit {
             descriptor: i,
             applied: ai,
             limit,
@@ -68,16 +68,20 @@ pub(super) fn refusing<'a>(
     plan: &'a Plan<'_>,
     best: &Reported,
     statuses: &[DescriptorStatus],
-) -> Option<Named<'a>> {
+) -> Option<NamedLimit<'a>> {
     let i = statuses
         .iter()
         .position(|s| s.code == Code::OverLimit as i32)?;
-    Named::of(plan, best, i)
+    NamedLimit::of(plan, best, i)
 }
 
 /// `refused_by` in the dynamic metadata: the limit, the domain, the descriptor (its index and
 /// its entries as `key=value`), the counter key and the limit's rate.
-pub(super) fn metadata(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) -> serde_json::Value {
+pub(super) fn metadata(
+    req: &Request<'_>,
+    plan: &Plan<'_>,
+    named: &NamedLimit<'_>,
+) -> serde_json::Value {
     let d = &req.descriptors[named.descriptor];
     let entries: Vec<String> = (d.entries.iter())
         .map(|e| format!("{}={}", e.key, e.value))
@@ -95,7 +99,7 @@ pub(super) fn metadata(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) ->
 
 /// The refusing limit's counter key, as the admin listener's look-up and reset take it (the
 /// second and later limits of a descriptor carry their index, as their ops do).
-fn counter_key(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) -> String {
+fn counter_key(req: &Request<'_>, plan: &Plan<'_>, named: &NamedLimit<'_>) -> String {
     let i = named.descriptor;
     let index = plan.limit_index(&plan.applied[named.applied]);
     descriptor::counter_key(
@@ -108,7 +112,10 @@ fn counter_key(req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) -> String 
 
 /// The IETF fields (draft-ietf-httpapi-ratelimit-headers-11): `RateLimit-Policy` names the
 /// limit with its quota and window, `RateLimit` what is left of it and when it resets.
-pub(super) fn ietf_fields(named: &Named<'_>, status: &DescriptorStatus) -> [(String, String); 2] {
+pub(super) fn ietf_fields(
+    named: &NamedLimit<'_>,
+    status: &DescriptorStatus,
+) -> [(String, String); 2] {
     let name = sf_string(named.limit);
     let reset = status
         .duration_until_reset
@@ -155,7 +162,7 @@ pub(super) struct RefusalLog {
 }
 
 impl RefusalLog {
-    pub(super) fn log(&self, req: &Request<'_>, plan: &Plan<'_>, named: &Named<'_>) {
+    pub(super) fn log(&self, req: &Request<'_>, plan: &Plan<'_>, named: &NamedLimit<'_>) {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return;
         }

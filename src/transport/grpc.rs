@@ -24,6 +24,7 @@ use tracing::Span;
 
 use super::codec::{self, RlsCodec};
 use super::limitador::{self, LimitadorRls};
+use super::BoxFuture;
 use crate::service::metrics::{Door, DoorCalls, Failed};
 use crate::service::{EnvoyService, Request, RlsError};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
@@ -88,8 +89,6 @@ impl From<RlsError> for Status {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
 /// `ShouldRateLimit` as an HTTP service, called by the per-call layer: tonic's unary handling
 /// with [`RlsCodec`], and two boxed futures a call where the generated server has three.
 #[derive(Clone)]
@@ -118,7 +117,7 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
 
     /// Called by the per-call layer as the call arrives, before its body is read.
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let unary = Unary(self.rls.clone());
+        let unary = EnvoyUnary(self.rls.clone());
         let max = self.max_message_bytes;
         Box::pin(async move {
             let mut grpc = Grpc::new(RlsCodec).apply_max_message_size_config(Some(max), None);
@@ -127,9 +126,9 @@ impl Service<http::Request<tonic::body::Body>> for ShouldRateLimit {
     }
 }
 
-struct Unary(Arc<RlsService>);
+struct EnvoyUnary(Arc<RlsService>);
 
-impl UnaryService<Bytes> for Unary {
+impl UnaryService<Bytes> for EnvoyUnary {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 

@@ -1,11 +1,9 @@
 //! Limitador's gRPC on the RLS port: Envoy's `ShouldRateLimit` answered as Limitador answers
 //! it, and Kuadrant's `kuadrant.service.ratelimit.v1.RateLimitService` (`CheckRateLimit`,
-//! `Report`, `Reserve`, `Commit`), all on [`LimitadorService`]. Errors are mapped here and nowhere
+//! `Report`, `Reserve`, `Commit`), all on [`LimitadorRls`]. Errors are mapped here and nowhere
 //! else.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -18,9 +16,10 @@ use tonic::{Response, Status};
 use tonic_prost::ProstCodec;
 use tower_service::Service;
 
+use super::BoxFuture;
 use crate::descriptor::Entry;
 use crate::service::limitador::{
-    draft_03, Ask, LimitadorError, LimitadorService, Reserved, Verdict,
+    draft_03, LimitadorAnswer, LimitadorCall, LimitadorError, LimitadorService, Reserved,
 };
 use crate::service::{within_bounds, Request, RequestLimits};
 
@@ -35,17 +34,17 @@ pub mod pb {
 
 use pb::{CommitRequest, CommitResponse, ReserveRequest, ReserveResponse};
 
-type Entries<'a> = SmallVec<[SmallVec<[Entry<'a>; 4]>; 4]>;
+type CallDescriptors<'a> = SmallVec<[SmallVec<[Entry<'a>; 4]>; 4]>;
 
 /// Each descriptor's entries, as Limitador reads them (its own `limit` and `hits_addend`
 /// ignored).
-fn entries_of(descriptors: &[RateLimitDescriptor]) -> Entries<'_> {
+fn entries_of(descriptors: &[RateLimitDescriptor]) -> CallDescriptors<'_> {
     (descriptors.iter())
         .map(|d| d.entries.iter().map(Entry::from).collect())
         .collect()
 }
 
-fn slices<'a>(entries: &'a Entries<'_>) -> SmallVec<[&'a [Entry<'a>]; 4]> {
+fn slices<'a>(entries: &'a CallDescriptors<'_>) -> SmallVec<[&'a [Entry<'a>]; 4]> {
     entries.iter().map(|e| e.as_slice()).collect()
 }
 
@@ -62,7 +61,11 @@ pub struct LimitadorRls {
 impl LimitadorRls {
     /// A request as Limitador reads it: `domain` the namespace, the request's `hits_addend`
     /// (0 counts as 1), each descriptor's entries (its own `limit` and `hits_addend` ignored).
-    pub async fn answer(&self, req: &Request<'_>, ask: Ask) -> Result<RateLimitResponse, Status> {
+    pub async fn answer(
+        &self,
+        req: &Request<'_>,
+        ask: LimitadorCall,
+    ) -> Result<RateLimitResponse, Status> {
         let descriptors = req.descriptors.iter().map(|d| d.entries.as_slice());
         within_bounds(req.domain, descriptors, &self.bounds)?;
         // Limitador answers an empty domain UNKNOWN, and nothing else.
@@ -78,7 +81,7 @@ impl LimitadorRls {
             .map(|d| d.entries.as_slice())
             .collect();
         let delta = match ask {
-            Ask::Check => 1,
+            LimitadorCall::Check => 1,
             _ => u64::from(req.hits_addend.max(1)),
         };
         let called = (self.limitador).call(req.domain, &slices, delta, ask, true);
@@ -145,9 +148,9 @@ impl LimitadorRls {
         })
     }
 
-    fn response(&self, v: &Verdict, ask: Ask) -> RateLimitResponse {
-        let over = v.limited && ask != Ask::Report;
-        let headers = if self.headers && ask == Ask::CheckAndReport {
+    fn response(&self, v: &LimitadorAnswer, ask: LimitadorCall) -> RateLimitResponse {
+        let over = v.limited && ask != LimitadorCall::Report;
+        let headers = if self.headers && ask == LimitadorCall::CheckAndReport {
             draft_03(&v.counters)
         } else {
             Vec::new()
@@ -185,7 +188,7 @@ const COMMIT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Commit";
 /// A method of Kuadrant's service.
 #[derive(Clone, Copy)]
 enum Method {
-    Rls(Ask),
+    Rls(LimitadorCall),
     Reserve,
     Commit,
 }
@@ -210,8 +213,6 @@ impl NamedService for LimitadorGrpc {
     const NAME: &'static str = "kuadrant.service.ratelimit.v1.RateLimitService";
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
 impl Service<http::Request<tonic::body::Body>> for LimitadorGrpc {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
@@ -223,8 +224,8 @@ impl Service<http::Request<tonic::body::Body>> for LimitadorGrpc {
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let method = match req.uri().path() {
-            CHECK => Some(Method::Rls(Ask::Check)),
-            REPORT => Some(Method::Rls(Ask::Report)),
+            CHECK => Some(Method::Rls(LimitadorCall::Check)),
+            REPORT => Some(Method::Rls(LimitadorCall::Report)),
             RESERVE => Some(Method::Reserve),
             COMMIT => Some(Method::Commit),
             _ => None,
@@ -237,7 +238,7 @@ impl Service<http::Request<tonic::body::Body>> for LimitadorGrpc {
                     let codec: ProstCodec<RateLimitResponse, RateLimitRequest> =
                         ProstCodec::default();
                     let mut grpc = Grpc::new(codec).apply_max_message_size_config(max, None);
-                    grpc.unary(Unary(rls, ask), req).await
+                    grpc.unary(LimitadorUnary(rls, ask), req).await
                 }
                 Some(Method::Reserve) => {
                     let codec: ProstCodec<ReserveResponse, ReserveRequest> = ProstCodec::default();
@@ -254,9 +255,9 @@ impl Service<http::Request<tonic::body::Body>> for LimitadorGrpc {
     }
 }
 
-struct Unary(LimitadorRls, Ask);
+struct LimitadorUnary(LimitadorRls, LimitadorCall);
 
-impl UnaryService<RateLimitRequest> for Unary {
+impl UnaryService<RateLimitRequest> for LimitadorUnary {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Result<Response<RateLimitResponse>, Status>>;
 
@@ -305,5 +306,5 @@ pub async fn should_rate_limit(
     rls: &LimitadorRls,
     req: &Request<'_>,
 ) -> Result<RateLimitResponse, Status> {
-    rls.answer(req, Ask::CheckAndReport).await
+    rls.answer(req, LimitadorCall::CheckAndReport).await
 }

@@ -13,3 +13,9 @@ pub mod limitador;
 pub mod rlqs;
 pub mod throttle;
 pub mod waiting;
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// What a hand-written tonic service's call returns (`grpc.rs`, `limitador.rs`).
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

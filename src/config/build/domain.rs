@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{add_descriptor, Beside, Builder, Ctx, Here, Interned, Names};
+use super::{add_descriptor, Builder, Ctx, Here, Interned, LevelCtx, Names};
 use crate::config::raw::RawDescriptor;
 use crate::config::{Config, ConfigError, Domain, Level, LoadOptions};
 
@@ -98,7 +98,7 @@ impl OpenDomain {
         let served = (self.live.as_deref())
             .and_then(|c| c.as_ref().domain(&self.domain))
             .map(|d| &d.root);
-        let mut beside = Beside {
+        let mut beside = LevelCtx {
             interned: &mut self.interned,
             served,
             size_as_served: true,

@@ -144,7 +144,7 @@ fn name_hash(key: &str, value: Option<&str>) -> u64 {
 
 /// What the build of one level works with besides its descriptors: the build's interned keys
 /// and limits, and the level it replaces in the config being served.
-struct Beside<'b, 's> {
+struct LevelCtx<'b, 's> {
     interned: &'b mut Interned,
     served: Option<&'s Level>,
     /// The level is read a descriptor at a time (the top one), so its size is not known before
@@ -159,7 +159,7 @@ fn add_level(
     raws: Vec<RawDescriptor>,
     list: &Here<'_>,
     parent_stat: &str,
-    beside: &mut Beside<'_, '_>,
+    beside: &mut LevelCtx<'_, '_>,
 ) -> Result<(), ConfigError> {
     let mut names = Names::of(level);
     // Room for each key's exact values at once: grown by doubling, the vectors would leave
@@ -198,7 +198,7 @@ fn add_descriptor(
     raw: RawDescriptor,
     here: &Here<'_>,
     parent_stat: &str,
-    beside: &mut Beside<'_, '_>,
+    beside: &mut LevelCtx<'_, '_>,
 ) -> Result<(), ConfigError> {
     let key = beside.interned.key(raw.key.as_deref().unwrap_or(""));
     let group = level.group_to_fill(&key);
@@ -229,7 +229,7 @@ fn build_node(
     key: Arc<str>,
     place: &Here<'_>,
     parent_stat: &str,
-    beside: &mut Beside<'_, '_>,
+    beside: &mut LevelCtx<'_, '_>,
     served: Option<&Node>,
 ) -> Result<Node, ConfigError> {
     let here = place.path;
@@ -270,7 +270,7 @@ fn build_node(
             at: place.at,
         };
         // A list of children is read whole: `add_level` sizes its level from it.
-        let mut below = Beside {
+        let mut below = LevelCtx {
             interned: beside.interned,
             served: served.map(|n| &n.children),
             size_as_served: false,

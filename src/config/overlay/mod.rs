@@ -105,19 +105,19 @@ impl Fields {
 
 /// One overlay descriptor: what it matches, the fields it sets, the ones below it.
 #[derive(Debug, PartialEq, Eq)]
-struct Entry {
+struct OverlayDescriptor {
     key: String,
     value: Option<String>,
     /// The fields, and how the limits they apply to say so (`reserve,reserve_for from f.yaml`).
     limit: Option<(Fields, Arc<str>)>,
-    children: Vec<Entry>,
+    children: Vec<OverlayDescriptor>,
     /// `f.yaml: descriptors[0].descriptors[1]`, for the warning when it matches nothing.
     place: String,
-    /// Dense number within the overlay: its slot in a build's [`Matched`].
+    /// Dense number within the overlay: its slot in a build's [`OverlayMatches`].
     index: usize,
 }
 
-impl Entry {
+impl OverlayDescriptor {
     /// Whether this entry is for a pushed descriptor of `key` and `value`: the same key, and
     /// the same value text, or a pattern matching it; a key-only entry, key-only descriptors.
     fn matches(&self, key: &str, value: Option<&str>, pattern: bool) -> bool {
@@ -136,14 +136,14 @@ impl Entry {
 /// The overlay's entries by domain, as read from its files.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Overlay {
-    domains: FnvHashMap<String, Vec<Entry>>,
+    domains: FnvHashMap<String, Vec<OverlayDescriptor>>,
     /// Entries in all domains.
     count: usize,
 }
 
 /// Which of an overlay's entries one build applied.
 #[derive(Debug, Default)]
-pub struct Matched(Vec<bool>);
+pub struct OverlayMatches(Vec<bool>);
 
 impl Overlay {
     /// Reads the overlay at `path`: a YAML file, or every `*.yaml`/`*.yml` of a directory (a
@@ -212,7 +212,7 @@ impl Overlay {
     fn add_level(
         &mut self,
         file: &str,
-        level: &mut Vec<Entry>,
+        level: &mut Vec<OverlayDescriptor>,
         raws: Option<Vec<RawOverlayDescriptor>>,
         path: &str,
     ) -> Result<(), ConfigError> {
@@ -260,7 +260,7 @@ impl Overlay {
                 self.add_level(file, &mut entry.children, raw.descriptors, &below)?;
                 continue;
             }
-            let mut entry = Entry {
+            let mut entry = OverlayDescriptor {
                 key,
                 value,
                 limit,
@@ -277,20 +277,25 @@ impl Overlay {
 
     /// Applies the overlay to `raw`, a top-level descriptor pushed for `domain`, and below it:
     /// each limit an entry is for takes the entry's fields, as if the push had them.
-    pub(super) fn apply(&self, domain: &str, raw: &mut RawDescriptor, matched: &mut Matched) {
+    pub(super) fn apply(
+        &self,
+        domain: &str,
+        raw: &mut RawDescriptor,
+        matched: &mut OverlayMatches,
+    ) {
         if let Some(level) = self.domains.get(domain) {
             apply_one(level, raw, matched);
         }
     }
 
     /// A build's record of which entries it applied, all unapplied.
-    pub(super) fn matched(&self) -> Matched {
-        Matched(vec![false; self.count])
+    pub(super) fn matched(&self) -> OverlayMatches {
+        OverlayMatches(vec![false; self.count])
     }
 
     /// The entries with fields that no limit of a build took, one line each: what it is for
     /// and where it is written. Envoy Gateway may push their limits later.
-    pub(super) fn unmatched(&self, matched: &Matched) -> Vec<String> {
+    pub(super) fn unmatched(&self, matched: &OverlayMatches) -> Vec<String> {
         let mut out = Vec::new();
         let mut names: Vec<&String> = self.domains.keys().collect();
         names.sort();
@@ -314,7 +319,7 @@ impl Overlay {
 }
 
 /// `raw` and its children, from the entries of its level.
-fn apply_one(level: &[Entry], raw: &mut RawDescriptor, matched: &mut Matched) {
+fn apply_one(level: &[OverlayDescriptor], raw: &mut RawDescriptor, matched: &mut OverlayMatches) {
     let key = raw.key.as_deref().unwrap_or("");
     let value = raw.value.as_deref().filter(|v| !v.is_empty());
     // The same text first, then the first pattern (in file order) matching it.
@@ -353,7 +358,12 @@ fn step(key: &str, value: Option<&str>) -> String {
     }
 }
 
-fn unmatched_level(level: &[Entry], matched: &Matched, path: &str, out: &mut Vec<String>) {
+fn unmatched_level(
+    level: &[OverlayDescriptor],
+    matched: &OverlayMatches,
+    path: &str,
+    out: &mut Vec<String>,
+) {
     for e in level {
         let here = format!("{path} > {}", step(&e.key, e.value.as_deref()));
         if e.limit.is_some() && !matched.0[e.index] {
@@ -366,7 +376,7 @@ fn unmatched_level(level: &[Entry], matched: &Matched, path: &str, out: &mut Vec
     }
 }
 
-fn describe_level(level: &[Entry], path: &str, out: &mut Vec<String>) {
+fn describe_level(level: &[OverlayDescriptor], path: &str, out: &mut Vec<String>) {
     for e in level {
         let here = format!("{path} > {}", step(&e.key, e.value.as_deref()));
         if let Some((f, _)) = &e.limit {

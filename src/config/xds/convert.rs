@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::{pb, TYPE_URL, WRAPPED_TYPE_URL};
 use crate::config::build::{Builder, LiveConfig};
-use crate::config::overlay::Matched;
+use crate::config::overlay::OverlayMatches;
 use crate::config::raw::{RawDescriptor, RawRateLimit, RawReplaces};
 use crate::config::{Config, ConfigError, LoadOptions, Overlay};
 
@@ -36,7 +36,7 @@ pub fn config_from_resources(
             message,
         };
         let bytes = config_bytes(any).map_err(undecodable)?;
-        let (head, listed) = (Head::decode(bytes.clone()), Listed::decode(bytes));
+        let (head, listed) = (ConfigHead::decode(bytes.clone()), Listed::decode(bytes));
         let (head, listed) = head
             .and_then(|h| Ok((h, listed?)))
             .map_err(|e| undecodable(format!("cannot decode RateLimitConfig: {e}")))?;
@@ -67,7 +67,7 @@ pub fn config_from_resources(
 
 /// A `RateLimitConfig`'s name and domain, its descriptors skipped.
 #[derive(Clone, PartialEq, Message)]
-struct Head {
+struct ConfigHead {
     #[prost(string, tag = "1")]
     name: String,
     #[prost(string, tag = "2")]
@@ -153,7 +153,7 @@ fn add_config(
     descriptors: impl Iterator<Item = Result<pb::RateLimitDescriptor, ConfigError>>,
     opts: LoadOptions,
     overlay: &Overlay,
-    matched: &mut Matched,
+    matched: &mut OverlayMatches,
 ) -> Result<(), ConfigError> {
     let mut open = builder.open_domain(resource, domain.clone(), opts)?;
     for d in descriptors {

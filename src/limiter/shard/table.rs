@@ -2,7 +2,7 @@
 //! (32 bytes each), the keys' bytes one after another in one `String`, and a hash index maps a
 //! key to its entry with 4 bytes per bucket.
 //!
-//! A `HashTable<Entry>` would hold the entries in its buckets, which it keeps 44-88 % full, so a
+//! A `HashTable<KeyRow>` would hold the entries in its buckets, which it keeps 44-88 % full, so a
 //! key would cost its entry twice over just after the table doubles. Here only the 5-byte index
 //! buckets have that slack, and the spare capacity of the `Vec` and the `String` is never
 //! written, so it costs no resident memory. A key costs its length (no allocation of its own);
@@ -14,7 +14,7 @@ use hashbrown::HashTable;
 use crate::limiter::algorithm::State;
 
 /// One key's state.
-pub(super) struct Entry {
+pub(super) struct KeyRow {
     /// Where the key's bytes are in the arena.
     key_at: u32,
     /// The key's length, and in the top bit ([`CHANGED`]) whether the entry changed since the
@@ -29,13 +29,13 @@ pub(super) struct Entry {
     hash32: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 32);
+const _: () = assert!(std::mem::size_of::<KeyRow>() == 32);
 
-/// The bit of `Entry::key_len` set by every change to an entry (a new key, a new state) and
+/// The bit of `KeyRow::key_len` set by every change to an entry (a new key, a new state) and
 /// cleared when the entry is saved (`Table::save`), so a save writes only what changed.
 const CHANGED: u32 = 1 << 31;
 
-impl Entry {
+impl KeyRow {
     fn len(&self) -> usize {
         (self.key_len & !CHANGED) as usize
     }
@@ -58,7 +58,7 @@ pub(super) fn to_secs_ceil(ns: u64) -> u32 {
 #[derive(Default)]
 pub(super) struct Table {
     index: HashTable<u32>,
-    entries: Vec<Entry>,
+    entries: Vec<KeyRow>,
     /// Every entry's key, back to back (and the keys of dropped entries until compaction).
     keys: String,
     /// Bytes of `keys` that belong to no entry.
@@ -69,7 +69,7 @@ pub(super) struct Table {
 }
 
 /// A key's bytes in the arena (keys are whole `str`s, so their bounds are char boundaries).
-fn key_of<'a>(keys: &'a str, e: &Entry) -> &'a str {
+fn key_of<'a>(keys: &'a str, e: &KeyRow) -> &'a str {
     &keys[e.key_at as usize..e.key_at as usize + e.len()]
 }
 
@@ -79,7 +79,7 @@ impl Table {
     }
 
     /// Every key with its entry.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, &Entry)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&str, &KeyRow)> {
         self.entries.iter().map(|e| (key_of(&self.keys, e), e))
     }
 
@@ -100,12 +100,12 @@ impl Table {
             .map(|&i| i as usize)
     }
 
-    pub(super) fn get(&self, at: usize) -> &Entry {
+    pub(super) fn get(&self, at: usize) -> &KeyRow {
         &self.entries[at]
     }
 
     /// The entry at `at`, to change: marked changed for the next save.
-    pub(super) fn get_mut(&mut self, at: usize) -> &mut Entry {
+    pub(super) fn get_mut(&mut self, at: usize) -> &mut KeyRow {
         let e = &mut self.entries[at];
         e.key_len |= CHANGED;
         e
@@ -122,7 +122,7 @@ impl Table {
         all: bool,
         from: usize,
         max: usize,
-        mut save: impl FnMut(&str, &Entry),
+        mut save: impl FnMut(&str, &KeyRow),
     ) -> Option<usize> {
         let keys = &self.keys;
         let mut handed = 0;
@@ -176,7 +176,7 @@ impl Table {
         let pos = u32::try_from(at).ok()?;
         let key_at = self.keys.len() as u32;
         self.keys.push_str(key);
-        self.entries.push(Entry {
+        self.entries.push(KeyRow {
             key_at,
             key_len: key.len() as u32 | CHANGED,
             state,
@@ -192,7 +192,7 @@ impl Table {
 
     /// Keeps the entries for which `keep(key, entry)` says so; positions of kept entries may
     /// change.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&str, &Entry) -> bool) -> usize {
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&str, &KeyRow) -> bool) -> usize {
         let gone: Vec<usize> = (0..self.entries.len())
             .filter(|&i| !keep(key_of(&self.keys, &self.entries[i]), &self.entries[i]))
             .collect();
@@ -372,7 +372,7 @@ mod tests {
             // An earlier save read them all: no entry is marked changed now.
             prop_assert_eq!(t.save(false, 0, usize::MAX, |_, _| {}), None);
             let mut read: HashMap<String, State> = HashMap::new();
-            let mut keep = |k: &str, e: &Entry| {
+            let mut keep = |k: &str, e: &KeyRow| {
                 read.insert(k.to_owned(), e.state);
             };
             let mut from = Some(0);

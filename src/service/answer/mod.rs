@@ -323,7 +323,7 @@ fn add_limit_headers(
     };
     let Some((i, s)) = pick else { return };
     let fields = match ietf {
-        Some((plan, best)) => match refusal::Named::of(plan, best, i) {
+        Some((plan, best)) => match refusal::NamedLimit::of(plan, best, i) {
             Some(named) => refusal::ietf_fields(&named, s).to_vec(),
             None => return,
         },

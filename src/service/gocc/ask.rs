@@ -35,7 +35,7 @@ pub struct Rules {
 
 /// A checked call: the key trimmed, the overrides within bounds and allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ask {
+pub struct GoccAsk {
     pub key: String,
     pub can_wait: bool,
     pub max_requests: Option<u32>,
@@ -62,7 +62,7 @@ pub(super) fn key(raw: &str) -> Result<&str, GoccError> {
 
 /// Checks `raw` against `rules`, in GoCC's order: `canWait`, `maxRequests` parsed then allowed,
 /// `maxRequestsInQueue` parsed then allowed, then both bounded.
-pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<Ask, GoccError> {
+pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<GoccAsk, GoccError> {
     let key = key(&raw.key)?.to_owned();
     let can_wait = match blank(&raw.can_wait) {
         None => false,
@@ -87,7 +87,7 @@ pub(super) fn check(raw: &RawAsk, rules: &Rules) -> Result<Ask, GoccError> {
         0,
         rules.max_in_queue_cap,
     )?;
-    Ok(Ask {
+    Ok(GoccAsk {
         key,
         can_wait,
         max_requests,

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use ask::{Ask, RawAsk, Rules};
-pub use sticky::{Overrides, Sticky, MAX_STICKY_KEYS};
+pub use ask::{GoccAsk, RawAsk, Rules};
+pub use sticky::{GoccOverrides, Sticky, MAX_STICKY_KEYS};
 
 use super::{Live, LiveLimits};
 use crate::config::gocc::MAX_COUNT;
@@ -151,7 +151,7 @@ impl GoccService {
 
     /// A key's limits now: as `r` configures them, with its sticky overrides (after `set`)
     /// over them.
-    fn limits(&self, live: &Arc<Live>, key: &str, r: &Resolved, set: Overrides) -> KeyLimits {
+    fn limits(&self, live: &Arc<Live>, key: &str, r: &Resolved, set: GoccOverrides) -> KeyLimits {
         let now = self.engine.clock().now();
         let window_ns = r.limits.window.as_nanos() as u64;
         let o = self.sticky.touch(live, key, now, window_ns, set);
@@ -167,7 +167,7 @@ impl GoccService {
         let key = ask::key(&raw.key)?;
         let resolved = self.resolve(&live, key);
         let ask = ask::check(raw, &resolved.rules)?;
-        let set = Overrides {
+        let set = GoccOverrides {
             max_requests: ask.max_requests,
             max_in_queue: ask.max_in_queue,
         };
@@ -226,7 +226,12 @@ impl GoccService {
         }
         // A release is a use of the key (`limiter_instance.go:192`).
         let live = self.live.load_full();
-        self.limits(&live, key, &self.resolve(&live, key), Overrides::default());
+        self.limits(
+            &live,
+            key,
+            &self.resolve(&live, key),
+            GoccOverrides::default(),
+        );
         let Ok(id) = id.parse::<u64>() else {
             return Ok(());
         };

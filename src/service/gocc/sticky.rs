@@ -18,36 +18,36 @@ pub const MAX_STICKY_KEYS: usize = 100_000;
 
 /// A key's overrides; `None` where none was given.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Overrides {
+pub struct GoccOverrides {
     pub max_requests: Option<u32>,
     pub max_in_queue: Option<u32>,
 }
 
 #[derive(Debug)]
-struct Entry {
-    set: Overrides,
+struct StickyKey {
+    set: GoccOverrides,
     last_used_ns: u64,
     window_ns: u64,
 }
 
-impl Entry {
+impl StickyKey {
     fn expired(&self, now: u64) -> bool {
         now.saturating_sub(self.last_used_ns) > self.window_ns.saturating_mul(3)
     }
 }
 
 #[derive(Debug, Default)]
-struct Table {
+struct StickyTable {
     /// The config the entries were set under; another one live means a reload happened. Held,
     /// so its address cannot be reused by a later config.
     live: Option<Arc<Live>>,
-    keys: HashMap<String, Entry>,
+    keys: HashMap<String, StickyKey>,
 }
 
 /// The process's sticky overrides.
 #[derive(Debug)]
 pub struct Sticky {
-    table: Mutex<Table>,
+    table: Mutex<StickyTable>,
     cap: usize,
 }
 
@@ -60,7 +60,7 @@ impl Default for Sticky {
 impl Sticky {
     pub fn with_capacity(cap: usize) -> Sticky {
         Sticky {
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(StickyTable::default()),
             cap: cap.max(1),
         }
     }
@@ -73,8 +73,8 @@ impl Sticky {
         key: &str,
         now: u64,
         window_ns: u64,
-        set: Overrides,
-    ) -> Overrides {
+        set: GoccOverrides,
+    ) -> GoccOverrides {
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if !t.live.as_ref().is_some_and(|l| Arc::ptr_eq(l, live)) {
             t.keys.clear();
@@ -86,15 +86,15 @@ impl Sticky {
         let given = set.max_requests.is_some() || set.max_in_queue.is_some();
         if given && !t.keys.contains_key(key) {
             make_room(&mut t.keys, self.cap, now);
-            let fresh = Entry {
-                set: Overrides::default(),
+            let fresh = StickyKey {
+                set: GoccOverrides::default(),
                 last_used_ns: now,
                 window_ns,
             };
             t.keys.insert(key.to_owned(), fresh);
         }
         let Some(e) = t.keys.get_mut(key) else {
-            return Overrides::default();
+            return GoccOverrides::default();
         };
         e.set.max_requests = set.max_requests.or(e.set.max_requests);
         e.set.max_in_queue = set.max_in_queue.or(e.set.max_in_queue);
@@ -104,19 +104,19 @@ impl Sticky {
     }
 
     /// `key`'s overrides under `live` at `now`, without counting it as a use (`/debug`).
-    pub fn peek(&self, live: &Arc<Live>, key: &str, now: u64) -> Overrides {
+    pub fn peek(&self, live: &Arc<Live>, key: &str, now: u64) -> GoccOverrides {
         let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if !t.live.as_ref().is_some_and(|l| Arc::ptr_eq(l, live)) {
-            return Overrides::default();
+            return GoccOverrides::default();
         }
         (t.keys.get(key))
             .filter(|e| !e.expired(now))
-            .map_or_else(Overrides::default, |e| e.set)
+            .map_or_else(GoccOverrides::default, |e| e.set)
     }
 }
 
 /// Below `cap` entries: the expired ones go, then the least recently used.
-fn make_room(keys: &mut HashMap<String, Entry>, cap: usize, now: u64) {
+fn make_room(keys: &mut HashMap<String, StickyKey>, cap: usize, now: u64) {
     if keys.len() < cap {
         return;
     }
@@ -138,8 +138,8 @@ mod tests {
 
     const W: u64 = 1_000_000_000;
 
-    fn set(r: Option<u32>, q: Option<u32>) -> Overrides {
-        Overrides {
+    fn set(r: Option<u32>, q: Option<u32>) -> GoccOverrides {
+        GoccOverrides {
             max_requests: r,
             max_in_queue: q,
         }
@@ -159,20 +159,20 @@ mod tests {
         );
         // Used at 3 windows: still there; then idle past 3 windows: gone.
         assert_eq!(
-            s.touch(&live, "k", 4 * W, W, Overrides::default())
+            s.touch(&live, "k", 4 * W, W, GoccOverrides::default())
                 .max_requests,
             Some(5)
         );
         assert_eq!(s.peek(&live, "k", 7 * W).max_requests, Some(5));
         assert_eq!(
-            s.touch(&live, "k", 7 * W + 1, W, Overrides::default()),
-            Overrides::default()
+            s.touch(&live, "k", 7 * W + 1, W, GoccOverrides::default()),
+            GoccOverrides::default()
         );
         s.touch(&live, "k", 8 * W, W, set(Some(9), None));
         let reloaded = Arc::new(Live::default());
         assert_eq!(
-            s.touch(&reloaded, "k", 8 * W, W, Overrides::default()),
-            Overrides::default()
+            s.touch(&reloaded, "k", 8 * W, W, GoccOverrides::default()),
+            GoccOverrides::default()
         );
     }
 
@@ -182,11 +182,11 @@ mod tests {
         let live = Arc::new(Live::default());
         s.touch(&live, "a", 0, W, set(Some(1), None));
         s.touch(&live, "b", 1, W, set(Some(2), None));
-        s.touch(&live, "a", 2, W, Overrides::default());
+        s.touch(&live, "a", 2, W, GoccOverrides::default());
         s.touch(&live, "c", 3, W, set(Some(3), None));
         assert_eq!(
             s.peek(&live, "b", 3),
-            Overrides::default(),
+            GoccOverrides::default(),
             "b was used least recently"
         );
         assert_eq!(s.peek(&live, "a", 3).max_requests, Some(1));

@@ -2,11 +2,11 @@
 //! DRAFT_VERSION_03`): the tightest counter first (least remaining), every counter's maximum
 //! and window in `X-RateLimit-Limit`, the headers sorted by name.
 
-use super::Counted;
+use super::LimitCounter;
 
 /// The headers of a call whose applicable counters are `counters`; none when no limit applied.
-pub fn draft_03(counters: &[Counted]) -> Vec<(String, String)> {
-    let mut sorted: Vec<&Counted> = counters.iter().collect();
+pub fn draft_03(counters: &[LimitCounter]) -> Vec<(String, String)> {
+    let mut sorted: Vec<&LimitCounter> = counters.iter().collect();
     sorted.sort_by_key(|c| c.remaining);
     let Some(first) = sorted.first() else {
         return Vec::new();

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use super::{Ask, Verdict};
+use super::{LimitadorAnswer, LimitadorCall};
 use arc_swap::ArcSwap;
 use fnv::FnvHashMap;
 
@@ -35,7 +35,7 @@ struct Admitted {
 
 /// The series by their labels: one look-up a call.
 #[derive(Debug, Default)]
-struct Families {
+struct SeriesByLabels {
     authorized: FnvHashMap<Labels, Admitted>,
     limited_calls: FnvHashMap<Labels, u64>,
 }
@@ -49,7 +49,7 @@ pub struct LimitadorMetrics {
     default_labels: Option<LabelsExpr>,
     /// `-L/--custom-metric-labels`, replaced when its file is reloaded.
     custom_labels: ArcSwap<CustomLabels>,
-    families: Mutex<Families>,
+    families: Mutex<SeriesByLabels>,
     dropped: AtomicU64,
     /// The engine's links to its store, whose breakers say `datastore_partitioned`.
     store: OnceLock<EngineStats>,
@@ -99,9 +99,9 @@ impl LimitadorMetrics {
         &self,
         namespace: &str,
         descriptors: &[&[Entry<'_>]],
-        ask: Ask,
+        ask: LimitadorCall,
         delta: u64,
-        verdict: &Verdict,
+        answer: &LimitadorAnswer,
     ) {
         let mut labels = (self.default_labels.as_ref())
             .map(|l| l.labels(&Sent(descriptors)))
@@ -115,9 +115,9 @@ impl LimitadorMetrics {
         }
         labels.push(("limitador_namespace".to_owned(), namespace.to_owned()));
         let mut f = self.families.lock().unwrap_or_else(|p| p.into_inner());
-        if verdict.limited {
+        if answer.limited {
             if self.limit_name_in_labels {
-                let name = verdict.limited_by.clone().unwrap_or_default();
+                let name = answer.limited_by.clone().unwrap_or_default();
                 labels.push(("limit_name".to_owned(), name));
             }
             labels.sort();
@@ -127,10 +127,10 @@ impl LimitadorMetrics {
         } else {
             labels.sort();
             if let Some(a) = self.series(&mut f.authorized, labels) {
-                if ask != Ask::Report {
+                if ask != LimitadorCall::Report {
                     *a.calls.get_or_insert(0) += 1;
                 }
-                if ask != Ask::Check {
+                if ask != LimitadorCall::Check {
                     *a.hits.get_or_insert(0) += delta;
                 }
             }

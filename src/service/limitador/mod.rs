@@ -32,7 +32,7 @@ use crate::limiter::{Counting, Engine, EngineError, Op, Params, Reservation, Rol
 
 /// What a call asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ask {
+pub enum LimitadorCall {
     /// Admit `delta` if every applicable limit has room for it, and count it (`ShouldRateLimit`,
     /// `/check_and_report`).
     CheckAndReport,
@@ -44,7 +44,7 @@ pub enum Ask {
 
 /// One applicable limit's counter after the call.
 #[derive(Debug, Clone)]
-pub struct Counted {
+pub struct LimitCounter {
     pub max_value: u64,
     pub seconds: u64,
     pub name: Option<String>,
@@ -54,14 +54,14 @@ pub struct Counted {
     pub reset_ns: u64,
 }
 
-/// A call's answer.
+/// Limitador's door's answer to a call (`LimitadorService::call`'s).
 #[derive(Debug, Clone, Default)]
-pub struct Verdict {
+pub struct LimitadorAnswer {
     pub limited: bool,
     /// The name of the first limit that refused, when it has one.
     pub limited_by: Option<String>,
     /// Every applicable limit's counter, in the limits' order.
-    pub counters: Vec<Counted>,
+    pub counters: Vec<LimitCounter>,
 }
 
 /// Why a call got no answer.
@@ -76,7 +76,7 @@ pub enum LimitadorError {
 
 /// The limits file being served, and when it went live.
 #[derive(Debug)]
-pub struct Loaded {
+pub struct LoadedLimits {
     pub limits: Limits,
     pub applied_at: SystemTime,
 }
@@ -95,7 +95,7 @@ pub struct Loads {
 /// by id) is one of its own.
 #[derive(Clone)]
 pub struct LimitadorService {
-    live: Arc<ArcSwap<Loaded>>,
+    live: Arc<ArcSwap<LoadedLimits>>,
     loads: Arc<Loads>,
     engine: Engine,
     metrics: Arc<LimitadorMetrics>,
@@ -105,7 +105,7 @@ pub struct LimitadorService {
 impl LimitadorService {
     pub fn new(limits: Limits, engine: Engine, metrics: Arc<LimitadorMetrics>) -> LimitadorService {
         metrics.watch_store(engine.metrics());
-        let loaded = Loaded {
+        let loaded = LoadedLimits {
             limits,
             applied_at: SystemTime::now(),
         };
@@ -131,7 +131,7 @@ impl LimitadorService {
     }
 
     /// The limits being served now.
-    pub fn loaded(&self) -> Arc<Loaded> {
+    pub fn loaded(&self) -> Arc<LoadedLimits> {
         self.live.load_full()
     }
 
@@ -142,7 +142,7 @@ impl LimitadorService {
         match read {
             Ok(limits) => {
                 tracing::info!(limits = limits.count, "limits file reloaded");
-                self.live.store(Arc::new(Loaded {
+                self.live.store(Arc::new(LoadedLimits {
                     limits,
                     applied_at: SystemTime::now(),
                 }));
@@ -176,50 +176,50 @@ impl LimitadorService {
         namespace: &str,
         descriptors: &[&[Entry<'_>]],
         delta: u64,
-        ask: Ask,
+        ask: LimitadorCall,
         metered: bool,
-    ) -> Result<Verdict, LimitadorError> {
+    ) -> Result<LimitadorAnswer, LimitadorError> {
         let loaded = self.loaded();
-        let verdict = match loaded.limits.namespace(namespace) {
-            None => Verdict::default(),
+        let answer = match loaded.limits.namespace(namespace) {
+            None => LimitadorAnswer::default(),
             Some(ns) => {
                 let found = applicable(ns, &Sent(descriptors))?;
                 self.decide(&found, delta, ask).await?
             }
         };
         if metered {
-            (self.metrics).counted(namespace, descriptors, ask, delta, &verdict);
+            (self.metrics).counted(namespace, descriptors, ask, delta, &answer);
         }
-        Ok(verdict)
+        Ok(answer)
     }
 
     async fn decide(
         &self,
         found: &[Applicable<'_>],
         delta: u64,
-        ask: Ask,
-    ) -> Result<Verdict, LimitadorError> {
+        ask: LimitadorCall,
+    ) -> Result<LimitadorAnswer, LimitadorError> {
         if found.is_empty() {
-            return Ok(Verdict::default());
+            return Ok(LimitadorAnswer::default());
         }
         // A check of more than a limit's maximum never passes, whatever its counter holds.
-        if ask == Ask::Check {
+        if ask == LimitadorCall::Check {
             if let Some(a) = found.iter().find(|a| a.limit.max_value < delta) {
                 return Ok(limited_by(a.limit));
             }
         }
         let ops: Vec<Op> = found.iter().map(|a| op(a, delta, ask)).collect();
         let decision = self.engine.decide(ops, false).await?;
-        let refused = decision.refused && ask != Ask::Report;
-        let mut verdict = Verdict {
+        let refused = decision.refused && ask != LimitadorCall::Report;
+        let mut answer = LimitadorAnswer {
             limited: refused,
-            ..Verdict::default()
+            ..LimitadorAnswer::default()
         };
         for (a, o) in found.iter().zip(&decision.outcomes) {
-            if refused && o.over && verdict.limited_by.is_none() {
-                verdict.limited_by = a.limit.name.clone();
+            if refused && o.over && answer.limited_by.is_none() {
+                answer.limited_by = a.limit.name.clone();
             }
-            verdict.counters.push(Counted {
+            answer.counters.push(LimitCounter {
                 max_value: a.limit.max_value,
                 seconds: a.limit.seconds,
                 name: a.limit.name.clone(),
@@ -227,13 +227,13 @@ impl LimitadorService {
                 reset_ns: o.reset_ns,
             });
         }
-        Ok(verdict)
+        Ok(answer)
     }
 }
 
-/// A verdict refusing by `limit`, decided without the engine.
-fn limited_by(limit: &Limit) -> Verdict {
-    Verdict {
+/// An answer refusing by `limit`, decided without the engine.
+fn limited_by(limit: &Limit) -> LimitadorAnswer {
+    LimitadorAnswer {
         limited: true,
         limited_by: limit.name.clone(),
         counters: Vec::new(),
@@ -244,16 +244,16 @@ fn limited_by(limit: &Limit) -> Verdict {
 /// of no hits passes while the count is at most its limit, so its limit is `max_value - delta`.
 /// Every op is judged beside the counter's reservations (`Reserve`), so no call spends room a
 /// reservation holds: beyond Limitador, whose other calls do not see them.
-fn op(a: &Applicable<'_>, delta: u64, ask: Ask) -> Op {
+fn op(a: &Applicable<'_>, delta: u64, ask: LimitadorCall) -> Op {
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     let (limit, hits, counting) = match ask {
-        Ask::CheckAndReport => (a.limit.max_value, delta, Counting::IfAdmitted),
-        Ask::Check => (
+        LimitadorCall::CheckAndReport => (a.limit.max_value, delta, Counting::IfAdmitted),
+        LimitadorCall::Check => (
             a.limit.max_value.saturating_sub(delta),
             0,
             Counting::IfAdmitted,
         ),
-        Ask::Report => (a.limit.max_value, delta, Counting::Usage),
+        LimitadorCall::Report => (a.limit.max_value, delta, Counting::Usage),
     };
     Op {
         key: Key::new(counter_key(a.limit, &a.values)),

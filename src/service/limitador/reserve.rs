@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{op, Ask, LimitadorError, LimitadorService};
+use super::{op, LimitadorCall, LimitadorError, LimitadorService};
 use crate::descriptor::limitador::{applicable, Applicable, Sent};
 use crate::descriptor::Entry;
 use crate::limiter::{Op, Reservation};
@@ -69,7 +69,7 @@ impl LimitadorService {
                     hits: 0,
                     reserve: Reservation::Reserve { hits, for_ms, id },
                     local_first: EXACT,
-                    ..op(a, 0, Ask::CheckAndReport)
+                    ..op(a, 0, LimitadorCall::CheckAndReport)
                 }
             })
             .collect();
@@ -136,7 +136,7 @@ const EXACT: Option<bool> = Some(false);
 
 /// The op of one applicable limit of a `Commit`: `actual` counted in full, ending hold `id`.
 fn commit_op(a: &Applicable<'_>, actual: u64, id: Option<u64>) -> Op {
-    let report = op(a, actual, Ask::Report);
+    let report = op(a, actual, LimitadorCall::Report);
     match id {
         Some(id) => Op {
             reserve: Reservation::Commit { id },

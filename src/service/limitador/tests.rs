@@ -94,7 +94,7 @@ async fn commit(l: &LimitadorService, user: &str, id: &str, actual: u64) -> bool
     l.commit("tokens", &[&d], id, actual).await.unwrap()
 }
 
-async fn call(l: &LimitadorService, user: &str, delta: u64, ask: Ask) -> Verdict {
+async fn call(l: &LimitadorService, user: &str, delta: u64, ask: LimitadorCall) -> LimitadorAnswer {
     let d = [
         Entry {
             key: "kind",
@@ -165,13 +165,21 @@ fn the_amount_is_capped_per_counter_at_the_fraction_of_its_max() {
         let id = reserve(&l, "alice", 900, None)
             .await
             .expect("capped, it fits");
-        assert!(call(&l, "alice", 501, Ask::CheckAndReport).await.limited);
-        assert!(!call(&l, "alice", 250, Ask::CheckAndReport).await.limited);
+        assert!(
+            call(&l, "alice", 501, LimitadorCall::CheckAndReport)
+                .await
+                .limited
+        );
+        assert!(
+            !call(&l, "alice", 250, LimitadorCall::CheckAndReport)
+                .await
+                .limited
+        );
         // The route holds 750 and counts 250: 500 left for anyone.
-        assert!(call(&l, "bob", 501, Ask::Check).await.limited);
-        assert!(!call(&l, "bob", 500, Ask::Check).await.limited);
+        assert!(call(&l, "bob", 501, LimitadorCall::Check).await.limited);
+        assert!(!call(&l, "bob", 500, LimitadorCall::Check).await.limited);
         assert!(commit(&l, "alice", &id, 0).await);
-        assert!(!call(&l, "alice", 750, Ask::Check).await.limited);
+        assert!(!call(&l, "alice", 750, LimitadorCall::Check).await.limited);
     });
 }
 
@@ -182,8 +190,8 @@ fn a_commit_counts_its_usage_and_ends_its_own_hold_on_every_counter() {
         let second = reserve(&l, "alice", 300, None).await.unwrap();
         // The second ends, not the oldest: 300 held, 250 used, 450 left.
         assert!(commit(&l, "alice", &second, 250).await);
-        assert!(call(&l, "alice", 451, Ask::Check).await.limited);
-        assert!(!call(&l, "alice", 450, Ask::Check).await.limited);
+        assert!(call(&l, "alice", 451, LimitadorCall::Check).await.limited);
+        assert!(!call(&l, "alice", 450, LimitadorCall::Check).await.limited);
         // Ended once: again, it is a plain report.
         assert!(!commit(&l, "alice", &second, 0).await);
         // Unknown, empty and foreign ids are plain reports, counted unchecked.
@@ -191,12 +199,12 @@ fn a_commit_counts_its_usage_and_ends_its_own_hold_on_every_counter() {
         assert!(!commit(&l, "alice", "", 100).await);
         assert!(!commit(&l, "alice", "not-an-id", 0).await);
         // 300 held, 450 used: 250 left. The route saw the same: 1 500 − 300 − 450.
-        assert!(call(&l, "alice", 251, Ask::Check).await.limited);
-        assert!(!call(&l, "alice", 250, Ask::Check).await.limited);
+        assert!(call(&l, "alice", 251, LimitadorCall::Check).await.limited);
+        assert!(!call(&l, "alice", 250, LimitadorCall::Check).await.limited);
         assert!(commit(&l, "alice", &first, 300).await);
-        assert!(call(&l, "alice", 251, Ask::Check).await.limited);
-        assert!(!call(&l, "bob", 750, Ask::Check).await.limited);
-        assert!(call(&l, "bob", 751, Ask::Check).await.limited);
+        assert!(call(&l, "alice", 251, LimitadorCall::Check).await.limited);
+        assert!(!call(&l, "bob", 750, LimitadorCall::Check).await.limited);
+        assert!(call(&l, "bob", 751, LimitadorCall::Check).await.limited);
     });
 }
 
@@ -207,18 +215,18 @@ fn every_call_sees_the_holds() {
             reserve(&l, "alice", 300, None).await.unwrap();
         }
         // 900 held of 1 000.
-        let refused = call(&l, "alice", 200, Ask::CheckAndReport).await;
+        let refused = call(&l, "alice", 200, LimitadorCall::CheckAndReport).await;
         assert!(refused.limited);
         assert_eq!(refused.limited_by.as_deref(), Some("per-user"));
-        assert!(call(&l, "alice", 101, Ask::Check).await.limited);
-        let ok = call(&l, "alice", 100, Ask::CheckAndReport).await;
+        assert!(call(&l, "alice", 101, LimitadorCall::Check).await.limited);
+        let ok = call(&l, "alice", 100, LimitadorCall::CheckAndReport).await;
         assert!(!ok.limited);
         assert_eq!(ok.counters[0].remaining, 0, "held room is not left");
         // A report counts whatever is held, and says so.
-        let r = call(&l, "alice", 50, Ask::Report).await;
+        let r = call(&l, "alice", 50, LimitadorCall::Report).await;
         assert!(!r.limited);
         assert!(
-            call(&l, "alice", 0, Ask::Check).await.limited,
+            call(&l, "alice", 0, LimitadorCall::Check).await.limited,
             "1 050 of 1 000"
         );
     });
@@ -244,7 +252,7 @@ fn a_hold_ends_at_its_ttl_the_max_ttl_or_the_window_whichever_is_first() {
         assert!(!commit(&l, "a", &id, 0).await, "expired: nothing to end");
         // No ttl: the max, but not past the window. The route's window (10 s) starts at its
         // first hit, at 25 s: a hold of 1 000 of its 1 500 made 4 s in ends with it, at 35 s.
-        call(&l, "b", 1, Ask::CheckAndReport).await;
+        call(&l, "b", 1, LimitadorCall::CheckAndReport).await;
         clock.set(T0 + 29 * SEC);
         reserve(&l, "c", 1000, None).await.unwrap();
         assert!(

@@ -41,7 +41,7 @@ pub struct LimitSpec {
 
 /// A limit that buckets share, named by its counter key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitRef {
+pub struct SharedLimit {
     pub domain: String,
     /// The counter key `ShouldRateLimit` would use: buckets with the same one share the limit.
     pub key: String,
@@ -52,8 +52,8 @@ pub struct LimitRef {
 
 /// Where a bucket's assignment comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Limit(LimitRef),
+pub enum AssignedBy {
+    Limit(SharedLimit),
     /// Nothing limits the bucket; the reason is for logs.
     AllowAll(&'static str),
     /// The bucket matched a limit RLQS cannot enforce; the message says why. Allowed all.
@@ -68,12 +68,12 @@ pub fn bucket_key(map: &std::collections::HashMap<String, String>) -> BucketKey 
 }
 
 /// The limit `bucket` of `domain` draws on under `config`.
-pub fn resolve(config: &Config, domain: &str, bucket: &BucketKey) -> Target {
+pub fn resolve(config: &Config, domain: &str, bucket: &BucketKey) -> AssignedBy {
     let Some(tree) = config.domain(domain) else {
-        return Target::AllowAll("unknown domain");
+        return AssignedBy::AllowAll("unknown domain");
     };
     if bucket.len() > MAX_BUCKET_ENTRIES {
-        return Target::Refused(format!(
+        return AssignedBy::Refused(format!(
             "a bucket of {} entries (at most {MAX_BUCKET_ENTRIES} are matched)",
             bucket.len()
         ));
@@ -88,19 +88,19 @@ pub fn resolve(config: &Config, domain: &str, bucket: &BucketKey) -> Target {
         steps: 0,
     };
     if !walk.descend(&tree.root) {
-        return Target::AllowAll("no limit matches the bucket");
+        return AssignedBy::AllowAll("no limit matches the bucket");
     }
     let matched = Matched { path: walk.path };
     target(domain, &walk.entries, &matched)
 }
 
-fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target {
+fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> AssignedBy {
     let node = matched.node();
     let limit = match &node.limits[..] {
-        [] => return Target::AllowAll("the bucket's node has no limit"),
+        [] => return AssignedBy::AllowAll("the bucket's node has no limit"),
         [l] => l,
         more => {
-            return Target::Refused(format!(
+            return AssignedBy::Refused(format!(
                 "{} has {} limits; an RLQS bucket gets one token bucket",
                 node.stat_key,
                 more.len()
@@ -108,21 +108,21 @@ fn target(domain: &str, entries: &[Entry<'_>], matched: &Matched<'_>) -> Target 
         }
     };
     if limit.unlimited || node.shadow_mode {
-        return Target::AllowAll("unlimited or shadow_mode");
+        return AssignedBy::AllowAll("unlimited or shadow_mode");
     }
     let burst = match limit.algorithm {
         Algorithm::FixedWindow => None,
         Algorithm::TokenBucket { burst } => Some(burst),
-        Algorithm::SlidingWindow => return Target::Refused(refusal(node, "sliding_window")),
-        Algorithm::FromFirstHit => return Target::Refused(refusal(node, "from_first_hit")),
+        Algorithm::SlidingWindow => return AssignedBy::Refused(refusal(node, "sliding_window")),
+        Algorithm::FromFirstHit => return AssignedBy::Refused(refusal(node, "from_first_hit")),
     };
     if limit.queue.is_some() {
-        return Target::Refused(refusal(node, "a queue"));
+        return AssignedBy::Refused(refusal(node, "a queue"));
     }
     if limit.calendar.is_some() {
-        return Target::Refused(refusal(node, "a calendar window"));
+        return AssignedBy::Refused(refusal(node, "a calendar window"));
     }
-    Target::Limit(LimitRef {
+    AssignedBy::Limit(SharedLimit {
         domain: domain.to_string(),
         key: descriptor::counter_key(domain, entries, Some(matched), 0),
         stat_key: node.stat_key.to_string(),
@@ -248,9 +248,9 @@ descriptors:
         bucket_key(&map)
     }
 
-    fn limit(t: Target) -> LimitRef {
+    fn limit(t: AssignedBy) -> SharedLimit {
         match t {
-            Target::Limit(l) => l,
+            AssignedBy::Limit(l) => l,
             other => panic!("not a limit: {other:?}"),
         }
     }
@@ -286,7 +286,7 @@ descriptors:
         let c = config();
         let five = limit(resolve(&c, "d", &bucket(&[("five", "x")])));
         assert_eq!(five.spec.unit_secs, 300);
-        let Target::Refused(why) = resolve(&c, "d", &bucket(&[("monthly", "x")])) else {
+        let AssignedBy::Refused(why) = resolve(&c, "d", &bucket(&[("monthly", "x")])) else {
             panic!("a calendar window must be refused");
         };
         assert!(why.contains("uses a calendar window"), "{why}");
@@ -315,22 +315,25 @@ descriptors:
             bucket(&[("user", "a"), ("extra", "x")]),
             bucket(&[("nope", "x")]),
         ] {
-            assert!(matches!(resolve(&c, "d", &b), Target::AllowAll(_)), "{b:?}");
+            assert!(
+                matches!(resolve(&c, "d", &b), AssignedBy::AllowAll(_)),
+                "{b:?}"
+            );
         }
         assert!(matches!(
             resolve(&c, "other", &bucket(&[("user", "a")])),
-            Target::AllowAll("unknown domain")
+            AssignedBy::AllowAll("unknown domain")
         ));
         assert!(matches!(
             resolve(&c, "d", &bucket(&[("open", "x")])),
-            Target::AllowAll(_)
+            AssignedBy::AllowAll(_)
         ));
     }
 
     #[test]
     fn what_a_token_bucket_cannot_express_is_refused_with_the_reason() {
         let c = config();
-        let Target::Refused(why) = resolve(&c, "d", &bucket(&[("slow", "x")])) else {
+        let AssignedBy::Refused(why) = resolve(&c, "d", &bucket(&[("slow", "x")])) else {
             panic!("sliding_window must be refused");
         };
         assert!(

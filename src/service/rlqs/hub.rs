@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use fnv::FnvHashMap;
 use tokio::sync::mpsc;
 
-use super::book::{Book, Outbox, StreamId, Usage};
+use super::book::{Book, BucketUsage, Outbox, StreamId};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
 use super::exchange::{DemandExchange, ReplicaDemands};
 use super::stats::{QuotaLimit, QuotaStats};
@@ -59,11 +59,11 @@ pub struct Opened {
 /// A cheap `Clone` handle on the quota state of this process.
 #[derive(Clone)]
 pub struct RlqsHub {
-    inner: Arc<Inner>,
+    inner: Arc<HubInner>,
 }
 
-struct Inner {
-    state: Mutex<State>,
+struct HubInner {
+    state: Mutex<HubState>,
     next_id: AtomicU64,
     /// The limits the buckets are matched against.
     live: LiveLimits,
@@ -84,7 +84,7 @@ struct Fleet {
     published: Mutex<BTreeSet<String>>,
 }
 
-struct State {
+struct HubState {
     book: Book,
     outlets: FnvHashMap<StreamId, mpsc::Sender<Outgoing>>,
     /// The config the book's buckets were last matched against.
@@ -112,10 +112,10 @@ impl RlqsHub {
             published: Mutex::new(BTreeSet::new()),
         });
         RlqsHub {
-            inner: Arc::new(Inner {
+            inner: Arc::new(HubInner {
                 fleet,
                 last_tick: Mutex::new(None),
-                state: Mutex::new(State {
+                state: Mutex::new(HubState {
                     book: Book::new(MAX_BUCKETS)
                         .replica(replica)
                         .global_shadow(global_shadow),
@@ -274,7 +274,7 @@ impl RlqsHub {
 
     /// Runs `f` on the state, first matching the buckets again if a new config went live;
     /// delivers what it decided and updates the metrics.
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> (R, Outbox)) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut HubState) -> (R, Outbox)) -> R {
         let live = self.inner.live.load_full();
         let now = self.now();
         let mut guard = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -292,7 +292,7 @@ impl RlqsHub {
         r
     }
 
-    fn deliver(&self, st: &mut State, out: Outbox) {
+    fn deliver(&self, st: &mut HubState, out: Outbox) {
         let q = &self.inner.stats;
         for (stream, actions) in out {
             let n = actions.len() as u64;
@@ -312,7 +312,7 @@ impl RlqsHub {
         }
     }
 
-    fn count(&self, st: &mut State, changed: bool) {
+    fn count(&self, st: &mut HubState, changed: bool) {
         let q = &self.inner.stats;
         q.streams.store(st.book.streams() as u64, Ordering::Relaxed);
         q.buckets.store(st.book.buckets() as u64, Ordering::Relaxed);
@@ -362,7 +362,7 @@ impl std::fmt::Debug for Brief<'_> {
 }
 
 /// A report's domain and usages, checked.
-fn parse(r: RateLimitQuotaUsageReports) -> Result<(String, Vec<Usage>), BadReport> {
+fn parse(r: RateLimitQuotaUsageReports) -> Result<(String, Vec<BucketUsage>), BadReport> {
     if r.domain.is_empty() {
         return Err(BadReport("domain is empty".into()));
     }
@@ -386,7 +386,7 @@ fn parse(r: RateLimitQuotaUsageReports) -> Result<(String, Vec<Usage>), BadRepor
                 d.nanos.clamp(0, 999_999_999) as u32,
             )
         });
-        usages.push(Usage {
+        usages.push(BucketUsage {
             bucket: bucket_key(&id.bucket),
             elapsed,
             allowed: u.num_requests_allowed,

@@ -15,7 +15,7 @@ pub mod hub;
 pub mod share;
 mod stats;
 
-pub use book::{Book, LimitView, Outbox, StreamId, Usage};
+pub use book::{Book, BucketUsage, LimitView, Outbox, StreamId};
 pub use bucket::refusals;
 pub use exchange::{DemandExchange, ReplicaDemands};
 pub use hub::RlqsHub;

@@ -114,9 +114,10 @@ pub struct ThrottleAnswer {
     pub retry_after: i64,
 }
 
-/// redis-cell's answer, fields in its reply's order (its README's "Response", `src/lib.rs`).
+/// The throttle door's second answer, redis-cell's (`CL.THROTTLE`), fields in its reply's order
+/// (its README's "Response", `src/lib.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CellAnswer {
+pub struct ThrottleCellAnswer {
     /// Sent first, as 0 (allowed) or 1 (limited).
     pub limited: bool,
     /// `max_burst + 1`.
@@ -161,10 +162,10 @@ impl ThrottleAnswer {
     }
 }
 
-impl CellAnswer {
+impl ThrottleCellAnswer {
     /// redis-cell's answer (`src/cell/mod.rs`, `RateLimiter::rate_limit`): its TAT is the
     /// engine's, and `τ = T·(max_burst+1)` (`:78-80`) is the engine's bucket.
-    pub fn from_gcra(g: &Gcra) -> CellAnswer {
+    pub fn from_gcra(g: &Gcra) -> ThrottleCellAnswer {
         let t = i128::from(g.interval_ns.max(1));
         let tau = t * i128::from(g.burst);
         // new_tat - now when allowed, tat - now when limited (`:187`, `:192`).
@@ -184,7 +185,7 @@ impl CellAnswer {
         // (`:105`, `:175-184`).
         let increment = t * i128::from(g.quantity);
         let retry = (!g.allowed && increment <= tau).then(|| ttl + increment - tau);
-        CellAnswer {
+        ThrottleCellAnswer {
             limited: !g.allowed,
             limit: g.burst as i64,
             remaining,
@@ -342,9 +343,9 @@ impl ThrottleService {
         &self,
         limits: &ThrottleLimits,
         req: &ThrottleRequest,
-    ) -> Result<CellAnswer, ThrottleError> {
+    ) -> Result<ThrottleCellAnswer, ThrottleError> {
         let (_, g) = self.decide(limits, req, Peer::RedisCell).await?;
-        Ok(CellAnswer::from_gcra(&g))
+        Ok(ThrottleCellAnswer::from_gcra(&g))
     }
 
     async fn decide(

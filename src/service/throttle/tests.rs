@@ -186,7 +186,7 @@ fn throttlecrab_keeps_its_own_tat() {
 fn redis_cell_answers_from_the_engine_state() {
     // brandur/redis-cell README, "Response": CL.THROTTLE user123 15 30 60 on a fresh key
     // is [0, 16, 15, -1, 2] (T = 2 s, a bucket of 16, full again in 2 s).
-    let a = CellAnswer::from_gcra(&g(true, 2 * S, 2 * S, 16, 1));
+    let a = ThrottleCellAnswer::from_gcra(&g(true, 2 * S, 2 * S, 16, 1));
     assert_eq!(
         (
             a.limited,
@@ -199,15 +199,15 @@ fn redis_cell_answers_from_the_engine_state() {
     );
     // src/cell/mod.rs it_rate_limits case 8 (limit 5, 1/s): reset_after 3900 ms, which
     // src/lib.rs:73-76 rounds up to 4; case 14: limited, retry_after 3 s.
-    let a = CellAnswer::from_gcra(&g(true, 3_900_000_000, S, 5, 1));
+    let a = ThrottleCellAnswer::from_gcra(&g(true, 3_900_000_000, S, 5, 1));
     assert_eq!((a.remaining, a.reset_after), (1, 4));
-    let a = CellAnswer::from_gcra(&g(false, 3 * S, S, 5, 5));
+    let a = ThrottleCellAnswer::from_gcra(&g(false, 3 * S, S, 5, 5));
     assert_eq!(
         (a.limited, a.remaining, a.retry_after, a.reset_after),
         (true, 2, 3, 3)
     );
     // Case 0: more than the bucket can ever hold: retry_after stays -1.
-    let a = CellAnswer::from_gcra(&g(false, 0, S, 5, 6));
+    let a = ThrottleCellAnswer::from_gcra(&g(false, 0, S, 5, 6));
     assert_eq!((a.remaining, a.retry_after, a.reset_after), (5, -1, 0));
     // lib.rs rounds up only from a whole millisecond.
     assert_eq!(cell_secs(2 * S as i128 + 999_999), 2);

@@ -40,7 +40,7 @@ impl<'de> Visitor<'de> for Probe<'_> {
         while let Some(k) = map.next_key::<String>()? {
             match (k.as_str(), self.index) {
                 ("mappings", Some(i)) => map.next_value_seed(Nth { probe: self, i })?,
-                ("defaults", None) => map.next_value_seed(Key(self.key))?,
+                ("defaults", None) => map.next_value_seed(AtKey(self.key))?,
                 _ => map.next_value::<IgnoredAny>().map(|_| ())?,
             }
         }
@@ -75,15 +75,15 @@ impl<'de> Visitor<'de> for Nth<'_> {
                 return Ok(());
             }
         }
-        seq.next_element_seed(Key(self.probe.key))?;
+        seq.next_element_seed(AtKey(self.probe.key))?;
         Ok(())
     }
 }
 
 /// Stops at `key` in a mapping.
-struct Key<'a>(&'a str);
+struct AtKey<'a>(&'a str);
 
-impl<'de> DeserializeSeed<'de> for Key<'_> {
+impl<'de> DeserializeSeed<'de> for AtKey<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -91,7 +91,7 @@ impl<'de> DeserializeSeed<'de> for Key<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Key<'_> {
+impl<'de> Visitor<'de> for AtKey<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -102,7 +102,7 @@ impl<'de> Visitor<'de> for Key<'_> {
         while let Some(k) = map.next_key::<String>()? {
             if k == self.0 {
                 // An error raised inside the value's own deserialization carries its place.
-                map.next_value_seed(Stop)?;
+                map.next_value_seed(FailOnValue)?;
                 return Err(de::Error::custom(FOUND));
             }
             map.next_value::<IgnoredAny>()?;
@@ -112,9 +112,9 @@ impl<'de> Visitor<'de> for Key<'_> {
 }
 
 /// Fails on whatever value it is given.
-struct Stop;
+struct FailOnValue;
 
-impl<'de> DeserializeSeed<'de> for Stop {
+impl<'de> DeserializeSeed<'de> for FailOnValue {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -122,7 +122,7 @@ impl<'de> DeserializeSeed<'de> for Stop {
     }
 }
 
-impl Visitor<'_> for Stop {
+impl Visitor<'_> for FailOnValue {
     type Value = ();
 
     /// Every visit fails (the default methods refuse every type), with this as its message.

@@ -19,7 +19,7 @@ use crate::config::limitador::Limit;
 use crate::descriptor::limitador::{namespace_prefix, parse_counter_key};
 use crate::descriptor::Entry;
 use crate::limiter::State as KeyState;
-use crate::service::limitador::{draft_03, set_variables, Ask, LimitadorService};
+use crate::service::limitador::{draft_03, set_variables, LimitadorCall, LimitadorService};
 use crate::service::metrics::{Door, DoorCalls};
 use crate::service::{within_bounds, RequestLimits};
 use crate::telemetry::{Registry, Shown};
@@ -188,7 +188,7 @@ async fn counters(State(s): State<LimitadorHttp>, Path(ns): Path<String>) -> Res
 
 /// `/check`, `/report` and `/check_and_report`'s body.
 #[derive(Deserialize)]
-struct Asked {
+struct CallBody {
     namespace: String,
     values: HashMap<String, String>,
     delta: u64,
@@ -197,30 +197,34 @@ struct Asked {
 
 async fn check(
     State(s): State<LimitadorHttp>,
-    body: Result<Json<Asked>, JsonRejection>,
+    body: Result<Json<CallBody>, JsonRejection>,
 ) -> Response {
-    decide(&s, body, Ask::Check).await
+    decide(&s, body, LimitadorCall::Check).await
 }
 
 async fn report(
     State(s): State<LimitadorHttp>,
-    body: Result<Json<Asked>, JsonRejection>,
+    body: Result<Json<CallBody>, JsonRejection>,
 ) -> Response {
-    decide(&s, body, Ask::Report).await
+    decide(&s, body, LimitadorCall::Report).await
 }
 
 async fn check_and_report(
     State(s): State<LimitadorHttp>,
-    body: Result<Json<Asked>, JsonRejection>,
+    body: Result<Json<CallBody>, JsonRejection>,
 ) -> Response {
-    decide(&s, body, Ask::CheckAndReport).await
+    decide(&s, body, LimitadorCall::CheckAndReport).await
 }
 
 /// Limitador's answers: 200 with `null` when admitted; limited, 429 with `null` for
 /// `/check_and_report` and `Too many requests` for `/check`; a failed call 500 (`null` for
 /// `/check_and_report`, `Internal server error` otherwise); a body that is not a request 400
 /// naming what is wrong (`Json deserialize error: …`, or `Content type error`).
-async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask: Ask) -> Response {
+async fn decide(
+    s: &LimitadorHttp,
+    body: Result<Json<CallBody>, JsonRejection>,
+    ask: LimitadorCall,
+) -> Response {
     let text = |code: StatusCode, body: String| {
         let plain = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
         (code, plain, body).into_response()
@@ -245,7 +249,7 @@ async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask
     if let Err(e) = bounded {
         return text(StatusCode::BAD_REQUEST, e.to_string());
     }
-    let metered = ask == Ask::CheckAndReport;
+    let metered = ask == LimitadorCall::CheckAndReport;
     let descriptors: [&[Entry<'_>]; 1] = [&entries];
     let called = (s.limitador).call(&a.namespace, &descriptors, a.delta, ask, metered);
     let verdict = match called.await {
@@ -260,13 +264,15 @@ async fn decide(s: &LimitadorHttp, body: Result<Json<Asked>, JsonRejection>, ask
             )
         }
     };
-    let limited = verdict.limited && ask != Ask::Report;
+    let limited = verdict.limited && ask != LimitadorCall::Report;
     let mut resp = match (limited, ask) {
         (false, _) => (StatusCode::OK, Json(())).into_response(),
-        (true, Ask::Check) => text(StatusCode::TOO_MANY_REQUESTS, "Too many requests".into()),
+        (true, LimitadorCall::Check) => {
+            text(StatusCode::TOO_MANY_REQUESTS, "Too many requests".into())
+        }
         (true, _) => (StatusCode::TOO_MANY_REQUESTS, Json(())).into_response(),
     };
-    if ask == Ask::CheckAndReport && a.response_headers.is_some() {
+    if ask == LimitadorCall::CheckAndReport && a.response_headers.is_some() {
         for (k, v) in draft_03(&verdict.counters) {
             if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
                 resp.headers_mut().insert(k, v);

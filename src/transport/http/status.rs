@@ -102,7 +102,7 @@ fn filters(
 }
 
 #[derive(Serialize)]
-struct LimitTop {
+struct LimitTopJson {
     domain: String,
     /// The limit's stat key, as `/rlconfig` and the Prometheus series name it.
     limit: String,
@@ -176,7 +176,7 @@ impl TopView<'_> {
                     v.show_values(&client);
                 }
             }
-            limits.push(LimitTop {
+            limits.push(LimitTopJson {
                 domain: name.to_owned(),
                 limit: node.stat_key.to_string(),
                 windows: node.limits.iter().map(|l| l.window_text()).collect(),
@@ -196,15 +196,15 @@ impl TopView<'_> {
 
 /// A node with limits, in its domain, with whether the config fixes the value at each depth
 /// of its path (an exact `value:`; no value or a wildcard takes the client's).
-type Listed<'c> = (&'c str, &'c Node, Vec<bool>);
+type ListedNode<'c> = (&'c str, &'c Node, Vec<bool>);
 
 /// Every node with limits, domains sorted, nodes in listing order.
-fn nodes_with_limits(config: &Config) -> Vec<Listed<'_>> {
+fn nodes_with_limits(config: &Config) -> Vec<ListedNode<'_>> {
     fn walk<'c>(
         domain: &'c str,
         level: &'c Level,
         path: &mut Vec<bool>,
-        out: &mut Vec<Listed<'c>>,
+        out: &mut Vec<ListedNode<'c>>,
     ) {
         for n in level.nodes() {
             path.push(n.fixes_value());

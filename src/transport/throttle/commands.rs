@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use super::Ctx;
+use super::ThrottleCtx;
 use crate::service::metrics::{Door, Failed};
 use crate::service::throttle::{ThrottleError, ThrottleRequest};
 use crate::telemetry::trace::{request_span, REQUEST_TARGET};
@@ -30,7 +30,7 @@ pub(super) struct Session {
 
 pub(super) async fn execute(
     args: &[Bytes],
-    ctx: &Ctx,
+    ctx: &ThrottleCtx,
     session: &mut Session,
     out: &mut BytesMut,
 ) -> Flow {
@@ -168,7 +168,7 @@ fn hello(out: &mut BytesMut, resp3: bool) {
 /// `THROTTLE key max_burst count_per_period period [quantity]`, answered as ThrottleCrab does
 /// (`throttlecrab-server/src/transport/redis/mod.rs:277-283`): `[allowed, limit, remaining,
 /// reset_after, retry_after]`.
-async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Option<Failed> {
+async fn throttle_command(args: &[Bytes], ctx: &ThrottleCtx, out: &mut BytesMut) -> Option<Failed> {
     let Some(req) = parse_throttle("throttle", args, ctx, out) else {
         return Some(Failed::InvalidArgument);
     };
@@ -191,7 +191,11 @@ async fn throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Opti
 /// `CL.THROTTLE key max_burst count_per_period period [quantity]`, answered as redis-cell does
 /// (`src/lib.rs:82-87` in brandur/redis-cell): `[limited, max_burst + 1, remaining, retry_after,
 /// reset_after]`.
-async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> Option<Failed> {
+async fn cl_throttle_command(
+    args: &[Bytes],
+    ctx: &ThrottleCtx,
+    out: &mut BytesMut,
+) -> Option<Failed> {
     let Some(req) = parse_throttle("cl.throttle", args, ctx, out) else {
         return Some(Failed::InvalidArgument);
     };
@@ -216,7 +220,7 @@ async fn cl_throttle_command(args: &[Bytes], ctx: &Ctx, out: &mut BytesMut) -> O
 fn parse_throttle(
     command: &str,
     args: &[Bytes],
-    ctx: &Ctx,
+    ctx: &ThrottleCtx,
     out: &mut BytesMut,
 ) -> Option<ThrottleRequest> {
     let int = |i: usize, name: &str| -> Result<i64, String> {

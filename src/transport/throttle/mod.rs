@@ -102,7 +102,7 @@ impl RespSettings {
     }
 }
 
-struct Ctx {
+struct ThrottleCtx {
     throttle: ThrottleService,
     stats: Arc<RespStats>,
     /// Every door's calls: `THROTTLE` and `CL.THROTTLE` count in the throttle door's.
@@ -114,7 +114,7 @@ struct Ctx {
 /// What every listener of the transport shares: the decisions, the settings, and the cap on
 /// connections (one cap, however many threads accept).
 pub struct RespShared {
-    ctx: Arc<Ctx>,
+    ctx: Arc<ThrottleCtx>,
     allow_remote: bool,
     max: u32,
     permits: Arc<Semaphore>,
@@ -135,7 +135,7 @@ impl RespShared {
             .min(u32::MAX as usize)
             .max(1) as u32;
         Arc::new(RespShared {
-            ctx: Arc::new(Ctx {
+            ctx: Arc::new(ThrottleCtx {
                 throttle,
                 calls,
                 stats,
@@ -226,11 +226,11 @@ pub async fn serve_shared(
 /// A connection's hold on its place under the cap, counted in the open-connections gauge.
 struct Open {
     _permit: OwnedSemaphorePermit,
-    ctx: Arc<Ctx>,
+    ctx: Arc<ThrottleCtx>,
 }
 
 impl Open {
-    fn new(permit: OwnedSemaphorePermit, ctx: Arc<Ctx>) -> Open {
+    fn new(permit: OwnedSemaphorePermit, ctx: Arc<ThrottleCtx>) -> Open {
         ctx.stats.opened();
         Open {
             _permit: permit,
@@ -273,7 +273,7 @@ async fn close(mut stream: TcpStream, last: &[u8]) {
     .await;
 }
 
-async fn connection(mut stream: TcpStream, ctx: &Ctx, mut stopped: watch::Receiver<bool>) {
+async fn connection(mut stream: TcpStream, ctx: &ThrottleCtx, mut stopped: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
     let mut input = BytesMut::with_capacity(1024);
     let mut out = BytesMut::new();

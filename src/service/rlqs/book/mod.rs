@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 use fnv::{FnvHashMap, FnvHashSet};
 
 use super::assign::{self, Assignment, REFRESH_AFTER};
-use super::bucket::{self, BucketKey, LimitRef, Target};
+use super::bucket::{self, AssignedBy, BucketKey, SharedLimit};
 use super::share::fair_shares;
 use crate::config::Config;
 
@@ -26,7 +26,7 @@ const BUCKET_IDLE: Duration = Duration::from_secs(60);
 
 /// One bucket's line of a usage report.
 #[derive(Debug, Clone)]
-pub struct Usage {
+pub struct BucketUsage {
     pub bucket: BucketKey,
     /// Since the bucket's last report; zero on its first (Envoy 1.40 sends 0 there).
     pub elapsed: Duration,
@@ -35,7 +35,7 @@ pub struct Usage {
 }
 
 /// A bucket within a stream: its domain and its entries.
-type Slot = (String, BucketKey);
+type StreamBucket = (String, BucketKey);
 
 /// What to send: per stream, the bucket actions for it.
 pub type Outbox = Vec<(StreamId, Vec<BucketAction>)>;
@@ -55,7 +55,7 @@ pub struct LimitView {
 
 #[derive(Debug)]
 struct Bucket {
-    target: Target,
+    target: AssignedBy,
     /// Requests per unit of its limit, from the last report that covered some time; `None`
     /// until then, which claims an equal split.
     demand: Option<f64>,
@@ -68,9 +68,9 @@ struct Bucket {
 /// One limit shared by the buckets (of any stream) with its counter key.
 #[derive(Debug)]
 struct Shared {
-    limit: LimitRef,
+    limit: SharedLimit,
     /// The share in force, in tokens per unit, of each member; `None` before the first split.
-    members: BTreeMap<(StreamId, Slot), Option<u32>>,
+    members: BTreeMap<(StreamId, StreamBucket), Option<u32>>,
     /// The other replicas' demands of this limit (fleet mode), by replica id, and when they
     /// were read.
     remote: Vec<(u64, Vec<Option<f64>>)>,
@@ -80,11 +80,11 @@ struct Shared {
 /// Every stream's buckets and every shared limit. Bounded: `max_buckets` over all streams.
 #[derive(Debug)]
 pub struct Book {
-    streams: FnvHashMap<StreamId, HashMap<Slot, Bucket>>,
+    streams: FnvHashMap<StreamId, HashMap<StreamBucket, Bucket>>,
     limits: HashMap<String, Shared>,
     buckets: usize,
     max_buckets: usize,
-    abandons: Vec<(StreamId, Slot)>,
+    abandons: Vec<(StreamId, StreamBucket)>,
     /// Streams with an assignment due (new or changed), so a report looks at those only; the
     /// refreshes are found by the periodic tick, which looks at every bucket.
     pending: FnvHashSet<StreamId>,
@@ -116,9 +116,9 @@ impl Book {
     }
 
     /// What a bucket is matched to under `config`.
-    fn target(&self, config: &Config, key: &Slot) -> Target {
+    fn target(&self, config: &Config, key: &StreamBucket) -> AssignedBy {
         if self.global_shadow {
-            return Target::AllowAll("SHADOW_MODE");
+            return AssignedBy::AllowAll("SHADOW_MODE");
         }
         bucket::resolve(config, &key.0, &key.1)
     }
@@ -148,7 +148,7 @@ impl Book {
         config: &Config,
         stream: StreamId,
         domain: &str,
-        usages: Vec<Usage>,
+        usages: Vec<BucketUsage>,
         now: u64,
     ) -> (Outbox, usize) {
         let mut dirty: BTreeMap<String, bool> = BTreeMap::new();
@@ -177,13 +177,13 @@ impl Book {
         &mut self,
         config: &Config,
         stream: StreamId,
-        key: Slot,
+        key: StreamBucket,
         now: u64,
         dirty: &mut BTreeMap<String, bool>,
     ) {
         let target = self.target(config, &key);
         log_target(&key, &target);
-        if let Target::Limit(l) = &target {
+        if let AssignedBy::Limit(l) = &target {
             self.join(l, stream, &key);
             dirty.insert(l.key.clone(), true);
         }
@@ -202,8 +202,8 @@ impl Book {
     fn update(
         &mut self,
         stream: StreamId,
-        slot: &Slot,
-        u: &Usage,
+        slot: &StreamBucket,
+        u: &BucketUsage,
         now: u64,
         dirty: &mut BTreeMap<String, bool>,
     ) {
@@ -215,7 +215,7 @@ impl Book {
         // report, measured here, is the better measure once there is one.
         let since = now.saturating_sub(b.seen_ns) as f64 / 1e9;
         b.seen_ns = now;
-        let Target::Limit(l) = &b.target else {
+        let AssignedBy::Limit(l) = &b.target else {
             return;
         };
         let secs = if since >= 1.0 {
@@ -230,7 +230,7 @@ impl Book {
         }
     }
 
-    fn join(&mut self, l: &LimitRef, stream: StreamId, key: &Slot) {
+    fn join(&mut self, l: &SharedLimit, stream: StreamId, key: &StreamBucket) {
         let shared = self.limits.entry(l.key.clone()).or_insert_with(|| Shared {
             limit: l.clone(),
             members: BTreeMap::new(),
@@ -243,8 +243,13 @@ impl Book {
     }
 
     /// Takes the bucket out of its limit; the limit's key, to rebalance, if it had one.
-    fn leave(&mut self, stream: StreamId, key: &Slot, target: &Target) -> Option<String> {
-        let Target::Limit(l) = target else {
+    fn leave(
+        &mut self,
+        stream: StreamId,
+        key: &StreamBucket,
+        target: &AssignedBy,
+    ) -> Option<String> {
+        let AssignedBy::Limit(l) = target else {
             return None;
         };
         let shared = self.limits.get_mut(&l.key)?;
@@ -360,8 +365,8 @@ impl Book {
     fn retarget(
         &mut self,
         s: StreamId,
-        k: Slot,
-        target: Target,
+        k: StreamBucket,
+        target: AssignedBy,
         dirty: &mut BTreeMap<String, bool>,
     ) {
         let Some(old) = self.streams.get(&s).and_then(|m| m.get(&k)) else {
@@ -371,13 +376,13 @@ impl Book {
         dirty.extend(self.leave(s, &k, &old).map(|key| (key, true)));
         let buckets = self.streams.entry(s).or_default();
         match (&old, &target) {
-            (Target::Limit(_), Target::AllowAll(_) | Target::Refused(_)) => {
+            (AssignedBy::Limit(_), AssignedBy::AllowAll(_) | AssignedBy::Refused(_)) => {
                 buckets.remove(&k);
                 self.buckets -= 1;
                 self.abandons.push((s, k));
                 return;
             }
-            (_, Target::Limit(l)) => {
+            (_, AssignedBy::Limit(l)) => {
                 dirty.insert(l.key.clone(), true);
                 let l = l.clone();
                 self.join(&l, s, &k);
@@ -386,7 +391,7 @@ impl Book {
         }
         if let Some(b) = self.streams.get_mut(&s).and_then(|m| m.get_mut(&k)) {
             log_target(&k, &target);
-            if !matches!(target, Target::Limit(_)) && b.assignment != Assignment::AllowAll {
+            if !matches!(target, AssignedBy::Limit(_)) && b.assignment != Assignment::AllowAll {
                 b.assignment = Assignment::AllowAll;
                 b.sent_ns = None;
                 self.pending.insert(s);
@@ -430,7 +435,7 @@ impl Book {
                 let due = b.sent_ns.is_none_or(|t| now.saturating_sub(t) >= refresh);
                 // A bucket of a limit waits for its first split.
                 let split = match &b.target {
-                    Target::Limit(l) => self
+                    AssignedBy::Limit(l) => self
                         .limits
                         .get(&l.key)
                         .and_then(|sh| sh.members.get(&(s, k.clone())))
@@ -452,7 +457,7 @@ impl Book {
 
     /// Per shared limit, the demands of this replica's buckets, for the other replicas.
     pub fn local_demands(&self) -> Vec<(String, Vec<Option<f64>>)> {
-        let demand = |(s, k): &(StreamId, Slot)| {
+        let demand = |(s, k): &(StreamId, StreamBucket)| {
             let b = self.streams.get(s).and_then(|m| m.get(k));
             b.and_then(|b| b.demand)
         };
@@ -543,15 +548,15 @@ fn split(shared: &Shared, me: u64, mine: &[Option<f64>]) -> Vec<u32> {
     fair_shares(rpu, &flat)[at..at + mine.len()].to_vec()
 }
 
-fn log_target((domain, key): &Slot, target: &Target) {
+fn log_target((domain, key): &StreamBucket, target: &AssignedBy) {
     match target {
-        Target::Limit(l) => {
+        AssignedBy::Limit(l) => {
             tracing::debug!(domain, bucket = ?key, limit = %l.stat_key, "RLQS bucket shares a limit")
         }
-        Target::AllowAll(why) => {
+        AssignedBy::AllowAll(why) => {
             tracing::debug!(domain, bucket = ?key, why, "RLQS bucket allowed all")
         }
-        Target::Refused(why) => {
+        AssignedBy::Refused(why) => {
             // The bucket id's values are the client's: a digest at error level.
             let bucket: Vec<(&str, String)> = (key.iter())
                 .map(|(k, v)| (k.as_str(), crate::telemetry::digest(v)))

@@ -16,8 +16,8 @@ fn key(user: &str) -> BucketKey {
     vec![("user".to_string(), user.to_string())]
 }
 
-fn usage(user: &str, secs: u64, asked: u64) -> Usage {
-    Usage {
+fn usage(user: &str, secs: u64, asked: u64) -> BucketUsage {
+    BucketUsage {
         bucket: key(user),
         elapsed: Duration::from_secs(secs),
         allowed: asked,
@@ -135,7 +135,7 @@ fn unmatched_buckets_are_allowed_all_and_the_book_is_bounded() {
         1,
         "d",
         vec![
-            Usage {
+            BucketUsage {
                 bucket: vec![("other".into(), "x".into())],
                 ..usage("a", 0, 1)
             },

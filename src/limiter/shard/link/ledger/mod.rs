@@ -103,7 +103,7 @@ fn weigh(mode: Mode, op: &Op, hits: i64, at: u64, now: u64) -> i64 {
 }
 
 /// One key's hits decided here that the store has not counted yet.
-struct Entry {
+struct Uncounted {
     /// The key and its limit (`hits` 0).
     op: Op,
     /// Hits not sent yet (negative: more refunded than taken), decided at `at` (a window's:
@@ -124,7 +124,7 @@ pub(crate) struct Ledger {
     mode: Mode,
     /// Local-first: whether ops that do not say are local-first.
     default_on: bool,
-    entries: KeyMap<Entry>,
+    entries: KeyMap<Uncounted>,
     cap: usize,
     /// Local-first: the sync interval; fallback: how long a replay that could not go, or
     /// failed, waits before it is tried again (the breaker's cooldown). Clock ns.
@@ -174,7 +174,7 @@ impl Ledger {
     }
 
     /// The entry of `op`'s key, made if it has none and there is room.
-    fn entry(&mut self, op: &Op, now: u64) -> Option<&mut Entry> {
+    fn entry(&mut self, op: &Op, now: u64) -> Option<&mut Uncounted> {
         if !self.entries.contains_key(&op.key) {
             if self.entries.len() >= self.cap {
                 (self.entries).retain(|_, e| e.delta != 0 || e.sending != 0 || e.used);
@@ -184,7 +184,7 @@ impl Ledger {
             }
             let mut key_op = op.clone();
             key_op.hits = 0;
-            let e = Entry {
+            let e = Uncounted {
                 op: key_op,
                 delta: 0,
                 at: now,
