@@ -372,6 +372,25 @@ for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], r
             must_name(parts[0], door, "src/lib.rs's doors table")
         for i in range(1, len(parts)):
             must_name("/".join(parts[:i]), parts[i], f"the {door} door's {path}")
+# 7b. One module-file convention: a module with children is `name/mod.rs`, never `name.rs`
+# beside a `name/` folder; and each door is named one way in every layer: its service's file
+# and one of its transport's files carry the door's name (src/lib.rs's doors table).
+for root, dirs, fs in os.walk(SRC):
+    for d in dirs:
+        if d + ".rs" in fs:
+            failures.append(f"{os.path.join(root, d)}.rs beside its folder: use "
+                            f"{os.path.join(root, d, 'mod.rs')}")
+head = re.search(r"^//! \| door \|(.*)\|$", lib, re.M)
+layers = [c.strip() for c in head.group(1).split("|")] if head else []
+for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], re.M):
+    door, cells = row
+    for layer, cell in zip(layers, cells.strip("|").split("|")):
+        paths = re.findall(r"`([a-z_/]+\.rs)`", cell)
+        if layer in ("service", "transport") and paths and not any(
+                door in p.removesuffix(".rs").split("/") for p in paths):
+            failures.append(f"src/lib.rs's doors table: the {door} door's {layer} has no file "
+                            f"named for it ({', '.join(paths)})")
+
 # 8. One type name, one thing: no struct, enum, union, trait or type alias is defined twice in
 # src/. Associated types (`type Future = ...` in an `impl`, `type Io;` in a trait) and the test
 # code (`#[cfg(test)]` items and modules, `tests.rs`, `tests/`) are left out: a test's fixture
