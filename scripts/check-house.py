@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""What the overview in src/lib.rs promises of the house, checked (scripts/test.sh runs it).
+"""What src/lib.rs's map and docs/architecture.md's walks promise of the house, checked
+(scripts/test.sh runs it).
 
-- Every `file.rs` path lib.rs names exists under src/.
-- Top-level modules form layers: no cycle among the arrows `crate::other` draws between them.
+- Every `file.rs` path lib.rs's doors table names exists under src/; each door's service and
+  transport have a file of the door's name; a module with children is `name/mod.rs`.
+- Top-level modules form layers: no cycle among the arrows `crate::other` draws between them,
+  and lib.rs's "uses" column is those arrows.
 - Inside a module, no cycle among sibling files: a file points at a sibling when it names it
   (`super::sibling`) or an item the sibling defines (`super::Item`, `super::{A, B}`).
   `mod.rs` re-exports are not arrows: a child naming its parent's items points up, not across.
 - No file over 600 lines, no function over 80.
+- Each file a walk of docs/architecture.md names exists and is called by one named before it.
+- `server/` names no door outside `server/doors.rs`.
+- Every code name a page or a comment quotes exists.
+- Each module's `//!` opener names the children lib.rs's tables give it.
 - No type name defined twice in src/ (test code left out), but for the few listed with why.
 
 Exits 1 naming each failure. Usage: python3 scripts/check-house.py [SRC_DIR]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One word a concept (src/lib.rs, "Words"): a word retired for another, listed with what
+# One word a concept (docs/architecture.md, "Words"): a word retired for another, listed with what
 # replaced it in scripts/retired-words.txt, must not come back, in the code nor in what speaks
 # of it: src/, the docs, the tests, examples/, benches/, fuzz/, config/, these scripts, the
 # README, SECURITY.md and the build files.

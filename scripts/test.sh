@@ -15,11 +15,13 @@ export PATH="$HOME/.local/bin:$PATH"
 hash -r
 
 cargo fmt --all -- --check
-# One word a concept (src/lib.rs, "Words"): a word retired for another must not come back.
+# One word a concept (docs/architecture.md, "Words"): a word retired for another must not come
+# back, in the code, the docs, the tests, the examples or the benches.
 bash scripts/check-words.sh
-# What src/lib.rs's overview promises of the house: its table's "uses" column is what the code
-# imports, the files its walks name exist and each is called by one named before it; no cycle
-# between top-level modules nor between the files of one module, no file over 600 lines.
+# What src/lib.rs's map promises of the house: its "uses" column is what the code imports, each
+# door's files exist and carry its name, each module's opener names its children; the walks of
+# docs/architecture.md name files that call each other in turn; no cycle between modules nor
+# between the files of one module, no file over 600 lines, no type name defined twice.
 python3 scripts/check-house.py src
 # Every target of the package: the library, the binary, the tests, examples/ and benches/.
 cargo clippy --all-targets --all-features -- -D warnings
