@@ -13,7 +13,7 @@
 //! of the interval being saved. At start the newest snapshot and its log are read before any port
 //! serves, each key going to the shard that owns it in this process's layout.
 //!
-//! The walk of a save, file by file, is in the crate's overview (`src/lib.rs`). The setting
+//! The walk of a save, file by file, is in docs/architecture.md. The setting
 //! and the metrics name a save a "sync" (`TURNSTILE_STATE_SYNC_INTERVAL`,
 //! `turnstile_state_syncs_total`), as they were published; inside the code a "sync" is
 //! local-first's exchange with the store.
