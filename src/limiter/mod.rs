@@ -94,7 +94,7 @@ struct Inner {
     senders: Vec<mpsc::Sender<Msg>>,
     clock: Clock,
     stats: Vec<Arc<ShardStats>>,
-    /// Each shard's link's counters, kept in memory mode too (the Redis families read zeros).
+    /// Each shard's link's stats, kept in memory mode too (the Redis families read zeros).
     links: Vec<Arc<LinkStats>>,
     /// The store the shards count in, and how long a listing of it may take.
     store: Option<Listing>,
@@ -241,12 +241,12 @@ impl Engine {
         &self.inner.stats
     }
 
-    /// Each shard's link's counters (zeros in memory mode).
+    /// Each shard's link's stats (zeros in memory mode).
     pub fn link_stats(&self) -> &[Arc<LinkStats>] {
         &self.inner.links
     }
 
-    /// Every shard's counters, as one part of the exposition.
+    /// Every shard's stats, as one part of the exposition.
     pub fn metrics(&self) -> EngineStats {
         EngineStats {
             shards: self.inner.stats.clone().into(),

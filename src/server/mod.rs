@@ -343,9 +343,9 @@ async fn answer_while_waiting(
 ) -> Result<Option<Waiting>, StartError> {
     match settings.storage {
         Storage::Redis(_) | Storage::Durable(_) => {
-            let counters = Registry::new(vec![starting.retries.clone()]);
+            let stats = Registry::new(vec![starting.retries.clone()]);
             let wait = &starting.wait;
-            let w = Waiting::serve(listeners, wait, counters, settings, tls.clone()).await;
+            let w = Waiting::serve(listeners, wait, stats, settings, tls.clone()).await;
             Ok(Some(w.map_err(StartError::Runtime)?))
         }
         Storage::Memory => Ok(None),

@@ -2,7 +2,7 @@
 //! adapter and the HTTP `/json` endpoint both call [`RateLimiter::decide`], which counts the
 //! call and its latency; the direct APIs' decisions (`throttle`) use the same engine, and so do
 //! the admin listener's look-ups and resets (`admin`), planned as a request is. The live limits
-//! (`live`) and the counters of the config loads that replace them (`reloads`) are here too.
+//! (`live`) and the stats of the config loads that replace them (`reloads`) are here too.
 
 mod admin;
 mod answer;

@@ -238,7 +238,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
 }
 
 /// A round trip that fails is the store's error, counted by the store on the shard's lane; the
-/// shard's own counters have no store error of their own to count.
+/// shard's own stats have no store error of their own to count.
 #[tokio::test]
 async fn a_failed_round_trip_is_counted_by_the_store_on_the_shards_lane() {
     let (clock, _) = Clock::manual(T0);

@@ -37,7 +37,7 @@ use crate::service::{LiveLimits, RateLimiter, Request, RlsError, ThrottleLimits,
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 
-/// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
+/// What `/metrics` and `/rlconfig` read: every part's stats (the live limits' per-limit
 /// series among them), and the live limits' text.
 #[derive(Clone)]
 pub struct MetricsState {

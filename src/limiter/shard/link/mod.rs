@@ -4,7 +4,7 @@
 //! counted yet wait in a ledger (`ledger`): local-first keys' hits, synced in the background,
 //! and exact limits' hits decided while the store is away, replayed once it is back; keys known
 //! to be full are remembered, so a lone op on one is refused without a round trip. Its
-//! counters are beside it (`stats`).
+//! stats are beside it (`stats`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
