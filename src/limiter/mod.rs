@@ -26,7 +26,10 @@ pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
-pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Reservation, Role};
+pub use op::{
+    hold_id, refuses, CountedHolds, Counting, JointGroup, NamedHolds, Op, Outcome, Outcomes,
+    Reservation, Role,
+};
 pub use protocol::LookedUp;
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};

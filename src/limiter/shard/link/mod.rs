@@ -174,10 +174,7 @@ impl Link {
         // The store places a window from the first hit and answers its end (the key's TTL),
         // but for a limit with `reserve`, whose holds' script answers no TTL: there the end is
         // an estimate, and a later one than the store's would refuse past the window.
-        let holds_script = matches!(
-            op.reserve,
-            Reservation::Hold { .. } | Reservation::Release { .. }
-        );
+        let holds_script = matches!(op.reserve, Reservation::Counted(_));
         if op.params.algorithm == Algorithm::FromFirstHit && holds_script {
             return;
         }
