@@ -38,8 +38,8 @@ pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError, StoreFuture,
-    StoreOp, StorePolicy, StoreReply,
+    DeleteFuture, Denied, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError,
+    StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
 use key::{shard_of, Key};

@@ -55,7 +55,7 @@ use context::Starting;
 use doors::{first_source, Doors};
 pub use doors::{DoorFiles, DoorStats};
 use listeners::{HttpPorts, Listeners};
-use side_thread::{Polled, Polls, SideThread};
+use side_thread::{Polled, Polls, SidePort, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
 
@@ -410,7 +410,7 @@ fn http_servers(
     cx: &Context,
     doors: &Doors,
     ports: HttpPorts,
-) -> Vec<(&'static str, StdListener, axum::Router)> {
+) -> Vec<SidePort> {
     let show_clear = settings.client_values.show_clear;
     let shown = |l: &StdListener| match l.local_addr() {
         Ok(a) => Shown::for_listener(a, show_clear),
@@ -428,16 +428,14 @@ fn http_servers(
             storage: settings.storage.name(),
             shown: shown(&l),
         };
-        out.push(("debug", l, http::debug_router(state, metrics)));
+        let router = http::debug_router(state, metrics);
+        out.push(SidePort::new("debug", l, router));
     }
     if let (Some(l), Some(p)) = (ports.prometheus, &settings.prometheus) {
         let now = std::time::Instant::now();
         let exposition = Exposition::new(p.mapper.clone(), cx.registry.clone(), now);
-        out.push((
-            "Prometheus",
-            l,
-            http::prometheus_router(exposition, &p.path),
-        ));
+        let router = http::prometheus_router(exposition, &p.path);
+        out.push(SidePort::new("Prometheus", l, router));
     }
     if let (Some(l), Some(a)) = (ports.admin, &settings.admin) {
         let state = http::AdminState {
@@ -448,7 +446,7 @@ fn http_servers(
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
         };
-        out.push(("admin", l, http::admin_router(state)));
+        out.push(SidePort::new("admin", l, http::admin_router(state)));
     }
     out
 }

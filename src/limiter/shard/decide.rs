@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::counters::Counters;
 use super::holds::{Holds, NamedHold};
-use super::queues::{Queues, Waiter};
+use super::queues::{Queued, Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::clock::Clock;
@@ -218,7 +218,7 @@ impl<B: Hooks> Decider<'_, B> {
         d: Decide,
         now: u64,
         head_of: Option<usize>,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         let Evaluated {
             outcomes,
@@ -237,7 +237,7 @@ impl<B: Hooks> Decider<'_, B> {
         action: Action,
         commit: Commit,
         now: u64,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         let action = match action {
             Action::Wait(_) if self.cx.draining.is_some() => Action::Refuse,
@@ -261,7 +261,7 @@ impl<B: Hooks> Decider<'_, B> {
                     d.reply,
                     Reply::refused(
                         outcomes,
-                        since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                        since.map_or(0, |q| now.saturating_sub(q.enqueued)),
                     ),
                 );
             }
@@ -277,12 +277,12 @@ impl<B: Hooks> Decider<'_, B> {
         outcomes: Outcomes,
         commit: &Commit,
         now: u64,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         if let Commit::Memory(scratch) = commit {
             self.commit(&d.ops, scratch, now);
         }
-        let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
+        let waited = since.map_or(0, |q| now.saturating_sub(q.enqueued));
         let reply = Reply {
             outcomes,
             hits: match commit {

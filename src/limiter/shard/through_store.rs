@@ -357,7 +357,7 @@ impl Decider<'_, Link> {
                     if !matches!(action, Action::Wait(_)) {
                         self.queues.left();
                     }
-                    let since = Some((w.enqueued, w.deadline));
+                    let since = Some(w.queued());
                     let commit = Commit::InStore(counted);
                     self.conclude(w.msg, outcomes, action, commit, now, since);
                 }
