@@ -24,7 +24,7 @@ pub use errors::RedisErrors;
 use lane::Lane;
 use packed::Packed;
 use probe::Refusals;
-pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
+pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry, TlsClient};
 pub use startup::StartupRetries;
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
