@@ -1,4 +1,4 @@
-//! Counters of the durable counters (`Journal`): saves, failed writes, damaged files, keys read
+//! Stats of the durable counters (`Journal`): saves, failed writes, damaged files, keys read
 //! back at start, and the state's size on disk; rendered from here. The families keep the
 //! names they were published with, where a save is a "sync" (`turnstile_state_syncs_total`).
 

@@ -26,7 +26,10 @@ pub use algorithm::{Eval, Params, State, Tat};
 pub use clock::{Clock, ManualClock};
 #[cfg(test)]
 pub(crate) use op::test_op;
-pub use op::{hold_id, refuses, Counting, JointGroup, Op, Outcome, Outcomes, Reservation, Role};
+pub use op::{
+    hold_id, refuses, CountedHolds, Counting, JointGroup, NamedHolds, Op, Outcome, Outcomes,
+    Reservation, Role,
+};
 pub use protocol::LookedUp;
 use protocol::{Decide, Delivery, Msg, ReplyTo};
 use same_thread::{find_on_this_thread, OnThisThread, SameThreadShard};
@@ -35,8 +38,8 @@ pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError, StoreFuture,
-    StoreOp, StorePolicy, StoreReply,
+    DeleteFuture, Denied, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError,
+    StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
 use key::{shard_of, Key};
@@ -94,7 +97,7 @@ struct EngineInner {
     senders: Vec<mpsc::Sender<Msg>>,
     clock: Clock,
     stats: Vec<Arc<ShardStats>>,
-    /// Each shard's link's counters, kept in memory mode too (the Redis families read zeros).
+    /// Each shard's link's stats, kept in memory mode too (the Redis families read zeros).
     links: Vec<Arc<LinkStats>>,
     /// The store the shards count in, and how long a listing of it may take.
     store: Option<Listing>,
@@ -241,12 +244,12 @@ impl Engine {
         &self.inner.stats
     }
 
-    /// Each shard's link's counters (zeros in memory mode).
+    /// Each shard's link's stats (zeros in memory mode).
     pub fn link_stats(&self) -> &[Arc<LinkStats>] {
         &self.inner.links
     }
 
-    /// Every shard's counters, as one part of the exposition.
+    /// Every shard's stats, as one part of the exposition.
     pub fn metrics(&self) -> EngineStats {
         EngineStats {
             shards: self.inner.stats.clone().into(),

@@ -46,13 +46,42 @@ pub struct Op {
     pub reserve: Reservation,
 }
 
-/// What an op does with its limit's reservations: a check of a limit with `reserve` holds
-/// hits for its request; the report of the request's usage releases one hold of its key.
+/// What an op does with its limit's reservations: none, YAML's counted holds (`reserve`), or
+/// Limitador's named holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reservation {
     /// No reservation: the limit takes none, or the call carries no `hits_addend` of its own.
     #[default]
     None,
+    /// YAML's `reserve`.
+    Counted(CountedHolds),
+    /// Limitador's `Reserve` and `Commit`, and its other calls beside them.
+    Named(NamedHolds),
+}
+
+impl Reservation {
+    /// What the op does with its key's counted holds (YAML's `reserve`), if anything.
+    pub fn counted(self) -> Option<CountedHolds> {
+        match self {
+            Reservation::Counted(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// What the op does with its key's named holds (Limitador's), if anything.
+    pub fn named(self) -> Option<NamedHolds> {
+        match self {
+            Reservation::Named(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// YAML's `reserve`: a check of a limit with it holds hits for its request; the report of the
+/// request's usage releases one hold of its key. A key's holds are counted, all of its limit's
+/// size: which one a report releases does not matter (the oldest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountedHolds {
     /// A check (the op's hits are 0): judged as if it took `hits` more beyond what is held,
     /// and when its request is admitted, holds them for `for_ms` or until a report. `id` names
     /// the hold in a store shared by replicas, so a request refused elsewhere takes back its
@@ -61,9 +90,15 @@ pub enum Reservation {
     /// A report of usage (counted in full): releases the oldest hold of its key, if any. Its
     /// limit's holds are of `hits` each.
     Release { hits: u32 },
+}
+
+/// Limitador's named holds: each of its own hits, under the id its `Reserve` named, until a
+/// `Commit` of that id ends it or its time passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamedHolds {
     /// Limitador's `Reserve` (the op's hits are 0): judged as if it took `hits` beyond what its
     /// key's named holds hold; when its request is admitted, holds `hits` under `id` until the
-    /// earliest of `for_ms` and the end of the key's window, or a [`Reservation::Commit`] of `id`.
+    /// earliest of `for_ms` and the end of the key's window, or a [`NamedHolds::Commit`] of `id`.
     Reserve { hits: u32, for_ms: u32, id: u64 },
     /// Limitador's `Commit`: usage counted in full that ends the named hold `id` of its key, if
     /// the key still holds it (the op's outcome says whether it did: `released`).
@@ -143,7 +178,7 @@ pub struct Outcome {
     pub retry_ns: u64,
     /// Refused only because waiters of its key were ahead of it.
     pub blocked: bool,
-    /// A [`Reservation::Commit`] that found its hold, and ended it.
+    /// A [`NamedHolds::Commit`] that found its hold, and ended it.
     pub released: bool,
 }
 

@@ -143,9 +143,16 @@ pub struct StorePolicy {
 pub struct KeyInfo {
     pub key: String,
     pub state: State,
-    /// Direct API refusals: (window index, count in that window).
-    pub denied: (u64, u64),
+    /// Direct API refusals.
+    pub denied: Denied,
     pub waiting: usize,
     /// The shard's time when it answered.
     pub now: u64,
+}
+
+/// A key's direct API refusals in one window: the window's index, and how many.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Denied {
+    pub window: u64,
+    pub count: u64,
 }

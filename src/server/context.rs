@@ -92,7 +92,7 @@ impl Stats {
     }
 }
 
-/// Redis's counters, made before it is connected (zeros without Redis): its start's retries, its
+/// Redis's stats, made before it is connected (zeros without Redis): its start's retries, its
 /// round trips' errors.
 struct RedisStats {
     retries: Arc<StartupRetries>,

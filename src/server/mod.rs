@@ -57,7 +57,7 @@ use doors::{first_source, Doors};
 pub use doors::{DoorFiles, DoorStats};
 use listeners::{HttpPorts, Listeners};
 pub use overlay::LoadedOverlay;
-use side_thread::{Polled, Polls, SideThread};
+use side_thread::{Polled, Polls, SidePort, SideThread};
 use waiting::Waiting;
 use worker::{Grpc, Stopping};
 
@@ -345,9 +345,9 @@ async fn answer_while_waiting(
 ) -> Result<Option<Waiting>, StartError> {
     match settings.storage {
         Storage::Redis(_) | Storage::Durable(_) => {
-            let counters = Registry::new(vec![starting.retries.clone()]);
+            let stats = Registry::new(vec![starting.retries.clone()]);
             let wait = &starting.wait;
-            let w = Waiting::serve(listeners, wait, counters, settings, tls.clone()).await;
+            let w = Waiting::serve(listeners, wait, stats, settings, tls.clone()).await;
             Ok(Some(w.map_err(StartError::Runtime)?))
         }
         Storage::Memory => Ok(None),
@@ -412,7 +412,7 @@ fn http_servers(
     cx: &Context,
     doors: &Doors,
     ports: HttpPorts,
-) -> Vec<(&'static str, StdListener, axum::Router)> {
+) -> Vec<SidePort> {
     let show_clear = settings.client_values.show_clear;
     let shown = |l: &StdListener| match l.local_addr() {
         Ok(a) => Shown::for_listener(a, show_clear),
@@ -430,16 +430,14 @@ fn http_servers(
             storage: settings.storage.name(),
             shown: shown(&l),
         };
-        out.push(("debug", l, http::debug_router(state, metrics)));
+        let router = http::debug_router(state, metrics);
+        out.push(SidePort::new("debug", l, router));
     }
     if let (Some(l), Some(p)) = (ports.prometheus, &settings.prometheus) {
         let now = std::time::Instant::now();
         let exposition = Exposition::new(p.mapper.clone(), cx.registry.clone(), now);
-        out.push((
-            "Prometheus",
-            l,
-            http::prometheus_router(exposition, &p.path),
-        ));
+        let router = http::prometheus_router(exposition, &p.path);
+        out.push(SidePort::new("Prometheus", l, router));
     }
     if let (Some(l), Some(a)) = (ports.admin, &settings.admin) {
         let state = http::AdminState {
@@ -450,7 +448,7 @@ fn http_servers(
             top: cx.top.clone(),
             clock: cx.engine.clock().clone(),
         };
-        out.push(("admin", l, http::admin_router(state)));
+        out.push(SidePort::new("admin", l, http::admin_router(state)));
     }
     out
 }

@@ -61,7 +61,7 @@ pub(super) fn recorded<T>(
     result
 }
 
-/// What a reload uses: the live limits it replaces, and the counters it records loads in.
+/// What a reload uses: the live limits it replaces, and the stats it records loads in.
 #[derive(Clone)]
 pub(super) struct Install {
     live: LiveLimits,

@@ -29,11 +29,10 @@ use crate::transport::http::HttpBounds;
 
 /// What the side thread serves and watches.
 pub(super) struct SideThread {
-    /// The optional HTTP ports (`debug`, `Prometheus`, `admin`), each with its router; the main
-    /// one is the workers'.
-    pub(super) http: Vec<(&'static str, StdListener, axum::Router)>,
-    /// With xDS: its settings, and the health to turn SERVING on the first config, if gated.
-    pub(super) xds: Option<(XdsSettings, Option<Health>)>,
+    /// The optional HTTP ports (`debug`, `Prometheus`, `admin`); the main one is the workers'.
+    pub(super) http: Vec<SidePort>,
+    /// With xDS: its settings, and the health to turn SERVING on the first config.
+    pub(super) xds: Option<XdsClient>,
     /// With xDS: the overlay in force, for the client (its files are among `followed`).
     pub(super) overlays: Option<Overlays>,
     /// How xDS's configs go live.
@@ -43,17 +42,65 @@ pub(super) struct SideThread {
     pub(super) followed: Vec<Followed>,
     /// Files and `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: health follows the live config's
     /// domain count (SERVING with at least one).
-    pub(super) health_by_domains: Option<(watch::Receiver<usize>, Health)>,
+    pub(super) health_by_domains: Option<DomainsHealth>,
     pub(super) interval: Duration,
     /// `USE_STATSD` or `USE_DOG_STATSD`: the push, flushed from here, off the request path,
     /// and what it reads.
-    pub(super) statsd: Option<(StatsdSettings, Registry, Arc<StatsdStats>)>,
+    pub(super) statsd: Option<StatsdPush>,
     /// The heavy hitters, and the clock whose seconds turn their windows.
-    pub(super) top: (Arc<TopTable>, Clock),
+    pub(super) top: TopTick,
     /// `TURNSTILE_SHUTDOWN_GRACE_SECONDS`: the longest the HTTP ports wait for gRPC's drain.
     pub(super) grace: Duration,
     /// What every HTTP port keeps: read timeouts and the body's bound.
     pub(super) bounds: HttpBounds,
+}
+
+/// An HTTP port the side thread serves: its name in logs, its listener, its router.
+pub(super) struct SidePort {
+    pub(super) name: &'static str,
+    pub(super) listener: StdListener,
+    pub(super) router: axum::Router,
+}
+
+impl SidePort {
+    pub(super) fn new(name: &'static str, listener: StdListener, router: axum::Router) -> Self {
+        SidePort {
+            name,
+            listener,
+            router,
+        }
+    }
+}
+
+/// The xDS client's settings, and the health it turns SERVING on the first config, if gated.
+pub(super) struct XdsClient {
+    settings: XdsSettings,
+    gate: Option<Health>,
+}
+
+/// Health that follows the live config's domain count.
+pub(super) struct DomainsHealth {
+    domains: watch::Receiver<usize>,
+    health: Health,
+}
+
+/// The statsd push: its settings, the registry it reads, and its own stats.
+pub(super) struct StatsdPush {
+    settings: StatsdSettings,
+    registry: Registry,
+    stats: Arc<StatsdStats>,
+}
+
+/// The heavy hitters, and the clock whose seconds turn their windows.
+pub(super) struct TopTick {
+    top: Arc<TopTable>,
+    clock: Clock,
+}
+
+/// TLS's certificate files as the start saw them: their fingerprint, and the files.
+pub(super) struct TlsPolled {
+    fingerprint: u64,
+    watched: Watched,
 }
 
 /// What the start saw of the files it polls, before anything else: the fingerprint of the
@@ -61,14 +108,17 @@ pub(super) struct SideThread {
 /// files when gRPC uses TLS. A change made from then on is a change to reload.
 pub(super) struct Polled {
     pub(super) config: u64,
-    pub(super) tls: Option<(u64, Watched)>,
+    pub(super) tls: Option<TlsPolled>,
 }
 
 impl Polled {
     pub(super) fn now(settings: &Settings, baseline: Option<u64>) -> Polled {
         Polled {
             config: baseline.unwrap_or_else(|| fingerprint(&first_watched(settings))),
-            tls: (settings.tls.as_ref().map(tls::watched)).map(|w| (fingerprint(&w), w)),
+            tls: (settings.tls.as_ref().map(tls::watched)).map(|watched| TlsPolled {
+                fingerprint: fingerprint(&watched),
+                watched,
+            }),
         }
     }
 }
@@ -78,7 +128,7 @@ impl Polled {
 pub(super) struct Polls<'a> {
     pub(super) followed: &'a [Followed],
     pub(super) domains: Option<watch::Receiver<usize>>,
-    pub(super) tls_polled: Option<(u64, Watched)>,
+    pub(super) tls_polled: Option<TlsPolled>,
     pub(super) tls: &'a TlsShared,
 }
 
@@ -86,7 +136,7 @@ impl<'a> Polls<'a> {
     /// What `door` follows, and TLS's certificates as the start saw them.
     pub(super) fn of(
         door: &'a RlsDoor,
-        tls_polled: Option<(u64, Watched)>,
+        tls_polled: Option<TlsPolled>,
         tls: &'a TlsShared,
     ) -> Polls<'a> {
         Polls {
@@ -114,7 +164,7 @@ impl SideThread {
     pub(super) fn new(
         settings: &Settings,
         cx: &Context,
-        http: Vec<(&'static str, StdListener, axum::Router)>,
+        http: Vec<SidePort>,
         health: &Health,
         gate_health: bool,
         Polls {
@@ -125,27 +175,39 @@ impl SideThread {
         }: Polls<'_>,
     ) -> SideThread {
         let mut followed = followed.to_vec();
-        if let (Some((baseline, watched)), Some(state)) = (tls_polled, tls.clone()) {
+        if let (Some(polled), Some(state)) = (tls_polled, tls.clone()) {
             let reload = Arc::new(TlsFiles(state));
             followed.push(Followed {
-                watched,
-                baseline,
+                watched: polled.watched,
+                baseline: polled.fingerprint,
                 reload,
             });
         }
         SideThread {
             http,
-            xds: (settings.xds.clone()).map(|x| (x, gate_health.then(|| health.clone()))),
+            xds: (settings.xds.clone()).map(|settings| XdsClient {
+                settings,
+                gate: gate_health.then(|| health.clone()),
+            }),
             overlays: None,
             install: Install::new(cx.live.clone(), cx.stats.reloads.clone()),
             followed,
-            health_by_domains: (domains)
-                .filter(|_| settings.healthy_only_with_config)
-                .map(|d| (d, health.clone())),
+            health_by_domains: (domains).filter(|_| settings.healthy_only_with_config).map(
+                |domains| DomainsHealth {
+                    domains,
+                    health: health.clone(),
+                },
+            ),
             interval: settings.reload_interval,
-            statsd: (settings.statsd.clone())
-                .map(|s| (s, cx.registry.clone(), cx.stats.statsd.clone())),
-            top: (cx.top.clone(), cx.engine.clock().clone()),
+            statsd: (settings.statsd.clone()).map(|settings| StatsdPush {
+                settings,
+                registry: cx.registry.clone(),
+                stats: cx.stats.statsd.clone(),
+            }),
+            top: TopTick {
+                top: cx.top.clone(),
+                clock: cx.engine.clock().clone(),
+            },
             grace: settings.shutdown_grace,
             bounds: settings.http_bounds,
         }
@@ -163,7 +225,7 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
             rt.block_on(async move {
                 let stop = stopping.stop;
                 let mut tasks = Vec::new();
-                if let Some((settings, gate)) = side.xds {
+                if let Some(XdsClient { settings, gate }) = side.xds {
                     let overlays = (side.overlays.clone()).unwrap_or_default();
                     tasks.extend(run_xds(
                         settings,
@@ -173,18 +235,28 @@ pub(super) fn spawn(side: SideThread, stopping: Stopping) -> Result<JoinHandle<(
                         &stop,
                     ));
                 }
-                let (top, clock) = side.top;
+                let TopTick { top, clock } = side.top;
                 tasks.push(tokio::spawn(tick_top(top, clock, stop.clone())));
-                if let Some((settings, counters, stats)) = side.statsd {
-                    let push = push_statsd(settings, counters, stats, stop.clone());
+                if let Some(StatsdPush {
+                    settings,
+                    registry,
+                    stats,
+                }) = side.statsd
+                {
+                    let push = push_statsd(settings, registry, stats, stop.clone());
                     tasks.push(tokio::spawn(push));
                 }
-                if let Some((domains, health)) = side.health_by_domains {
+                if let Some(DomainsHealth { domains, health }) = side.health_by_domains {
                     tasks.push(tokio::spawn(follow_domains(domains, health, stop.clone())));
                 }
-                for (what, listener, router) in side.http {
+                for SidePort {
+                    name,
+                    listener,
+                    router,
+                } in side.http
+                {
                     let end = drain_end(stop.clone(), &stopping.grpc_draining, side.grace);
-                    let served = serve_http(what, listener, router, side.bounds, end);
+                    let served = serve_http(name, listener, router, side.bounds, end);
                     tasks.push(tokio::spawn(served));
                 }
                 for f in side.followed {

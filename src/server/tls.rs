@@ -24,7 +24,7 @@ use crate::settings::TlsSettings;
 use crate::source::files::Watched;
 use crate::telemetry::exposition::{single, Metrics};
 
-/// Counters of gRPC's TLS: handshakes that failed, certificate reloads; counted here alone.
+/// Stats of gRPC's TLS: handshakes that failed, certificate reloads; counted here alone.
 #[derive(Debug, Default)]
 pub(crate) struct TlsStats {
     /// gRPC connections dropped because their TLS handshake failed.

@@ -29,12 +29,12 @@ pub(super) struct Waiting {
 
 impl Waiting {
     /// Answers on every bound port while `wait` says what the start waits for; `/metrics` on
-    /// the HTTP and debug ports serves `counters` (the start's own), the Prometheus port what
+    /// the HTTP and debug ports serves `stats` (the start's own), the Prometheus port what
     /// its mapping makes of them.
     pub(super) async fn serve(
         ls: &Listeners,
         wait: &StartWait,
-        counters: Registry,
+        stats: Registry,
         settings: &Settings,
         tls: Option<Arc<TlsState>>,
     ) -> io::Result<Waiting> {
@@ -50,8 +50,8 @@ impl Waiting {
             tokio::spawn(http_conn::serve("waiting", listener, router, bounds, end));
             Ok(())
         };
-        // turnstile's own series (the start's counters, for now) where they are served.
-        let own = || http_router(wait.clone(), settings.metrics.then(|| counters.clone()));
+        // turnstile's own series (the start's stats, for now) where they are served.
+        let own = || http_router(wait.clone(), settings.metrics.then(|| stats.clone()));
         serve(&ls.http, own())?;
         if let Some(l) = &ls.debug {
             serve(l, own())?;
@@ -59,9 +59,9 @@ impl Waiting {
         if let Some(l) = &ls.admin {
             serve(l, http_router(wait.clone(), None))?;
         }
-        // The reference's series, mapped from the same counters as once serving.
+        // The reference's series, mapped from the same stats as once serving.
         if let (Some(l), Some(p)) = (&ls.prometheus, &settings.prometheus) {
-            let exposition = Exposition::new(p.mapper.clone(), counters.clone(), Instant::now());
+            let exposition = Exposition::new(p.mapper.clone(), stats.clone(), Instant::now());
             serve(l, http::prometheus_router(exposition, &p.path))?;
         }
         if let Some(l) = &ls.resp {

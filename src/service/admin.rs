@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use super::plan::{self, Applied, LimitRef, Plan};
 use super::{validate, AnswerSettings, EnvoyService, Live, Request};
 use crate::config::{Algorithm, Unit};
-use crate::limiter::{EngineError, LookedUp, Op, Reservation, Role};
+use crate::limiter::{CountedHolds, EngineError, LookedUp, Op, Reservation, Role};
 use crate::telemetry::digest;
 
 /// Why an admin action was not done; the message names what to fix.
@@ -157,7 +157,9 @@ fn usage(op: &Op, found: LookedUp) -> Usage {
     let (p, now) = (&op.params, found.now);
     let check = found.state.eval(p, now, 0);
     let held = match op.reserve {
-        Reservation::Hold { hits, .. } => found.held.saturating_mul(u64::from(hits)),
+        Reservation::Counted(CountedHolds::Hold { hits, .. }) => {
+            found.held.saturating_mul(u64::from(hits))
+        }
         _ => 0,
     };
     Usage {
@@ -202,11 +204,11 @@ fn target(plan: &Plan<'_>, a: &Applied<'_>, mut op: Option<Op>) -> PlannedOp {
     };
     // A look-up reads the holds of a limit with `reserve` beside its count.
     if let (Some(op), Some(r)) = (op.as_mut(), reserve) {
-        op.reserve = Reservation::Hold {
+        op.reserve = Reservation::Counted(CountedHolds::Hold {
             hits: r.hits,
             for_ms: 0,
             id: 0,
-        };
+        });
     }
     let stat_key = match a.limit {
         LimitRef::Config(_) => (plan.matches[a.descriptor].as_ref())

@@ -1,4 +1,4 @@
-//! Counters of config loads, and the last loads, from files or xDS, as the status page shows
+//! Stats of config loads, and the last loads, from files or xDS, as the status page shows
 //! them: which source, when, and the error when one was refused. A load that goes live replaces
 //! the live limits (`live`); `server::reload` records each, the status page reads them.
 

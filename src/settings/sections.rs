@@ -15,8 +15,8 @@ use crate::durable::StateSettings;
 use crate::limiter::{FailureMode, StorePolicy};
 use crate::service::gocc::GoccDefaults;
 use crate::service::ThrottleLimits;
-use crate::source::xds::{XdsSettings, XdsTls};
-use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry};
+use crate::source::xds::{ClientIdentity, XdsSettings, XdsTls};
+use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry, TlsClient};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
 use crate::transport::throttle::RespSettings;
@@ -196,7 +196,7 @@ fn redis_target(env: &Env<'_>, p: &str) -> Result<Option<RedisTarget>> {
         sentinel_auth: env.get(&var("SENTINEL_AUTH")),
         tls,
         tls_ca: env.get(&var("TLS_CACERT")),
-        tls_client,
+        tls_client: tls_client.map(|(cert, key)| TlsClient { cert, key }),
         pool_size,
     }))
 }
@@ -306,7 +306,7 @@ fn xds_tls(env: &Env<'_>) -> Result<Option<XdsTls>> {
             "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
             "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
         )?
-        .map(|(c, k)| (PathBuf::from(c), PathBuf::from(k)));
+        .map(|(cert, key)| ClientIdentity::new(cert, key));
     Ok(Some(XdsTls {
         ca_cert: PathBuf::from(ca_cert),
         client_identity,

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::{Histogram, Shown};
 
-/// A part's counters as the exporters read them. Reading is a relaxed load per counter: the
+/// A part's stats as the exporters read them. Reading is a relaxed load per stat: the
 /// parts count with atomics of their own, so nothing here is on the request path.
 pub trait Metrics: Send + Sync {
     /// Appends the part's families (HELP, TYPE, series) in Prometheus text.

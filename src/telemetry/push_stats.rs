@@ -1,4 +1,4 @@
-//! The statsd push's own counters, rendered on `/metrics` beside everyone else's.
+//! The statsd push's own stats, rendered on `/metrics` beside everyone else's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

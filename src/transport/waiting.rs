@@ -1,7 +1,7 @@
 //! What the ports answer while the start waits (for Redis, or for the durable counters to be
 //! read back), before the server proper serves them: at once, never a held connection. HTTP
 //! answers 503 naming the wait (`/healthcheck` included, so readiness fails), `/metrics` serves
-//! the start's counters (its Redis retries: a liveness probe there passes), gRPC health
+//! the start's stats (its Redis retries: a liveness probe there passes), gRPC health
 //! answers NOT_SERVING and every door's calls UNAVAILABLE (Envoy's `failure_mode_deny` decides).
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -59,15 +59,15 @@ impl StartWait {
     }
 }
 
-/// An HTTP port during the wait: `metrics` (the counters, at `/metrics`) or 503 naming the wait
+/// An HTTP port during the wait: `metrics` (the stats, at `/metrics`) or 503 naming the wait
 /// for anything else. Every answer closes its connection, so no client keeps one to the
 /// waiting port past the wait.
 pub fn http_router(wait: StartWait, metrics: Option<Registry>) -> Router {
     let mut router = Router::new();
-    if let Some(counters) = metrics {
+    if let Some(stats) = metrics {
         let render = move || {
-            // The wait's counters carry no client value.
-            let body = counters.render(Shown::Digest);
+            // The wait's stats carry no client value.
+            let body = stats.render(Shown::Digest);
             let close = (header::CONNECTION, "close");
             async move {
                 let kind = (header::CONTENT_TYPE, "text/plain; version=0.0.4");

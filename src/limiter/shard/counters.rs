@@ -10,7 +10,7 @@ use crate::limiter::algorithm::{Params, State};
 use crate::limiter::key::{Key, KeyMap, KeyRef};
 use crate::limiter::op::{Op, Outcome};
 use crate::limiter::saved::Saved;
-use crate::limiter::store::KeyInfo;
+use crate::limiter::store::{Denied, KeyInfo};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -22,8 +22,8 @@ pub(crate) struct Counters {
     /// an attacker flooding new keys cannot make the shard forget who is over the limit.
     refused: fnv::FnvHashMap<u64, u64>,
     grants: fnv::FnvHashMap<u64, Grant>,
-    /// Direct API refusals per key in the current window: (window index, count).
-    denied: KeyMap<(u64, u64)>,
+    /// Direct API refusals per key in the current window.
+    denied: KeyMap<Denied>,
     next_sweep: u64,
     stats: Arc<ShardStats>,
     /// Keys evicted before they expired since the durable counters last asked, once they have
@@ -299,12 +299,12 @@ impl Counters {
     /// Counts direct API refusals, for `/debug`.
     pub(super) fn count_denied(&mut self, ops: &[Op], now: u64) {
         for op in ops.iter().filter(|o| o.grant.is_some()) {
-            let w = op.params.span(now).idx;
-            let e = self.denied.entry_ref(&op.key).or_insert((w, 0));
-            if e.0 != w {
-                *e = (w, 0);
+            let window = op.params.span(now).idx;
+            let e = (self.denied.entry_ref(&op.key)).or_insert(Denied { window, count: 0 });
+            if e.window != window {
+                *e = Denied { window, count: 0 };
             }
-            e.1 += 1;
+            e.count += 1;
         }
     }
 
@@ -319,7 +319,7 @@ impl Counters {
                 KeyInfo {
                     key: k.to_string(),
                     state: e.state,
-                    denied: self.denied.get(&key).copied().unwrap_or((0, 0)),
+                    denied: self.denied.get(&key).copied().unwrap_or_default(),
                     waiting: q.len_of(&key),
                     now,
                 }

@@ -13,12 +13,12 @@ use tokio::sync::oneshot;
 
 use super::counters::Counters;
 use super::holds::{Holds, NamedHold};
-use super::queues::{Queues, Waiter};
+use super::queues::{Queued, Queues, Waiter};
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::clock::Clock;
 use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Outcome, Outcomes, Reservation, Role};
+use crate::limiter::op::{CountedHolds, NamedHolds, Op, Outcome, Outcomes, Reservation, Role};
 use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
 use crate::limiter::store::{DeleteFuture, StoreFuture};
 
@@ -218,7 +218,7 @@ impl<B: Hooks> Decider<'_, B> {
         d: Decide,
         now: u64,
         head_of: Option<usize>,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         let Evaluated {
             outcomes,
@@ -237,7 +237,7 @@ impl<B: Hooks> Decider<'_, B> {
         action: Action,
         commit: Commit,
         now: u64,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         let action = match action {
             Action::Wait(_) if self.cx.draining.is_some() => Action::Refuse,
@@ -261,7 +261,7 @@ impl<B: Hooks> Decider<'_, B> {
                     d.reply,
                     Reply::refused(
                         outcomes,
-                        since.map_or(0, |(enq, _)| now.saturating_sub(enq)),
+                        since.map_or(0, |q| now.saturating_sub(q.enqueued)),
                     ),
                 );
             }
@@ -277,12 +277,12 @@ impl<B: Hooks> Decider<'_, B> {
         outcomes: Outcomes,
         commit: &Commit,
         now: u64,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         if let Commit::Memory(scratch) = commit {
             self.commit(&d.ops, scratch, now);
         }
-        let waited = since.map_or(0, |(enq, _)| now.saturating_sub(enq));
+        let waited = since.map_or(0, |q| now.saturating_sub(q.enqueued));
         let reply = Reply {
             outcomes,
             hits: match commit {
@@ -331,7 +331,7 @@ impl<B: Hooks> Decider<'_, B> {
             });
             let base = base.unwrap_or_else(|| State::fresh(&op.params, now));
             let e = self.eval_op(op, &base, now);
-            if let Reservation::Commit { id } = op.reserve {
+            if let Reservation::Named(NamedHolds::Commit { id }) = op.reserve {
                 if self.holds.named_hold(&op.key, id, now).is_some() {
                     released.push(i);
                 }
@@ -368,21 +368,21 @@ impl<B: Hooks> Decider<'_, B> {
     fn eval_op(&mut self, op: &Op, base: &State, now: u64) -> Eval {
         let (key, p) = (&op.key, &op.params);
         match op.reserve {
-            Reservation::Hold { hits, .. } => {
+            Reservation::Counted(CountedHolds::Hold { hits, .. }) => {
                 let held = self.holds.held(key, p, now);
                 check_holding(base, p, now, held, hits)
             }
-            Reservation::Release { hits } => {
+            Reservation::Counted(CountedHolds::Release { hits }) => {
                 // What is left once this report released one hold.
                 let held = self.holds.held(key, p, now).saturating_sub(1);
                 let e = base.eval(p, now, op.hits);
                 less_held(e, held, hits)
             }
-            Reservation::Reserve { hits, .. } => {
+            Reservation::Named(NamedHolds::Reserve { hits, .. }) => {
                 let held = self.holds.named(key, p, now);
                 beside(base, p, now, 0, held + u64::from(hits))
             }
-            Reservation::Commit { id } => {
+            Reservation::Named(NamedHolds::Commit { id }) => {
                 // What is left once this commit ended its hold. Usage counted unchecked, it is
                 // never over, so even one of no hits on a counter reported past its limit ends
                 // its hold.
@@ -393,7 +393,7 @@ impl<B: Hooks> Decider<'_, B> {
                     ..beside(base, p, now, op.hits, held)
                 }
             }
-            Reservation::Beside => {
+            Reservation::Named(NamedHolds::Beside) => {
                 let held = self.holds.named(key, p, now);
                 beside(base, p, now, op.hits, held)
             }
@@ -405,8 +405,10 @@ impl<B: Hooks> Decider<'_, B> {
     /// Returns `op.hits` to its key and lets the queue head take them.
     pub(super) fn refund(&mut self, op: &Op, now: u64) {
         match op.reserve {
-            Reservation::Hold { .. } => self.holds.withdraw(&op.key, &op.params, now),
-            Reservation::Reserve { id, .. } => {
+            Reservation::Counted(CountedHolds::Hold { .. }) => {
+                self.holds.withdraw(&op.key, &op.params, now)
+            }
+            Reservation::Named(NamedHolds::Reserve { id, .. }) => {
                 self.holds.end_named(&op.key, &op.params, now, id, false);
             }
             _ => {}
@@ -446,21 +448,23 @@ impl<B: Hooks> Decider<'_, B> {
             self.backing.record(op, op.hits as i64, now);
             match op.reserve {
                 Reservation::None => {}
-                Reservation::Hold { for_ms, .. } => {
+                Reservation::Counted(CountedHolds::Hold { for_ms, .. }) => {
                     self.holds.hold(&op.key, &op.params, now, for_ms)
                 }
-                Reservation::Release { .. } => self.holds.release(&op.key, &op.params, now),
-                Reservation::Reserve { hits, for_ms, id } => {
+                Reservation::Counted(CountedHolds::Release { .. }) => {
+                    self.holds.release(&op.key, &op.params, now)
+                }
+                Reservation::Named(NamedHolds::Reserve { hits, for_ms, id }) => {
                     // Until `for_ms` passes or the key's window ends, whichever is first.
                     let window = state.eval(&op.params, now, 0).reset_ns;
                     let until = now.saturating_add((u64::from(for_ms) * 1_000_000).min(window));
                     let named = NamedHold { id, hits, until };
                     (self.holds).hold_named(&op.key, &op.params, now, named);
                 }
-                Reservation::Commit { id } => {
+                Reservation::Named(NamedHolds::Commit { id }) => {
                     self.holds.end_named(&op.key, &op.params, now, id, true);
                 }
-                Reservation::Beside => {}
+                Reservation::Named(NamedHolds::Beside) => {}
             }
         }
         for &(i, state, at) in scratch {
@@ -520,7 +524,7 @@ pub(crate) fn refund_in_outcomes(ops: &[Op], outcomes: &mut [Outcome]) {
         if !(out.over || out.blocked || op.refund || op.counts_in_full()) {
             // A check's hold was not made either.
             let hits = match op.reserve {
-                Reservation::Hold { hits, .. } => hits,
+                Reservation::Counted(CountedHolds::Hold { hits, .. }) => hits,
                 _ => u32::try_from(op.hits).unwrap_or(u32::MAX),
             };
             out.remaining = out.remaining.saturating_add(hits);

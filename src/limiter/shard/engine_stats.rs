@@ -1,5 +1,5 @@
-//! The engine's part of the exposition: every shard's counters (`stats.rs`) and its link's
-//! (`link::LinkStats`), one family per counter labelled by shard.
+//! The engine's part of the exposition: every shard's stats (`stats.rs`) and its link's
+//! (`link::LinkStats`), one family per stat labelled by shard.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,14 +9,14 @@ use super::link::LinkStats;
 use super::stats::ShardStats;
 use crate::telemetry::exposition::{family, Metrics};
 
-/// Where a family's counter lives: in the shard's counters or its link's.
+/// Where a family's stat lives: in the shard's stats or its link's.
 #[derive(Clone, Copy)]
 enum Field {
     Shard(fn(&ShardStats) -> &AtomicU64),
     Link(fn(&LinkStats) -> &AtomicU64),
 }
 
-/// The per-shard families: name, type, help, and the counter each reads.
+/// The per-shard families: name, type, help, and the stat each reads.
 const SHARD_FAMILIES: [(&str, &str, &str, Field); 20] = [
     (
         "ratelimit_service_shard_keys",
@@ -140,7 +140,7 @@ const SHARD_FAMILIES: [(&str, &str, &str, Field); 20] = [
     ),
 ];
 
-/// Every shard's counters and its link's, rendered as one family per counter labelled by
+/// Every shard's stats and its link's, rendered as one family per stat labelled by
 /// shard (the link's read zeros in memory mode).
 #[derive(Debug, Clone)]
 pub struct EngineStats {

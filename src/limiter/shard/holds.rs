@@ -27,7 +27,7 @@ pub(super) struct Holds {
     stats: Arc<ShardStats>,
 }
 
-/// A named hold as it is made: its id, its hits, and when it ends (ns).
+/// A named hold (Limitador's `Reserve`): its id, its hits, and when it ends (ns).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NamedHold {
     pub(super) id: u64,
@@ -35,25 +35,31 @@ pub(super) struct NamedHold {
     pub(super) until: u64,
 }
 
-/// One key's holds: groups of (expiry, count), oldest first; named holds, in the order made.
+/// Counted holds (YAML's `reserve`) made close in time: how many, and when they end (ns).
+#[derive(Debug, Clone, Copy)]
+struct HoldGroup {
+    until: u64,
+    count: u32,
+}
+
+/// One key's holds: counted ones in groups, oldest first; named ones, in the order made.
 #[derive(Debug, Default)]
 struct Held {
     /// Fixed windows: the window the holds were made in (a new window starts with none held,
     /// as the store's per-window ledger does).
     window: Option<u64>,
-    groups: VecDeque<(u64, u32)>,
-    /// Limitador's holds: (id, expiry, hits). Few at a time per counter (one per request in
-    /// flight), so a list.
-    named: Vec<(u64, u64, u32)>,
+    groups: VecDeque<HoldGroup>,
+    /// Limitador's holds. Few at a time per counter (one per request in flight), so a list.
+    named: Vec<NamedHold>,
 }
 
 impl Held {
     fn count(&self) -> u64 {
-        self.groups.iter().map(|&(_, n)| u64::from(n)).sum()
+        self.groups.iter().map(|g| u64::from(g.count)).sum()
     }
 
     fn named_hits(&self) -> u64 {
-        self.named.iter().map(|&(.., n)| u64::from(n)).sum()
+        self.named.iter().map(|h| u64::from(h.hits)).sum()
     }
 
     fn is_empty(&self) -> bool {
@@ -69,13 +75,13 @@ impl Held {
             return 0;
         }
         let before = self.named.len();
-        self.named.retain(|&(_, until, _)| until > now);
+        self.named.retain(|h| h.until > now);
         let mut expired = (before - self.named.len()) as u64;
-        while let Some(&(until, n)) = self.groups.front() {
-            if until > now {
+        while let Some(&g) = self.groups.front() {
+            if g.until > now {
                 break;
             }
-            expired += u64::from(n);
+            expired += u64::from(g.count);
             self.groups.pop_front();
         }
         expired
@@ -120,8 +126,8 @@ impl Holds {
     pub(super) fn named_hold(&self, key: &Key, id: u64, now: u64) -> Option<u32> {
         let h = self.keys.get(key)?;
         (h.named.iter())
-            .find(|&&(i, until, _)| i == id && until > now)
-            .map(|&(.., n)| n)
+            .find(|h| h.id == id && h.until > now)
+            .map(|h| h.hits)
     }
 
     /// A named hold (Limitador's `Reserve`): `named.hits` on `key` until `named.until`, under
@@ -130,7 +136,7 @@ impl Holds {
         let Some(h) = self.held_for(key, p, now) else {
             return;
         };
-        h.named.push((named.id, named.until, named.hits));
+        h.named.push(named);
         self.stats.holds_made(1);
     }
 
@@ -165,7 +171,7 @@ impl Holds {
         };
         let expired = h.prune(window_of(p, now), now);
         self.stats.holds_expired(expired);
-        let found = h.named.iter().position(|&(i, ..)| i == id);
+        let found = h.named.iter().position(|h| h.id == id);
         if let Some(at) = found {
             h.named.swap_remove(at);
             if reported {
@@ -187,8 +193,8 @@ impl Holds {
                 return 0;
             }
             (h.groups.iter())
-                .filter(|&&(until, _)| until > now)
-                .map(|&(_, n)| u64::from(n))
+                .filter(|g| g.until > now)
+                .map(|g| u64::from(g.count))
                 .sum()
         })
     }
@@ -201,8 +207,10 @@ impl Holds {
         let for_ns = u64::from(for_ms) * NS_PER_MS;
         let until = now.saturating_add(for_ns);
         match h.groups.back_mut() {
-            Some((last, n)) if until - (*last).min(until) < (for_ns / GROUPS).max(1) => *n += 1,
-            _ => h.groups.push_back((until, 1)),
+            Some(last) if until - last.until.min(until) < (for_ns / GROUPS).max(1) => {
+                last.count += 1
+            }
+            _ => h.groups.push_back(HoldGroup { until, count: 1 }),
         }
         self.stats.holds_made(1);
     }
@@ -232,14 +240,14 @@ impl Holds {
         } else {
             h.groups.back_mut()
         };
-        let Some((_, n)) = group else {
+        let Some(g) = group else {
             if h.is_empty() {
                 self.keys.remove(key);
             }
             return false;
         };
-        *n -= 1;
-        if *n == 0 {
+        g.count -= 1;
+        if g.count == 0 {
             if oldest {
                 h.groups.pop_front();
             } else {

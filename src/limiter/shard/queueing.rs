@@ -2,7 +2,7 @@
 //! cancelled or drained.
 
 use super::decide::{Action, Decider, Evaluated, Hooks};
-use super::queues::Waiter;
+use super::queues::{Queued, Waiter};
 use crate::limiter::algorithm::State;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Op, Outcomes};
@@ -46,12 +46,12 @@ impl<B: Hooks> Decider<'_, B> {
                 Action::Wait(_) => {
                     // Its own key has room now, but another queued key of the request has not:
                     // it moves on to wait there.
-                    let since = Some((w.enqueued, w.deadline));
+                    let since = Some(w.queued());
                     self.settle(w.msg, now, None, since);
                 }
                 Action::Admit | Action::Refuse => {
                     self.queues.left();
-                    let since = Some((w.enqueued, w.deadline));
+                    let since = Some(w.queued());
                     self.settle(w.msg, now, Some(w.op), since);
                 }
             }
@@ -138,12 +138,14 @@ impl<B: Hooks> Decider<'_, B> {
         mut outcomes: Outcomes,
         i: usize,
         now: u64,
-        since: Option<(u64, u64)>,
+        since: Option<Queued>,
     ) {
         let op = &d.ops[i];
         let spec = op.queue.expect("waiting op has a queue");
-        let (enqueued, deadline) =
-            since.unwrap_or((now, now.saturating_add(spec.max_wait.as_nanos() as u64)));
+        let Queued { enqueued, deadline } = since.unwrap_or(Queued {
+            enqueued: now,
+            deadline: now.saturating_add(spec.max_wait.as_nanos() as u64),
+        });
         let is_new = since.is_none();
         // Over its limit, the op itself is admitted no sooner than its retry time (the state
         // that says so may live in the store, not in the table).

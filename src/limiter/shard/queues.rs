@@ -21,6 +21,23 @@ pub(crate) struct Waiter {
     pub(super) deadline: u64,
 }
 
+/// A message that waited in a queue already: when it was queued, and when it gives up (ns).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queued {
+    pub(super) enqueued: u64,
+    pub(super) deadline: u64,
+}
+
+impl Waiter {
+    /// When this waiter was queued, and when it gives up.
+    pub(super) fn queued(&self) -> Queued {
+        Queued {
+            enqueued: self.enqueued,
+            deadline: self.deadline,
+        }
+    }
+}
+
 pub(crate) struct Queues {
     /// FIFO queues, by key. A key with waiters keeps its entry in the counters: the sweep
     /// and evictions pass it by.

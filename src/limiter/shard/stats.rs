@@ -1,10 +1,10 @@
-//! The counters a shard keeps for metrics, written by the shard's parts through the methods
+//! The stats a shard keeps for metrics, written by the shard's parts through the methods
 //! below and read without locks; its link's are beside the link (`link::LinkStats`), and
 //! `engine_stats.rs` renders both for every shard.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters the shard keeps for metrics; read without locks.
+/// Stats the shard keeps for metrics; read without locks.
 #[derive(Debug, Default)]
 pub struct ShardStats {
     pub(super) keys: AtomicU64,
@@ -111,7 +111,7 @@ impl ShardStats {
         add(&self.holds_withdrawn, n);
     }
 
-    /// Every counter as it is now, each read on its own (relaxed).
+    /// Every stat as it is now, each read on its own (relaxed).
     pub fn read(&self) -> ShardCounts {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ShardCounts {
@@ -132,7 +132,7 @@ impl ShardStats {
     }
 }
 
-/// A shard's counters as [`ShardStats::read`] read them (the status page, the health check).
+/// A shard's stats as [`ShardStats::read`] read them (the status page, the health check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardCounts {
     pub keys: u64,

@@ -238,7 +238,7 @@ async fn round_trips_back_out_of_order_are_judged_in_the_order_sent() {
 }
 
 /// A round trip that fails is the store's error, counted by the store on the shard's lane; the
-/// shard's own counters have no store error of their own to count.
+/// shard's own stats have no store error of their own to count.
 #[tokio::test]
 async fn a_failed_round_trip_is_counted_by_the_store_on_the_shards_lane() {
     let (clock, _) = Clock::manual(T0);
@@ -271,7 +271,7 @@ mod holds {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::limiter::op::{Counting, Reservation};
+    use crate::limiter::op::{CountedHolds, Counting, Reservation};
     use crate::limiter::protocol::LookedUp;
 
     const LIMIT: u32 = 1000;
@@ -317,11 +317,11 @@ mod holds {
 
     fn look_up(shard: &mut Shard, algorithm: Algorithm) -> LookedUp {
         let (reply, mut rx) = oneshot::channel();
-        let hold = Reservation::Hold {
+        let hold = Reservation::Counted(CountedHolds::Hold {
             hits: EACH,
             for_ms: 0,
             id: 0,
-        };
+        });
         shard.handle(Msg::LookUp {
             op: op(algorithm, 0, hold),
             reply,
@@ -348,13 +348,13 @@ mod holds {
             for (n, s) in steps.into_iter().enumerate() {
                 let admitted = match s {
                     Step::Check => {
-                        let hold = Reservation::Hold { hits: EACH, for_ms: 600_000, id: n as u64 };
+                        let hold = Reservation::Counted(CountedHolds::Hold { hits: EACH, for_ms: 600_000, id: n as u64 });
                         shard.decide_any(message(op(algorithm, 0, hold)));
                         Some(now(shard.take_answer()).committed())
                     }
                     Step::Report(r) => {
                         let released = stats.read().holds_reported;
-                        let release = Reservation::Release { hits: EACH };
+                        let release = Reservation::Counted(CountedHolds::Release { hits: EACH });
                         shard.decide_any(message(op(algorithm, r, release)));
                         let _ = shard.take_answer();
                         let released = stats.read().holds_reported - released;

@@ -15,7 +15,7 @@ use super::queues::Waiter;
 use super::stats::ShardStats;
 use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::key::Key;
-use crate::limiter::op::{Op, Outcome, Outcomes, Reservation};
+use crate::limiter::op::{CountedHolds, NamedHolds, Op, Outcome, Outcomes, Reservation};
 use crate::limiter::protocol::{Decide, Hits, Reply};
 use crate::limiter::store::{DeleteFuture, FailureMode, StoreError, StoreFuture, StoreReply};
 
@@ -225,7 +225,8 @@ impl Decider<'_, Link> {
             .filter(|&&i| {
                 matches!(
                     ops[i].reserve,
-                    Reservation::Hold { .. } | Reservation::Reserve { .. }
+                    Reservation::Counted(CountedHolds::Hold { .. })
+                        | Reservation::Named(NamedHolds::Reserve { .. })
                 )
             })
             .count();
@@ -306,8 +307,8 @@ impl Decider<'_, Link> {
             }
             let (mut outcomes, action) = judge(&d, &evals);
             for ((o, op), reply) in outcomes.iter_mut().zip(&d.ops).zip(mine) {
-                o.released =
-                    matches!(op.reserve, Reservation::Commit { .. }) && reply.holds.released;
+                o.released = matches!(op.reserve, Reservation::Named(NamedHolds::Commit { .. }))
+                    && reply.holds.released;
             }
             // With what the store counted; whatever is refunded leaves the local-first keys too.
             let times = self.judged_now(now);
@@ -356,7 +357,7 @@ impl Decider<'_, Link> {
                     if !matches!(action, Action::Wait(_)) {
                         self.queues.left();
                     }
-                    let since = Some((w.enqueued, w.deadline));
+                    let since = Some(w.queued());
                     let commit = Commit::InStore(counted);
                     self.conclude(w.msg, outcomes, action, commit, now, since);
                 }
@@ -380,7 +381,7 @@ impl Decider<'_, Link> {
         if op.refund {
             return (reply.before.eval(p, now, 0), false);
         }
-        if let Reservation::Hold { hits, .. } = op.reserve {
+        if let Reservation::Counted(CountedHolds::Hold { hits, .. }) = op.reserve {
             return self.eval_check_holding(op, reply, hits, now);
         }
         let hits = op.hits;
@@ -396,7 +397,7 @@ impl Decider<'_, Link> {
         // a `Reserve` as if it took its own hits too (the store judged it, and holds).
         let held = reply.holds.named;
         let mut e = match op.reserve {
-            Reservation::Reserve { hits: own, .. } => {
+            Reservation::Named(NamedHolds::Reserve { hits: own, .. }) => {
                 beside(&before, p, now, 0, held.saturating_add(u64::from(own)))
             }
             _ => beside(&before, p, now, hits, held),
@@ -406,12 +407,16 @@ impl Decider<'_, Link> {
         e = with_store_verdict(e, allowed.filter(|_| unsynced == 0), &op.reserve, allowed);
         let counted = match op.reserve {
             // Admitted, it holds in the store: taken back if its request is refused elsewhere.
-            Reservation::Reserve { .. } => allowed == Some(true),
+            Reservation::Named(NamedHolds::Reserve { .. }) => allowed == Some(true),
             _ => hits > 0 && allowed.unwrap_or(true),
         };
         match op.reserve {
-            Reservation::Reserve { .. } if counted => self.cx.stats.holds_made(1),
-            Reservation::Commit { .. } if reply.holds.released => self.cx.stats.holds_reported(1),
+            Reservation::Named(NamedHolds::Reserve { .. }) if counted => {
+                self.cx.stats.holds_made(1)
+            }
+            Reservation::Named(NamedHolds::Commit { .. }) if reply.holds.released => {
+                self.cx.stats.holds_reported(1)
+            }
             _ => {}
         }
         // Remember keys with no room left at all, until room comes back: one with no room for
@@ -427,7 +432,7 @@ impl Decider<'_, Link> {
         if let Some(full) = full.filter(|f| f.over && f.retry_ns != u64::MAX) {
             self.backing.remember_full(op, now + full.retry_ns, now);
         }
-        if let Reservation::Release { hits } = op.reserve {
+        if let Reservation::Counted(CountedHolds::Release { hits }) = op.reserve {
             let h = reply.holds;
             self.cx.stats.holds_expired(u64::from(h.expired));
             if h.released {
@@ -438,7 +443,7 @@ impl Decider<'_, Link> {
         }
         // A `Commit` is usage counted unchecked: never over, so even one of no hits on a
         // counter reported past its limit ends its hold.
-        if matches!(op.reserve, Reservation::Commit { .. }) {
+        if matches!(op.reserve, Reservation::Named(NamedHolds::Commit { .. })) {
             e.over = false;
         }
         (e, counted)
@@ -489,7 +494,7 @@ fn with_store_verdict(
             e.remaining = 0;
         }
     }
-    if matches!(reserve, Reservation::Reserve { .. }) && allowed == Some(false) {
+    if matches!(reserve, Reservation::Named(NamedHolds::Reserve { .. })) && allowed == Some(false) {
         e.over = true;
         e.remaining = 0;
     }

@@ -267,8 +267,8 @@ impl GoccService {
             max_requests: l.max_requests,
             max_in_queue: l.max_in_queue,
             approved: info.state.count_in_window(&p, info.now),
-            denied: if info.denied.0 == current {
-                info.denied.1
+            denied: if info.denied.window == current {
+                info.denied.count
             } else {
                 0
             },

@@ -28,7 +28,9 @@ use crate::config::ConfigError;
 use crate::descriptor::limitador::{applicable, counter_key, Applicable, Sent};
 use crate::descriptor::Entry;
 use crate::limiter::key::Key;
-use crate::limiter::{Counting, Engine, EngineError, Op, Params, Reservation, Role, Tat};
+use crate::limiter::{
+    Counting, Engine, EngineError, NamedHolds, Op, Params, Reservation, Role, Tat,
+};
 
 /// What a call asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,7 +273,7 @@ fn op(a: &Applicable<'_>, delta: u64, ask: LimitadorCall) -> Op {
         queue: None,
         grant: None,
         local_first: None,
-        reserve: Reservation::Beside,
+        reserve: Reservation::Named(NamedHolds::Beside),
     }
 }
 

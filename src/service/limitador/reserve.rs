@@ -1,7 +1,7 @@
 //! Limitador's reservations (limitador #515): `Reserve` holds an estimate of a call's hits on
 //! every applicable counter, all or nothing, and `Commit` counts what it really used, as a
 //! `Report` does, and ends that hold. A hold is a named hold of the counter's key in the engine
-//! (`limiter::Reservation::Reserve`), so turnstile's other calls on the counter see it too: in
+//! (`limiter::NamedHolds::Reserve`), so turnstile's other calls on the counter see it too: in
 //! the shards' memory, or with Redis in Redis, beside the counter, shared by every replica
 //! (`store::redis::scripts::first_hit`).
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{op, LimitadorCall, LimitadorError, LimitadorService};
 use crate::descriptor::limitador::{applicable, Applicable, Sent};
 use crate::descriptor::Entry;
-use crate::limiter::{Op, Reservation};
+use crate::limiter::{NamedHolds, Op, Reservation};
 
 /// `--disable-reservations`, `--max-reservation-fraction`, `--max-reservation-ttl`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,7 +67,7 @@ impl LimitadorService {
                     u32::try_from(amount.min(cap(a.limit.max_value, fraction))).unwrap_or(u32::MAX);
                 Op {
                     hits: 0,
-                    reserve: Reservation::Reserve { hits, for_ms, id },
+                    reserve: Reservation::Named(NamedHolds::Reserve { hits, for_ms, id }),
                     local_first: EXACT,
                     ..op(a, 0, LimitadorCall::CheckAndReport)
                 }
@@ -139,7 +139,7 @@ fn commit_op(a: &Applicable<'_>, actual: u64, id: Option<u64>) -> Op {
     let report = op(a, actual, LimitadorCall::Report);
     match id {
         Some(id) => Op {
-            reserve: Reservation::Commit { id },
+            reserve: Reservation::Named(NamedHolds::Commit { id }),
             local_first: EXACT,
             ..report
         },

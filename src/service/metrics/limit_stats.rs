@@ -1,5 +1,5 @@
 //! Per-limit stats, bound to the limits of a config by their stat key: a limit that keeps its
-//! stat key across a reload keeps its counters, without copying them from tree to tree.
+//! stat key across a reload keeps its stats, without copying them from tree to tree.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,7 @@ pub struct LimitStats {
     pub shadow_mode: AtomicU64,
 }
 
-/// The stats of one call's limits, summed before they reach shared counters: the totals are
+/// The stats of one call's limits, summed before they reach the shared stats: the totals are
 /// counted once per call, not once per descriptor (each atomic add costs a few nanoseconds).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
@@ -46,7 +46,7 @@ impl Tally {
 }
 
 impl LimitStats {
-    /// Adds a call's tally; counters it leaves at zero are not touched.
+    /// Adds a call's tally; stats it leaves at zero are not touched.
     pub fn add_tally(&self, t: &Tally) {
         let fields = [
             (&self.total_hits, t.total_hits),
@@ -112,7 +112,7 @@ impl BoundStats {
     }
 }
 
-/// Every stat key's counters. Bounded by the configs: binding a new config keeps the counters of
+/// Every stat key's stats. Bounded by the configs: binding a new config keeps the stats of
 /// the stat keys it still has, and once the config it replaced is freed the others are dropped
 /// ([`LimitStatsTable::drop_unbound`]).
 #[derive(Debug, Default)]
@@ -121,7 +121,7 @@ pub struct LimitStatsTable {
 }
 
 impl LimitStatsTable {
-    /// The stats of every node of `config`: a stat key seen before keeps its counters. The
+    /// The stats of every node of `config`: a stat key seen before keeps its stats. The
     /// table grows by the stat keys new to it, in place: a reload does not hold a second one.
     pub fn bind(&self, config: &Config) -> BoundStats {
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,7 +135,7 @@ impl LimitStatsTable {
         }
     }
 
-    /// Drops the counters of the stat keys no bound config has any more: once a reload has
+    /// Drops the stats of the stat keys no bound config has any more: once a reload has
     /// freed the config it replaced, those of the limits it removed.
     pub fn drop_unbound(&self) {
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());

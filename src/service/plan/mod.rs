@@ -9,7 +9,7 @@ use super::settings::{AnswerSettings, CountingRule};
 use crate::config::{Algorithm, Calendar, Domain, RateLimit, Reserve, Unit};
 use crate::descriptor::{self, Matched};
 use crate::limiter::key::Key;
-use crate::limiter::{Counting, JointGroup, Op, Params, Reservation, Role};
+use crate::limiter::{CountedHolds, Counting, JointGroup, Op, Params, Reservation, Role};
 
 /// One limit that applies to one descriptor of the request.
 pub(super) struct Applied<'c> {
@@ -297,13 +297,13 @@ fn reservation(
     counting: Counting,
 ) -> Reservation {
     match (reserve, own) {
-        (Some(r), Some(0)) if !refund => Reservation::Hold {
+        (Some(r), Some(0)) if !refund => Reservation::Counted(CountedHolds::Hold {
             hits: r.hits,
             for_ms: u32::try_from(r.hold.as_millis()).unwrap_or(u32::MAX),
             id: crate::limiter::hold_id(),
-        },
+        }),
         (Some(r), Some(_)) if !refund && counting != Counting::IfAdmitted => {
-            Reservation::Release { hits: r.hits }
+            Reservation::Counted(CountedHolds::Release { hits: r.hits })
         }
         _ => Reservation::None,
     }

@@ -292,10 +292,15 @@ fn a_limit_with_reserve_holds_on_a_check_and_releases_on_a_report() {
     ]);
     let (_, ops) = planned(&c, &req);
     match ops[0].reserve {
-        Reservation::Hold { hits, for_ms, .. } => assert_eq!((hits, for_ms), (300, 90_000)),
+        Reservation::Counted(CountedHolds::Hold { hits, for_ms, .. }) => {
+            assert_eq!((hits, for_ms), (300, 90_000))
+        }
         r => panic!("a check holds: {r:?}"),
     }
-    assert_eq!(ops[1].reserve, Reservation::Release { hits: 300 });
+    assert_eq!(
+        ops[1].reserve,
+        Reservation::Counted(CountedHolds::Release { hits: 300 })
+    );
     assert_eq!(
         ops[2].reserve,
         Reservation::None,
@@ -310,7 +315,10 @@ fn a_limit_with_reserve_holds_on_a_check_and_releases_on_a_report() {
     };
     let (_, ops) = try_plan(&c, &req, &s).expect("planned");
     assert_eq!(ops[1].reserve, Reservation::None);
-    assert!(matches!(ops[0].reserve, Reservation::Hold { .. }));
+    assert!(matches!(
+        ops[0].reserve,
+        Reservation::Counted(CountedHolds::Hold { .. })
+    ));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Counters of the direct APIs' calls: `THROTTLE` (RESP and HTTP) and `CL.THROTTLE`, by result.
+//! Stats of the direct APIs' calls: `THROTTLE` (RESP and HTTP) and `CL.THROTTLE`, by result.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

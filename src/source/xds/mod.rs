@@ -37,9 +37,23 @@ pub struct XdsTls {
     pub ca_cert: PathBuf,
     /// `CONFIG_GRPC_XDS_CLIENT_TLS_CERT` and `_KEY`: our certificate, for servers that require mTLS
     /// (Envoy Gateway does).
-    pub client_identity: Option<(PathBuf, PathBuf)>,
+    pub client_identity: Option<ClientIdentity>,
     /// `CONFIG_GRPC_XDS_SERVER_TLS_SAN`: the name to verify instead of the URL's host.
     pub server_name: Option<String>,
+}
+
+/// Our certificate towards the management server: its file, and its key's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientIdentity {
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> ClientIdentity {
+        let (cert, key) = (cert.into(), key.into());
+        ClientIdentity { cert, key }
+    }
 }
 
 /// Settings of the xDS config source, from envoyproxy/ratelimit's environment variables.
@@ -103,8 +117,8 @@ impl XdsSettings {
             };
             let mut cfg =
                 ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&tls.ca_cert)?));
-            if let Some((cert, key)) = &tls.client_identity {
-                cfg = cfg.identity(Identity::from_pem(read(cert)?, read(key)?));
+            if let Some(id) = &tls.client_identity {
+                cfg = cfg.identity(Identity::from_pem(read(&id.cert)?, read(&id.key)?));
             }
             if let Some(name) = &tls.server_name {
                 cfg = cfg.domain_name(name.clone());

@@ -72,7 +72,10 @@ fn envoy_gateway_settings() {
         s.tls,
         Some(XdsTls {
             ca_cert: "/certs/ca.crt".into(),
-            client_identity: Some(("/certs/tls.crt".into(), "/certs/tls.key".into())),
+            client_identity: Some(ClientIdentity {
+                cert: "/certs/tls.crt".into(),
+                key: "/certs/tls.key".into(),
+            }),
             server_name: None,
         })
     );

@@ -10,7 +10,9 @@ use super::packed::Packed;
 use super::scripts::{held_of as named_holds, pack, Cmd, Name};
 use super::{within, RedisStore};
 use crate::config::Algorithm;
-use crate::limiter::{DeleteFuture, HoldReply, Op, Reservation, StoreFuture, StoreReply};
+use crate::limiter::{
+    CountedHolds, DeleteFuture, HoldReply, Op, Reservation, StoreFuture, StoreReply,
+};
 
 impl RedisStore {
     /// The keys `op`'s algorithm reads to decide at `now` (ns): the fixed window's key of the
@@ -28,7 +30,8 @@ impl RedisStore {
 
     /// The sorted set of `op`'s holds, for a limit with `reserve`.
     fn held_of<'a>(&'a self, op: &'a Op, now: u64) -> Option<Name<'a>> {
-        matches!(op.reserve, Reservation::Hold { .. }).then(|| self.held_name(op, now))
+        matches!(op.reserve, Reservation::Counted(CountedHolds::Hold { .. }))
+            .then(|| self.held_name(op, now))
     }
 
     /// `GET` of each key (`INCRBY key 0` would create a fixed window's key), decoded into the

@@ -183,9 +183,9 @@ fn certificates(t: &RedisTarget) -> Result<Option<redis::TlsCertificates>, Strin
     let read = |p: &str| std::fs::read(p).map_err(|e| format!("cannot read {p}: {e}"));
     Ok(Some(redis::TlsCertificates {
         client_tls: match &t.tls_client {
-            Some((c, k)) => Some(redis::ClientTlsConfig {
-                client_cert: read(c)?,
-                client_key: read(k)?,
+            Some(c) => Some(redis::ClientTlsConfig {
+                client_cert: read(&c.cert)?,
+                client_key: read(&c.key)?,
             }),
             None => None,
         },

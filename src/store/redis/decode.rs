@@ -4,7 +4,7 @@ use redis::Value;
 use smallvec::SmallVec;
 
 use crate::config::Algorithm;
-use crate::limiter::{HoldReply, Params, Reservation, State, StoreReply};
+use crate::limiter::{CountedHolds, HoldReply, NamedHolds, Params, Reservation, State, StoreReply};
 
 /// What an op asked of Redis, kept to read its reply.
 pub(super) struct Asked {
@@ -19,7 +19,7 @@ pub(super) struct Asked {
     /// (`at` is older for a local-first sync).
     pub(super) sent: u64,
     /// Asked of `HOLD` (a check holding, or a report releasing): its reply is that script's.
-    pub(super) holds: Option<Reservation>,
+    pub(super) holds: Option<CountedHolds>,
     /// The op's reservation: a window from the first hit's reply tells a `Reserve` whether it
     /// holds, a `Commit` whether it ended its hold.
     pub(super) reserve: Reservation,
@@ -49,12 +49,13 @@ impl Asked {
             Algorithm::FromFirstHit => {
                 let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
                 let done = at(3) == 1;
+                let named = self.reserve.named();
                 StoreReply {
                     before: first_hit(p, self.sent, first, hits, reply.get(1).copied()),
-                    allowed: matches!(self.reserve, Reservation::Reserve { .. }).then_some(done),
+                    allowed: matches!(named, Some(NamedHolds::Reserve { .. })).then_some(done),
                     holds: HoldReply {
                         named: at(2),
-                        released: done && matches!(self.reserve, Reservation::Commit { .. }),
+                        released: done && matches!(named, Some(NamedHolds::Commit { .. })),
                         ..HoldReply::default()
                     },
                 }
@@ -157,7 +158,7 @@ fn decode_refund(p: &Params, idx: u32, now: u64, first: i64) -> StoreReply {
 
 /// `HOLD`'s reply `{done, holds before, holds expired, a, b}`: the counter before the op (fixed:
 /// a count; sliding: current and previous counts; token bucket: the TAT in µs) and its holds.
-fn decode_hold(p: &Params, idx: u32, now: u64, r: Reservation, reply: &[i64]) -> StoreReply {
+fn decode_hold(p: &Params, idx: u32, now: u64, r: CountedHolds, reply: &[i64]) -> StoreReply {
     let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
     let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     let before = match p.algorithm {
@@ -177,7 +178,7 @@ fn decode_hold(p: &Params, idx: u32, now: u64, r: Reservation, reply: &[i64]) ->
         Algorithm::TokenBucket { .. } => State::Gcra { tat: at(3) * 1000 },
     };
     let done = at(0) == 1;
-    let check = matches!(r, Reservation::Hold { .. });
+    let check = matches!(r, CountedHolds::Hold { .. });
     StoreReply {
         before,
         allowed: check.then_some(done),

@@ -253,16 +253,18 @@ mod tests {
         let s = RedisStore::for_tests("");
         let count = test_op("k_", Algorithm::FromFirstHit, 60_000, 1);
         let commit = Op {
-            reserve: crate::limiter::Reservation::Commit { id: 7 },
+            reserve: crate::limiter::Reservation::Named(crate::limiter::NamedHolds::Commit {
+                id: 7,
+            }),
             ..count.clone()
         };
         let reserve = Op {
             hits: 0,
-            reserve: crate::limiter::Reservation::Reserve {
+            reserve: crate::limiter::Reservation::Named(crate::limiter::NamedHolds::Reserve {
                 hits: 3,
                 for_ms: 1000,
                 id: 8,
-            },
+            }),
             ..count.clone()
         };
         let mut lane = Lane::with_capacity(4);

@@ -24,7 +24,7 @@ pub use errors::RedisErrors;
 use lane::Lane;
 use packed::Packed;
 use probe::Refusals;
-pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry};
+pub use settings::{RedisSettings, RedisTarget, RedisType, StartupRetry, TlsClient};
 pub use startup::StartupRetries;
 
 use crate::limiter::{DeleteFuture, Op, Params, Store, StoreError, StoreFuture, StoreOp};
@@ -63,7 +63,8 @@ impl Store for RedisStore {
                 None => self.hold_cmd(b.op, now, b.refund),
                 Some(_) => None,
             };
-            let holds = matches!(held, Some(scripts::Cmd::Hold(_))).then_some(b.op.reserve);
+            let holds =
+                (b.op.reserve.counted()).filter(|_| matches!(held, Some(scripts::Cmd::Hold(_))));
             let c = match (held, b.sync_at) {
                 (Some(c), _) => c,
                 // More refunded than taken since the last sync: refunded in that window.

@@ -16,7 +16,7 @@ use super::connect::{exec, query};
 use super::packed::Packed;
 use super::scripts::{first_hit_read, pack, FIRST_SUFFIX as SUFFIX};
 use super::{within, RedisStore};
-use crate::limiter::{KeyInfo, ScanFuture, State};
+use crate::limiter::{Denied, KeyInfo, ScanFuture, State};
 
 /// Keys Redis looks at per `SCAN` call.
 const PER_CALL: u64 = 1000;
@@ -106,7 +106,7 @@ impl RedisStore {
                         count: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
                         end: now.saturating_add(pttl as u64 * 1_000_000),
                     },
-                    denied: (0, 0),
+                    denied: Denied::default(),
                     waiting: 0,
                     now,
                 });

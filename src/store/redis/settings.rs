@@ -31,8 +31,15 @@ pub struct RedisTarget {
     /// `REDIS_TLS_CACERT`: PEM file of the CA to trust instead of the built-in web roots.
     pub tls_ca: Option<String>,
     /// `REDIS_TLS_CLIENT_CERT` / `REDIS_TLS_CLIENT_KEY`: a client certificate for mutual TLS.
-    pub tls_client: Option<(String, String)>,
+    pub tls_client: Option<TlsClient>,
     pub pool_size: usize,
+}
+
+/// A client certificate for mutual TLS: its PEM file, and its key's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsClient {
+    pub cert: String,
+    pub key: String,
 }
 
 /// envoyproxy/ratelimit's Redis settings plus turnstile's breaker.

@@ -1,4 +1,4 @@
-//! Counters of the admin listener's actions (look-up, reset, heavy hitters, digests) by outcome, refusals included.
+//! Stats of the admin listener's actions (look-up, reset, heavy hitters, digests) by outcome, refusals included.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

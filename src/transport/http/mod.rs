@@ -40,7 +40,7 @@ use crate::service::{
 use crate::telemetry::mapped::Exposition;
 use crate::telemetry::{Registry, Shown};
 
-/// What `/metrics` and `/rlconfig` read: every part's counters (the live limits' per-limit
+/// What `/metrics` and `/rlconfig` read: every part's stats (the live limits' per-limit
 /// series among them), and the live limits' text.
 #[derive(Clone)]
 pub struct MetricsState {

@@ -1,5 +1,5 @@
 //! The operator's view on the debug port: `/debug/top` (heavy hitters per limit),
-//! `/debug/status` (limits, their counters, shards, breaker, config loads) and the status page
+//! `/debug/status` (limits, their stats, shards, breaker, config loads) and the status page
 //! at `/` that shows both and refreshes itself.
 
 use std::collections::BTreeMap;
@@ -233,7 +233,7 @@ fn summed(calls: &DoorCalls, f: &dyn Fn(&CallStats) -> u64) -> u64 {
     (Door::ALL.iter()).map(|d| f(calls.door(*d))).sum()
 }
 
-/// `/debug/status`: what the status page shows besides the heavy hitters. Counters are
+/// `/debug/status`: what the status page shows besides the heavy hitters. Stats are
 /// totals since start; the page turns them into rates between two reads.
 pub(super) async fn status(State(s): State<DebugState>) -> Response {
     let live = s.metrics.live.load_full();

@@ -1,4 +1,4 @@
-//! Counters of the RESP transport's connections: open now, and refused at the cap.
+//! Stats of the RESP transport's connections: open now, and refused at the cap.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -4,7 +4,7 @@
 //! counted yet wait in a ledger (`ledger`): local-first keys' hits, synced in the background,
 //! and exact limits' hits decided while the store is away, replayed once it is back; keys known
 //! to be full are remembered, so a lone op on one is refused without a round trip. Its
-//! counters are beside it (`stats`).
+//! stats are beside it (`stats`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ pub(crate) struct Link {
     pub(crate) trips: RoundTrips,
     /// Keys known to have no room, until when, and under which limit (`LOCAL_CACHE_SIZE_IN_BYTES`):
     /// a request carrying a higher limit on the same key (an override, a reload) is not full.
-    over: KeyMap<(u64, Params)>,
+    over: KeyMap<Full>,
     over_cap: usize,
     /// Keys whose queue head is being decided in the store: newcomers still queue behind it.
     heads: KeySet,
@@ -63,6 +63,13 @@ pub(crate) struct Link {
     pub(crate) stats: Arc<LinkStats>,
     /// New messages wait in `batch` for the shard's task to send them.
     deferred: bool,
+}
+
+/// A key known to have no room: until when, and under which limit.
+#[derive(Debug, Clone, Copy)]
+struct Full {
+    until: u64,
+    limit: Params,
 }
 
 impl Link {
@@ -165,8 +172,9 @@ impl Link {
         if op.refund || counts || op.hits == 0 || op.queue.is_some() {
             return None;
         }
-        let (until, full) = *self.over.get(&op.key)?;
-        (until > now && op.params.no_roomier_than(&full)).then_some((0, until))
+        let full = self.over.get(&op.key)?;
+        let until = full.until;
+        (until > now && op.params.no_roomier_than(&full.limit)).then_some((0, until))
     }
 
     /// Remembers that `op`'s key has no room under `op`'s limit until `until`.
@@ -174,18 +182,16 @@ impl Link {
         // The store places a window from the first hit and answers its end (the key's TTL),
         // but for a limit with `reserve`, whose holds' script answers no TTL: there the end is
         // an estimate, and a later one than the store's would refuse past the window.
-        let holds_script = matches!(
-            op.reserve,
-            Reservation::Hold { .. } | Reservation::Release { .. }
-        );
+        let holds_script = matches!(op.reserve, Reservation::Counted(_));
         if op.params.algorithm == Algorithm::FromFirstHit && holds_script {
             return;
         }
         if self.over.len() >= self.over_cap {
-            self.over.retain(|_, (until, _)| *until > now);
+            self.over.retain(|_, full| full.until > now);
         }
         if self.over.len() < self.over_cap {
-            self.over.insert(op.key.clone(), (until, op.params));
+            let limit = op.params;
+            self.over.insert(op.key.clone(), Full { until, limit });
         }
     }
 

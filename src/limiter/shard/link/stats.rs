@@ -1,4 +1,4 @@
-//! The link's counters: the breaker, decisions made without a round trip, and the ledger's
+//! The link's stats: the breaker, decisions made without a round trip, and the ledger's
 //! hits sent to the store or dropped. Held by every shard (`ShardStats::link`), so the Redis
 //! families read zeros in memory mode, and rendered with the shard's.
 
@@ -16,7 +16,7 @@ fn add_hits(c: &AtomicU64, hits: i64) {
     }
 }
 
-/// Counters the link keeps for metrics; read without locks.
+/// Stats the link keeps for metrics; read without locks.
 #[derive(Debug, Default)]
 pub struct LinkStats {
     /// The breaker, as `BreakerState::gauge` gives it.
@@ -84,7 +84,7 @@ impl LinkStats {
         add_hits(&self.replay_dropped_hits, hits);
     }
 
-    /// Every counter as it is now, each read on its own (relaxed).
+    /// Every stat as it is now, each read on its own (relaxed).
     pub fn read(&self) -> LinkCounts {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         LinkCounts {
@@ -100,7 +100,7 @@ impl LinkStats {
     }
 }
 
-/// A link's counters as [`LinkStats::read`] read them.
+/// A link's stats as [`LinkStats::read`] read them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkCounts {
     /// `BreakerState::gauge`.

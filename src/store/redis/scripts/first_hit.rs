@@ -15,7 +15,7 @@
 //! the window at the latest.
 
 use super::{script, Cmd, Name, Packed, FIRST_HIT_HEAD};
-use crate::limiter::{Op, Reservation};
+use crate::limiter::{NamedHolds, Op, Reservation};
 use crate::store::redis::RedisStore;
 
 /// A window from the key's first hit: adds `hits` and answers the count with the key's TTL,
@@ -196,19 +196,19 @@ impl RedisStore {
         let key = self.key(op, "", FIRST_SUFFIX, None);
         let window_ms = p.window_ms.max(1);
         let named = match op.reserve {
-            Reservation::Reserve { id, .. } if refund => {
+            Reservation::Named(NamedHolds::Reserve { id, .. }) if refund => {
                 return Cmd::Unname {
                     held: held_of(&key),
                     id,
                 }
             }
-            Reservation::Reserve { hits, for_ms, id } => Named::Reserve {
+            Reservation::Named(NamedHolds::Reserve { hits, for_ms, id }) => Named::Reserve {
                 id,
                 limit: p.requests_per_unit,
                 hits,
                 for_ms,
             },
-            Reservation::Commit { id } => Named::Commit { id },
+            Reservation::Named(NamedHolds::Commit { id }) => Named::Commit { id },
             _ => Named::Count,
         };
         if refund {

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use super::{decimal, evalsha, script, sha1, Cmd, Encoded, Head, Name, Packed, WindowStart};
 use crate::config::Algorithm;
-use crate::limiter::{Op, Reservation};
+use crate::limiter::{CountedHolds, Op, Reservation};
 use crate::store::redis::RedisStore;
 
 /// Checks and holds (`ARGV[3]` = 1), or counts a report and releases its key's oldest hold
@@ -218,12 +218,14 @@ impl RedisStore {
         refund: bool,
     ) -> Option<Cmd<'a>> {
         let (mode, each, id, for_ms) = match (op.reserve, refund) {
-            (Reservation::Hold { id, .. }, true) => {
+            (Reservation::Counted(CountedHolds::Hold { id, .. }), true) => {
                 let held = self.held_name(op, now);
                 return Some(Cmd::Unhold { held, id });
             }
-            (Reservation::Hold { hits, for_ms, id }, false) => (1, hits, id, for_ms),
-            (Reservation::Release { hits }, false) => (2, hits, 0, 0),
+            (Reservation::Counted(CountedHolds::Hold { hits, for_ms, id }), false) => {
+                (1, hits, id, for_ms)
+            }
+            (Reservation::Counted(CountedHolds::Release { hits }), false) => (2, hits, 0, 0),
             _ => return None,
         };
         Some(Cmd::Hold(HoldCmd {

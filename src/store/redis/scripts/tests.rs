@@ -1,6 +1,6 @@
 use super::super::test_op;
 use super::*;
-use crate::limiter::Reservation;
+use crate::limiter::{CountedHolds, NamedHolds, Reservation};
 use crate::store::redis::probe::NoScripts;
 
 fn store(prefix: &str) -> RedisStore {
@@ -170,11 +170,11 @@ fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
     let s = store("pre_");
     let check = |algorithm| Op {
         hits: 0,
-        reserve: Reservation::Hold {
+        reserve: Reservation::Counted(CountedHolds::Hold {
             hits: 300,
             for_ms: 600_000,
             id: 7,
-        },
+        }),
         ..op(algorithm, 86_400_000)
     };
     // A fixed window's set is named by its window's key, braced whole: the same slot.
@@ -219,7 +219,7 @@ fn holds_live_in_a_set_sharing_their_counters_cluster_slot() {
     assert_eq!(a, ["ZREM", "{pre_dom_k_v_1699920000}_held", "7"]);
     let report = Op {
         hits: 250,
-        reserve: Reservation::Release { hits: 300 },
+        reserve: Reservation::Counted(CountedHolds::Release { hits: 300 }),
         ..op(Algorithm::FixedWindow, 86_400_000)
     };
     let a = args(&s.hold_cmd(&report, NOW, false).unwrap());
@@ -283,7 +283,7 @@ fn a_window_from_the_first_hit_goes_by_its_script_and_answers_its_ttl() {
         at: NOW - 5_000_000_000,
         sent: NOW,
         holds: None,
-        reserve: Reservation::Beside,
+        reserve: Reservation::Named(NamedHolds::Beside),
     };
     let r = asked.decode(&[7, 42_000, 0, 0]);
     assert_eq!(
@@ -306,11 +306,11 @@ fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
     let s = store("pre_");
     let reserve = Op {
         hits: 0,
-        reserve: Reservation::Reserve {
+        reserve: Reservation::Named(NamedHolds::Reserve {
             hits: 300,
             for_ms: 30_000,
             id: 7,
-        },
+        }),
         ..op(Algorithm::FromFirstHit, 60_000)
     };
     // Mode 1: the hold's id, the limit, its hits, the longest it holds.
@@ -337,7 +337,7 @@ fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
     // A commit (mode 2) counts its usage in full and ends its hold by id.
     let commit = Op {
         hits: 250,
-        reserve: Reservation::Commit { id: 7 },
+        reserve: Reservation::Named(NamedHolds::Commit { id: 7 }),
         counting: crate::limiter::Counting::Usage,
         ..op(Algorithm::FromFirstHit, 60_000)
     };
@@ -369,7 +369,7 @@ fn named_holds_live_in_a_hash_beside_their_first_hit_counter() {
         (r.allowed, r.holds.named, r.holds.released),
         (None, 600, true)
     );
-    let r = asked(Reservation::Beside).decode(&[350, 30_000, 600, 0]);
+    let r = asked(Reservation::Named(NamedHolds::Beside)).decode(&[350, 30_000, 600, 0]);
     assert_eq!(
         (r.allowed, r.holds.named, r.holds.released),
         (None, 600, false)
