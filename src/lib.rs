@@ -50,10 +50,10 @@
 //! |---|---|---|---|---|
 //! | `envoy`: `ShouldRateLimit`, `/json` | `settings/mod.rs` | `config/mod.rs` | `service/envoy.rs` | `transport/grpc.rs` (the RLS port's), `transport/http/envoy.rs` |
 //! | `limitador`: as `limitador-server` | `settings/limitador/mod.rs` | `config/limitador/mod.rs`, `descriptor/limitador.rs` | `service/limitador/mod.rs` | `transport/limitador.rs`, `transport/http/limitador.rs` |
-//! | `gocc`: `/rate` | `settings/sections.rs` | `config/gocc.rs`, `config/build/gocc.rs` | `service/gocc/mod.rs` | `transport/http/gocc.rs` |
-//! | `throttle`: `THROTTLE`, `CL.THROTTLE`, `/throttle` | `settings/sections.rs` | (none) | `service/throttle/mod.rs` | `transport/throttle/mod.rs`, `transport/http/throttle.rs` |
+//! | `gocc`: `/rate` | `settings/gocc.rs` | `config/gocc.rs`, `config/build/gocc.rs` | `service/gocc/mod.rs` | `transport/http/gocc.rs` |
+//! | `throttle`: `THROTTLE`, `CL.THROTTLE`, `/throttle` | `settings/throttle.rs` | (none) | `service/throttle/mod.rs` | `transport/throttle/mod.rs`, `transport/http/throttle.rs` |
 //! | `rlqs`: Envoy's quota streams | `settings/mod.rs` | `config/mod.rs` | `service/rlqs/mod.rs` | `transport/rlqs.rs` |
-//! | `xds`: config from Envoy Gateway | `settings/sections.rs` | `config/xds/mod.rs` | (none) | `source/xds/mod.rs` |
+//! | `xds`: config from Envoy Gateway | `settings/xds.rs` | `config/xds/mod.rs` | (none) | `source/xds/mod.rs` |
 //!
 //! What every door keeps is kept where doors are served, so a door cannot leave it out: bounds
 //! (`service::within_bounds`, `transport/http/bounds.rs`), client values as the listener shows

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tonic::service::Routes;
 
 use super::context::Context;
 use super::overlay::{LoadedOverlay, OverlayFile, Overlays};
@@ -21,7 +22,7 @@ use crate::config::limitador::{CustomLabels, Files, LabelsExpr, Limits};
 use crate::config::ConfigError;
 use crate::service::gocc::GoccService;
 use crate::service::limitador::{LimitadorMetrics, LimitadorService};
-use crate::service::rlqs::{DemandExchange, QuotaStats, RlqsHub};
+use crate::service::rlqs::{DemandExchange, RlqsHub, RlqsStats};
 use crate::service::ReloadStats;
 use crate::service::{ThrottleService, ThrottleStats};
 use crate::settings::limitador::LimitadorSettings;
@@ -38,9 +39,7 @@ pub(super) use crate::transport::throttle::{serve_shared as serve_resp, RespShar
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 
 /// A gRPC service a door serves beside `ShouldRateLimit`, through the same per-call layer.
-pub(super) type DoorGrpc = LimitadorGrpc;
-/// The rate-limit quota service (RLQS), on every worker's gRPC port.
-pub(super) type QuotaGrpc = RateLimitQuotaServiceServer<RlqsService>;
+type DoorGrpc = LimitadorGrpc;
 /// What a door reads at start besides the config: `limitador-server`'s limits and `-L` files.
 pub type DoorFiles = Files;
 
@@ -48,8 +47,9 @@ pub type DoorFiles = Files;
 pub(super) struct Doors {
     /// The door that answers the RLS port, and what comes with it.
     pub(super) rls: RlsDoor,
-    /// RLQS, served beside whichever door answers `ShouldRateLimit`.
-    pub(super) quota: QuotaGrpc,
+    /// The gRPC services beside `ShouldRateLimit`, through the same per-call layer: the RLS
+    /// door's own (Kuadrant's, as `limitador-server`) and RLQS, served beside either door.
+    pub(super) grpc: Routes,
     /// `THROTTLE` and `CL.THROTTLE` on the RESP port, when `TURNSTILE_RESP_ADDR` is set.
     pub(super) resp: Option<Arc<RespShared>>,
 }
@@ -78,7 +78,7 @@ pub(super) struct RlsDoor {
 /// them, and handed to the doors when they are built.
 #[derive(Clone, Default)]
 pub struct DoorStats {
-    pub quota: Arc<QuotaStats>,
+    pub rlqs: Arc<RlqsStats>,
     /// The direct APIs' decisions (`THROTTLE`, `/throttle`).
     pub throttle: Arc<ThrottleStats>,
     /// The RESP port's connections and commands.
@@ -88,7 +88,7 @@ pub struct DoorStats {
 impl DoorStats {
     /// For the registry, in the order `/metrics` shows them.
     pub(super) fn metrics(&self) -> Vec<Arc<dyn Metrics>> {
-        vec![self.resp.clone(), self.throttle.clone(), self.quota.clone()]
+        vec![self.resp.clone(), self.throttle.clone(), self.rlqs.clone()]
     }
 }
 
@@ -156,21 +156,30 @@ impl Doors {
         let hub = RlqsHub::new(
             cx.live.clone(),
             cx.engine.clock().clone(),
-            given.stats.quota.clone(),
+            given.stats.rlqs.clone(),
             (given.redis).map(|r| r as Arc<dyn DemandExchange>),
             settings.global_shadow_mode,
         );
-        let quota = RateLimitQuotaServiceServer::new(RlqsService::new(hub, given.stop))
+        let rlqs = RateLimitQuotaServiceServer::new(RlqsService::new(hub, given.stop))
             .max_decoding_message_size(settings.request_limits.max_message_bytes);
         let baseline = given.baseline;
-        let rls = match (&settings.limitador, given.files) {
+        let mut rls = match (&settings.limitador, given.files) {
             (Some(l), Some(files)) => limitador_door(settings, l, files, cx, shown, baseline),
             _ => {
                 let door = envoy_door(settings, cx, given.health, throttle, shown, baseline);
                 with_overlay(door, settings, cx, given.overlay)
             }
         };
-        Doors { rls, quota, resp }
+        let mut grpc = Routes::builder();
+        grpc.add_service(rlqs);
+        if let Some(door) = rls.grpc.take() {
+            grpc.add_service(door);
+        }
+        Doors {
+            rls,
+            grpc: grpc.routes(),
+            resp,
+        }
     }
 }
 
@@ -189,7 +198,7 @@ fn envoy_door(
         serving: health.serving.clone(),
         throttle,
         throttle_limits: settings.throttle,
-        rate: GoccService::new(cx.live.clone(), cx.engine.clone(), settings.rate),
+        gocc: GoccService::new(cx.live.clone(), cx.engine.clone(), settings.gocc),
         metrics: MetricsState {
             registry: cx.registry.clone(),
             live: cx.live.clone(),

@@ -9,13 +9,14 @@ use std::time::Duration;
 use tokio::sync::{watch, Barrier};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
+use tonic::service::Routes;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_reflection::server as reflection;
 use tower_layer::{Identity, Stack};
 
+use super::doors::Doors;
 use super::doors::{serve_resp, RespShared};
-use super::doors::{DoorGrpc, Doors, QuotaGrpc};
 use super::draining::{drain_end, serve_http};
 use super::linger::{Linger, LingeringListener};
 use super::listeners::GrpcListener;
@@ -36,12 +37,10 @@ const RLS_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rls_
 pub(super) struct Grpc<H> {
     /// Who answers `ShouldRateLimit`.
     pub(super) rls: RlsAnswerer,
-    /// The door's gRPC service beside it, if any.
-    pub(super) door: Option<DoorGrpc>,
+    /// The doors' gRPC services beside it (`Doors::grpc`).
+    pub(super) routes: Routes,
     /// Every door's calls, counted by the per-call layer.
     pub(super) calls: Arc<DoorCalls>,
-    /// The quota service (RLQS), one state for every worker's streams.
-    pub(super) quota: QuotaGrpc,
     pub(super) health: HealthServer<H>,
     pub(super) max_message_bytes: usize,
     pub(super) max_age: Duration,
@@ -62,9 +61,8 @@ impl<H> Grpc<H> {
     ) -> Grpc<H> {
         Grpc {
             rls: doors.rls.answerer.clone(),
-            door: doors.rls.grpc.clone(),
+            routes: doors.grpc.clone(),
             calls: cx.stats.calls.clone(),
-            quota: doors.quota.clone(),
             health,
             max_message_bytes: settings.request_limits.max_message_bytes,
             max_age: settings.grpc_max_connection_age,
@@ -104,8 +102,8 @@ impl Stopping {
 }
 
 /// The gRPC services every worker serves: the rate-limit service (called by the per-call layer
-/// itself, past the router), the door's service beside it, the rate-limit quota service (RLQS),
-/// health, reflection (v1 and v1alpha, for grpcurl).
+/// itself, past the router), the doors' services beside it (`Doors::grpc`), health, reflection
+/// (v1 and v1alpha, for grpcurl).
 fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<CallLayer<ShouldRateLimit>, Identity>> {
     let (reflection_v1, reflection_v1alpha) = reflection_services();
     tonic::transport::Server::builder()
@@ -116,11 +114,10 @@ fn router<H: Health>(grpc: &Grpc<H>) -> Router<Stack<CallLayer<ShouldRateLimit>,
             rls_door: grpc.rls.door(),
             calls: grpc.calls.clone(),
         })
-        .add_optional_service(grpc.door.clone())
+        .add_routes(grpc.routes.clone())
         .add_service(grpc.health.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(grpc.quota.clone())
 }
 
 /// gRPC reflection, v1 and v1alpha, for grpcurl: the rate-limit services' descriptors and

@@ -1,16 +1,20 @@
 //! Process settings: envoyproxy/ratelimit's environment variables, overridden by CLI flags,
-//! for the Envoy and RLQS doors and the whole process; Limitador's command line and environment,
-//! as `limitador-server` reads them, mapped onto the same structs (`limitador`).
+//! for the Envoy and RLQS doors and the whole process; the other doors' in files of their names
+//! (`gocc`, `throttle` with the RESP port, `xds`); Limitador's command line and environment, as
+//! `limitador-server` reads them, mapped onto the same structs (`limitador`).
 //!
 //! The only module that reads the environment. Every value goes through one grammar (`env`):
 //! Go's booleans and durations, whole numbers, `HOST:PORT` addresses; an error names the
 //! variable and its value and stops the start. Each subsystem receives a plain typed struct
-//! (`sections` fills the Redis, xDS, RESP, THROTTLE, GoCC, admin and tracing ones).
+//! (`sections` fills the storage, Redis, admin, log and tracing ones).
 
 mod env;
+mod gocc;
 pub mod limitador;
 mod sections;
 mod statsd;
+mod throttle;
+mod xds;
 
 use crate::durable::StateSettings;
 use std::collections::BTreeMap;
@@ -93,7 +97,7 @@ pub struct Settings {
     pub gocc_file: Option<PathBuf>,
     /// GoCC's `MAX_REQUESTS`, `MAX_REQUESTS_IN_QUEUE`, `WINDOW_MILLIS`,
     /// `REQUESTS_CAN_SET_RATE`, `REQUESTS_CAN_MOD_QUEUE`: the `/rate` API's defaults.
-    pub rate: GoccDefaults,
+    pub gocc: GoccDefaults,
     /// Keys held in memory in all (`TURNSTILE_MAX_KEYS`); a key flood evicts past it.
     pub max_keys: usize,
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits come over ADS, not from files.
@@ -272,18 +276,18 @@ impl Settings {
         // calls/s at 9.2 µs CPU each, two serve 63k at 17.7 µs.
         let workers = env.number("TURNSTILE_WORKERS", cores.saturating_sub(1).max(1))?;
         let shards = env.number("TURNSTILE_SHARDS", workers.max(1))?;
-        let xds = sections::xds(&env)?;
-        let (rate, gocc_file) = sections::gocc(&env, xds.is_some())?;
+        let xds = xds::xds(&env)?;
+        let (gocc, gocc_file) = gocc::gocc(&env, xds.is_some())?;
         let grace_secs = env.number("TURNSTILE_SHUTDOWN_GRACE_SECONDS", 10)?;
         Ok(Settings {
             limitador: None,
             config_optional: LOCATION_VARS.iter().all(|k| env.get(k).is_none()),
             gocc_file,
-            rate,
+            gocc,
             xds,
-            resp: sections::resp(&env)?,
+            resp: throttle::resp(&env)?,
             admin: sections::admin(&env)?,
-            throttle: sections::throttle(&env)?,
+            throttle: throttle::throttle(&env)?,
             storage: sections::storage(&env)?,
             max_keys: env.number("TURNSTILE_MAX_KEYS", 4_000_000usize)?.max(1),
             config_path,

@@ -1,25 +1,17 @@
-//! The settings of each subsystem, read from their variables: Redis, xDS, the direct
-//! transports, logs and traces, and the reference's variables that change nothing here.
+//! The settings of each subsystem, read from their variables: the storage and Redis, the admin
+//! listener, logs and traces, and the reference's variables that change nothing here (GoCC's
+//! with them). The doors' own are in files of their names (`gocc`, `throttle`, `xds`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
-
-use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 
 use super::env::{resolve, Env, Result};
 use super::Storage;
-use crate::config::gocc::MAX_COUNT;
-use crate::config::{KeyLimits, LoadOptions};
 use crate::durable::StateSettings;
 use crate::limiter::{FailureMode, StorePolicy};
-use crate::service::gocc::GoccDefaults;
-use crate::service::ThrottleLimits;
-use crate::source::xds::{ClientIdentity, XdsSettings, XdsTls};
 use crate::store::redis::{RedisSettings, RedisTarget, RedisType, StartupRetry, TlsClient};
 use crate::telemetry::{log_filter, LogSettings, OtlpProtocol, TracingSettings};
 use crate::transport::http::{AdminSettings, AdminToken, DEFAULT_ADMIN_ADDR};
-use crate::transport::throttle::RespSettings;
 
 /// `TURNSTILE_STATE_DIR` and `TURNSTILE_STATE_SYNC_INTERVAL`, the journal's save interval (read
 /// whatever the storage).
@@ -215,174 +207,6 @@ fn refuse_url_scheme(var: &str, url: &str, p: &str) -> Result<()> {
     ))
 }
 
-/// `None` when `CONFIG_TYPE` is `FILE` (the default), the xDS settings when it is
-/// `GRPC_XDS_SOTW`; unset variables take the reference's defaults. Every value set is checked
-/// either way.
-pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>> {
-    let on = env.choice(
-        "CONFIG_TYPE",
-        false,
-        &[("FILE", false), ("GRPC_XDS_SOTW", true)],
-    )?;
-    let headers = env.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")?;
-    for (k, v) in &headers {
-        if MetadataKey::<Ascii>::from_bytes(k.as_bytes()).is_err()
-            || MetadataValue::<Ascii>::try_from(v.as_str()).is_err()
-        {
-            return Err(format!(
-                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: \"{k}: {v}\" is not a valid header"
-            ));
-        }
-    }
-    let backoff_initial = env.duration(
-        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-        Duration::from_secs(10),
-    )?;
-    let backoff_max = env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", Duration::from_secs(60))?;
-    if backoff_initial.is_zero() || backoff_max < backoff_initial {
-        return Err(format!(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL ({}) must be more than 0 and at most \
-             XDS_CLIENT_BACKOFF_MAX_INTERVAL ({})",
-            env.written("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", backoff_initial),
-            env.written("XDS_CLIENT_BACKOFF_MAX_INTERVAL", backoff_max)
-        ));
-    }
-    let backoff_jitter = if env.flag("XDS_CLIENT_BACKOFF_JITTER", true)? {
-        env.fraction("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)?
-    } else {
-        0.0
-    };
-    let max_message_bytes = match env.number("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0usize)? {
-        0 if env.get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES").is_some() => {
-            return Err("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0 is not a positive number".into())
-        }
-        0 => None,
-        n => Some(n),
-    };
-    let node_metadata = env.pairs("CONFIG_GRPC_XDS_NODE_METADATA")?;
-    let force_start = env.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?;
-    let use_tls = env.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)?;
-    let overlay = env.get("TURNSTILE_XDS_OVERLAY").filter(|p| !p.is_empty());
-    if !on {
-        return match overlay {
-            Some(p) => Err(format!(
-                "TURNSTILE_XDS_OVERLAY={p} adds turnstile's fields to limits pushed over xDS, and \
-                 CONFIG_TYPE is FILE (the files can say them themselves): set \
-                 CONFIG_TYPE=GRPC_XDS_SOTW, or unset TURNSTILE_XDS_OVERLAY"
-            )),
-            None => Ok(None),
-        };
-    }
-    Ok(Some(XdsSettings {
-        server: XdsSettings::dial_target(
-            &env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
-        ),
-        node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
-        node_metadata,
-        headers,
-        tls: if use_tls { xds_tls(env)? } else { None },
-        backoff_initial,
-        backoff_max,
-        backoff_jitter,
-        max_message_bytes,
-        overlay: overlay.map(PathBuf::from),
-        force_start_without_initial_config: force_start,
-        healthy_only_with_config: env.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-        load: LoadOptions {
-            merge_domains: env.flag("MERGE_DOMAIN_CONFIG", false)?,
-            include_dotfiles: false,
-        },
-    }))
-}
-
-/// `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`: its files.
-fn xds_tls(env: &Env<'_>) -> Result<Option<XdsTls>> {
-    let ca_cert = env.get("CONFIG_GRPC_XDS_SERVER_TLS_CACERT").ok_or(
-        "CONFIG_GRPC_XDS_SERVER_USE_TLS=true needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT \
-         (turnstile does not read the system's CA store)",
-    )?;
-    let client_identity = env
-        .both_or_neither(
-            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-            "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-        )?
-        .map(|(cert, key)| ClientIdentity::new(cert, key));
-    Ok(Some(XdsTls {
-        ca_cert: PathBuf::from(ca_cert),
-        client_identity,
-        server_name: env.get("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
-    }))
-}
-
-/// `TURNSTILE_THROTTLE_ALLOW_REMOTE` and the caps `TURNSTILE_THROTTLE_MAX_BURST`,
-/// `_MAX_PERIOD_SECS`, `_MAX_COUNT`, `_MAX_KEY_LEN`.
-pub(super) fn throttle(env: &Env<'_>) -> Result<ThrottleLimits> {
-    let d = ThrottleLimits::default();
-    let u32max = u64::from(u32::MAX);
-    Ok(ThrottleLimits {
-        allow_remote: env.flag("TURNSTILE_THROTTLE_ALLOW_REMOTE", false)?,
-        max_burst: env.number_in(
-            "TURNSTILE_THROTTLE_MAX_BURST",
-            d.max_burst.into(),
-            1,
-            u32max,
-        )? as u32,
-        max_period_secs: env.number_in(
-            "TURNSTILE_THROTTLE_MAX_PERIOD_SECS",
-            d.max_period_secs,
-            1,
-            ThrottleLimits::PERIOD_CEILING_SECS,
-        )?,
-        max_count: env.number_in(
-            "TURNSTILE_THROTTLE_MAX_COUNT",
-            d.max_count.into(),
-            1,
-            u32max,
-        )? as u32,
-        max_key_len: env.number_in(
-            "TURNSTILE_THROTTLE_MAX_KEY_LEN",
-            d.max_key_len as u64,
-            1,
-            65_536,
-        )? as usize,
-    })
-}
-
-/// `None` when `TURNSTILE_RESP_ADDR` is unset (the transport is off). It takes `HOST:PORT`, a
-/// bare `PORT` (on 127.0.0.1), or `true` for 127.0.0.1:6380.
-pub(super) fn resp(env: &Env<'_>) -> Result<Option<RespSettings>> {
-    let d = RespSettings::default();
-    let text = env.get("TURNSTILE_RESP_ADDR");
-    let addr = match &text {
-        Some(text) => {
-            listener_addr(text, d.addr).map_err(|e| format!("TURNSTILE_RESP_ADDR={text}: {e}"))?
-        }
-        None => d.addr,
-    };
-    let s = RespSettings {
-        addr,
-        allow_remote: env.flag("TURNSTILE_RESP_ALLOW_REMOTE", false)?,
-        max_connections: env.number_in(
-            "TURNSTILE_RESP_MAX_CONNECTIONS",
-            d.max_connections as u64,
-            1,
-            1_000_000,
-        )? as usize,
-        idle_timeout: Duration::from_secs(env.number_in(
-            "TURNSTILE_RESP_IDLE_TIMEOUT_SECS",
-            d.idle_timeout.as_secs(),
-            1,
-            7 * 86_400,
-        )?),
-        limits: throttle(env)?,
-    };
-    if text.is_none() {
-        return Ok(None);
-    }
-    s.check_addr()?;
-    Ok(Some(s))
-}
-
 /// `TURNSTILE_ADMIN_ADDR` (off when unset) and `TURNSTILE_ADMIN_TOKEN_FILE`, read now so a
 /// missing or empty file stops the start. A non-loopback address needs the token.
 pub(super) fn admin(env: &Env<'_>) -> Result<Option<AdminSettings>> {
@@ -414,7 +238,10 @@ pub(super) fn admin(env: &Env<'_>) -> Result<Option<AdminSettings>> {
 
 /// A listener of turnstile's own: `HOST:PORT`, a bare `PORT` on the default host, or `true`
 /// for the default address.
-fn listener_addr(text: &str, default: SocketAddr) -> std::result::Result<SocketAddr, String> {
+pub(super) fn listener_addr(
+    text: &str,
+    default: SocketAddr,
+) -> std::result::Result<SocketAddr, String> {
     if let Ok(port) = text.parse::<u16>() {
         return Ok(SocketAddr::new(default.ip(), port));
     }
@@ -495,55 +322,6 @@ pub(super) fn tracing(env: &Env<'_>) -> Result<Option<TracingSettings>> {
     }))
 }
 
-/// GoCC's settings (kivra/GoCC `pkg/config/config.go:26-31`, bounds `config.go:98-100`):
-/// `MAX_REQUESTS` (1 to 10⁹, default 100), `MAX_REQUESTS_IN_QUEUE` (0 to 10⁹, default 400),
-/// `WINDOW_MILLIS` (10 to 3600000, default 1000), `REQUESTS_CAN_SET_RATE` and
-/// `REQUESTS_CAN_MOD_QUEUE` (default true); and `CONFIG_FILE`, GoCC's key file.
-pub(super) fn gocc(env: &Env<'_>, xds: bool) -> Result<(GoccDefaults, Option<PathBuf>)> {
-    let d = GoccDefaults::default();
-    let defaults = GoccDefaults {
-        limits: KeyLimits {
-            max_requests: env.number_in("MAX_REQUESTS", 100, 1, MAX_COUNT)? as u32,
-            max_in_queue: env.number_in("MAX_REQUESTS_IN_QUEUE", 400, 0, MAX_COUNT)? as u32,
-            window: Duration::from_millis(env.number_in("WINDOW_MILLIS", 1000, 10, 3_600_000)?),
-        },
-        can_set_rate: env.flag("REQUESTS_CAN_SET_RATE", d.can_set_rate)?,
-        can_mod_queue: env.flag("REQUESTS_CAN_MOD_QUEUE", d.can_mod_queue)?,
-    };
-    let file = env.get("CONFIG_FILE").map(PathBuf::from);
-    if file.is_some() && xds {
-        return Err(
-            "CONFIG_FILE (GoCC's key file) is read with limits from files; \
-                    CONFIG_TYPE=GRPC_XDS_SOTW takes them from xDS: unset one"
-                .into(),
-        );
-    }
-    Ok((defaults, file))
-}
-
-/// GoCC's settings (`config.go:35-40`) that change nothing here.
-const GOCC_UNUSED: [(&str, &str); 6] = [
-    (
-        "INSTANCE_URLS",
-        "requests are not forwarded between instances; replicas share counters in Redis \
-         (BACKEND_TYPE=redis), so any replica can answer any key",
-    ),
-    ("SERVER_TYPE", "one HTTP server serves HTTP/1.1 and h2c"),
-    ("LOG_INCLUDES_SOURCE", "log lines name no source location"),
-    (
-        "LOG_2XX",
-        "requests are not logged one by one; see /metrics",
-    ),
-    (
-        "LOG_4XX",
-        "requests are not logged one by one; see /metrics",
-    ),
-    (
-        "LOG_5XX",
-        "requests are not logged one by one; see /metrics",
-    ),
-];
-
 /// Settings of envoyproxy/ratelimit and GoCC that are set but change nothing here, each with
 /// the reason.
 pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
@@ -590,7 +368,7 @@ pub(super) fn ignored(env: &Env<'_>) -> Vec<String> {
             "with Redis Cluster every command of a pipeline goes to its node at once",
         ),
     ];
-    for (k, why) in unused.iter().chain(&GOCC_UNUSED) {
+    for (k, why) in unused.iter().chain(&super::gocc::GOCC_UNUSED) {
         if env.get(k).is_some() {
             out.push(format!("{k} is ignored: {why}"));
         }

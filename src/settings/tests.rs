@@ -333,7 +333,7 @@ fn settings_bad_values_name_the_variable() {
 fn goccs_settings_fill_the_rate_defaults() {
     // kivra/GoCC pkg/config/config.go:26-31: names and defaults.
     let d = ok_settings(&[]);
-    assert_eq!(d.rate, crate::service::gocc::GoccDefaults::default());
+    assert_eq!(d.gocc, crate::service::gocc::GoccDefaults::default());
     assert!(d.config_optional && d.gocc_file.is_none());
     let s = ok_settings(&[
         ("MAX_REQUESTS", "7"),
@@ -345,11 +345,11 @@ fn goccs_settings_fill_the_rate_defaults() {
         ("RUNTIME_ROOT", "/srv"),
     ]);
     assert_eq!(
-        (s.rate.limits.max_requests, s.rate.limits.max_in_queue),
+        (s.gocc.limits.max_requests, s.gocc.limits.max_in_queue),
         (7, 0)
     );
-    assert_eq!(s.rate.limits.window, Duration::from_millis(250));
-    assert!(!s.rate.can_set_rate && !s.rate.can_mod_queue);
+    assert_eq!(s.gocc.limits.window, Duration::from_millis(250));
+    assert!(!s.gocc.can_set_rate && !s.gocc.can_mod_queue);
     assert_eq!(
         s.gocc_file.as_deref(),
         Some(Path::new("/etc/gocc/keys.json"))

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::book::{Book, BucketUsage, Outbox, StreamId};
 use super::bucket::{bucket_key, MAX_BUCKET_ENTRIES};
 use super::exchange::{DemandExchange, ReplicaDemands};
-use super::stats::{QuotaLimit, QuotaStats};
+use super::stats::{QuotaLimit, RlqsStats};
 use crate::limiter::Clock;
 use crate::service::{Live, LiveLimits};
 
@@ -68,7 +68,7 @@ struct HubInner {
     /// The limits the buckets are matched against.
     live: LiveLimits,
     clock: Clock,
-    stats: Arc<QuotaStats>,
+    stats: Arc<RlqsStats>,
     fleet: Option<Fleet>,
     /// When the periodic work last ran: many streams call for it, once is enough.
     last_tick: Mutex<Option<Instant>>,
@@ -100,7 +100,7 @@ impl RlqsHub {
     pub fn new(
         live: LiveLimits,
         clock: Clock,
-        stats: Arc<QuotaStats>,
+        stats: Arc<RlqsStats>,
         exchange: Option<Arc<dyn DemandExchange>>,
         global_shadow: bool,
     ) -> RlqsHub {

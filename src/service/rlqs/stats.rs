@@ -27,7 +27,7 @@ pub struct QuotaLimit {
 }
 
 #[derive(Debug, Default)]
-pub struct QuotaStats {
+pub struct RlqsStats {
     pub streams: AtomicU64,
     pub buckets: AtomicU64,
     /// Bucket actions sent: assignments, their refreshes, and abandons.
@@ -41,7 +41,7 @@ pub struct QuotaStats {
     limits: Mutex<Vec<QuotaLimit>>,
 }
 
-impl Metrics for QuotaStats {
+impl Metrics for RlqsStats {
     fn render(&self, out: &mut String) {
         self.render_for(out, Shown::Digest);
     }
@@ -52,7 +52,7 @@ impl Metrics for QuotaStats {
     }
 }
 
-impl QuotaStats {
+impl RlqsStats {
     /// Replaces the per-limit view.
     pub fn set_limits(&self, limits: Vec<QuotaLimit>) {
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;

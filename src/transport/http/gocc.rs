@@ -50,7 +50,7 @@ pub(crate) async fn take(
         max_requests: first(&q, "maxRequests"),
         max_in_queue: first(&q, "maxRequestsInQueue"),
     };
-    match s.rate.take(&raw).await {
+    match s.gocc.take(&raw).await {
         Err(e) => error(e),
         Ok(GoccAnswer::Admitted { id, .. }) => text(StatusCode::OK, id.to_string()),
         Ok(GoccAnswer::Refused { retry_after, .. }) => {
@@ -81,7 +81,7 @@ pub(crate) async fn release(
     State(s): State<HttpState>,
     Path((key, request_id)): Path<(String, String)>,
 ) -> Response {
-    match s.rate.release(&key, &request_id).await {
+    match s.gocc.release(&key, &request_id).await {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => error(e),
     }
@@ -105,7 +105,7 @@ fn describe(w: &GoccWindow, shown: Shown) -> Value {
 
 /// `GET /debug`: every direct API key's window, keyed as the port shows client values.
 pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
-    match s.rate.windows(None).await {
+    match s.gocc.windows(None).await {
         Ok(ws) => {
             let instances: Map<String, Value> = (ws.iter())
                 .map(|w| (s.shown.value(&w.key).into_owned(), describe(w, s.shown)))
@@ -120,13 +120,13 @@ pub(crate) async fn debug_all(State(s): State<HttpState>) -> Response {
 /// as `/debug` lists keys where it shows digests); 404 "Key not found" when it has none, as
 /// GoCC (`pkg/server/endpoints/endpoint_debug.go:22`).
 pub(crate) async fn debug_key(State(s): State<HttpState>, Path(key): Path<String>) -> Response {
-    let found = match s.rate.windows(Some(&key)).await {
+    let found = match s.gocc.windows(Some(&key)).await {
         Ok(ws) => ws.into_iter().find(|w| w.key == key),
         Err(e) => return error(GoccError::Unavailable(e)),
     };
     let found = match found {
         Some(w) => Some(w),
-        None if key.starts_with('#') => match s.rate.windows(None).await {
+        None if key.starts_with('#') => match s.gocc.windows(None).await {
             Ok(ws) => ws.into_iter().find(|w| digest(&w.key) == key),
             Err(e) => return error(GoccError::Unavailable(e)),
         },

@@ -77,7 +77,7 @@ pub struct HttpState {
     /// Caps on what a `POST /throttle` caller may ask.
     pub throttle_limits: ThrottleLimits,
     /// GoCC's `/rate` API, with its defaults and sticky overrides.
-    pub rate: GoccService,
+    pub gocc: GoccService,
     pub metrics: MetricsState,
     /// How the port shows client values (GoCC's `/debug`, error messages).
     pub shown: Shown,
