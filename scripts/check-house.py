@@ -249,6 +249,10 @@ else:
     for path in set(re.findall(r"`([a-z_]+/[a-z_/]+\.rs)`", lib[at:end])):
         if not path.startswith("tests/") and path not in every:
             failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
+    repo = os.path.dirname(os.path.abspath(SRC.rstrip("/")))
+    for path in set(re.findall(r"`(tests/[a-z_/]+(?:\.rs|/))`", lib[at:end])):
+        if not os.path.exists(os.path.join(repo, path)):
+            failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
 DOOR_NAMES = re.compile(
     r"\b(Limitador\w*|Kuadrant\w*|Gocc\w*|Throttle\w*|Rlqs\w*"
     r"|LabelsExpr|CustomLabels)\b|\b(limitador|kuadrant|rlqs|throttle|gocc|quota)::")

@@ -43,8 +43,11 @@
 //! A door is named one way in every layer, for the client it answers as (the `door` label of
 //! `ratelimit_service_requests_total`: `envoy`, `limitador`, `gocc`, `throttle`), or for the
 //! protocol where it is another of Envoy's (`rlqs`, `xds`). A module with children is a
-//! folder with its `mod.rs`. `server/doors.rs` builds the doors from the settings, in one `match`; the rest
-//! of `server` names none (checked). Envoy's service is also what the admin look-ups plan with.
+//! folder with its `mod.rs`. `server/doors.rs` builds the doors from the settings, in one
+//! `match`; the rest of `server` names none (checked). Envoy's service is also what the admin
+//! look-ups plan with. A door's black-box tests carry its name too: `tests/it/envoy/`,
+//! `tests/it/limitador/`, `tests/it/direct/gocc.rs`, `tests/it/direct/throttle.rs`,
+//! `tests/it/rlqs/`, `tests/it/source/xds.rs`.
 //!
 //! | door | settings | config | service | transport |
 //! |---|---|---|---|---|
