@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use turnstile::config::Algorithm;
 use turnstile::limiter::key::Key;
-use turnstile::limiter::{Clock, Engine, EngineSizes, Op, Params, Role, Store};
+use turnstile::limiter::{Clock, Engine, EngineSizes, Op, Params, Role, SharedStore, Store};
 use turnstile::settings::Settings;
 use turnstile::store::redis::{RedisErrors, RedisStore, StartupRetries};
 
@@ -145,10 +145,11 @@ fn main() {
         let store = RedisStore::connect(&settings, &retries, &errors);
         let store = store.await.unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
+        let policy = settings.policy.clone();
         let mut rows = Vec::new();
         for (name, redis) in [
             ("memory", None),
-            ("redis", Some((store, settings.policy.clone()))),
+            ("redis", Some(SharedStore { store, policy })),
         ] {
             let sizes = EngineSizes { shards, ..SIZES };
             let (engine, tasks) = Engine::with_store(sizes, Clock::System, redis);

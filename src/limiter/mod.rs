@@ -38,8 +38,8 @@ pub use saved::Saved;
 use shard::{Backing, Link, Shard};
 pub use shard::{BreakerState, EngineStats, LinkCounts, LinkStats, ShardCounts, ShardStats};
 pub use store::{
-    DeleteFuture, Denied, FailureMode, HoldReply, KeyInfo, ScanFuture, Store, StoreError,
-    StoreFuture, StoreOp, StorePolicy, StoreReply,
+    DeleteFuture, Denied, FailureMode, HoldReply, KeyInfo, ScanFuture, SharedStore, Store,
+    StoreError, StoreFuture, StoreOp, StorePolicy, StoreReply,
 };
 
 use key::{shard_of, Key};
@@ -163,7 +163,7 @@ impl Engine {
     pub fn with_store(
         sizes: EngineSizes,
         clock: Clock,
-        store: Option<(Arc<dyn Store>, StorePolicy)>,
+        store: Option<SharedStore>,
     ) -> (Engine, Vec<ShardTask>) {
         let EngineSizes {
             shards,
@@ -184,7 +184,7 @@ impl Engine {
             let link_stats = Arc::new(LinkStats::default());
             senders.push(tx);
             let backing = match &store {
-                Some((store, policy)) => Backing::Store(Box::new(Link::new(
+                Some(SharedStore { store, policy }) => Backing::Store(Box::new(Link::new(
                     store.clone(),
                     policy.clone(),
                     i,
@@ -210,9 +210,9 @@ impl Engine {
             links.push(link_stats);
         }
         // A listing is off the request path: a second at least, whatever the round trips' deadline.
-        let listing = |(store, p): (Arc<dyn Store>, StorePolicy)| Listing {
+        let listing = |SharedStore { store, policy }| Listing {
             store,
-            deadline: p.deadline.max(std::time::Duration::from_secs(1)),
+            deadline: policy.deadline.max(std::time::Duration::from_secs(1)),
         };
         let engine = Engine {
             inner: Arc::new(EngineInner {

@@ -198,9 +198,17 @@ pub struct LookedUp {
 /// A shard's answer to a look-up: what it holds, and with a store the read to finish it.
 pub(crate) struct Peeking {
     pub(crate) here: LookedUp,
-    /// The store's read of the key, this replica's local-first hits the store has not counted
-    /// yet, and the limit to add them with.
-    pub(crate) store: Option<(StoreFuture, i64, Params)>,
+    pub(crate) store: Option<StorePeek>,
+}
+
+/// A look-up's read of the store, and what to add to the count it reads.
+pub(crate) struct StorePeek {
+    /// The store's read of the key.
+    pub(crate) read: StoreFuture,
+    /// This replica's local-first hits the store has not counted yet.
+    pub(crate) unsynced: i64,
+    /// The limit to add them with.
+    pub(crate) params: Params,
 }
 
 /// A shard's answer to a reset: the deletion of the key's store keys to wait for, if any.

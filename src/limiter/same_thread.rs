@@ -62,8 +62,14 @@ impl SameThreadShard {
     }
 }
 
-/// A shard whose task runs on this thread: (engine id, shard index, the shard).
-type ThreadShard = (u64, usize, Rc<RefCell<SameThreadShard>>);
+/// A shard whose task runs on this thread.
+struct ThreadShard {
+    /// The engine's id.
+    engine: u64,
+    /// The shard's index in its engine.
+    index: usize,
+    cell: Rc<RefCell<SameThreadShard>>,
+}
 
 thread_local! {
     /// The shards whose tasks run on this thread, so callers here can decide synchronously.
@@ -82,7 +88,12 @@ impl OnThisThread {
         index: usize,
         cell: Rc<RefCell<SameThreadShard>>,
     ) -> OnThisThread {
-        SHARDS_ON_THIS_THREAD.with(|h| h.borrow_mut().push((engine, index, cell)));
+        let shard = ThreadShard {
+            engine,
+            index,
+            cell,
+        };
+        SHARDS_ON_THIS_THREAD.with(|h| h.borrow_mut().push(shard));
         OnThisThread { engine, index }
     }
 }
@@ -92,7 +103,7 @@ impl Drop for OnThisThread {
         // The thread may be exiting, with its locals gone already.
         let _ = SHARDS_ON_THIS_THREAD.try_with(|h| {
             h.borrow_mut()
-                .retain(|(e, i, _)| (*e, *i) != (self.engine, self.index))
+                .retain(|s| (s.engine, s.index) != (self.engine, self.index))
         });
     }
 }
@@ -106,8 +117,8 @@ pub(crate) fn find_on_this_thread(
         .try_with(|h| {
             h.borrow()
                 .iter()
-                .find(|(e, i, _)| *e == engine && *i == index)
-                .map(|(_, _, cell)| cell.clone())
+                .find(|s| s.engine == engine && s.index == index)
+                .map(|s| s.cell.clone())
         })
         .ok()
         .flatten()

@@ -22,28 +22,42 @@ pub(crate) struct Save {
 #[derive(Debug, Default)]
 pub struct Saved {
     keys: String,
-    /// (where the key ends in `keys`, its state or `None` for a key dropped, its expiry in
-    /// whole seconds since the Unix epoch).
-    records: Vec<(usize, Option<State>, u32)>,
+    records: Vec<SavedRecord>,
     /// Whether this is every key the shard holds (a full save) rather than what changed.
     pub full: bool,
     /// Where the shard's next page starts, when there is more to save.
     pub next: Option<usize>,
 }
 
+/// One key of a [`Saved`], but for its text.
+#[derive(Debug)]
+struct SavedRecord {
+    /// Where the key ends in `keys`.
+    end: usize,
+    /// `None` for a key dropped.
+    state: Option<State>,
+    /// In whole seconds since the Unix epoch.
+    expires_s: u32,
+}
+
 impl Saved {
     pub fn push(&mut self, key: &str, state: Option<State>, expires_s: u32) {
         self.keys.push_str(key);
-        self.records.push((self.keys.len(), state, expires_s));
+        let end = self.keys.len();
+        self.records.push(SavedRecord {
+            end,
+            state,
+            expires_s,
+        });
     }
 
     /// Every record in the order pushed: the key, its state (`None`: dropped), its expiry.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Option<State>, u32)> {
         let mut start = 0usize;
-        self.records.iter().map(move |&(end, state, expires_s)| {
-            let key = &self.keys[start..end];
-            start = end;
-            (key, state, expires_s)
+        self.records.iter().map(move |r| {
+            let key = &self.keys[start..r.end];
+            start = r.end;
+            (key, r.state, r.expires_s)
         })
     }
 

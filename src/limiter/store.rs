@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::limiter::algorithm::State;
@@ -136,6 +137,13 @@ pub struct StorePolicy {
     /// sync with the store every `sync_interval` (see `Link::synced` in `limiter/shard/link/mod.rs`).
     pub local_first: bool,
     pub sync_interval: Duration,
+}
+
+/// A store shared by replicas (Redis), and how the shards use it.
+#[derive(Clone)]
+pub struct SharedStore {
+    pub store: Arc<dyn Store>,
+    pub policy: StorePolicy,
 }
 
 /// A key's state as `/debug` shows it, from a shard or a store's scan; the caller knows the limit, so it interprets the state.

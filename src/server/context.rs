@@ -9,7 +9,7 @@ use super::{reload, StartError};
 use crate::config::Config;
 use crate::durable::{Journal, StateStats};
 use crate::hitters::TopTable;
-use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, Store, StorePolicy};
+use crate::limiter::{Clock, Engine, EngineSizes, EngineStats, ShardTask, SharedStore};
 use crate::service::metrics::{DoorCalls, RequestStats};
 use crate::service::ReloadStats;
 use crate::service::{AnswerSettings, ConfigCheck, EnvoyService, LiveLimits};
@@ -237,7 +237,7 @@ impl Context {
 /// connection for both; neither otherwise.
 #[derive(Default)]
 struct Connected {
-    store: Option<(Arc<dyn Store>, StorePolicy)>,
+    store: Option<SharedStore>,
     redis: Option<Arc<RedisStore>>,
     /// The store's check of every config before it goes live, the first one included.
     check: Option<ConfigCheck>,
@@ -265,9 +265,9 @@ async fn connect_store(
     let check: ConfigCheck = Arc::new(move |c: &Config| checked.check_config(c));
     check(config).map_err(|e| StartError::Redis(e.to_string()))?;
     let shared = store.clone();
-    let store: Arc<dyn Store> = store;
+    let policy = r.policy.clone();
     Ok(Connected {
-        store: Some((store, r.policy.clone())),
+        store: Some(SharedStore { store, policy }),
         redis: Some(shared),
         check: Some(check),
     })

@@ -75,8 +75,11 @@ pub struct Acted<T> {
     pub done: Option<T>,
 }
 
-/// A limit's planned op, if it counts.
-type PlannedOp = (Applies, Option<Op>);
+/// A limit that applies, and its planned op, if it counts.
+struct PlannedOp {
+    limit: Applies,
+    op: Option<Op>,
+}
 
 impl EnvoyService {
     /// Every limit that applies to the request's descriptors, with what each has used. Counts
@@ -85,7 +88,7 @@ impl EnvoyService {
         let req = &Request::of(req);
         let live = self.live();
         let mut out = Vec::new();
-        for (limit, op) in targets(&live, req, &self.answer, None)? {
+        for PlannedOp { limit, op } in targets(&live, req, &self.answer, None)? {
             let done = match op {
                 None => None,
                 Some(op) => {
@@ -110,7 +113,7 @@ impl EnvoyService {
         let live = self.live();
         let targets = targets(&live, req, &self.answer, only)?;
         let mut out = Vec::with_capacity(targets.len());
-        for (limit, op) in targets {
+        for PlannedOp { limit, op } in targets {
             let Some(op) = op else {
                 out.push(Acted { limit, done: None });
                 continue;
@@ -232,7 +235,7 @@ fn target(plan: &Plan<'_>, a: &Applied<'_>, mut op: Option<Op>) -> PlannedOp {
         reserve: reserve.map(|r| r.hits),
         overlay,
     };
-    (applies, op)
+    PlannedOp { limit: applies, op }
 }
 
 /// The limits that apply, each with its op, as a request with these descriptors plans them;
@@ -264,7 +267,7 @@ fn targets(
         out.push(target(&plan, a, op));
     }
     if let Some(i) =
-        (0..req.descriptors.len()).find(|i| out.iter().all(|(a, _)| a.descriptor != *i))
+        (0..req.descriptors.len()).find(|i| out.iter().all(|p| p.limit.descriptor != *i))
     {
         return Err(AdminError::NotFound(format!(
             "descriptors[{i}] ({}) matches no limit in domain {:?} (see /rlconfig)",
@@ -274,11 +277,11 @@ fn targets(
     }
     if let Some(name) = only {
         let names: Vec<String> = (out.iter())
-            .filter(|(a, _)| !a.name.is_empty())
-            .map(|(a, _)| format!("{:?}", a.name))
+            .filter(|p| !p.limit.name.is_empty())
+            .map(|p| format!("{:?}", p.limit.name))
             .collect();
         let unnamed = out.len() - names.len();
-        out.retain(|(a, _)| !a.name.is_empty() && a.name == name);
+        out.retain(|p| !p.limit.name.is_empty() && p.limit.name == name);
         if out.is_empty() {
             return Err(AdminError::NotFound(no_such_limit(name, &names, unnamed)));
         }

@@ -29,7 +29,7 @@ pub use answer::WAITED_HEADER;
 pub use envoy::{EnvoyAnswer, EnvoyService};
 pub use error::RlsError;
 pub use live::{ConfigCheck, Live, LiveLimits};
-pub use reloads::{ConfigLoad, ReloadLog, ReloadStats};
+pub use reloads::{ConfigLoad, LastLoads, ReloadLog, ReloadStats};
 pub use request::{validate, within_bounds, Descriptor, Override, Request, RequestLimits};
 pub use settings::{AnswerSettings, CountingRule, HeaderNames};
 pub use throttle::{ThrottleLimits, ThrottleService, ThrottleStats};

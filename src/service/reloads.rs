@@ -94,7 +94,16 @@ fn unix_now() -> u64 {
 /// The last load that went live and the last attempt, whatever its result.
 #[derive(Debug, Default)]
 pub struct ReloadLog {
-    last: Mutex<(Option<ConfigLoad>, Option<ConfigLoad>)>,
+    last: Mutex<LastLoads>,
+}
+
+/// What [`ReloadLog`] keeps.
+#[derive(Debug, Default, Clone)]
+pub struct LastLoads {
+    /// The last load that went live.
+    pub live: Option<ConfigLoad>,
+    /// The last attempt, whatever its result.
+    pub attempt: Option<ConfigLoad>,
 }
 
 impl ReloadLog {
@@ -107,9 +116,9 @@ impl ReloadLog {
         };
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if load.error.is_none() {
-            last.0 = Some(load.clone());
+            last.live = Some(load.clone());
         }
-        last.1 = Some(load);
+        last.attempt = Some(load);
     }
 
     /// Records a load from `source` now.
@@ -117,8 +126,8 @@ impl ReloadLog {
         self.record(source, unix_now(), error);
     }
 
-    /// (the last load that went live, the last attempt).
-    pub fn last(&self) -> (Option<ConfigLoad>, Option<ConfigLoad>) {
+    /// The last load that went live, and the last attempt.
+    pub fn last(&self) -> LastLoads {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -132,7 +141,7 @@ mod tests {
         let log = ReloadLog::default();
         log.record("a.yaml", 1, None);
         log.record("a.yaml", 2, Some("bad unit".into()));
-        let (live, attempt) = log.last();
+        let LastLoads { live, attempt } = log.last();
         assert_eq!(live.map(|l| l.at), Some(1));
         assert_eq!(attempt.and_then(|l| l.error), Some("bad unit".into()));
     }

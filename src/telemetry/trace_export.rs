@@ -60,13 +60,20 @@ impl<E: SpanExporter> SpanExporter for Logged<E> {
 
 /// Failed exports, and when one was last logged.
 #[derive(Debug, Default)]
-struct Failures(Mutex<(Option<Instant>, u64)>);
+struct Failures(Mutex<Unlogged>);
+
+/// The failures not logged yet, and when the last line was.
+#[derive(Debug, Default)]
+struct Unlogged {
+    last: Option<Instant>,
+    count: u64,
+}
 
 impl Failures {
     /// Counts a failure at `now`; the failures to log (this one included) when a line is due.
     fn failed(&self, now: Instant) -> Option<u64> {
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (last, count) = &mut *g;
+        let Unlogged { last, count } = &mut *g;
         *count += 1;
         if last.is_some_and(|at| now.duration_since(at) < EVERY) {
             return None;

@@ -108,13 +108,20 @@ impl Fields {
 struct OverlayDescriptor {
     key: String,
     value: Option<String>,
-    /// The fields, and how the limits they apply to say so (`reserve,reserve_for from f.yaml`).
-    limit: Option<(Fields, Arc<str>)>,
+    limit: Option<OverlayLimit>,
     children: Vec<OverlayDescriptor>,
     /// `f.yaml: descriptors[0].descriptors[1]`, for the warning when it matches nothing.
     place: String,
     /// Dense number within the overlay: its slot in a build's [`OverlayMatches`].
     index: usize,
+}
+
+/// An overlay descriptor's `rate_limit`: the fields, and how the limits they apply to say so
+/// (`reserve,reserve_for from f.yaml`).
+#[derive(Debug, PartialEq, Eq)]
+struct OverlayLimit {
+    fields: Fields,
+    said: Arc<str>,
 }
 
 impl OverlayDescriptor {
@@ -244,9 +251,10 @@ impl Overlay {
                         "rate_limit sets nothing: an overlay's rate_limit sets some of {OWN}"
                     )))
                 }
-                Some(f) => {
-                    let said = format!("{} from {file}", f.names().join(","));
-                    Some((f, Arc::from(said)))
+                Some(fields) => {
+                    let said = format!("{} from {file}", fields.names().join(","));
+                    let said = Arc::from(said);
+                    Some(OverlayLimit { fields, said })
                 }
                 None => None,
             };
@@ -328,8 +336,8 @@ fn apply_one(level: &[OverlayDescriptor], raw: &mut RawDescriptor, matched: &mut
     let Some(entry) = entry else {
         return;
     };
-    if let (Some((fields, said)), Some(limit)) = (&entry.limit, raw.rate_limit.as_mut()) {
-        set(limit, fields, said);
+    if let (Some(o), Some(limit)) = (&entry.limit, raw.rate_limit.as_mut()) {
+        set(limit, &o.fields, &o.said);
         matched.0[entry.index] = true;
     }
     for child in raw.descriptors.iter_mut().flatten() {
@@ -379,7 +387,7 @@ fn unmatched_level(
 fn describe_level(level: &[OverlayDescriptor], path: &str, out: &mut Vec<String>) {
     for e in level {
         let here = format!("{path} > {}", step(&e.key, e.value.as_deref()));
-        if let Some((f, _)) = &e.limit {
+        if let Some(OverlayLimit { fields: f, .. }) = &e.limit {
             let mut line = format!("overlay {}: {here}:", e.place);
             let set = |line: &mut String, name: &str, v: Option<String>| {
                 if let Some(v) = v {

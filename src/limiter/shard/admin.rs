@@ -14,13 +14,18 @@ use super::link::with_hits;
 use crate::limiter::algorithm::State;
 use crate::limiter::key::Key;
 use crate::limiter::op::{Counting, Op, Role};
-use crate::limiter::protocol::{Deleting, LookedUp, Peeking};
+use crate::limiter::protocol::{Deleting, LookedUp, Peeking, StorePeek};
 use crate::limiter::store::StoreError;
 
 impl Peeking {
     /// The key's state: the shard's, or the store's with this replica's unsynced hits.
     pub(crate) async fn finish(self) -> Result<LookedUp, StoreError> {
-        let Some((read, unsynced, params)) = self.store else {
+        let Some(StorePeek {
+            read,
+            unsynced,
+            params,
+        }) = self.store
+        else {
             return Ok(self.here);
         };
         let replies = read.await?;

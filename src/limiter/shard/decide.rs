@@ -19,8 +19,8 @@ use crate::limiter::algorithm::{Eval, Params, State};
 use crate::limiter::clock::Clock;
 use crate::limiter::key::Key;
 use crate::limiter::op::{CountedHolds, NamedHolds, Op, Outcome, Outcomes, Reservation, Role};
-use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo};
-use crate::limiter::store::{DeleteFuture, StoreFuture};
+use crate::limiter::protocol::{Decide, Hits, Reply, ReplyTo, StorePeek};
+use crate::limiter::store::DeleteFuture;
 
 /// What the memory path tells the shard's backing, and asks of it. Memory alone answers every
 /// hook with nothing; a link to a store keeps its ledger, decides queue heads in the store, reads
@@ -46,8 +46,8 @@ pub(super) trait Hooks: Sized {
         Some(w)
     }
 
-    /// A look-up's read of the store: the read, the hits not yet synced, the limit.
-    fn peek(&self, _op: &Op, _now: u64) -> Option<(StoreFuture, i64, Params)> {
+    /// A look-up's read of the store.
+    fn peek(&self, _op: &Op, _now: u64) -> Option<StorePeek> {
         None
     }
 

@@ -38,12 +38,20 @@ impl Waiter {
     }
 }
 
+/// When `key`'s queue must be looked at again. Ordered by time, then key (fields in that
+/// order): the events' heap takes the earliest first.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct QueueEvent {
+    at: u64,
+    key: Key,
+}
+
 pub(crate) struct Queues {
     /// FIFO queues, by key. A key with waiters keeps its entry in the counters: the sweep
     /// and evictions pass it by.
     map: KeyMap<VecDeque<Waiter>>,
     /// Times at which some key's queue must be looked at again (head's deadline or retry time).
-    events: BinaryHeap<Reverse<(u64, Key)>>,
+    events: BinaryHeap<Reverse<QueueEvent>>,
     /// Waiters queued in this shard (the `waiting` gauge).
     waiters: usize,
     /// The process-wide cap on waiters, shared by every shard.
@@ -141,7 +149,8 @@ impl Queues {
     /// Puts a waiter back at the head of `key`'s queue, to be looked at again at `at`.
     pub(super) fn push_head(&mut self, key: &Key, w: Waiter, at: u64) {
         self.map.entry_ref(key).or_default().push_front(w);
-        self.events.push(Reverse((at, key.clone())));
+        let key = key.clone();
+        self.events.push(Reverse(QueueEvent { at, key }));
     }
 
     /// Parks a waiter at the back of `key`'s queue; the first of a queue is looked at again at
@@ -156,7 +165,7 @@ impl Queues {
             self.stats.queued();
         }
         if was_empty {
-            self.events.push(Reverse((at, key)));
+            self.events.push(Reverse(QueueEvent { at, key }));
         }
     }
 
@@ -192,15 +201,15 @@ impl Queues {
 
     /// When some queue must next be looked at.
     pub(super) fn next_event(&self) -> Option<u64> {
-        self.events.peek().map(|Reverse((t, _))| *t)
+        self.events.peek().map(|Reverse(e)| e.at)
     }
 
     /// The key of the next queue event due at `now`, if any (taken off the events).
     pub(super) fn pop_due(&mut self, now: u64) -> Option<Key> {
         match self.events.peek() {
-            Some(Reverse((t, _))) if *t <= now => {
-                let Reverse((_, key)) = self.events.pop().expect("peeked");
-                Some(key)
+            Some(Reverse(e)) if e.at <= now => {
+                let Reverse(e) = self.events.pop().expect("peeked");
+                Some(e.key)
             }
             _ => None,
         }

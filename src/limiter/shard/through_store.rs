@@ -13,11 +13,11 @@ use super::decide::{beside, check_holding, judge, less_held, Action, Commit, Dec
 use super::link::{with_hits, Done, InFlight, Link, ShardKeys, StoreBound, TripTimes};
 use super::queues::Waiter;
 use super::stats::ShardStats;
-use crate::limiter::algorithm::{Eval, Params, State};
+use crate::limiter::algorithm::{Eval, State};
 use crate::limiter::key::Key;
 use crate::limiter::op::{CountedHolds, NamedHolds, Op, Outcome, Outcomes, Reservation};
-use crate::limiter::protocol::{Decide, Hits, Reply};
-use crate::limiter::store::{DeleteFuture, FailureMode, StoreError, StoreFuture, StoreReply};
+use crate::limiter::protocol::{Decide, Hits, Reply, StorePeek};
+use crate::limiter::store::{DeleteFuture, FailureMode, StoreError, StoreReply};
 
 /// What the memory path tells the link, and asks of it.
 impl Hooks for Link {
@@ -38,10 +38,13 @@ impl Hooks for Link {
         None
     }
 
-    fn peek(&self, op: &Op, now: u64) -> Option<(StoreFuture, i64, Params)> {
+    fn peek(&self, op: &Op, now: u64) -> Option<StorePeek> {
         let unsynced = Link::unsynced(self, op, now);
-        self.ready()
-            .then(|| (Link::peek(self, op, now), unsynced, op.params))
+        self.ready().then(|| StorePeek {
+            read: Link::peek(self, op, now),
+            unsynced,
+            params: op.params,
+        })
     }
 
     fn forget(&mut self, op: &Op, delete: bool, now: u64) -> Option<DeleteFuture> {

@@ -7,7 +7,12 @@ use std::pin::Pin;
 use std::time::Duration;
 
 /// One other replica's demands of a limit (`None`: not known yet).
-pub type ReplicaDemands = (u64, Vec<Option<f64>>);
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaDemands {
+    pub replica: u64,
+    /// One a bucket of the replica's, in the order its book splits them.
+    pub demands: Vec<Option<f64>>,
+}
 
 /// What an exchange answers: the other replicas' demands, or why it could not.
 pub type ExchangeFuture<'a> =

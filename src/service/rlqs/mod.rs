@@ -19,4 +19,4 @@ pub use book::{Book, BucketUsage, LimitView, Outbox, StreamId};
 pub use bucket::refusals;
 pub use exchange::{DemandExchange, ReplicaDemands};
 pub use hub::RlqsHub;
-pub use stats::{QuotaLimit, RlqsStats, MAX_SHARE_SERIES};
+pub use stats::{BucketShare, QuotaLimit, RlqsStats, MAX_SHARE_SERIES};

@@ -23,7 +23,14 @@ pub struct QuotaLimit {
     /// Requests per unit the Envoys asked for in their last reports.
     pub demand: f64,
     /// Tokens per unit in force, per stream (one entry per bucket).
-    pub shares: Vec<(u64, u32)>,
+    pub shares: Vec<BucketShare>,
+}
+
+/// One bucket's share of a limit: its stream, and the tokens per unit in force.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketShare {
+    pub stream: u64,
+    pub share: u32,
 }
 
 #[derive(Debug, Default)]
@@ -140,7 +147,7 @@ impl RlqsStats {
         let _ = writeln!(out, "# HELP {name} Requests per unit of a limit assigned to one Envoy's bucket.\n# TYPE {name} gauge");
         let series = (limits.iter().zip(&labels))
             .flat_map(|(l, labels)| l.shares.iter().map(move |s| (labels, s)));
-        for (labels, (stream, share)) in series.take(MAX_SHARE_SERIES) {
+        for (labels, BucketShare { stream, share }) in series.take(MAX_SHARE_SERIES) {
             let _ = writeln!(out, "{name}{{{labels},stream=\"{stream}\"}} {share}");
         }
     }

@@ -59,9 +59,16 @@ pub(super) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
     /// Sentinel: asks the sentinels for the master again after a failure.
-    Sentinel(Arc<Mutex<(SentinelClient, Option<MultiplexedConnection>)>>),
+    Sentinel(Arc<Mutex<SentinelMaster>>),
     /// A single Redis without TLS, on a shard's round trips (see `plain`).
     Plain(Arc<Plain>),
+}
+
+/// A Sentinel deployment's client, and the connection to the master it gave (`None`: ask the
+/// sentinels again), locked together.
+pub(super) struct SentinelMaster {
+    client: SentinelClient,
+    conn: Option<MultiplexedConnection>,
 }
 
 /// The connections of one deployment.
@@ -288,7 +295,8 @@ async fn connect(
                     SentinelServerType::Master,
                 )
                 .map_err(|e| format!("REDIS_URL (sentinel): {e}"))?;
-                conns.push(Conn::Sentinel(Arc::new(Mutex::new((client, None)))));
+                let master = SentinelMaster { client, conn: None };
+                conns.push(Conn::Sentinel(Arc::new(Mutex::new(master))));
             }
         }
     }
@@ -421,21 +429,21 @@ async fn through_crate(conn: &Conn, cmds: &Packed) -> Result<Vec<RespReply>, Str
         }
         Conn::Sentinel(s) => {
             let mut guard = s.lock().await;
-            if guard.1.is_none() {
+            if guard.conn.is_none() {
                 let c = guard
-                    .0
+                    .client
                     .get_async_connection()
                     .await
                     .map_err(|e| e.to_string())?;
-                guard.1 = Some(c);
+                guard.conn = Some(c);
             }
-            let mut c = guard.1.clone().expect("connected");
+            let mut c = guard.conn.clone().expect("connected");
             drop(guard);
             match cmds.pipeline().query_async(&mut c).await {
                 Ok(v) => v,
                 Err(e) => {
                     // The master may have moved: ask the sentinels again next time.
-                    s.lock().await.1 = None;
+                    s.lock().await.conn = None;
                     return Err(e.to_string());
                 }
             }
@@ -475,19 +483,20 @@ pub(super) async fn query(conn: Conn, pipe: Pipeline) -> Result<Vec<Value>, Stri
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await.map_err(|e| e.to_string()),
         Conn::Sentinel(s) => {
             let mut g = s.lock().await;
-            if g.1.is_none() {
-                g.1 = Some(
-                    g.0.get_async_connection()
+            if g.conn.is_none() {
+                g.conn = Some(
+                    g.client
+                        .get_async_connection()
                         .await
                         .map_err(|e| e.to_string())?,
                 );
             }
-            let mut c = g.1.clone().expect("connected");
+            let mut c = g.conn.clone().expect("connected");
             drop(g);
             let r = pipe.query_async(&mut c).await;
             if r.is_err() {
                 // The master may have moved: ask the sentinels again next time.
-                s.lock().await.1 = None;
+                s.lock().await.conn = None;
             }
             r.map_err(|e| e.to_string())
         }
@@ -504,9 +513,9 @@ async fn ping(conn: Conn, pipe: Pipeline) -> Result<(), redis::RedisError> {
         Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
         Conn::Sentinel(s) => {
             let mut g = s.lock().await;
-            let mut c = g.0.get_async_connection().await?;
+            let mut c = g.client.get_async_connection().await?;
             let r = pipe.query_async(&mut c).await;
-            g.1 = Some(c);
+            g.conn = Some(c);
             r
         }
     };

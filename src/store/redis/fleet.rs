@@ -115,8 +115,8 @@ impl RedisStore {
             let [id, demands] = pair else { continue };
             let id = text(id).and_then(|t| t.parse::<u64>().ok());
             let demands = text(demands).and_then(|t| decode(&t));
-            if let (Some(id), Some(d)) = (id, demands) {
-                out.push((id, d));
+            if let (Some(replica), Some(demands)) = (id, demands) {
+                out.push(ReplicaDemands { replica, demands });
             }
         }
         Ok(out)

@@ -194,7 +194,13 @@ struct Windows {
     /// When the counts were all zero.
     start: Instant,
     /// At most `age_buckets + 1` snapshots a timer, oldest first.
-    by_stat: HashMap<&'static str, VecDeque<(Instant, Vec<u64>)>>,
+    by_stat: HashMap<&'static str, VecDeque<Snapshot>>,
+}
+
+/// A timer's bucket counts at one scrape.
+struct Snapshot {
+    at: Instant,
+    counts: Vec<u64>,
 }
 
 impl Windows {
@@ -208,18 +214,19 @@ impl Windows {
         age_buckets: u32,
     ) -> Vec<u64> {
         let start = self.start;
-        let snaps = self
-            .by_stat
-            .entry(stat)
-            .or_insert_with(|| VecDeque::from([(start, vec![0; counts.len()])]));
+        let snaps = self.by_stat.entry(stat).or_insert_with(|| {
+            let counts = vec![0; counts.len()];
+            VecDeque::from([Snapshot { at: start, counts }])
+        });
         let step = max_age / age_buckets.max(1);
         let age = |t: Instant| now.saturating_duration_since(t);
-        while snaps.len() > 1 && age(snaps[0].0) > max_age {
+        while snaps.len() > 1 && age(snaps[0].at) > max_age {
             snaps.pop_front();
         }
-        let base = snaps.front().map(|s| s.1.clone()).unwrap_or_default();
-        if snaps.back().is_none_or(|s| age(s.0) >= step) {
-            snaps.push_back((now, counts.to_vec()));
+        let base = snaps.front().map(|s| s.counts.clone()).unwrap_or_default();
+        if snaps.back().is_none_or(|s| age(s.at) >= step) {
+            let (at, counts) = (now, counts.to_vec());
+            snaps.push_back(Snapshot { at, counts });
             if snaps.len() > age_buckets as usize + 1 {
                 snaps.pop_front();
             }

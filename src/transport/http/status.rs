@@ -285,7 +285,7 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
     }
     let calls = |f: &dyn Fn(&CallStats) -> u64| summed(&counters.calls, f);
     let reloads = &counters.reloads;
-    let (live_load, last_attempt) = reloads.log.last();
+    let last = reloads.log.last();
     let (loads, load_errors) = reloads.counts();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -298,8 +298,8 @@ pub(super) async fn status(State(s): State<DebugState>) -> Response {
             "limits": lines.len(),
             "loads": loads,
             "load_errors": load_errors,
-            "live": live_load,
-            "last_attempt": last_attempt,
+            "live": last.live,
+            "last_attempt": last.attempt,
         },
         "requests": {
             "total": calls(&|c: &CallStats| load(&c.requests)),

@@ -10,7 +10,9 @@ use fnv::{FnvHashMap, FnvHashSet};
 
 use super::assign::{self, Assignment, REFRESH_AFTER};
 use super::bucket::{self, AssignedBy, BucketKey, SharedLimit};
+use super::exchange::ReplicaDemands;
 use super::share::fair_shares;
+use super::stats::BucketShare;
 use crate::config::Config;
 
 /// Names one Envoy's stream within this process.
@@ -34,8 +36,28 @@ pub struct BucketUsage {
     pub denied: u64,
 }
 
-/// A bucket within a stream: its domain and its entries.
-type StreamBucket = (String, BucketKey);
+/// A bucket within a stream: its domain and its entries. Ordered by domain, then entries
+/// (fields in that order).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct StreamBucket {
+    domain: String,
+    id: BucketKey,
+}
+
+/// A bucket in the book: its stream and the bucket within it. Ordered by stream, then bucket
+/// (fields in that order): a limit's members are split in this order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct StreamSlot {
+    stream: StreamId,
+    bucket: StreamBucket,
+}
+
+impl StreamSlot {
+    fn of(stream: StreamId, bucket: &StreamBucket) -> StreamSlot {
+        let bucket = bucket.clone();
+        StreamSlot { stream, bucket }
+    }
+}
 
 /// What to send: per stream, the bucket actions for it.
 pub type Outbox = Vec<(StreamId, Vec<BucketAction>)>;
@@ -49,8 +71,8 @@ pub struct LimitView {
     pub requests_per_unit: u32,
     /// Requests per unit asked for by the buckets whose demand is known.
     pub demand: f64,
-    /// Tokens per unit in force, per (stream, bucket).
-    pub shares: Vec<(StreamId, u32)>,
+    /// Tokens per unit in force, per bucket.
+    pub shares: Vec<BucketShare>,
 }
 
 #[derive(Debug)]
@@ -70,10 +92,10 @@ struct Bucket {
 struct Shared {
     limit: SharedLimit,
     /// The share in force, in tokens per unit, of each member; `None` before the first split.
-    members: BTreeMap<(StreamId, StreamBucket), Option<u32>>,
+    members: BTreeMap<StreamSlot, Option<u32>>,
     /// The other replicas' demands of this limit (fleet mode), by replica id, and when they
     /// were read.
-    remote: Vec<(u64, Vec<Option<f64>>)>,
+    remote: Vec<ReplicaDemands>,
     remote_ns: u64,
 }
 
@@ -84,7 +106,7 @@ pub struct Book {
     limits: HashMap<String, Shared>,
     buckets: usize,
     max_buckets: usize,
-    abandons: Vec<(StreamId, StreamBucket)>,
+    abandons: Vec<StreamSlot>,
     /// Streams with an assignment due (new or changed), so a report looks at those only; the
     /// refreshes are found by the periodic tick, which looks at every bucket.
     pending: FnvHashSet<StreamId>,
@@ -120,7 +142,7 @@ impl Book {
         if self.global_shadow {
             return AssignedBy::AllowAll("SHADOW_MODE");
         }
-        bucket::resolve(config, &key.0, &key.1)
+        bucket::resolve(config, &key.domain, &key.id)
     }
 
     /// The book of replica `id` of a fleet.
@@ -154,7 +176,10 @@ impl Book {
         let mut dirty: BTreeMap<String, bool> = BTreeMap::new();
         let mut full = 0;
         for mut u in usages {
-            let slot = (domain.to_string(), std::mem::take(&mut u.bucket));
+            let slot = StreamBucket {
+                domain: domain.to_string(),
+                id: std::mem::take(&mut u.bucket),
+            };
             let known = self
                 .streams
                 .get(&stream)
@@ -239,7 +264,7 @@ impl Book {
         });
         // A reload may have changed the limit under the same key: the newest wins.
         shared.limit = l.clone();
-        shared.members.insert((stream, key.clone()), None);
+        shared.members.insert(StreamSlot::of(stream, key), None);
     }
 
     /// Takes the bucket out of its limit; the limit's key, to rebalance, if it had one.
@@ -253,7 +278,7 @@ impl Book {
             return None;
         };
         let shared = self.limits.get_mut(&l.key)?;
-        shared.members.remove(&(stream, key.clone()));
+        shared.members.remove(&StreamSlot::of(stream, key));
         if shared.members.is_empty() {
             self.limits.remove(&l.key);
             return None;
@@ -270,8 +295,8 @@ impl Book {
             return;
         };
         let demands: Vec<Option<f64>> = (shared.members.keys())
-            .map(|(s, k)| {
-                let b = self.streams.get(s).and_then(|s| s.get(k));
+            .map(|m| {
+                let b = self.streams.get(&m.stream).and_then(|s| s.get(&m.bucket));
                 b.and_then(|b| b.demand)
             })
             .collect();
@@ -284,9 +309,10 @@ impl Book {
         if !adopt {
             return;
         }
-        for (((s, k), in_force), share) in shared.members.iter_mut().zip(shares) {
+        for ((m, in_force), share) in shared.members.iter_mut().zip(shares) {
             *in_force = Some(share);
-            let Some(b) = self.streams.get_mut(s).and_then(|s| s.get_mut(k)) else {
+            let s = &m.stream;
+            let Some(b) = self.streams.get_mut(s).and_then(|s| s.get_mut(&m.bucket)) else {
                 continue;
             };
             let a = Assignment::of_share(&shared.limit.spec, share);
@@ -379,7 +405,10 @@ impl Book {
             (AssignedBy::Limit(_), AssignedBy::AllowAll(_) | AssignedBy::Refused(_)) => {
                 buckets.remove(&k);
                 self.buckets -= 1;
-                self.abandons.push((s, k));
+                self.abandons.push(StreamSlot {
+                    stream: s,
+                    bucket: k,
+                });
                 return;
             }
             (_, AssignedBy::Limit(l)) => {
@@ -418,8 +447,8 @@ impl Book {
     fn flush(&mut self, now: u64, all: bool) -> Outbox {
         let refresh = REFRESH_AFTER.as_nanos() as u64;
         let mut out: FnvHashMap<StreamId, Vec<BucketAction>> = FnvHashMap::default();
-        for (s, k) in self.abandons.drain(..) {
-            out.entry(s).or_default().push(assign::abandon(&k.1));
+        for StreamSlot { stream, bucket } in self.abandons.drain(..) {
+            (out.entry(stream).or_default()).push(assign::abandon(&bucket.id));
         }
         let which: Vec<StreamId> = if all {
             self.pending.clear();
@@ -438,7 +467,7 @@ impl Book {
                     AssignedBy::Limit(l) => self
                         .limits
                         .get(&l.key)
-                        .and_then(|sh| sh.members.get(&(s, k.clone())))
+                        .and_then(|sh| sh.members.get(&StreamSlot::of(s, k)))
                         .is_some_and(Option::is_some),
                     _ => true,
                 };
@@ -446,7 +475,7 @@ impl Book {
                     b.sent_ns = Some(now);
                     out.entry(s)
                         .or_default()
-                        .push(assign::action(&k.1, b.assignment));
+                        .push(assign::action(&k.id, b.assignment));
                 }
             }
         }
@@ -457,8 +486,8 @@ impl Book {
 
     /// Per shared limit, the demands of this replica's buckets, for the other replicas.
     pub fn local_demands(&self) -> Vec<(String, Vec<Option<f64>>)> {
-        let demand = |(s, k): &(StreamId, StreamBucket)| {
-            let b = self.streams.get(s).and_then(|m| m.get(k));
+        let demand = |m: &StreamSlot| {
+            let b = self.streams.get(&m.stream).and_then(|s| s.get(&m.bucket));
             b.and_then(|b| b.demand)
         };
         let mut out: Vec<_> = (self.limits.iter())
@@ -470,16 +499,11 @@ impl Book {
 
     /// The other replicas' demands of the limit `key`, as just read: the limit is split again
     /// over the whole fleet (at once when a replica's buckets came or went).
-    pub fn set_remote(
-        &mut self,
-        key: &str,
-        remote: Vec<(u64, Vec<Option<f64>>)>,
-        now: u64,
-    ) -> Outbox {
+    pub fn set_remote(&mut self, key: &str, remote: Vec<ReplicaDemands>, now: u64) -> Outbox {
         let Some(shared) = self.limits.get_mut(key) else {
             return Vec::new();
         };
-        let count = |r: &[(u64, Vec<Option<f64>>)]| r.iter().map(|(_, d)| d.len()).sum::<usize>();
+        let count = |r: &[ReplicaDemands]| r.iter().map(|r| r.demands.len()).sum::<usize>();
         let forced = count(&shared.remote) != count(&remote);
         shared.remote = remote;
         shared.remote_ns = now;
@@ -506,10 +530,11 @@ impl Book {
             .map(|sh| {
                 let mut demand = 0.0;
                 let mut shares = Vec::with_capacity(sh.members.len());
-                for ((s, k), share) in &sh.members {
-                    let b = self.streams.get(s).and_then(|m| m.get(k));
+                for (m, share) in &sh.members {
+                    let b = self.streams.get(&m.stream).and_then(|s| s.get(&m.bucket));
                     demand += b.and_then(|b| b.demand).unwrap_or(0.0);
-                    shares.push((*s, share.unwrap_or(0)));
+                    let (stream, share) = (m.stream, share.unwrap_or(0));
+                    shares.push(BucketShare { stream, share });
                 }
                 LimitView {
                     domain: sh.limit.domain.clone(),
@@ -534,8 +559,8 @@ fn split(shared: &Shared, me: u64, mine: &[Option<f64>]) -> Vec<u32> {
         return fair_shares(rpu, mine);
     }
     let mut all: Vec<(u64, &[Option<f64>])> = (shared.remote.iter())
-        .filter(|(id, _)| *id != me)
-        .map(|(id, d)| (*id, d.as_slice()))
+        .filter(|r| r.replica != me)
+        .map(|r| (r.replica, r.demands.as_slice()))
         .collect();
     all.push((me, mine));
     all.sort_by_key(|(id, _)| *id);
@@ -548,7 +573,7 @@ fn split(shared: &Shared, me: u64, mine: &[Option<f64>]) -> Vec<u32> {
     fair_shares(rpu, &flat)[at..at + mine.len()].to_vec()
 }
 
-fn log_target((domain, key): &StreamBucket, target: &AssignedBy) {
+fn log_target(StreamBucket { domain, id: key }: &StreamBucket, target: &AssignedBy) {
     match target {
         AssignedBy::Limit(l) => {
             tracing::debug!(domain, bucket = ?key, limit = %l.stat_key, "RLQS bucket shares a limit")

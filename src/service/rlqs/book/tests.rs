@@ -80,7 +80,8 @@ fn two_envoys_share_max_min_fairly_and_a_leavers_share_comes_back() {
         (vec![Some(15)], vec![Some(5)])
     );
     let view = book.view();
-    assert_eq!(view[0].shares, vec![(1, 15), (2, 5)]);
+    let share = |stream, share| BucketShare { stream, share };
+    assert_eq!(view[0].shares, vec![share(1, 15), share(2, 5)]);
     assert_eq!(view[0].demand, 35.0);
     // Noise within a tenth does not push.
     let (out, _) = book.report(&c, 2, "d", vec![usage("a", 5, 26)], 16 * S);
@@ -186,7 +187,9 @@ fn replicas_split_a_limit_over_the_whole_fleet() {
         book.local_demands(),
         vec![("d_user_a_".to_string(), vec![Some(6.0)])]
     );
-    let out = book.set_remote("d_user_a_", vec![(1, vec![Some(30.0)])], 6 * S);
+    let (replica, demands) = (1, vec![Some(30.0)]);
+    let remote = vec![ReplicaDemands { replica, demands }];
+    let out = book.set_remote("d_user_a_", remote, 6 * S);
     assert_eq!(
         told(&out, 1),
         vec![Some(6)],
@@ -207,7 +210,11 @@ fn every_replica_rounds_the_fleet_split_alike() {
         book.open(1);
         book.report(&c, 1, "d", vec![usage("a", 0, 1)], 0);
         let others = [1u64, 2, 3].into_iter().filter(|r| *r != me);
-        let remote = others.map(|r| (r, vec![None])).collect();
+        let remote = (others.map(|replica| ReplicaDemands {
+            replica,
+            demands: vec![None],
+        }))
+        .collect();
         let out = book.set_remote("d_user_a_", remote, S);
         shares.push(told(&out, 1)[0].unwrap());
     }
@@ -271,7 +278,7 @@ mod invariant {
                     }
                 }
                 for l in book.view() {
-                    let sum: u32 = l.shares.iter().map(|(_, s)| s).sum();
+                    let sum: u32 = l.shares.iter().map(|s| s.share).sum();
                     prop_assert_eq!(sum, 17, "{:?}", l);
                 }
             }
