@@ -15,6 +15,7 @@
 - Every code name a page or a comment quotes exists.
 - Each module's `//!` opener names the children lib.rs's tables give it.
 - No type name defined twice in src/ (test code left out), but for the few listed with why.
+- No tuple-typed field in src/ but a name with its value (labels, tags), listed.
 
 Exits 1 naming each failure. Usage: python3 scripts/check-house.py [SRC_DIR]
 """
@@ -451,6 +452,133 @@ for root, _, fs in os.walk(SRC):
 for name, ps in sorted(where_defined.items()):
     if len(ps) > 1 and name not in SAME_NAME_OK:
         failures.append(f"the type name {name} is defined {len(ps)} times: " + ", ".join(sorted(ps)))
+
+# 9. Named fields where tuples are: a struct's or a variant's field whose type holds a tuple
+# gives its parts no names. Allowed: a name with its value, handed on in order (labels, tags,
+# metadata, headers, descriptor entries), listed here; test code left out.
+NAME_VALUE_PAIRS = {
+    "StatsdSettings.extra_tags", "Mogrifier.tags", "Format.Statsd.tags", "Format.Dog.tags",
+    "Family.series", "Naming.Glob.labels", "Naming.Regex.labels", "Mapping.Mapped.labels",
+    "CustomLabels.labels", "XdsSettings.node_metadata", "XdsSettings.headers", "Walk.left",
+}
+
+
+def strip_test_items(text):
+    """`text` with its `#[cfg(test)]` items blanked out, lines kept where they were."""
+    out = list(text)
+    for m in re.finditer(r"#\[cfg\(test\)\]", text):
+        j = m.end()
+        # The item ends at a ';' before any '{', or at the '}' matching its first '{'.
+        while j < len(text) and text[j] not in "{;":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            depth, j = 1, j + 1
+            while j < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+        for k in range(m.start(), min(j + 1, len(text))):
+            if out[k] != "\n":
+                out[k] = " "
+    return "".join(out)
+
+
+
+def strip_comments(text):
+    return re.sub(r"//[^\n]*", lambda m: " " * len(m.group()), text)
+
+
+
+def has_tuple(ty):
+    """Whether the type `ty` holds a tuple: a '(' not after Fn/FnMut/FnOnce/fn, with a comma
+    at its top level."""
+    for m in re.finditer(r"\(", ty):
+        before = ty[:m.start()].rstrip()
+        if re.search(r"\b(Fn|FnMut|FnOnce|fn)$", before):
+            continue
+        depth, j, comma = 1, m.end(), False
+        angle = 0
+        while j < len(ty) and depth:
+            c = ty[j]
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(c, 0)
+            angle += {"<": 1, ">": -1}.get(c, 0)
+            comma = comma or (c == "," and depth == 1 and angle == 0)
+            j += 1
+        if comma:
+            return True
+    return False
+
+
+
+def split_top(body):
+    """`body` split at its top-level commas."""
+    parts, depth, cur = [], 0, ""
+    for c in body:
+        depth += {"(": 1, "[": 1, "{": 1, "<": 1, ")": -1, "]": -1, "}": -1, ">": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    parts.append(cur)
+    return parts
+
+
+def block(text, i, open_c, close_c):
+    """The text between the bracket `open_c` at `i` and its match, and the index after it."""
+    depth, j = 1, i + 1
+    while j < len(text) and depth:
+        depth += {open_c: 1, close_c: -1}.get(text[j], 0)
+        j += 1
+    return text[i + 1:j - 1], j
+
+
+def tuple_fields(text):
+    """(item, field, line) of each field of a struct or an enum variant whose type holds a tuple."""
+    out = []
+    for m in re.finditer(r"\b(struct|enum)\s+(\w+)[^;{(]*?([{(;])", text):
+        kind, name, opener = m.group(1), m.group(2), m.group(3)
+        if opener == ";":
+            continue
+        i = m.end() - 1
+        if opener == "(":
+            body, _ = block(text, i, "(", ")")
+            fields = [(str(k), p) for k, p in enumerate(split_top(body))]
+        else:
+            body, _ = block(text, i, "{", "}")
+            fields = []
+            for p in split_top(body):
+                if kind == "struct":
+                    if ":" in p:
+                        n, t = p.split(":", 1)
+                        fields.append((n.split()[-1], t))
+                    continue
+                vm = re.match(r"\s*(?:#\[[^\]]*\]\s*)*(\w+)\s*([({])(.*)[)}]\s*$", p, re.S)
+                if not vm:
+                    continue
+                v, o, inner = vm.groups()
+                for k, q in enumerate(split_top(inner)):
+                    if o == "{" and ":" in q:
+                        n, t = q.split(":", 1)
+                        fields.append((v + "." + n.split()[-1], t))
+                    elif o == "(":
+                        fields.append((v + "." + str(k), q))
+        for n, t in fields:
+            if has_tuple(re.sub(r"#\[[^\]]*\]", "", t)):
+                out.append((name, n, text[:m.start()].count("\n") + 1))
+    return out
+
+
+for root, _, fs in os.walk(SRC):
+    if "tests" in os.path.relpath(root, SRC).split(os.sep):
+        continue
+    for f in sorted(fs):
+        if not f.endswith(".rs") or f == "tests.rs":
+            continue
+        p = os.path.join(root, f)
+        text = strip_comments(strip_test_items(open(p, encoding="utf-8").read()))
+        for item, field, line in tuple_fields(text):
+            if f"{item}.{field}" not in NAME_VALUE_PAIRS:
+                failures.append(f"{p}:{line}: {item}.{field} is a tuple: name its parts")
 
 for f in failures:
     print(f"check-house: {f}", file=sys.stderr)
