@@ -24,6 +24,8 @@ import re
 import sys
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else "src"
+# The repository: the folder holding SRC (its docs, tests, benches, examples).
+ROOT = os.path.dirname(os.path.abspath(SRC.rstrip("/"))) or "."
 MAX_LINES = 600
 failures = []
 
@@ -217,7 +219,7 @@ def calls(caller, callee):
     return any(re.search(rf"\b{re.escape(n)}\b", t) for n in items)
 
 
-ARCH = os.path.join(os.path.dirname(os.path.abspath(SRC.rstrip("/"))), "docs", "architecture.md")
+ARCH = os.path.join(ROOT, "docs", "architecture.md")
 arch = open(ARCH, encoding="utf-8").read() if os.path.exists(ARCH) else ""
 for title in ("## The walk of one decision", "## The walk of a decision through Redis",
               "## The walk of a save", "## The walk of a Limitador call"):
@@ -243,16 +245,18 @@ for title in ("## The walk of one decision", "## The walk of a decision through 
 # door's module or service outside `server/doors.rs`, where doors are built (a door wired
 # anywhere else would skip what the seam keeps).
 at = lib.find("# The doors")
+# Each row of the doors table: the door's name and its cells, `| file | ... |`.
+DOOR_ROWS = []
 if at < 0:
     failures.append("src/lib.rs has no section titled '# The doors'")
 else:
     end = lib.find("\n//! # ", at + 1)
+    DOOR_ROWS = re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], re.M)
     for path in set(re.findall(r"`([a-z_]+/[a-z_/]+\.rs)`", lib[at:end])):
         if not path.startswith("tests/") and path not in every:
             failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
-    repo = os.path.dirname(os.path.abspath(SRC.rstrip("/")))
     for path in set(re.findall(r"`(tests/[a-z_/]+(?:\.rs|/))`", lib[at:end])):
-        if not os.path.exists(os.path.join(repo, path)):
+        if not os.path.exists(os.path.join(ROOT, path)):
             failures.append(f"src/lib.rs's doors section names {path}, which does not exist")
 DOOR_NAMES = re.compile(
     r"\b(Limitador\w*|Kuadrant\w*|Gocc\w*|Throttle\w*|Rlqs\w*"
@@ -268,7 +272,6 @@ for p in sorted(every):
 # the crate's modules (`limiter::shard::Backing`, `crate::config::LiveConfig`) names, segment
 # by segment, modules and items defined in src/ or tests/; a macro (`with_decider!`) is one
 # defined there, or Rust's own. A rename cannot leave a page or a comment pointing at nothing.
-ROOT = os.path.dirname(os.path.abspath(SRC.rstrip("/"))) or "."
 trees = [os.path.join(ROOT, d) for d in ("src", "tests", "benches", "examples", "fuzz")]
 rust = [os.path.join(r, f) for t in trees for r, _, fs in os.walk(t) for f in fs
         if f.endswith(".rs") and "/target/" not in r]
@@ -373,9 +376,7 @@ for first, holds in re.findall(r"^//! \| (`[^|]*`) \| ([^|]*) \| [^|]* \|$", lib
         for word in re.findall(r"`([a-z_]+)`", holds):
             if module_file([m, word]):
                 must_name(m, word, "src/lib.rs's module table")
-at = lib.find("# The doors")
-for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], re.M):
-    door, cells = row
+for door, cells in DOOR_ROWS:
     for path in re.findall(r"`([a-z_/]+\.rs)`", cells):
         parts = path.removesuffix(".rs").split("/")
         if parts[-1] == "mod":
@@ -384,6 +385,7 @@ for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], r
             must_name(parts[0], door, "src/lib.rs's doors table")
         for i in range(1, len(parts)):
             must_name("/".join(parts[:i]), parts[i], f"the {door} door's {path}")
+
 # 7b. One module-file convention: a module with children is `name/mod.rs`, never `name.rs`
 # beside a `name/` folder; and each door is named one way in every layer: its service's file
 # and one of its transport's files carry the door's name (src/lib.rs's doors table).
@@ -394,8 +396,7 @@ for root, dirs, fs in os.walk(SRC):
                             f"{os.path.join(root, d, 'mod.rs')}")
 head = re.search(r"^//! \| door \|(.*)\|$", lib, re.M)
 layers = [c.strip() for c in head.group(1).split("|")] if head else []
-for row in re.findall(r"^//! \| `([a-z]+)`[^|]*((?:\|[^|\n]*)+)\|$", lib[at:], re.M):
-    door, cells = row
+for door, cells in DOOR_ROWS:
     for layer, cell in zip(layers, cells.strip("|").split("|")):
         paths = re.findall(r"`([a-z_/]+\.rs)`", cell)
         if layer in ("service", "transport") and paths and not any(

@@ -1,12 +1,13 @@
-//! The one place the server builds its doors from the settings. Served as `limitador-server`,
-//! the RLS and HTTP ports are Limitador's door; otherwise Envoy's, with GoCC's `/rate` and
-//! ThrottleCrab's `/throttle` beside it on the HTTP port (and `THROTTLE` on the RESP port, and
-//! RLQS on the gRPC port, both built with the workers). The rest of `server` asks [`Doors`] for
-//! the same few things, whichever door it is, and names none: the RLS port's answerer, the gRPC
-//! services beside it (as one tonic `Routes`), the HTTP port's router, the RESP port's handle, the files followed, the limits served and where
-//! they came from. What every door keeps (bounds, client values, the calls' series and spans,
-//! the wait's answers, HTTP timeouts) is kept where these are served, so a door cannot leave
-//! it out; adding a door is its own files and one arm of the `match` in [`Doors::build`].
+//! The one place the server builds its doors from the settings. Served as `limitador-server`, the
+//! RLS and HTTP ports are Limitador's door; otherwise Envoy's, with GoCC's `/rate` and
+//! ThrottleCrab's `/throttle` beside it on the HTTP port (and `THROTTLE` on the RESP port, and RLQS
+//! on the gRPC port, both built with the workers). The rest of `server` asks [`Doors`] for the same
+//! few things, whichever door it is, and names none: the RLS port's answerer, the gRPC services
+//! beside it (as one tonic `Routes`), the HTTP port's router, the RESP port's handle, the files
+//! followed, the limits served and where they came from. What every door keeps (bounds, client
+//! values, the calls' series and spans, the wait's answers, HTTP timeouts) is kept where these are
+//! served, so a door cannot leave it out; adding a door is its own files and one arm of the `match`
+//! in [`Doors::build`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
