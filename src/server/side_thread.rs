@@ -97,9 +97,9 @@ pub(super) struct TopTick {
     clock: Clock,
 }
 
-/// TLS's certificate files as the start saw them: their fingerprint, and the files.
+/// TLS's certificate files as the start saw them: their fingerprint (the baseline a poll compares with), and the files.
 pub(super) struct TlsPolled {
-    fingerprint: u64,
+    baseline: u64,
     watched: Watched,
 }
 
@@ -116,7 +116,7 @@ impl Polled {
         Polled {
             config: baseline.unwrap_or_else(|| fingerprint(&first_watched(settings))),
             tls: (settings.tls.as_ref().map(tls::watched)).map(|watched| TlsPolled {
-                fingerprint: fingerprint(&watched),
+                baseline: fingerprint(&watched),
                 watched,
             }),
         }
@@ -179,7 +179,7 @@ impl SideThread {
             let reload = Arc::new(TlsFiles(state));
             followed.push(Followed {
                 watched: polled.watched,
-                baseline: polled.fingerprint,
+                baseline: polled.baseline,
                 reload,
             });
         }
