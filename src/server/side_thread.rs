@@ -97,7 +97,8 @@ pub(super) struct TopTick {
     clock: Clock,
 }
 
-/// TLS's certificate files as the start saw them: their fingerprint (the baseline a poll compares with), and the files.
+/// TLS's certificate files as the start saw them: their fingerprint (the baseline a poll
+/// compares with), and the files.
 pub(super) struct TlsPolled {
     baseline: u64,
     watched: Watched,
